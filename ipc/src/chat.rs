@@ -1,0 +1,145 @@
+//! The conversation as the worker keeps it and the model sees it, and the chunks a model streams back.
+
+use serde::{Deserialize, Serialize};
+
+use crate::task::ModelRef;
+
+/// Who wrote a conversation message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    /// Instructions for the model.
+    System,
+    /// The user's prompt.
+    User,
+    /// The model's answer, possibly with tool calls.
+    Assistant,
+    /// A tool's result, answering one tool call.
+    Tool,
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Call id, unique within the conversation.
+    pub id: String,
+    /// Tool name as the model sent it.
+    pub name: String,
+    /// Arguments as JSON text, exactly as the model produced them (they may be invalid JSON).
+    pub arguments: String,
+}
+
+/// One conversation message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Author.
+    pub role: ChatRole,
+    /// Text content (may be empty for an assistant message that only calls tools).
+    pub content: String,
+    /// Tool calls of an assistant message.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool message: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message with text only.
+    pub fn text(role: ChatRole, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// A tool result answering `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: ChatRole::Tool,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+        }
+    }
+}
+
+/// A tool offered to the model: name, description and JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Tool name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// Token counts reported by a provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Adds another call's usage to this one.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// A request for one model completion, sent by the worker and served by the supervisor's provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// Id the streamed chunks answer to.
+    pub request_id: String,
+    /// Turn the request belongs to.
+    pub turn_id: String,
+    /// Model to ask.
+    pub model: ModelRef,
+    /// The conversation, system prompt first.
+    pub messages: Vec<ChatMessage>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// One piece of a streamed model completion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+pub enum ModelChunk {
+    /// Reasoning text.
+    ReasoningDelta {
+        /// Text to append.
+        text: String,
+    },
+    /// A break between reasoning sections.
+    ReasoningSectionBreak,
+    /// Answer text.
+    TextDelta {
+        /// Text to append.
+        text: String,
+    },
+    /// A complete tool call (providers assemble streamed arguments before sending it).
+    ToolCall {
+        /// The call.
+        call: ToolCall,
+    },
+    /// The completion ended normally; the last chunk of a request.
+    Done {
+        /// Token usage of this call.
+        usage: Usage,
+    },
+    /// The completion failed; the last chunk of a request.
+    Failed {
+        /// Stable snake_case code, e.g. `provider_error`.
+        code: String,
+        /// What went wrong and what to do.
+        message: String,
+    },
+}

@@ -1,0 +1,86 @@
+//! What the supervisor tells a worker right after the handshake.
+
+use serde::{Deserialize, Serialize};
+
+use crate::chat::ChatMessage;
+use crate::names::{BuiltinTool, PermissionAction, SandboxMode};
+
+/// One permission rule of `agent.yaml`: a tool, an optional glob over its key argument, an action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionRule {
+    /// The tool the rule applies to.
+    pub tool: BuiltinTool,
+    /// Glob over the key argument (command, path or pattern); absent matches every call.
+    #[serde(default, rename = "match")]
+    pub pattern: Option<String>,
+    /// What a matching call resolves to.
+    pub action: PermissionAction,
+}
+
+/// The ordered permission rules and the action for calls no rule matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Permissions {
+    /// Action when no rule matches.
+    #[serde(default = "default_action")]
+    pub default: PermissionAction,
+    /// Rules, first match wins.
+    #[serde(default)]
+    pub rules: Vec<PermissionRule>,
+}
+
+fn default_action() -> PermissionAction {
+    PermissionAction::Allow
+}
+
+impl Default for Permissions {
+    fn default() -> Self {
+        Permissions {
+            default: PermissionAction::Allow,
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// A skill listed to the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillInfo {
+    /// Skill name, from its front matter.
+    pub name: String,
+    /// One-line description, from its front matter.
+    pub description: String,
+    /// Path of its SKILL.md as the worker sees it.
+    pub path: String,
+}
+
+/// Everything a worker needs to run turns for one session. Paths are as the worker sees them (inside the sandbox).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerConfig {
+    /// Must equal the worker's [`crate::PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// The session this worker serves.
+    pub session_id: String,
+    /// The bundle's root directory (read-only).
+    pub bundle_dir: String,
+    /// The session's default working directory.
+    pub workspace: String,
+    /// Sandbox mode that confines this worker.
+    pub sandbox_mode: SandboxMode,
+    /// System prompt from `agent.yaml`.
+    pub system_prompt: String,
+    /// Tools offered to the model, from `manifest.tools`.
+    pub tools: Vec<BuiltinTool>,
+    /// Skills found in the bundle.
+    pub skills: Vec<SkillInfo>,
+    /// Model calls allowed per turn before the turn fails.
+    pub max_steps: u32,
+    /// Messages kept by the sliding window (besides the system prompt).
+    pub memory_window: usize,
+    /// Permission rules from `agent.yaml`.
+    pub permissions: Permissions,
+    /// Conversation so far, rebuilt from the session's persisted history.
+    pub history: Vec<ChatMessage>,
+    /// How often the worker sends a heartbeat.
+    pub heartbeat_ms: u64,
+}

@@ -1,0 +1,292 @@
+//! Session events: the envelope (`EventMsg`) and one payload variant per kind of SPEC.md section 6.
+
+use serde::{Deserialize, Serialize};
+
+use crate::chat::Usage;
+use crate::names::{ApprovalDecision, BuiltinTool};
+use crate::task::TurnContext;
+
+/// One session event as journaled and streamed: `{id, session_id, created_at, payload: {type, payload}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventMsg {
+    /// Session-monotonic sequence number as a decimal string (also the SSE `id:`).
+    pub id: String,
+    /// Session the event belongs to.
+    pub session_id: String,
+    /// RFC 3339 creation time (UTC).
+    pub created_at: String,
+    /// The kind of event and its data.
+    pub payload: EventPayload,
+}
+
+impl EventMsg {
+    /// The sequence number of this event, or None when `id` is not a number (never for events we write).
+    pub fn seq(&self) -> Option<u64> {
+        self.id.parse().ok()
+    }
+}
+
+/// Which output stream of a subprocess a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallStatus {
+    /// The tool ran and succeeded.
+    Ok,
+    /// The tool ran, or tried to, and failed; the output says why.
+    Error,
+    /// A rule or the operator refused the call.
+    Denied,
+}
+
+/// How a turn ended, as reported in `TurnFinished` and session records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    /// Ended with `turn_completed`.
+    Completed,
+    /// Ended with an `error` event.
+    Failed,
+    /// Stopped by an interrupt; ends with an `error` event of code `interrupted`.
+    Interrupted,
+}
+
+/// State of one plan step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on.
+    InProgress,
+    /// Done.
+    Completed,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanItem {
+    /// What the step does.
+    pub step: String,
+    /// Its state.
+    pub status: PlanStatus,
+}
+
+/// The data of one event; `type` is the snake_case kind name and the fields sit under `payload`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+pub enum EventPayload {
+    /// A turn begins, with the values it runs with.
+    TurnStarted {
+        /// Turn id.
+        turn_id: String,
+        /// Resolved model, cwd and sandbox mode.
+        context: TurnContext,
+        /// The submission this turn answers.
+        submission_id: String,
+        /// The user prompt.
+        prompt: String,
+    },
+    /// The turn ended successfully.
+    TurnCompleted {
+        /// Turn id.
+        turn_id: String,
+        /// The final assistant message.
+        final_message: String,
+        /// Token usage summed over the turn's model calls.
+        usage: Usage,
+    },
+    /// A piece of the assistant message.
+    AgentMessageDelta {
+        /// Turn id.
+        turn_id: String,
+        /// Text to append.
+        delta: String,
+    },
+    /// A piece of reasoning.
+    ReasoningDelta {
+        /// Turn id.
+        turn_id: String,
+        /// Text to append.
+        delta: String,
+    },
+    /// Break between reasoning sections.
+    ReasoningSectionBreak {
+        /// Turn id.
+        turn_id: String,
+    },
+    /// A tool call begins.
+    ToolCallStarted {
+        /// Turn id.
+        turn_id: String,
+        /// Model-assigned call id.
+        call_id: String,
+        /// Tool name as the model called it.
+        tool: String,
+        /// Arguments as the model sent them (JSON).
+        arguments: serde_json::Value,
+    },
+    /// Progress of a tool call.
+    ToolCallDelta {
+        /// Turn id.
+        turn_id: String,
+        /// Call id.
+        call_id: String,
+        /// Human-readable progress.
+        delta: String,
+    },
+    /// A tool call ends.
+    ToolCallFinished {
+        /// Turn id.
+        turn_id: String,
+        /// Call id.
+        call_id: String,
+        /// Tool name.
+        tool: String,
+        /// How it ended.
+        status: ToolCallStatus,
+        /// The result text the model sees.
+        output: String,
+    },
+    /// A subprocess starts inside the sandbox.
+    ExecCommandBegin {
+        /// Turn id; null for operator commands.
+        turn_id: Option<String>,
+        /// Process id for this command's events.
+        exec_id: String,
+        /// The tool call that started it; null for operator commands.
+        call_id: Option<String>,
+        /// The shell command.
+        command: String,
+        /// Where it runs.
+        cwd: String,
+    },
+    /// Output of the subprocess.
+    ExecCommandOutputDelta {
+        /// Turn id; null for operator commands.
+        turn_id: Option<String>,
+        /// Process id.
+        exec_id: String,
+        /// `stdout` or `stderr`.
+        stream: ExecStream,
+        /// The output text (lossy UTF-8).
+        chunk: String,
+    },
+    /// The subprocess ends.
+    ExecCommandEnd {
+        /// Turn id; null for operator commands.
+        turn_id: Option<String>,
+        /// Process id.
+        exec_id: String,
+        /// Exit code; null when killed by a signal.
+        exit_code: Option<i32>,
+        /// Wall time.
+        duration_ms: u64,
+        /// True when the time-out killed it.
+        timed_out: bool,
+    },
+    /// A rule resolved to `ask` and a decision is needed.
+    PermissionRequested {
+        /// Turn id.
+        turn_id: String,
+        /// Id to answer with.
+        request_id: String,
+        /// The paused tool call.
+        call_id: String,
+        /// Tool name.
+        tool: BuiltinTool,
+        /// The key argument (command, path or pattern).
+        summary: String,
+        /// The rule that asked, as written in agent.yaml; null for the default.
+        rule: Option<String>,
+    },
+    /// A decision was given.
+    ApprovalResolved {
+        /// Turn id.
+        turn_id: String,
+        /// The request it answers.
+        request_id: String,
+        /// The decision.
+        decision: ApprovalDecision,
+    },
+    /// The plan changed.
+    PlanUpdate {
+        /// Turn id.
+        turn_id: String,
+        /// Why it changed.
+        explanation: Option<String>,
+        /// The whole plan.
+        plan: Vec<PlanItem>,
+    },
+    /// The turn failed (or, with a null turn id, the session hit a problem outside a turn).
+    Error {
+        /// Turn id, when the error ended a turn.
+        turn_id: Option<String>,
+        /// Stable snake_case code, e.g. `worker_died`.
+        code: String,
+        /// What went wrong and what to do.
+        message: String,
+    },
+}
+
+impl EventPayload {
+    /// The snake_case kind name, the same string as the serialised `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventPayload::TurnStarted { .. } => "turn_started",
+            EventPayload::TurnCompleted { .. } => "turn_completed",
+            EventPayload::AgentMessageDelta { .. } => "agent_message_delta",
+            EventPayload::ReasoningDelta { .. } => "reasoning_delta",
+            EventPayload::ReasoningSectionBreak { .. } => "reasoning_section_break",
+            EventPayload::ToolCallStarted { .. } => "tool_call_started",
+            EventPayload::ToolCallDelta { .. } => "tool_call_delta",
+            EventPayload::ToolCallFinished { .. } => "tool_call_finished",
+            EventPayload::ExecCommandBegin { .. } => "exec_command_begin",
+            EventPayload::ExecCommandOutputDelta { .. } => "exec_command_output_delta",
+            EventPayload::ExecCommandEnd { .. } => "exec_command_end",
+            EventPayload::PermissionRequested { .. } => "permission_requested",
+            EventPayload::ApprovalResolved { .. } => "approval_resolved",
+            EventPayload::PlanUpdate { .. } => "plan_update",
+            EventPayload::Error { .. } => "error",
+        }
+    }
+
+    /// The turn this event belongs to, if any.
+    pub fn turn_id(&self) -> Option<&str> {
+        match self {
+            EventPayload::TurnStarted { turn_id, .. }
+            | EventPayload::TurnCompleted { turn_id, .. }
+            | EventPayload::AgentMessageDelta { turn_id, .. }
+            | EventPayload::ReasoningDelta { turn_id, .. }
+            | EventPayload::ReasoningSectionBreak { turn_id }
+            | EventPayload::ToolCallStarted { turn_id, .. }
+            | EventPayload::ToolCallDelta { turn_id, .. }
+            | EventPayload::ToolCallFinished { turn_id, .. }
+            | EventPayload::PermissionRequested { turn_id, .. }
+            | EventPayload::ApprovalResolved { turn_id, .. }
+            | EventPayload::PlanUpdate { turn_id, .. } => Some(turn_id),
+            EventPayload::ExecCommandBegin { turn_id, .. }
+            | EventPayload::ExecCommandOutputDelta { turn_id, .. }
+            | EventPayload::ExecCommandEnd { turn_id, .. }
+            | EventPayload::Error { turn_id, .. } => turn_id.as_deref(),
+        }
+    }
+
+    /// True for the events that end a turn (`turn_completed`, or `error` with a turn id).
+    pub fn ends_turn(&self) -> bool {
+        match self {
+            EventPayload::TurnCompleted { .. } => true,
+            EventPayload::Error { turn_id, .. } => turn_id.is_some(),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Wire types and the frame codec shared by the service-rs supervisor and its session workers.
+//!
+//! This crate holds data only: what crosses the supervisor/worker socket and what the event stream carries. It has
+//! no sockets and no runtime logic. The naming rules every type follows are in `ipc/README.md`.
+//!
+//! Layout:
+//! - [`names`]: plain string enums (sandbox modes, tool names, approval decisions) and the macro that makes them.
+//! - [`task`]: `Task`, `TurnContext`, `ModelRef`, per-turn overrides.
+//! - [`event`]: `EventMsg` and the event payload enum of every kind in SPEC.md section 6.
+//! - [`chat`]: conversation messages, tool specs and the streamed model chunks.
+//! - [`config`]: what the supervisor tells a worker at start-up.
+//! - [`message`]: `ToWorker` and `ToSupervisor`, one enum per direction.
+//! - [`codec`]: the length-prefixed MessagePack frame codec.
+
+pub mod chat;
+pub mod codec;
+pub mod config;
+pub mod event;
+pub mod message;
+pub mod names;
+pub mod task;
+
+pub use chat::{ChatMessage, ChatRole, ModelChunk, ModelRequest, ToolCall, ToolSpec, Usage};
+pub use codec::{CodecError, FrameCodec, MAX_FRAME_LEN};
+pub use config::{PermissionRule, Permissions, SkillInfo, WorkerConfig};
+pub use event::{
+    EventMsg, EventPayload, ExecStream, PlanItem, PlanStatus, ToolCallStatus, TurnStatus,
+};
+pub use message::{ToSupervisor, ToWorker};
+pub use names::{
+    ApprovalDecision, BuiltinTool, ExecutorKind, MemoryProvider, PermissionAction, SandboxMode,
+    SystemToolsMode, UnknownName,
+};
+pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
+
+/// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
+pub const PROTOCOL_VERSION: u32 = 1;

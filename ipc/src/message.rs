@@ -1,0 +1,118 @@
+//! The two frame enums, one per direction of the supervisor/worker socket.
+
+use serde::{Deserialize, Serialize};
+
+use crate::chat::{ChatMessage, ModelChunk, ModelRequest, Usage};
+use crate::config::WorkerConfig;
+use crate::event::{EventPayload, TurnStatus};
+use crate::names::{ApprovalDecision, BuiltinTool};
+use crate::task::{Task, TurnContext};
+
+/// Frames from the supervisor to a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)]
+pub enum ToWorker {
+    /// Answers `Hello`: the session's configuration. The worker replies `Ready`, or closes on a version mismatch.
+    Configure(WorkerConfig),
+    /// Run one turn. The worker replies with events, model requests, and finally `TurnFinished`.
+    RunTurn {
+        /// Turn id, chosen by the supervisor.
+        turn_id: String,
+        /// The user's input.
+        task: Task,
+        /// Resolved model, cwd and sandbox mode.
+        context: TurnContext,
+    },
+    /// A streamed piece of the answer to `ModelRequest` `request_id`.
+    ModelChunk {
+        /// The request it answers.
+        request_id: String,
+        /// The piece.
+        chunk: ModelChunk,
+    },
+    /// The answer to `PermissionRequest` `request_id`; the paused tool continues or returns a denial.
+    ApprovalDecision {
+        /// The request it answers.
+        request_id: String,
+        /// The decision.
+        decision: ApprovalDecision,
+    },
+    /// Run an operator command in the session sandbox; replies with `ExecCommand*` events, then `CommandFinished`.
+    RunCommand {
+        /// Id for the command's events.
+        exec_id: String,
+        /// Shell command line.
+        command: String,
+        /// Working directory; the workspace when null.
+        cwd: Option<String>,
+    },
+    /// Stop turn `turn_id`: running tools are killed and the turn ends as interrupted.
+    Interrupt {
+        /// The turn to stop.
+        turn_id: String,
+    },
+    /// Exit after ending any running turn; the worker closes the socket.
+    Shutdown,
+}
+
+/// Frames from a worker to the supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+pub enum ToSupervisor {
+    /// First frame: the worker's protocol version. Answered by `Configure`.
+    Hello {
+        /// The worker's [`crate::PROTOCOL_VERSION`].
+        protocol_version: u32,
+        /// The worker's process id (as seen inside its namespace).
+        pid: u32,
+    },
+    /// Configuration applied; the worker accepts turns and commands.
+    Ready,
+    /// Sent periodically so the supervisor can tell a hung worker from a busy one.
+    Heartbeat,
+    /// A session event; the supervisor stamps, journals and broadcasts it.
+    Event(EventPayload),
+    /// Ask for a model completion; answered by a stream of `ModelChunk` ending in `Done` or `Failed`.
+    ModelRequest(ModelRequest),
+    /// Abandon a model request (the turn was interrupted); the supervisor stops streaming it.
+    CancelModel {
+        /// The request to abandon.
+        request_id: String,
+    },
+    /// A tool call needs an operator decision; answered by `ApprovalDecision`.
+    PermissionRequest {
+        /// Id to answer with.
+        request_id: String,
+        /// Turn id.
+        turn_id: String,
+        /// The paused call.
+        call_id: String,
+        /// The tool.
+        tool: BuiltinTool,
+        /// The key argument (command, path or pattern).
+        key: String,
+        /// The rule that asked; null for the default action.
+        rule: Option<String>,
+    },
+    /// A turn ended; carries the messages it added to the conversation, to be persisted.
+    TurnFinished {
+        /// Turn id.
+        turn_id: String,
+        /// How it ended.
+        status: TurnStatus,
+        /// The final assistant text (empty when the turn failed).
+        final_message: String,
+        /// Messages the turn appended: the user prompt, assistant messages, tool results.
+        messages: Vec<ChatMessage>,
+        /// Token usage over the turn.
+        usage: Usage,
+    },
+    /// An operator command ended.
+    CommandFinished {
+        /// The command's exec id.
+        exec_id: String,
+        /// Exit code; null when it was killed by a signal or could not start.
+        exit_code: Option<i32>,
+    },
+}

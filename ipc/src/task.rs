@@ -1,0 +1,113 @@
+//! The input of a turn (`Task`) and the values a turn ran with (`TurnContext`).
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::names::SandboxMode;
+
+/// The input of one turn, as SPEC.md section 2 gives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// The user prompt.
+    pub prompt: String,
+    /// Identifies the submission; must be a UUID (a non-UUID string fails to deserialise).
+    pub submission_id: Uuid,
+    /// Sent as false in a new turn.
+    #[serde(default)]
+    pub completed: bool,
+}
+
+impl Task {
+    /// A new, not yet completed task with a fresh submission id.
+    pub fn new(prompt: impl Into<String>) -> Self {
+        Task {
+            prompt: prompt.into(),
+            submission_id: Uuid::new_v4(),
+            completed: false,
+        }
+    }
+}
+
+/// A model: provider name, model name and provider-specific configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRef {
+    /// Provider name, e.g. `anthropic`, `openai`, `scripted`.
+    pub provider: String,
+    /// Model name as the provider spells it.
+    pub name: String,
+    /// Provider-specific settings (for example `base_url`, or the script file of `scripted`).
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
+}
+
+/// Per-turn overrides of the session's defaults; unset fields keep the default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TurnOverrides {
+    /// Working directory for this turn.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Model for this turn.
+    #[serde(default)]
+    pub model: Option<ModelRef>,
+}
+
+/// The values that were resolved for a turn and actually ran (SPEC.md section 2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnContext {
+    /// Effective working directory of the turn, as the worker sees it.
+    pub cwd: String,
+    /// The model that served the turn.
+    pub model: ModelRef,
+    /// The sandbox mode that confined the turn.
+    pub sandbox_mode: SandboxMode,
+    /// Reserved; null until approval policies exist beyond per-rule actions.
+    #[serde(default)]
+    pub approval_policy: Option<serde_json::Value>,
+    /// Free-form metadata; omitted when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn task_requires_uuid_submission_id() {
+        let err = serde_json::from_value::<Task>(json!({"prompt": "hi", "submission_id": "abc"}));
+        assert!(err.is_err());
+        let ok: Task = serde_json::from_value(json!({
+            "prompt": "hi",
+            "submission_id": "6f1c1c2e-8f1a-4c59-9d0e-4f4a4f7f0a11",
+        }))
+        .unwrap();
+        assert_eq!(ok.prompt, "hi");
+        assert!(!ok.completed);
+    }
+
+    #[test]
+    fn turn_context_wire_form_has_null_approval_policy_and_no_metadata() {
+        let ctx = TurnContext {
+            cwd: "/workspace".into(),
+            model: ModelRef {
+                provider: "scripted".into(),
+                name: "demo".into(),
+                config: None,
+            },
+            sandbox_mode: SandboxMode::ReadOnly,
+            approval_policy: None,
+            metadata: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&ctx).unwrap(),
+            json!({
+                "cwd": "/workspace",
+                "model": {"provider": "scripted", "name": "demo", "config": null},
+                "sandbox_mode": "read_only",
+                "approval_policy": null,
+            })
+        );
+    }
+}

@@ -1,0 +1,182 @@
+//! `agent.yaml`: default model, executor, memory, system prompt and tool permission rules.
+
+use serde::{Deserialize, Serialize};
+use service_ipc::{ExecutorKind, MemoryProvider, ModelRef, Permissions};
+
+use super::error::{BundleError, Result};
+use super::parse;
+
+/// File name of the agent definition inside a bundle.
+pub const AGENT_FILE: &str = "agent.yaml";
+
+/// Model providers this build knows.
+pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "scripted"];
+
+/// The agent definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    /// Default model.
+    pub model: AgentModel,
+    /// Turn executor; `react` when absent.
+    #[serde(default = "default_executor")]
+    pub executor: ExecutorKind,
+    /// Memory provider and its settings.
+    #[serde(default)]
+    pub memory: MemorySpec,
+    /// System prompt.
+    #[serde(default)]
+    pub system_prompt: String,
+    /// Model calls allowed per turn.
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u32,
+    /// Tool permission rules.
+    #[serde(default)]
+    pub permissions: Permissions,
+}
+
+/// `model` of agent.yaml.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentModel {
+    /// Provider name.
+    pub provider: String,
+    /// Model name.
+    pub name: String,
+    /// Provider settings.
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
+}
+
+/// `memory` of agent.yaml.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// Memory provider.
+    #[serde(default = "default_memory")]
+    pub provider: MemoryProvider,
+    /// Messages kept besides the system prompt.
+    #[serde(default = "default_window")]
+    pub window: usize,
+}
+
+fn default_executor() -> ExecutorKind {
+    ExecutorKind::React
+}
+fn default_memory() -> MemoryProvider {
+    MemoryProvider::SlidingWindow
+}
+fn default_window() -> usize {
+    40
+}
+fn default_max_steps() -> u32 {
+    20
+}
+
+impl Default for MemorySpec {
+    fn default() -> Self {
+        MemorySpec {
+            provider: default_memory(),
+            window: default_window(),
+        }
+    }
+}
+
+impl AgentModel {
+    /// The wire form used in turn contexts and model requests.
+    pub fn to_ref(&self) -> ModelRef {
+        ModelRef {
+            provider: self.provider.clone(),
+            name: self.name.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl AgentSpec {
+    /// Parses and validates agent.yaml text.
+    pub fn parse(text: &str) -> Result<AgentSpec> {
+        let value = parse::yaml_value(AGENT_FILE, text)?;
+        let agent: AgentSpec = parse::typed(AGENT_FILE, value)?;
+        agent.validate()?;
+        Ok(agent)
+    }
+
+    /// The scripted provider's script path, relative to the bundle root, when the provider is `scripted`.
+    pub fn script_path(&self) -> Option<&str> {
+        if self.model.provider != "scripted" {
+            return None;
+        }
+        self.model.config.as_ref()?.get("script")?.as_str()
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |key: &str, message: String| Err(BundleError::invalid(AGENT_FILE, key, message));
+        if !KNOWN_PROVIDERS.contains(&self.model.provider.as_str()) {
+            return bad(
+                "model.provider",
+                format!(
+                    "unknown value \"{}\"; expected one of {}",
+                    self.model.provider,
+                    KNOWN_PROVIDERS.join(", ")
+                ),
+            );
+        }
+        if self.model.name.trim().is_empty() {
+            return bad("model.name", "must not be empty".into());
+        }
+        if self.model.provider == "scripted" {
+            match self.script_path() {
+                Some(path) if is_safe_relative(path) => {}
+                Some(path) => {
+                    return bad(
+                        "model.config.script",
+                        format!("\"{path}\" must be a relative path inside the bundle"),
+                    )
+                }
+                None => {
+                    return bad(
+                        "model.config.script",
+                        "the scripted provider needs the path of its script file, e.g. resources/script.json5"
+                            .into(),
+                    )
+                }
+            }
+        }
+        if !(1..=1000).contains(&self.max_steps) {
+            return bad(
+                "max_steps",
+                format!("{} is out of range 1..=1000", self.max_steps),
+            );
+        }
+        if self.memory.window < 2 {
+            return bad("memory.window", "must keep at least 2 messages".into());
+        }
+        for (i, rule) in self.permissions.rules.iter().enumerate() {
+            if let Some(pattern) = &rule.pattern {
+                if let Err(e) = globset::Glob::new(pattern) {
+                    return bad(
+                        &format!("permissions.rules[{i}].match"),
+                        format!(
+                            "invalid glob \"{pattern}\" in the rule for {}: {e}",
+                            rule.tool
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// True for a relative path with no `..`, root or prefix component.
+pub fn is_safe_relative(path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    !path.is_empty()
+        && p.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        })
+}

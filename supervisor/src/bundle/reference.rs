@@ -1,0 +1,215 @@
+//! Bundle references and their resolution; every front end resolves references through [`resolve`].
+//!
+//! Forms: `<name>` and `<name>@latest` (highest installed local version), `<name>@<version>`,
+//! `<namespace>/<name>:<version>`, and a directory path (anything else containing `/`, or starting with `.` or
+//! `~`): an OCI layout written by `build --output`, or a bundle project used in place.
+
+use std::path::{Path, PathBuf};
+
+use super::error::{BundleError, Result};
+use super::manifest::check_id;
+use super::store::{self, LOCAL_NAMESPACE};
+use super::{load_project, oci, Bundle};
+use crate::home::ServiceHome;
+
+/// A parsed bundle reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BundleRef {
+    /// An installed bundle by name: the highest version, or an exact one.
+    Installed {
+        /// Namespace (`local` unless given).
+        namespace: String,
+        /// Bundle id.
+        name: String,
+        /// Exact version; None for the highest installed.
+        version: Option<semver::Version>,
+    },
+    /// A directory: an OCI layout or a bundle project.
+    Path(PathBuf),
+}
+
+impl BundleRef {
+    /// Parses a reference string.
+    pub fn parse(reference: &str) -> Result<BundleRef> {
+        let bad = |message: String| BundleError::BadReference {
+            reference: reference.to_string(),
+            message,
+        };
+        if reference.is_empty() {
+            return Err(bad("it is empty".into()));
+        }
+        if let Some((namespace, rest)) = reference.split_once('/') {
+            if let Some((name, version)) = rest.split_once(':') {
+                if !Path::new(reference).exists() {
+                    check_id(namespace).map_err(|m| bad(format!("namespace: {m}")))?;
+                    check_id(name).map_err(bad)?;
+                    let version = semver::Version::parse(version)
+                        .map_err(|e| bad(format!("version \"{version}\": {e}")))?;
+                    return Ok(BundleRef::Installed {
+                        namespace: namespace.into(),
+                        name: name.into(),
+                        version: Some(version),
+                    });
+                }
+            }
+            return Ok(BundleRef::Path(expand_home(reference)));
+        }
+        if reference.starts_with('.') || reference.starts_with('~') {
+            return Ok(BundleRef::Path(expand_home(reference)));
+        }
+        let (name, version) = match reference.split_once('@') {
+            Some((name, "latest")) => (name, None),
+            Some((name, version)) => {
+                let v = semver::Version::parse(version).map_err(|e| {
+                    bad(format!(
+                        "version \"{version}\": {e}; use <name>@latest or <name>@1.2.3"
+                    ))
+                })?;
+                (name, Some(v))
+            }
+            None => (reference, None),
+        };
+        check_id(name).map_err(bad)?;
+        Ok(BundleRef::Installed {
+            namespace: LOCAL_NAMESPACE.into(),
+            name: name.into(),
+            version,
+        })
+    }
+}
+
+fn expand_home(reference: &str) -> PathBuf {
+    match (reference.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(reference),
+    }
+}
+
+/// Resolves `reference` to a loaded, validated bundle.
+pub fn resolve(home: &ServiceHome, reference: &str) -> Result<Bundle> {
+    match BundleRef::parse(reference)? {
+        BundleRef::Path(dir) => {
+            if dir.join("oci-layout").is_file() {
+                oci::load_layout(home, &dir)
+            } else if dir.is_dir() {
+                load_project(&dir)
+            } else {
+                Err(BundleError::NotFound(format!(
+                    "bundle directory {} does not exist",
+                    dir.display()
+                )))
+            }
+        }
+        BundleRef::Installed {
+            namespace,
+            name,
+            version,
+        } => {
+            let installed: Vec<_> = store::list_installed(home)?
+                .into_iter()
+                .filter(|i| i.namespace == namespace && i.id == name)
+                .collect();
+            let chosen = match &version {
+                None => installed.last(),
+                Some(v) => installed.iter().find(|i| &i.version == v),
+            };
+            match chosen {
+                Some(i) => store::load_installed(home, &i.namespace, &i.id, &i.version.to_string()),
+                None => Err(not_found(home, reference, &name, &installed)),
+            }
+        }
+    }
+}
+
+fn not_found(
+    home: &ServiceHome,
+    reference: &str,
+    name: &str,
+    same_name: &[store::Installed],
+) -> BundleError {
+    if !same_name.is_empty() {
+        let list: Vec<_> = same_name.iter().map(|i| i.reference()).collect();
+        return BundleError::NotFound(format!(
+            "no installed bundle matches \"{reference}\"; installed versions of {name}: {}",
+            list.join(", ")
+        ));
+    }
+    let mut message = format!("no bundle named \"{name}\" is installed");
+    if Path::new(name).is_dir() {
+        message.push_str(&format!("; to use the directory ./{name}, write ./{name}"));
+    }
+    let all: Vec<_> = store::list_installed(home)
+        .unwrap_or_default()
+        .iter()
+        .map(|i| i.reference())
+        .collect();
+    if all.is_empty() {
+        message.push_str("; no bundles are installed yet: build one with `service-rs build <dir>`");
+    } else {
+        message.push_str(&format!("; installed bundles: {}", all.join(", ")));
+    }
+    BundleError::NotFound(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn installed(ns: &str, name: &str, version: Option<&str>) -> BundleRef {
+        BundleRef::Installed {
+            namespace: ns.into(),
+            name: name.into(),
+            version: version.map(|v| semver::Version::parse(v).unwrap()),
+        }
+    }
+
+    #[test]
+    fn every_reference_form_parses() {
+        assert_eq!(
+            BundleRef::parse("hello").unwrap(),
+            installed("local", "hello", None)
+        );
+        assert_eq!(
+            BundleRef::parse("hello@latest").unwrap(),
+            installed("local", "hello", None)
+        );
+        assert_eq!(
+            BundleRef::parse("hello@1.2.0").unwrap(),
+            installed("local", "hello", Some("1.2.0"))
+        );
+        assert_eq!(
+            BundleRef::parse("team/hello:0.3.1").unwrap(),
+            installed("team", "hello", Some("0.3.1"))
+        );
+        assert_eq!(
+            BundleRef::parse("./out").unwrap(),
+            BundleRef::Path("./out".into())
+        );
+        assert_eq!(
+            BundleRef::parse("/tmp/out").unwrap(),
+            BundleRef::Path("/tmp/out".into())
+        );
+        assert_eq!(
+            BundleRef::parse("examples/hello").unwrap(),
+            BundleRef::Path("examples/hello".into())
+        );
+    }
+
+    #[test]
+    fn malformed_references_say_what_is_wrong() {
+        for bad in ["", "Hello", "../x@1", "hello@one", "local/hello:x", "a b"] {
+            let parsed = BundleRef::parse(bad);
+            if bad == "../x@1" {
+                // Starts with '.', so it is a path, and resolving it fails later.
+                assert!(matches!(parsed, Ok(BundleRef::Path(_))));
+                continue;
+            }
+            let err = parsed.unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("invalid bundle reference \"{bad}\"")),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The installed-bundle store: `$SERVICE_HOME/bundles/installs/<namespace>/<id>/<version>/`.
+//!
+//! An install is staged in a hidden sibling directory and swapped into place with one rename, so a reader sees
+//! either the old complete version or the new complete version, never a mix.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{BundleError, Result};
+use super::{archive, load_files, Bundle, Origin};
+use crate::home::ServiceHome;
+
+/// Namespace of bundles built on this machine.
+pub const LOCAL_NAMESPACE: &str = "local";
+/// Install metadata written beside the bundle files (hidden, so not part of the content).
+const INSTALL_META: &str = ".service-install.json";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct InstallMeta {
+    digest: String,
+    installed_at: String,
+    source: PathBuf,
+}
+
+/// Validates the project at `project` and installs it as `local/<id>/<version>`, replacing that version if present.
+pub fn install(home: &ServiceHome, project: &Path) -> Result<Bundle> {
+    let (manifest, _, _) = load_files(project)?;
+    let content = archive::pack(project)?;
+    let digest = archive::sha256_digest(&content);
+    let parent = home.installs().join(LOCAL_NAMESPACE).join(&manifest.id);
+    std::fs::create_dir_all(&parent).map_err(|e| BundleError::io("cannot create", &parent, e))?;
+    let staging = parent.join(format!(".staging-{}", uuid::Uuid::new_v4()));
+    let result = stage_and_swap(
+        &content,
+        &digest,
+        project,
+        &staging,
+        &parent.join(&manifest.version),
+    );
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    result?;
+    load_installed(home, LOCAL_NAMESPACE, &manifest.id, &manifest.version)
+}
+
+fn stage_and_swap(
+    content: &[u8],
+    digest: &str,
+    project: &Path,
+    staging: &Path,
+    target: &Path,
+) -> Result<()> {
+    archive::unpack(content, staging)?;
+    let meta = InstallMeta {
+        digest: digest.to_string(),
+        installed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        source: std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf()),
+    };
+    let meta_path = staging.join(INSTALL_META);
+    let json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
+    std::fs::write(&meta_path, json).map_err(|e| BundleError::io("cannot write", &meta_path, e))?;
+    swap_into_place(staging, target)
+}
+
+/// Moves `staging` to `target` atomically; an existing `target` is exchanged out and removed afterwards.
+pub(crate) fn swap_into_place(staging: &Path, target: &Path) -> Result<()> {
+    if !target.exists() {
+        return std::fs::rename(staging, target)
+            .map_err(|e| BundleError::io("cannot install into", target, e));
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+        if renameat2(
+            AT_FDCWD,
+            staging,
+            AT_FDCWD,
+            target,
+            RenameFlags::RENAME_EXCHANGE,
+        )
+        .is_ok()
+        {
+            // `staging` now holds the previous version.
+            return std::fs::remove_dir_all(staging)
+                .map_err(|e| BundleError::io("cannot remove", staging, e));
+        }
+    }
+    // Fallback where the exchange is unsupported: a short window in which the version is absent, never torn.
+    let old = staging.with_extension("old");
+    std::fs::rename(target, &old).map_err(|e| BundleError::io("cannot replace", target, e))?;
+    std::fs::rename(staging, target)
+        .map_err(|e| BundleError::io("cannot install into", target, e))?;
+    std::fs::remove_dir_all(&old).map_err(|e| BundleError::io("cannot remove", &old, e))
+}
+
+/// Loads one installed bundle.
+pub fn load_installed(
+    home: &ServiceHome,
+    namespace: &str,
+    id: &str,
+    version: &str,
+) -> Result<Bundle> {
+    let root = home.installs().join(namespace).join(id).join(version);
+    let (manifest, agent, skills) = load_files(&root)?;
+    let meta_path = root.join(INSTALL_META);
+    let meta: InstallMeta = std::fs::read(&meta_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| BundleError::NotABundle {
+            path: root.clone(),
+            message: format!(
+                "install metadata {INSTALL_META} is missing or damaged; rebuild the bundle"
+            ),
+        })?;
+    Ok(Bundle {
+        root,
+        manifest,
+        agent,
+        skills,
+        origin: Origin::Installed {
+            namespace: namespace.to_string(),
+        },
+        digest: meta.digest,
+    })
+}
+
+/// An installed (namespace, id, version) triple, found by listing directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// Namespace.
+    pub namespace: String,
+    /// Bundle id.
+    pub id: String,
+    /// Version.
+    pub version: semver::Version,
+}
+
+impl Installed {
+    /// `namespace/id:version`.
+    pub fn reference(&self) -> String {
+        format!("{}/{}:{}", self.namespace, self.id, self.version)
+    }
+}
+
+/// Every installed version, sorted by namespace, id, then version. Hidden and non-semver entries are skipped.
+pub fn list_installed(home: &ServiceHome) -> Result<Vec<Installed>> {
+    let mut out = Vec::new();
+    for namespace in visible_dirs(&home.installs())? {
+        let ns_dir = home.installs().join(&namespace);
+        for id in visible_dirs(&ns_dir)? {
+            for version in visible_dirs(&ns_dir.join(&id))? {
+                if let Ok(version) = semver::Version::parse(&version) {
+                    out.push(Installed {
+                        namespace: namespace.clone(),
+                        id: id.clone(),
+                        version,
+                    });
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.namespace, &a.id, &a.version).cmp(&(&b.namespace, &b.id, &b.version)));
+    Ok(out)
+}
+
+/// Loads every installed bundle; a damaged install is reported as an error for that entry.
+pub fn list(home: &ServiceHome) -> Result<Vec<Result<Bundle>>> {
+    Ok(list_installed(home)?
+        .into_iter()
+        .map(|i| load_installed(home, &i.namespace, &i.id, &i.version.to_string()))
+        .collect())
+}
+
+fn visible_dirs(dir: &Path) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(BundleError::io("cannot read", dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') && entry.path().is_dir() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}

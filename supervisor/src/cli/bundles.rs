@@ -1,0 +1,150 @@
+//! `init`, `build`, `inspect` and `bundles`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use service_supervisor::bundle::{self, oci, store, template, BundleInfo};
+use service_supervisor::ServiceHome;
+
+pub fn init(dir: &Path, force: bool) -> anyhow::Result<ExitCode> {
+    let id = template::init(dir, force)?;
+    println!("Created bundle \"{id}\" in {}", dir.display());
+    println!("Next: service-rs build {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::Result<ExitCode> {
+    match output {
+        Some(out) => {
+            let digest = oci::write_layout(dir, out)?;
+            println!("Wrote OCI layout to {} (manifest {digest})", out.display());
+        }
+        None => {
+            let bundle = store::install(home, dir)?;
+            println!(
+                "Installed {} at {} ({})",
+                bundle.reference(),
+                bundle.root.display(),
+                bundle.digest
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn inspect(home: &ServiceHome, reference: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let info = bundle::resolve(home, reference)?.info();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+    } else {
+        print!("{}", describe(&info));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn list(home: &ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
+    let mut infos = Vec::new();
+    for loaded in store::list(home)? {
+        match loaded {
+            Ok(b) => infos.push(b.info()),
+            Err(e) => eprintln!("warning: skipping a damaged install: {e}"),
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&infos)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if infos.is_empty() {
+        println!("No bundles installed. Build one with `service-rs build <dir>`.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<[String; 5]> = infos
+        .iter()
+        .map(|i| {
+            [
+                i.namespace.clone().unwrap_or_default(),
+                i.id.clone(),
+                i.version.clone(),
+                i.digest
+                    .trim_start_matches("sha256:")
+                    .chars()
+                    .take(12)
+                    .collect(),
+                format!("{}/{}", i.model.provider, i.model.name),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(["NAMESPACE", "NAME", "VERSION", "DIGEST", "MODEL"], &rows)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Left-aligned columns separated by two spaces.
+pub fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(padded.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn describe(i: &BundleInfo) -> String {
+    let tools: Vec<&str> = i.tools.iter().map(|t| t.as_str()).collect();
+    let network = if i.sandbox.permissions.network_enabled() {
+        "on"
+    } else {
+        "off"
+    };
+    let mut out = format!("{} {} ({})\n", i.id, i.version, i.reference);
+    let mut field = |k: &str, v: String| out.push_str(&format!("  {k:<12} {v}\n"));
+    field("name", i.name.clone());
+    if let Some(d) = &i.description {
+        field("description", d.clone());
+    }
+    field("path", i.path.display().to_string());
+    field("digest", i.digest.clone());
+    field("model", format!("{}/{}", i.model.provider, i.model.name));
+    field("executor", i.executor.to_string());
+    field(
+        "memory",
+        format!("{} (window {})", i.memory.provider, i.memory.window),
+    );
+    field("tools", tools.join(", "));
+    field(
+        "sandbox",
+        format!(
+            "{}, network {network}, system tools {}, cpu {}, memory {} MiB",
+            i.sandbox.mode,
+            i.sandbox.system_tools_mode,
+            i.sandbox.resources.cpu,
+            i.sandbox.resources.memory_mb
+        ),
+    );
+    field(
+        "skills",
+        if i.skills.is_empty() {
+            "none".into()
+        } else {
+            i.skills.join(", ")
+        },
+    );
+    out
+}

@@ -1,0 +1,77 @@
+//! The command line: clap definitions and one function per command. Errors end up here and are printed once.
+
+mod bundles;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use service_supervisor::ServiceHome;
+
+/// service-rs: build agent bundles and run prompts against them.
+#[derive(Debug, Parser)]
+#[command(name = "service-rs", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a starter bundle project in <dir>.
+    Init {
+        /// Directory to create (or fill, if empty).
+        dir: PathBuf,
+        /// Write into a non-empty directory, overwriting the template's files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Validate a bundle project and install it into the local store, or write an OCI layout with --output.
+    Build {
+        /// The bundle project directory.
+        dir: PathBuf,
+        /// Write an OCI image layout here instead of installing.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Print the metadata of a bundle.
+    Inspect {
+        /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory.
+        bundle_ref: String,
+        /// Print the full metadata as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List installed bundles.
+    Bundles {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Init { dir, force } => bundles::init(&dir, force),
+        Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
+        Command::Inspect { bundle_ref, json } => bundles::inspect(&home()?, &bundle_ref, json),
+        Command::Bundles { json } => bundles::list(&home()?, json),
+    }
+}
+
+fn home() -> anyhow::Result<ServiceHome> {
+    ServiceHome::from_env()
+        .context("cannot find the store: set SERVICE_HOME or HOME to a writable directory")
+}

@@ -1,0 +1,12 @@
+//! The service-rs supervisor: everything that must outlive a worker or stay out of the sandbox.
+//!
+//! Layout:
+//! - [`home`]: the local store root (`$SERVICE_HOME`) and its paths.
+//! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
+//!
+//! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
+
+pub mod bundle;
+pub mod home;
+
+pub use home::ServiceHome;

@@ -1,0 +1,9 @@
+//! `service-rs`: parses the command line and hands it to [`cli::run`].
+
+mod cli;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    cli::run(cli::Cli::parse())
+}

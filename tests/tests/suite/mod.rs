@@ -1,0 +1,2 @@
+mod bundles;
+mod support;

@@ -1,0 +1,154 @@
+//! Shared helpers: locate the built binary, run it in a throwaway store, edit bundle files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tempfile::TempDir;
+
+/// The `service-rs` binary under test: `$SERVICE_RS_BIN`, else the one built beside this test binary.
+pub fn binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("SERVICE_RS_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/all-<hash> -> target/<profile>/service-rs
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("service-rs"))
+        .expect("target directory");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first with `cargo build --workspace --bins`",
+        bin.display()
+    );
+    bin
+}
+
+/// A throwaway store and work directory.
+pub struct Env {
+    pub home: TempDir,
+    pub work: TempDir,
+}
+
+/// What one run of the binary did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Asserts success and returns stdout.
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "expected success\nstdout: {}\nstderr: {}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stdout
+    }
+
+    /// Asserts a failing exit and returns stderr.
+    #[track_caller]
+    pub fn failed(&self) -> &str {
+        assert!(
+            matches!(self.code, Some(c) if c != 0),
+            "expected failure\nstdout: {}\nstderr: {}",
+            self.stdout,
+            self.stderr
+        );
+        &self.stderr
+    }
+
+    /// Parses stdout as JSON.
+    #[track_caller]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.ok())
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+    }
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env {
+            home: TempDir::new().expect("temp home"),
+            work: TempDir::new().expect("temp work dir"),
+        }
+    }
+
+    /// A command for the binary with this env's store, run from the work directory, with no provider keys.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(binary());
+        cmd.args(args)
+            .current_dir(self.work.path())
+            .env("SERVICE_HOME", self.home.path())
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("SERVICE_TOKEN");
+        cmd
+    }
+
+    /// Runs the binary to completion.
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::from(self.command(args).output().expect("spawn service-rs"))
+    }
+
+    /// A path inside the work directory.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.work.path().join(rel)
+    }
+
+    /// `init`s a starter bundle in `work/<name>` and returns its path.
+    pub fn init(&self, name: &str) -> PathBuf {
+        self.run(&["init", name]).ok();
+        self.path(name)
+    }
+
+    /// Relative paths of every file under the store, sorted.
+    pub fn store_files(&self) -> Vec<String> {
+        files_under(self.home.path())
+    }
+}
+
+/// Relative paths of every file under `root`, sorted.
+pub fn files_under(root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            e.path()
+                .strip_prefix(root)
+                .unwrap_or(e.path())
+                .display()
+                .to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Replaces the first `from` with `to` in the file, failing when `from` is absent.
+#[track_caller]
+pub fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).expect("read file to edit");
+    assert!(
+        text.contains(from),
+        "{} does not contain {from:?}",
+        path.display()
+    );
+    std::fs::write(path, text.replacen(from, to, 1)).expect("write edited file");
+}
