@@ -3,10 +3,15 @@
 //! Layout:
 //! - [`home`]: the local store root (`$SERVICE_HOME`) and its paths.
 //! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
+//! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
+//! - [`providers`]: model providers, serving the workers' model requests.
 //!
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
 pub mod bundle;
 pub mod home;
+pub mod providers;
+pub mod runtime;
 
 pub use home::ServiceHome;
+pub use runtime::{RuntimeOptions, ServiceRuntime};

@@ -1,2 +1,36 @@
-//! The session worker: turn loop, tools and memory. It runs inside the sandbox, one process per session, and is
-//! started by the supervisor through the hidden `service-rs worker` subcommand.
+//! The session worker: runs turns for one session inside the sandbox.
+//!
+//! The supervisor starts it as `service-rs worker --socket PATH`; it connects to that socket, says `hello` with the
+//! protocol version, receives its configuration, and then serves turns and operator commands until told to shut
+//! down or the socket closes. It holds no API key and never talks to a model provider: model calls go to the
+//! supervisor as `ModelRequest` frames.
+//!
+//! Layout:
+//! - [`conn`]: connecting, the handshake, and the outbox every task writes frames through.
+//! - [`session`]: the dispatch loop that routes supervisor frames to turns, commands, model streams and approvals.
+//! - [`react`]: the react executor, one turn at a time.
+//! - [`memory`]: the sliding-window memory.
+//! - [`permissions`]: evaluating agent.yaml permission rules.
+//! - [`tools`]: the builtin tools and the subprocess runner shared with operator commands.
+
+pub mod conn;
+pub mod error;
+pub mod memory;
+pub mod permissions;
+pub mod react;
+pub mod session;
+pub mod tools;
+
+use std::path::Path;
+
+pub use error::{Result, WorkerError};
+
+/// Runs a worker connected to the supervisor socket at `socket` until shutdown; the entry of `service-rs worker`.
+pub fn main(socket: &Path) -> Result<()> {
+    // One thread is enough: every wait is I/O, and it keeps an idle worker small.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(WorkerError::Runtime)?;
+    runtime.block_on(session::serve(socket))
+}

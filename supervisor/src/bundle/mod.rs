@@ -12,7 +12,7 @@ pub mod archive;
 pub mod error;
 pub mod manifest;
 pub mod oci;
-mod parse;
+pub(crate) mod parse;
 pub mod reference;
 pub mod skills;
 pub mod store;
@@ -98,6 +98,7 @@ pub fn load_files(root: &Path) -> Result<(Manifest, AgentSpec, Vec<Skill>)> {
                 format!("script file \"{script}\" does not exist in the bundle"),
             ));
         }
+        crate::providers::scripted::Script::load(root, script)?;
     }
     let skills = skills::scan(root)?;
     Ok((manifest, agent, skills))

@@ -89,6 +89,8 @@ fn expand_home(reference: &str) -> PathBuf {
 pub fn resolve(home: &ServiceHome, reference: &str) -> Result<Bundle> {
     match BundleRef::parse(reference)? {
         BundleRef::Path(dir) => {
+            // Absolute, so a session can re-resolve it after a restart from another directory.
+            let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
             if dir.join("oci-layout").is_file() {
                 oci::load_layout(home, &dir)
             } else if dir.is_dir() {

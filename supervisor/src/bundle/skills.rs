@@ -82,14 +82,3 @@ fn front_matter(file: &str, text: &str) -> Result<FrontMatter> {
     let value = parse::yaml_value(file, &yaml)?;
     parse::typed(file, value)
 }
-
-/// The body of a SKILL.md without its front matter.
-pub fn body(text: &str) -> &str {
-    let Some(rest) = text.strip_prefix("---\n") else {
-        return text;
-    };
-    match rest.find("\n---") {
-        Some(i) => rest[i + 4..].trim_start_matches(['\r', '\n']),
-        None => text,
-    }
-}

@@ -1,6 +1,8 @@
 //! The command line: clap definitions and one function per command. Errors end up here and are printed once.
 
 mod bundles;
+mod run;
+mod sessions;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +51,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run one prompt in a fresh session and print the final answer.
+    Run(run::RunArgs),
+    /// List persisted sessions.
+    Sessions {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The session worker entry point, started by the supervisor (not for direct use).
+    #[command(hide = true)]
+    Worker {
+        /// The supervisor's socket.
+        #[arg(long)]
+        socket: PathBuf,
+    },
 }
 
 /// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
@@ -68,7 +85,32 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
         Command::Inspect { bundle_ref, json } => bundles::inspect(&home()?, &bundle_ref, json),
         Command::Bundles { json } => bundles::list(&home()?, json),
+        Command::Run(args) => run::run(home()?, args),
+        Command::Sessions { json } => sessions::list(home()?, json),
+        Command::Worker { socket } => {
+            service_worker::main(&socket)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// A runtime whose workers are this very binary.
+fn runtime(home: ServiceHome) -> anyhow::Result<service_supervisor::ServiceRuntime> {
+    let exe = std::env::current_exe()
+        .context("cannot find the service-rs binary to start workers from")?;
+    Ok(service_supervisor::ServiceRuntime::new(
+        home,
+        service_supervisor::RuntimeOptions::new(exe),
+    ))
+}
+
+/// A Tokio runtime for the commands that run sessions.
+fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 fn home() -> anyhow::Result<ServiceHome> {

@@ -1,2 +1,4 @@
 mod bundles;
+mod run_cli;
 mod support;
+mod turns;

@@ -152,3 +152,79 @@ pub fn edit(path: &Path, from: &str, to: &str) {
     );
     std::fs::write(path, text.replacen(from, to, 1)).expect("write edited file");
 }
+
+/// Writes a bundle using the scripted provider into `dir`: `script` is the script's JSON5 text, `agent_extra`
+/// YAML lines appended to agent.yaml (e.g. `max_steps: 3`), `sandbox_mode` the manifest's mode.
+pub fn write_bundle(dir: &Path, script: &str, agent_extra: &str, sandbox_mode: &str) {
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::create_dir_all(dir.join("skills/greeting")).unwrap();
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        format!(
+            r#"{{ manifest_version: "service.bundle/v1", id: "fixture", version: "1.0.0",
+                tools: ["Read", "Write", "Edit", "Bash", "Glob", "Grep", "Skill", "UpdatePlan"],
+                sandbox: {{ mode: "{sandbox_mode}", permissions: {{ network: [] }} }} }}"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("agent.yaml"),
+        format!(
+            "model: {{ provider: scripted, name: fixture, config: {{ script: resources/script.json5 }} }}\n\
+             system_prompt: You are a test agent.\n{agent_extra}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("resources/script.json5"), script).unwrap();
+    std::fs::write(
+        dir.join("skills/greeting/SKILL.md"),
+        "---\nname: greeting\ndescription: How to greet.\n---\nSay hello warmly.\n",
+    )
+    .unwrap();
+}
+
+/// An in-process runtime over `home` whose workers are the real binary.
+pub fn runtime(home: &Path) -> service_supervisor::ServiceRuntime {
+    service_supervisor::ServiceRuntime::new(
+        service_supervisor::ServiceHome::new(home),
+        service_supervisor::RuntimeOptions::new(binary()),
+    )
+}
+
+/// Reads events until the one that ends `turn_id` (20 s at most).
+pub async fn events_of_turn(
+    events: &mut service_supervisor::runtime::EventStream,
+    turn_id: &str,
+) -> Vec<service_ipc::EventMsg> {
+    use futures::StreamExt;
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let next = tokio::time::timeout_at(deadline, events.next()).await;
+        let msg = next
+            .expect("turn did not end within 20 s")
+            .expect("event stream ended");
+        let ends = msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id);
+        out.push(msg);
+        if ends {
+            return out;
+        }
+    }
+}
+
+/// Event kinds in order, with runs of the same streaming kind collapsed to one entry.
+pub fn kinds(events: &[service_ipc::EventMsg]) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for e in events {
+        let k = e.payload.kind();
+        let streaming = matches!(
+            k,
+            "agent_message_delta" | "reasoning_delta" | "exec_command_output_delta"
+        );
+        if streaming && out.last() == Some(&k) {
+            continue;
+        }
+        out.push(k);
+    }
+    out
+}

@@ -1,0 +1,156 @@
+//! `service-rs run`: a fresh session, one turn, the final answer on stdout.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use futures::StreamExt;
+use service_ipc::{EventMsg, EventPayload, ModelRef, Task, TurnOverrides, TurnStatus};
+use service_supervisor::ServiceHome;
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory.
+    bundle_ref: String,
+    /// The prompt.
+    #[arg(long)]
+    prompt: String,
+    /// Stream every event as a JSON line on stdout instead of printing the answer.
+    #[arg(long)]
+    json: bool,
+    /// Describe events on stderr as they happen.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Working directory of the session (default: a fresh workspace under the session).
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+    /// Model override as provider/name, e.g. scripted/demo.
+    #[arg(long)]
+    model: Option<String>,
+    /// Run the worker on the host with no confinement.
+    #[arg(long)]
+    dangerous_sandbox_mode: bool,
+}
+
+pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let rt = super::runtime(home)?;
+    super::tokio()?.block_on(async move {
+        let result = one_turn(&rt, &args).await;
+        rt.shutdown("the run ended").await;
+        result
+    })
+}
+
+fn model_override(spec: Option<&str>, default: ModelRef) -> anyhow::Result<Option<ModelRef>> {
+    let Some(spec) = spec else { return Ok(None) };
+    let (provider, name) = spec.split_once('/').ok_or_else(|| {
+        anyhow::anyhow!(
+            "--model takes provider/name, e.g. anthropic/claude-sonnet-4-5; got \"{spec}\""
+        )
+    })?;
+    // Keep the bundle's provider settings (base URL, script) when the provider stays the same.
+    let config = if provider == default.provider {
+        default.config
+    } else {
+        None
+    };
+    Ok(Some(ModelRef {
+        provider: provider.into(),
+        name: name.into(),
+        config,
+    }))
+}
+
+async fn one_turn(
+    rt: &service_supervisor::ServiceRuntime,
+    args: &RunArgs,
+) -> anyhow::Result<ExitCode> {
+    let record = rt.create_session(&args.bundle_ref, args.cwd.as_deref())?;
+    let info = service_supervisor::bundle::resolve(rt.home(), &record.bundle.reference)?;
+    let mode = info.manifest.sandbox.mode;
+    if !args.dangerous_sandbox_mode && mode != service_ipc::SandboxMode::DangerFullAccess {
+        eprintln!(
+            "warning: sandbox mode {mode} is not enforced yet (bubblewrap confinement is still to come); the worker \
+             runs on the host"
+        );
+    }
+    let mut events = rt.subscribe_session(&record.id)?;
+    let overrides = TurnOverrides {
+        cwd: None,
+        model: model_override(args.model.as_deref(), info.agent.model.to_ref())?,
+    };
+    let pending = rt
+        .start_turn(&record.id, Task::new(args.prompt.clone()), overrides)
+        .await?;
+    let turn_id = pending.turn_id.clone();
+    let (json, verbose) = (args.json, args.verbose);
+    let printer = tokio::spawn(async move {
+        while let Some(msg) = events.next().await {
+            if json {
+                println!("{}", serde_json::to_string(&msg).unwrap_or_default());
+            } else if verbose {
+                describe(&msg);
+            }
+            if msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id.as_str()) {
+                return;
+            }
+        }
+    });
+    let mut outcome = pending.outcome;
+    let mut interrupted = false;
+    let outcome = tokio::select! {
+        o = &mut outcome => o,
+        _ = tokio::signal::ctrl_c() => {
+            interrupted = true;
+            eprintln!("interrupting...");
+            let _ = rt.interrupt(&record.id).await;
+            outcome.await
+        }
+    };
+    let _ = printer.await;
+    let outcome = outcome.map_err(|_| anyhow::anyhow!("the turn ended without an outcome"))?;
+    match outcome.status {
+        TurnStatus::Completed => {
+            if !args.json {
+                println!("{}", outcome.final_message);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            let (code, message) = outcome
+                .error
+                .unwrap_or_else(|| ("failed".into(), "the turn failed".into()));
+            eprintln!("error: turn {} failed ({code}): {message}", outcome.turn_id);
+            Ok(if interrupted {
+                ExitCode::from(130)
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+/// One line on stderr per event, for --verbose.
+fn describe(msg: &EventMsg) {
+    let line = match &msg.payload {
+        EventPayload::TurnStarted { context, .. } => format!(
+            "turn started: model {}/{}, sandbox {}, cwd {}",
+            context.model.provider, context.model.name, context.sandbox_mode, context.cwd
+        ),
+        EventPayload::ReasoningDelta { delta, .. } => format!("thinking: {delta}"),
+        EventPayload::ToolCallStarted {
+            tool, arguments, ..
+        } => format!("tool {tool} {arguments}"),
+        EventPayload::ToolCallFinished { tool, status, .. } => {
+            format!("tool {tool} finished: {status:?}")
+        }
+        EventPayload::ExecCommandOutputDelta { chunk, .. } => format!("  | {}", chunk.trim_end()),
+        EventPayload::PermissionRequested { tool, summary, .. } => {
+            format!("permission needed: {tool} {summary}")
+        }
+        EventPayload::PlanUpdate { plan, .. } => format!("plan: {} steps", plan.len()),
+        EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
+        _ => return,
+    };
+    eprintln!("[{}] {line}", msg.id);
+}

@@ -1,0 +1,114 @@
+//! The in-memory approval store: pending permission requests by id, and which ids were already answered.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use service_ipc::{BuiltinTool, ToWorker};
+use tokio::sync::mpsc;
+
+use super::error::{Result, RuntimeError};
+
+/// Answered or dropped ids remembered, to tell "already resolved" from "never existed".
+const REMEMBERED: usize = 4096;
+
+/// A request waiting for an operator.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// Session of the request.
+    pub session_id: String,
+    /// Turn of the request.
+    pub turn_id: String,
+    /// The paused tool.
+    pub tool: BuiltinTool,
+    /// Its key argument.
+    pub key: String,
+    /// Where to send the decision.
+    pub worker: mpsc::Sender<ToWorker>,
+}
+
+/// Pending requests and recently closed ids.
+#[derive(Default)]
+pub struct ApprovalStore {
+    state: Mutex<State>,
+}
+
+/// Why a request is no longer pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// Resolved, or dropped with its turn.
+    Done,
+    /// Its session was deleted.
+    SessionGone,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<String, Pending>,
+    closed: HashMap<String, Closed>,
+    closed_order: VecDeque<String>,
+}
+
+impl State {
+    fn close(&mut self, id: String, why: Closed) {
+        if self.closed.insert(id.clone(), why).is_none() {
+            self.closed_order.push_back(id);
+            while self.closed_order.len() > REMEMBERED {
+                if let Some(old) = self.closed_order.pop_front() {
+                    self.closed.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn close_where(&mut self, why: Closed, pred: impl Fn(&Pending) -> bool) {
+        let ids: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| pred(p))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            self.pending.remove(&id);
+            self.close(id, why);
+        }
+    }
+}
+
+impl ApprovalStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stores a pending request.
+    pub fn insert(&self, request_id: String, pending: Pending) {
+        self.lock().pending.insert(request_id, pending);
+    }
+
+    /// Takes a pending request for resolution; errors tell unknown ids from closed ones.
+    pub fn take(&self, request_id: &str) -> Result<Pending> {
+        let mut state = self.lock();
+        match state.pending.remove(request_id) {
+            Some(p) => {
+                state.close(request_id.to_string(), Closed::Done);
+                Ok(p)
+            }
+            None => Err(match state.closed.get(request_id) {
+                Some(Closed::Done) => RuntimeError::ApprovalNotPending(request_id.into()),
+                Some(Closed::SessionGone) => RuntimeError::ApprovalSessionGone(request_id.into()),
+                None => RuntimeError::ApprovalNotFound(request_id.into()),
+            }),
+        }
+    }
+
+    /// Drops the pending requests of a turn that ended.
+    pub fn drop_turn(&self, turn_id: &str) {
+        self.lock()
+            .close_where(Closed::Done, |p| p.turn_id == turn_id);
+    }
+
+    /// Drops the pending requests of a deleted session.
+    pub fn drop_session(&self, session_id: &str) {
+        self.lock()
+            .close_where(Closed::SessionGone, |p| p.session_id == session_id);
+    }
+}

@@ -1,0 +1,88 @@
+//! How a worker process is started. The runtime asks a [`Launcher`] for the command and for the paths as the
+//! worker will see them; the host launcher runs the worker directly, the sandbox launcher wraps it in bwrap.
+
+use std::path::{Path, PathBuf};
+
+use service_ipc::SandboxMode;
+
+use super::error::Result;
+use crate::bundle::SandboxSpec;
+
+/// What the runtime knows about the worker to start.
+pub struct LaunchSpec<'a> {
+    /// The `service-rs` binary carrying the worker entry.
+    pub exe: &'a Path,
+    /// The supervisor's listening socket (host path).
+    pub socket: &'a Path,
+    /// Bundle root (host path).
+    pub bundle_root: &'a Path,
+    /// Session working directory (host path).
+    pub workspace: &'a Path,
+    /// The manifest's sandbox settings.
+    pub sandbox: &'a SandboxSpec,
+}
+
+/// A prepared worker command and the paths as the worker sees them.
+pub struct Launch {
+    /// The command to spawn.
+    pub command: tokio::process::Command,
+    /// Bundle root inside the worker's view.
+    pub bundle_dir: PathBuf,
+    /// Workspace inside the worker's view.
+    pub workspace: PathBuf,
+    /// The mode that actually confines the worker.
+    pub confinement: SandboxMode,
+}
+
+/// Starts workers.
+pub trait Launcher: Send + Sync {
+    /// Prepares the command for one worker.
+    fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch>;
+}
+
+/// Runs the worker directly on the host, with no confinement.
+pub struct HostLauncher;
+
+/// The only environment a worker gets: enough to run shells and tools, and never a provider key.
+pub fn minimal_env(command: &mut tokio::process::Command, home: &Path) {
+    command.env_clear();
+    command.env(
+        "PATH",
+        "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+    );
+    command.env("HOME", home);
+    command.env(
+        "LANG",
+        std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
+    );
+    command.env(
+        "TERM",
+        std::env::var("TERM").unwrap_or_else(|_| "dumb".into()),
+    );
+}
+
+impl Launcher for HostLauncher {
+    fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch> {
+        let mut command = tokio::process::Command::new(spec.exe);
+        command
+            .arg("worker")
+            .arg("--socket")
+            .arg(spec.socket)
+            .current_dir(spec.workspace);
+        minimal_env(&mut command, spec.workspace);
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        Ok(Launch {
+            command,
+            bundle_dir: spec.bundle_root.to_path_buf(),
+            workspace: spec.workspace.to_path_buf(),
+            confinement: SandboxMode::DangerFullAccess,
+        })
+    }
+}

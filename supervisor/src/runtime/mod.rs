@@ -1,0 +1,389 @@
+//! `ServiceRuntime`: the one type the CLI, the TUI and the HTTP server sit on.
+//!
+//! It creates sessions from bundle references, starts one worker process per live session (lazily, at the first
+//! turn or command, and again after a worker died), runs turns, fans events out to subscribers, routes approvals
+//! and runs operator commands. Sessions are persisted under `$SERVICE_HOME/sessions/<id>/` (`session.json`,
+//! `events.jsonl`, `history.jsonl`, `workspace/`) and are loaded back lazily after a restart.
+//!
+//! - [`session`]: one session's state; [`record`]: its persisted record; [`journal`]: events and subscriptions.
+//! - [`worker`]: spawning a worker and the actor that owns it; [`launcher`]: how the process is started.
+//! - [`approvals`]: the in-memory approval store.
+
+pub mod approvals;
+pub mod error;
+pub mod journal;
+pub mod launcher;
+pub mod record;
+pub mod session;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use service_ipc::{ApprovalDecision, EventPayload, Task, ToWorker, TurnContext, TurnOverrides};
+use tokio::sync::oneshot;
+
+pub use error::{Result, RuntimeError};
+pub use journal::EventStream;
+pub use record::SessionRecord;
+pub use session::TurnOutcome;
+
+use approvals::ApprovalStore;
+use launcher::{HostLauncher, Launcher};
+use session::Session;
+use worker::WorkerHandle;
+
+use crate::bundle;
+use crate::home::ServiceHome;
+
+/// Settings of a runtime.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// The binary that carries the worker entry (`service-rs worker`).
+    pub worker_exe: PathBuf,
+    /// How often workers send a heartbeat.
+    pub heartbeat: Duration,
+    /// Silence after which a worker counts as hung and is killed.
+    pub hang_timeout: Duration,
+    /// Time a new worker has to connect and finish the handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl RuntimeOptions {
+    /// Defaults for `worker_exe`; `SERVICE_WORKER_HANG_TIMEOUT_MS` overrides the hang time-out (tests use it).
+    pub fn new(worker_exe: PathBuf) -> Self {
+        let hang_ms = std::env::var("SERVICE_WORKER_HANG_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(30_000);
+        RuntimeOptions {
+            worker_exe,
+            heartbeat: Duration::from_millis((hang_ms / 5).clamp(50, 1000)),
+            hang_timeout: Duration::from_millis(hang_ms),
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A turn that was started; its outcome arrives when it ends.
+pub struct PendingTurn {
+    /// Turn id.
+    pub turn_id: String,
+    /// Resolves when the turn ends (an error if the runtime dropped it).
+    pub outcome: oneshot::Receiver<TurnOutcome>,
+}
+
+/// How an operator command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutcome {
+    /// Exec id of its events.
+    pub exec_id: String,
+    /// Exit code; None when killed by a signal.
+    pub exit_code: Option<i32>,
+}
+
+pub(crate) struct Inner {
+    home: ServiceHome,
+    options: RuntimeOptions,
+    launcher: Box<dyn Launcher>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    approvals: ApprovalStore,
+}
+
+/// The runtime. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct ServiceRuntime {
+    inner: Arc<Inner>,
+}
+
+impl ServiceRuntime {
+    /// A runtime over the store at `home`, starting workers on the host.
+    pub fn new(home: ServiceHome, options: RuntimeOptions) -> Self {
+        Self::with_launcher(home, options, Box::new(HostLauncher))
+    }
+
+    /// A runtime with a specific launcher.
+    pub fn with_launcher(
+        home: ServiceHome,
+        options: RuntimeOptions,
+        launcher: Box<dyn Launcher>,
+    ) -> Self {
+        ServiceRuntime {
+            inner: Arc::new(Inner {
+                home,
+                options,
+                launcher,
+                sessions: Mutex::new(HashMap::new()),
+                approvals: ApprovalStore::default(),
+            }),
+        }
+    }
+
+    /// The store this runtime uses.
+    pub fn home(&self) -> &ServiceHome {
+        &self.inner.home
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a session from a bundle reference; `cwd` defaults to the session's own workspace.
+    pub fn create_session(&self, bundle_ref: &str, cwd: Option<&Path>) -> Result<SessionRecord> {
+        let bundle = bundle::resolve(&self.inner.home, bundle_ref)?;
+        let session = Session::create(&self.inner.home, bundle, bundle_ref, cwd)?;
+        let record = session.record();
+        self.sessions().insert(session.id.clone(), session);
+        Ok(record)
+    }
+
+    fn session(&self, id: &str) -> Result<Arc<Session>> {
+        if let Some(s) = self.sessions().get(id) {
+            return Ok(s.clone());
+        }
+        let loaded = Session::load(&self.inner.home, id)?;
+        Ok(self
+            .sessions()
+            .entry(id.to_string())
+            .or_insert(loaded)
+            .clone())
+    }
+
+    /// The record of one session.
+    pub fn get_session(&self, id: &str) -> Result<SessionRecord> {
+        Ok(self.session(id)?.record())
+    }
+
+    /// Every persisted session, oldest first. Records that cannot be read are skipped.
+    pub fn list_sessions(&self) -> Result<Vec<SessionRecord>> {
+        let dir = self.inner.home.sessions();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(RuntimeError::io("cannot read", &dir, e)),
+        };
+        let live = self.sessions().clone();
+        let mut out: Vec<SessionRecord> = entries
+            .flatten()
+            .filter_map(|e| {
+                let id = e.file_name().to_string_lossy().into_owned();
+                match live.get(&id) {
+                    Some(s) => Some(s.record()),
+                    None => SessionRecord::load(&e.path().join("session.json")).ok(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        Ok(out)
+    }
+
+    /// Live events of a session from now on.
+    pub fn subscribe_session(&self, id: &str) -> Result<EventStream> {
+        Ok(self.session(id)?.journal.subscribe(None))
+    }
+
+    /// Every event after sequence number `after` from the journal, then live events, with no gap or duplicate.
+    pub fn subscribe_session_from(&self, id: &str, after: u64) -> Result<EventStream> {
+        Ok(self.session(id)?.journal.subscribe(Some(after)))
+    }
+
+    async fn worker(&self, session: &Arc<Session>) -> Result<WorkerHandle> {
+        let mut slot = session.worker.lock().await;
+        if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
+            return Ok(w.clone());
+        }
+        let handle = worker::spawn(self.inner.clone(), session.clone()).await?;
+        *slot = Some(handle.clone());
+        Ok(handle)
+    }
+
+    /// Starts a turn and returns at once; the outcome arrives on the returned receiver.
+    pub async fn start_turn(
+        &self,
+        id: &str,
+        task: Task,
+        overrides: TurnOverrides,
+    ) -> Result<PendingTurn> {
+        let session = self.session(id)?;
+        let model = overrides
+            .model
+            .unwrap_or_else(|| session.bundle.agent.model.to_ref());
+        crate::providers::check_model(&model).map_err(RuntimeError::InvalidRequest)?;
+        let base = PathBuf::from(session.record().cwd);
+        let cwd = match overrides.cwd.as_deref() {
+            None => base,
+            Some(c) => {
+                let p = base.join(c);
+                if !p.is_dir() {
+                    return Err(RuntimeError::InvalidRequest(format!(
+                        "cwd {} is not a directory",
+                        p.display()
+                    )));
+                }
+                p
+            }
+        };
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let outcome = session.begin_turn(&turn_id)?;
+        let worker = match self.worker(&session).await {
+            Ok(w) => w,
+            Err(e) => {
+                session.abandon_turn(&turn_id);
+                return Err(e);
+            }
+        };
+        let context = TurnContext {
+            cwd: worker.worker_path(&cwd).display().to_string(),
+            model,
+            sandbox_mode: worker.confinement,
+            approval_policy: None,
+            metadata: None,
+        };
+        let run = ToWorker::RunTurn {
+            turn_id: turn_id.clone(),
+            task,
+            context,
+        };
+        if let Err(e) = worker.send(run).await {
+            session.abandon_turn(&turn_id);
+            return Err(e);
+        }
+        Ok(PendingTurn { turn_id, outcome })
+    }
+
+    /// Runs a turn to its end.
+    pub async fn run_turn(
+        &self,
+        id: &str,
+        task: Task,
+        overrides: TurnOverrides,
+    ) -> Result<TurnOutcome> {
+        let pending = self.start_turn(id, task, overrides).await?;
+        pending
+            .outcome
+            .await
+            .map_err(|_| RuntimeError::WorkerDied("the turn ended without an outcome".into()))
+    }
+
+    /// Interrupts the running turn: tools are killed and it ends with an `interrupted` error.
+    pub async fn interrupt(&self, id: &str) -> Result<String> {
+        let session = self.session(id)?;
+        let turn_id = session
+            .active_turn()
+            .ok_or_else(|| RuntimeError::NoTurnRunning(id.to_string()))?;
+        self.inner.approvals.drop_turn(&turn_id);
+        let worker = session.worker.lock().await.clone();
+        match worker {
+            Some(w) if w.is_alive() => {
+                w.send(ToWorker::Interrupt {
+                    turn_id: turn_id.clone(),
+                })
+                .await?
+            }
+            _ => {
+                session.fail_active_turn("interrupted", "the turn was interrupted by the operator");
+            }
+        }
+        Ok(turn_id)
+    }
+
+    /// Resolves a pending approval request.
+    pub async fn resolve_approval(
+        &self,
+        request_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<()> {
+        let pending = self.inner.approvals.take(request_id)?;
+        let session = self
+            .session(&pending.session_id)
+            .map_err(|_| RuntimeError::ApprovalSessionGone(request_id.to_string()))?;
+        if decision == ApprovalDecision::AllowAlways {
+            session.grant_always(pending.tool, &pending.key);
+        }
+        pending
+            .worker
+            .send(ToWorker::ApprovalDecision {
+                request_id: request_id.to_string(),
+                decision,
+            })
+            .await
+            .map_err(|_| {
+                RuntimeError::WorkerUnavailable(
+                    "the worker waiting for this decision has exited".into(),
+                )
+            })?;
+        session.emit(EventPayload::ApprovalResolved {
+            turn_id: pending.turn_id,
+            request_id: request_id.to_string(),
+            decision,
+        });
+        Ok(())
+    }
+
+    /// Runs an operator command in the session sandbox: `exec_command_*` events only, not stored as a turn.
+    pub async fn run_session_command(&self, id: &str, command: &str) -> Result<CommandOutcome> {
+        let session = self.session(id)?;
+        let worker = self.worker(&session).await?;
+        let exec_id = uuid::Uuid::new_v4().to_string();
+        let done = session.register_command(&exec_id);
+        worker
+            .send(ToWorker::RunCommand {
+                exec_id: exec_id.clone(),
+                command: command.to_string(),
+                cwd: None,
+            })
+            .await?;
+        let exit_code = done.await.map_err(|_| {
+            RuntimeError::WorkerDied("the worker exited while the command ran".into())
+        })?;
+        Ok(CommandOutcome { exec_id, exit_code })
+    }
+
+    /// Stops the session's worker, forgets its grants and deletes its files.
+    pub async fn delete_session(&self, id: &str) -> Result<()> {
+        let session = self.session(id)?;
+        self.stop_session(&session, "the session was deleted").await;
+        self.inner.approvals.drop_session(id);
+        self.sessions().remove(id);
+        std::fs::remove_dir_all(&session.dir)
+            .map_err(|e| RuntimeError::io("cannot delete", &session.dir, e))
+    }
+
+    async fn stop_session(&self, session: &Arc<Session>, reason: &str) {
+        let worker = session.worker.lock().await.take();
+        if let Some(turn_id) = session.active_turn() {
+            self.inner.approvals.drop_turn(&turn_id);
+            if let Some(w) = worker.as_ref().filter(|w| w.is_alive()) {
+                // Let the turn end itself (tools killed, history kept), briefly; then fail it.
+                let _ = w
+                    .send(ToWorker::Interrupt {
+                        turn_id: turn_id.clone(),
+                    })
+                    .await;
+                for _ in 0..40 {
+                    if session.active_turn().is_none() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            session.fail_active_turn("shutdown", reason);
+        }
+        if let Some(w) = worker {
+            w.shutdown(Duration::from_secs(2)).await;
+        }
+    }
+
+    /// Stops every worker; running turns end with an error saying `reason`.
+    pub async fn shutdown(&self, reason: &str) {
+        let sessions: Vec<_> = self.sessions().values().cloned().collect();
+        for s in sessions {
+            self.stop_session(&s, reason).await;
+        }
+    }
+}

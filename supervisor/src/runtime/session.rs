@@ -1,0 +1,346 @@
+//! One session in memory: its record, journal, history, worker slot, running turn and allow_always grants.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use service_ipc::{BuiltinTool, ChatMessage, EventPayload, TurnStatus, Usage};
+use tokio::sync::oneshot;
+
+use super::error::{Result, RuntimeError};
+use super::journal::Journal;
+use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
+use super::worker::WorkerHandle;
+use crate::bundle::{self, Bundle};
+use crate::home::ServiceHome;
+
+/// How a turn ended, as `run_turn` returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    /// Turn id.
+    pub turn_id: String,
+    /// How it ended.
+    pub status: TurnStatus,
+    /// Final assistant text (empty unless completed).
+    pub final_message: String,
+    /// Token usage.
+    pub usage: Usage,
+    /// Code and message of the `error` event that ended it, if it failed.
+    pub error: Option<(String, String)>,
+}
+
+struct ActiveTurn {
+    turn_id: String,
+    done: Option<oneshot::Sender<TurnOutcome>>,
+    error: Option<(String, String)>,
+}
+
+/// A live session.
+pub struct Session {
+    /// Session id.
+    pub id: String,
+    /// `sessions/<id>/`.
+    pub dir: PathBuf,
+    /// The bundle it runs.
+    pub bundle: Bundle,
+    /// Its journal.
+    pub journal: Arc<Journal>,
+    record: Mutex<SessionRecord>,
+    /// The worker, when one is running.
+    pub(super) worker: tokio::sync::Mutex<Option<WorkerHandle>>,
+    active: Mutex<Option<ActiveTurn>>,
+    commands: Mutex<HashMap<String, oneshot::Sender<Option<i32>>>>,
+    allow_always: Mutex<HashSet<(BuiltinTool, String)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Session {
+    /// Creates a new session directory for `bundle`; `cwd` defaults to the session's own `workspace/`.
+    pub fn create(
+        home: &ServiceHome,
+        bundle: Bundle,
+        bundle_ref: &str,
+        cwd: Option<&Path>,
+    ) -> Result<Arc<Session>> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let dir = home.sessions().join(&id);
+        let workspace = dir.join("workspace");
+        std::fs::create_dir_all(&workspace)
+            .map_err(|e| RuntimeError::io("cannot create", &workspace, e))?;
+        let cwd = match cwd {
+            Some(c) => std::fs::canonicalize(c)
+                .ok()
+                .filter(|p| p.is_dir())
+                .ok_or_else(|| {
+                    RuntimeError::InvalidRequest(format!("cwd {} is not a directory", c.display()))
+                })?,
+            None => workspace,
+        };
+        let created = now();
+        let record = SessionRecord {
+            id: id.clone(),
+            bundle_ref: bundle_ref.to_string(),
+            bundle: BundleRecord {
+                reference: bundle.reference(),
+                id: bundle.manifest.id.clone(),
+                version: bundle.manifest.version.clone(),
+                digest: bundle.digest.clone(),
+            },
+            created_at: created.clone(),
+            updated_at: created,
+            cwd: cwd.display().to_string(),
+            status: SessionStatus::Idle,
+            active_turn: None,
+            turn_count: 0,
+            last_turn: None,
+        };
+        record.save(&dir.join("session.json"))?;
+        Self::assemble(dir, bundle, record)
+    }
+
+    /// Loads a persisted session. A turn that was running when the supervisor died is marked failed.
+    pub fn load(home: &ServiceHome, id: &str) -> Result<Arc<Session>> {
+        if uuid::Uuid::parse_str(id).is_err() {
+            return Err(RuntimeError::SessionNotFound(id.to_string()));
+        }
+        let dir = home.sessions().join(id);
+        let path = dir.join("session.json");
+        if !path.is_file() {
+            return Err(RuntimeError::SessionNotFound(id.to_string()));
+        }
+        let record = SessionRecord::load(&path)?;
+        let bundle = bundle::resolve(home, &record.bundle.reference)?;
+        let session = Self::assemble(dir, bundle, record)?;
+        let interrupted = {
+            let r = lock(&session.record);
+            (r.status == SessionStatus::Running).then(|| r.active_turn.clone().unwrap_or_default())
+        };
+        if let Some(turn_id) = interrupted {
+            session.emit(EventPayload::Error {
+                turn_id: Some(turn_id.clone()),
+                code: "supervisor_restarted".into(),
+                message: "the supervisor stopped while this turn ran; the turn was abandoned"
+                    .into(),
+            });
+            session.update(|r| {
+                r.status = SessionStatus::Idle;
+                r.active_turn = None;
+                r.last_turn = Some(LastTurn {
+                    turn_id,
+                    status: TurnStatus::Failed,
+                    finished_at: now(),
+                });
+            })?;
+        }
+        Ok(session)
+    }
+
+    fn assemble(dir: PathBuf, bundle: Bundle, record: SessionRecord) -> Result<Arc<Session>> {
+        let journal = Arc::new(Journal::open(&record.id, &dir.join("events.jsonl"))?);
+        Ok(Arc::new(Session {
+            id: record.id.clone(),
+            dir,
+            bundle,
+            journal,
+            record: Mutex::new(record),
+            worker: tokio::sync::Mutex::new(None),
+            active: Mutex::new(None),
+            commands: Mutex::new(HashMap::new()),
+            allow_always: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    /// A copy of the record.
+    pub fn record(&self) -> SessionRecord {
+        lock(&self.record).clone()
+    }
+
+    fn update(&self, change: impl FnOnce(&mut SessionRecord)) -> Result<()> {
+        let mut record = lock(&self.record);
+        change(&mut record);
+        record.updated_at = now();
+        record.save(&self.dir.join("session.json"))
+    }
+
+    /// Journals and broadcasts an event; remembers the error that ends the running turn.
+    pub fn emit(&self, payload: EventPayload) {
+        if let EventPayload::Error {
+            turn_id: Some(t),
+            code,
+            message,
+        } = &payload
+        {
+            if let Some(active) = lock(&self.active).as_mut().filter(|a| &a.turn_id == t) {
+                active.error = Some((code.clone(), message.clone()));
+            }
+        }
+        if let Err(e) = self.journal.emit(payload) {
+            tracing::error!(session = %self.id, "event not journaled: {e}");
+        }
+    }
+
+    /// The persisted conversation.
+    pub fn history(&self) -> Result<Vec<ChatMessage>> {
+        let path = self.dir.join("history.jsonl");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
+        };
+        // A torn last line (crash mid-append) is skipped; every complete line is a message.
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect())
+    }
+
+    fn append_history(&self, messages: &[ChatMessage]) -> Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let path = self.dir.join("history.jsonl");
+        let mut buf = Vec::new();
+        for m in messages {
+            buf.extend(serde_json::to_vec(m).unwrap_or_default());
+            buf.push(b'\n');
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| RuntimeError::io("cannot open", &path, e))?;
+        file.write_all(&buf)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| RuntimeError::io("cannot append to", &path, e))
+    }
+
+    /// The running turn's id.
+    pub fn active_turn(&self) -> Option<String> {
+        lock(&self.active).as_ref().map(|a| a.turn_id.clone())
+    }
+
+    /// Marks `turn_id` as running; fails when another turn runs.
+    pub fn begin_turn(&self, turn_id: &str) -> Result<oneshot::Receiver<TurnOutcome>> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut active = lock(&self.active);
+            if let Some(a) = active.as_ref() {
+                return Err(RuntimeError::TurnInProgress {
+                    session_id: self.id.clone(),
+                    turn_id: a.turn_id.clone(),
+                });
+            }
+            *active = Some(ActiveTurn {
+                turn_id: turn_id.to_string(),
+                done: Some(tx),
+                error: None,
+            });
+        }
+        self.update(|r| {
+            r.status = SessionStatus::Running;
+            r.active_turn = Some(turn_id.to_string());
+            r.turn_count += 1;
+        })?;
+        Ok(rx)
+    }
+
+    /// Forgets a turn that never reached the worker, as if it had not been started.
+    pub fn abandon_turn(&self, turn_id: &str) {
+        let mut active = lock(&self.active);
+        if active.as_ref().is_some_and(|a| a.turn_id == turn_id) {
+            *active = None;
+            drop(active);
+            let _ = self.update(|r| {
+                r.status = SessionStatus::Idle;
+                r.active_turn = None;
+                r.turn_count = r.turn_count.saturating_sub(1);
+            });
+        }
+    }
+
+    /// Records the end of `turn_id`: persists its messages, updates the record and wakes the waiter.
+    pub fn finish_turn(
+        &self,
+        turn_id: &str,
+        status: TurnStatus,
+        final_message: String,
+        messages: &[ChatMessage],
+        usage: Usage,
+    ) {
+        let Some(mut active) = lock(&self.active).take_if(|a| a.turn_id == turn_id) else {
+            return;
+        };
+        if let Err(e) = self.append_history(messages) {
+            tracing::error!(session = %self.id, "history not persisted: {e}");
+        }
+        let _ = self.update(|r| {
+            r.status = SessionStatus::Idle;
+            r.active_turn = None;
+            r.last_turn = Some(LastTurn {
+                turn_id: turn_id.to_string(),
+                status,
+                finished_at: now(),
+            });
+        });
+        if let Some(done) = active.done.take() {
+            let _ = done.send(TurnOutcome {
+                turn_id: turn_id.to_string(),
+                status,
+                final_message,
+                usage,
+                error: active.error.take(),
+            });
+        }
+    }
+
+    /// Ends the running turn (if any) with an `error` event of `code`, without messages.
+    pub fn fail_active_turn(&self, code: &str, message: &str) -> Option<String> {
+        let turn_id = self.active_turn()?;
+        self.emit(EventPayload::Error {
+            turn_id: Some(turn_id.clone()),
+            code: code.into(),
+            message: message.into(),
+        });
+        self.finish_turn(
+            &turn_id,
+            TurnStatus::Failed,
+            String::new(),
+            &[],
+            Usage::default(),
+        );
+        Some(turn_id)
+    }
+
+    /// Registers an operator command; its exit code arrives on the receiver (dropped if the worker dies).
+    pub fn register_command(&self, exec_id: &str) -> oneshot::Receiver<Option<i32>> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.commands).insert(exec_id.to_string(), tx);
+        rx
+    }
+
+    /// Completes an operator command.
+    pub fn finish_command(&self, exec_id: &str, exit_code: Option<i32>) {
+        if let Some(tx) = lock(&self.commands).remove(exec_id) {
+            let _ = tx.send(exit_code);
+        }
+    }
+
+    /// Fails every running operator command (the worker died).
+    pub fn drop_commands(&self) {
+        lock(&self.commands).clear();
+    }
+
+    /// True when the operator allowed this tool and key argument for the rest of the session.
+    pub fn allowed_always(&self, tool: BuiltinTool, key: &str) -> bool {
+        lock(&self.allow_always).contains(&(tool, key.to_string()))
+    }
+
+    /// Remembers an allow_always grant, in memory only.
+    pub fn grant_always(&self, tool: BuiltinTool, key: &str) {
+        lock(&self.allow_always).insert((tool, key.to_string()));
+    }
+}

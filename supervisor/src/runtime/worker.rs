@@ -1,0 +1,424 @@
+//! The supervisor's handle on one session worker.
+//!
+//! [`spawn`] binds a socket, starts the worker through the launcher, runs the handshake, and hands the child and
+//! the socket to one actor task. The [`WorkerHandle`] is a cloneable queue into that task. The actor journals the
+//! worker's events, serves its model requests through the providers, routes permission requests to the approval
+//! store, and finishes turns and commands. When the worker exits, hangs (no heartbeat) or breaks the protocol, the
+//! actor kills it and fails whatever was running with a `worker_died` error; the next turn spawns a new worker.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use interprocess::local_socket::tokio::prelude::*;
+use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName};
+use service_ipc::{
+    EventPayload, FrameCodec, ModelRequest, SandboxMode, ToSupervisor, ToWorker, WorkerConfig,
+    PROTOCOL_VERSION,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_util::codec::Framed;
+use tokio_util::sync::CancellationToken;
+
+use super::approvals::Pending;
+use super::error::{Result, RuntimeError};
+use super::launcher::LaunchSpec;
+use super::session::Session;
+use super::Inner;
+use crate::providers;
+
+/// Frames queued for one worker before senders wait.
+const QUEUE: usize = 1024;
+/// Longest socket path the kernel accepts, minus a margin.
+const MAX_SOCKET_PATH: usize = 100;
+
+/// A cloneable handle on a running worker.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    tx: mpsc::Sender<ToWorker>,
+    kill: CancellationToken,
+    exited: watch::Receiver<bool>,
+    /// The mode that confines this worker.
+    pub confinement: SandboxMode,
+    /// Host workspace and its path inside the worker's view.
+    pub paths: (PathBuf, PathBuf),
+}
+
+impl WorkerHandle {
+    /// Queues a frame; fails once the worker is gone.
+    pub async fn send(&self, msg: ToWorker) -> Result<()> {
+        self.tx
+            .send(msg)
+            .await
+            .map_err(|_| RuntimeError::WorkerUnavailable("the worker has exited".into()))
+    }
+
+    /// True until the actor has seen the worker exit.
+    pub fn is_alive(&self) -> bool {
+        !*self.exited.borrow()
+    }
+
+    /// Asks the worker to exit, waits up to `grace`, then kills it; returns once it is gone.
+    pub async fn shutdown(&self, grace: Duration) {
+        let _ = self.tx.try_send(ToWorker::Shutdown);
+        let mut exited = self.exited.clone();
+        if tokio::time::timeout(grace, exited.wait_for(|e| *e))
+            .await
+            .is_err()
+        {
+            self.kill.cancel();
+            let _ = exited.wait_for(|e| *e).await;
+        }
+    }
+
+    /// Kills the worker at once.
+    pub fn kill(&self) {
+        self.kill.cancel();
+    }
+
+    /// The worker's view of a host path (paths outside the workspace are passed unchanged).
+    pub fn worker_path(&self, host: &Path) -> PathBuf {
+        let (host_ws, worker_ws) = &self.paths;
+        match host.strip_prefix(host_ws) {
+            Ok(rel) if rel.as_os_str().is_empty() => worker_ws.clone(),
+            Ok(rel) => worker_ws.join(rel),
+            Err(_) => host.to_path_buf(),
+        }
+    }
+}
+
+type Conn = Framed<interprocess::local_socket::tokio::Stream, FrameCodec<ToSupervisor, ToWorker>>;
+
+/// Starts a worker for `session` and completes the handshake.
+pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<WorkerHandle> {
+    let unavailable = |m: String| RuntimeError::WorkerUnavailable(m);
+    let run_dir = rt.home.run_dir().join(&session.id);
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|e| RuntimeError::io("cannot create", &run_dir, e))?;
+    let socket = run_dir.join("w.sock");
+    if socket.as_os_str().len() > MAX_SOCKET_PATH {
+        return Err(unavailable(format!(
+            "socket path {} is too long for a Unix socket; use a shorter SERVICE_HOME",
+            socket.display()
+        )));
+    }
+    let _ = std::fs::remove_file(&socket);
+    let name = socket
+        .as_path()
+        .to_fs_name::<GenericFilePath>()
+        .map_err(|e| unavailable(format!("bad socket path: {e}")))?;
+    let listener = ListenerOptions::new()
+        .name(name)
+        .create_tokio()
+        .map_err(|e| unavailable(format!("cannot listen on {}: {e}", socket.display())))?;
+
+    let record = session.record();
+    let host_workspace = PathBuf::from(&record.cwd);
+    let launch = rt.launcher.prepare(&LaunchSpec {
+        exe: &rt.options.worker_exe,
+        socket: &socket,
+        bundle_root: &session.bundle.root,
+        workspace: &host_workspace,
+        sandbox: &session.bundle.manifest.sandbox,
+    })?;
+    let mut command = launch.command;
+    command
+        .kill_on_drop(true)
+        .stdin(std::process::Stdio::null());
+    let mut child = command.spawn().map_err(|e| {
+        unavailable(format!(
+            "cannot start {}: {e}",
+            rt.options.worker_exe.display()
+        ))
+    })?;
+
+    let timeout = rt.options.handshake_timeout;
+    let accepted = tokio::select! {
+        a = tokio::time::timeout(timeout, listener.accept()) => a,
+        status = child.wait() => {
+            return Err(unavailable(format!("the worker exited before connecting ({})", describe_exit(status.ok()))));
+        }
+    };
+    let stream = match accepted {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(unavailable(format!(
+                "accepting the worker connection failed: {e}"
+            )))
+        }
+        Err(_) => {
+            return Err(unavailable(format!(
+                "the worker did not connect within {timeout:?}"
+            )))
+        }
+    };
+    drop(listener);
+    let mut conn: Conn = Framed::new(stream, FrameCodec::new());
+
+    let bundle_dir = launch.bundle_dir.clone();
+    let skills = session
+        .bundle
+        .skills
+        .iter()
+        .map(|s| service_ipc::SkillInfo {
+            name: s.name.clone(),
+            description: s.description.clone(),
+            path: bundle_dir.join(&s.path).display().to_string(),
+        })
+        .collect();
+    let agent = &session.bundle.agent;
+    let config = WorkerConfig {
+        protocol_version: PROTOCOL_VERSION,
+        session_id: session.id.clone(),
+        bundle_dir: bundle_dir.display().to_string(),
+        workspace: launch.workspace.display().to_string(),
+        sandbox_mode: launch.confinement,
+        system_prompt: agent.system_prompt.clone(),
+        tools: session.bundle.manifest.tools.clone(),
+        skills,
+        max_steps: agent.max_steps,
+        memory_window: agent.memory.window,
+        permissions: agent.permissions.clone(),
+        history: session.history()?,
+        heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
+    };
+    tokio::time::timeout(timeout, handshake(&mut conn, config))
+        .await
+        .map_err(|_| {
+            unavailable(format!(
+                "the worker did not finish the handshake within {timeout:?}"
+            ))
+        })??;
+
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let kill = CancellationToken::new();
+    let (exited_tx, exited) = watch::channel(false);
+    let handle = WorkerHandle {
+        tx: tx.clone(),
+        kill: kill.clone(),
+        exited,
+        confinement: launch.confinement,
+        paths: (host_workspace, launch.workspace),
+    };
+    let actor = Actor {
+        rt,
+        session,
+        tx,
+        model_tasks: HashMap::new(),
+        last_seen: Instant::now(),
+    };
+    tokio::spawn(actor.run(conn, child, rx, kill, exited_tx, run_dir));
+    Ok(handle)
+}
+
+async fn handshake(conn: &mut Conn, config: WorkerConfig) -> Result<()> {
+    let protocol = |m: String| RuntimeError::WorkerUnavailable(m);
+    match conn.next().await {
+        Some(Ok(ToSupervisor::Hello { protocol_version, .. })) if protocol_version == PROTOCOL_VERSION => {}
+        Some(Ok(ToSupervisor::Hello { protocol_version, .. })) => {
+            return Err(protocol(format!(
+                "the worker speaks protocol {protocol_version}, the supervisor {PROTOCOL_VERSION}; reinstall service-rs"
+            )))
+        }
+        Some(Ok(other)) => return Err(protocol(format!("expected hello from the worker, got {other:?}"))),
+        Some(Err(e)) => return Err(protocol(format!("bad handshake frame: {e}"))),
+        None => return Err(protocol("the worker closed the socket during the handshake".into())),
+    }
+    conn.send(ToWorker::Configure(config))
+        .await
+        .map_err(|e| protocol(format!("cannot configure the worker: {e}")))?;
+    match conn.next().await {
+        Some(Ok(ToSupervisor::Ready)) => Ok(()),
+        Some(Ok(other)) => Err(protocol(format!(
+            "expected ready from the worker, got {other:?}"
+        ))),
+        Some(Err(e)) => Err(protocol(format!("bad handshake frame: {e}"))),
+        None => Err(protocol(
+            "the worker closed the socket during the handshake".into(),
+        )),
+    }
+}
+
+struct Actor {
+    rt: Arc<Inner>,
+    session: Arc<Session>,
+    tx: mpsc::Sender<ToWorker>,
+    model_tasks: HashMap<String, tokio::task::AbortHandle>,
+    last_seen: Instant,
+}
+
+/// Why the actor stopped.
+enum End {
+    Closed,
+    Hung(Duration),
+    Killed,
+    Protocol(String),
+}
+
+impl Actor {
+    async fn run(
+        mut self,
+        conn: Conn,
+        mut child: tokio::process::Child,
+        mut rx: mpsc::Receiver<ToWorker>,
+        kill: CancellationToken,
+        exited: watch::Sender<bool>,
+        run_dir: PathBuf,
+    ) {
+        let (mut sink, mut frames) = conn.split();
+        let hang_timeout = self.rt.options.hang_timeout;
+        let mut check = tokio::time::interval(self.rt.options.heartbeat);
+        let end = loop {
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some(msg) => if let Err(e) = sink.send(msg).await {
+                        break End::Protocol(format!("cannot write to the worker: {e}"));
+                    },
+                    None => break End::Closed,
+                },
+                frame = frames.next() => match frame {
+                    Some(Ok(frame)) => {
+                        self.last_seen = Instant::now();
+                        self.handle(frame);
+                    }
+                    Some(Err(e)) => break End::Protocol(e.to_string()),
+                    None => break End::Closed,
+                },
+                _ = check.tick() => if self.last_seen.elapsed() > hang_timeout {
+                    break End::Hung(hang_timeout);
+                },
+                _ = kill.cancelled() => break End::Killed,
+            }
+        };
+        for task in self.model_tasks.values() {
+            task.abort();
+        }
+        if !matches!(end, End::Closed) {
+            let _ = child.start_kill();
+        }
+        let status = match tokio::time::timeout(Duration::from_secs(3), child.wait()).await {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                let _ = child.start_kill();
+                child.wait().await.ok()
+            }
+        };
+        let cause = match end {
+            End::Closed => describe_exit(status),
+            End::Hung(t) => format!("it sent no heartbeat for {t:?} and was killed"),
+            End::Killed => "it was stopped by the supervisor".to_string(),
+            End::Protocol(e) => format!("it broke the protocol ({e}) and was killed"),
+        };
+        let _ = std::fs::remove_dir_all(&run_dir);
+        self.session.drop_commands();
+        if let Some(turn_id) = self.session.active_turn() {
+            self.rt.approvals.drop_turn(&turn_id);
+            self.session.fail_active_turn(
+                "worker_died",
+                &format!("the session worker ended during the turn: {cause}; the next turn starts a new worker"),
+            );
+        }
+        let _ = exited.send(true);
+    }
+
+    fn handle(&mut self, frame: ToSupervisor) {
+        match frame {
+            ToSupervisor::Event(payload) => self.session.emit(payload),
+            ToSupervisor::ModelRequest(request) => self.serve_model(request),
+            ToSupervisor::CancelModel { request_id } => {
+                if let Some(task) = self.model_tasks.remove(&request_id) {
+                    task.abort();
+                }
+            }
+            ToSupervisor::PermissionRequest {
+                request_id,
+                turn_id,
+                call_id,
+                tool,
+                key,
+                rule,
+            } => {
+                if self.session.allowed_always(tool, &key) {
+                    let _ = self.tx.try_send(ToWorker::ApprovalDecision {
+                        request_id,
+                        decision: service_ipc::ApprovalDecision::AllowAlways,
+                    });
+                    return;
+                }
+                self.rt.approvals.insert(
+                    request_id.clone(),
+                    Pending {
+                        session_id: self.session.id.clone(),
+                        turn_id: turn_id.clone(),
+                        tool,
+                        key: key.clone(),
+                        worker: self.tx.clone(),
+                    },
+                );
+                self.session.emit(EventPayload::PermissionRequested {
+                    turn_id,
+                    request_id,
+                    call_id,
+                    tool,
+                    summary: key,
+                    rule,
+                });
+            }
+            ToSupervisor::TurnFinished {
+                turn_id,
+                status,
+                final_message,
+                messages,
+                usage,
+            } => {
+                self.rt.approvals.drop_turn(&turn_id);
+                self.session
+                    .finish_turn(&turn_id, status, final_message, &messages, usage);
+            }
+            ToSupervisor::CommandFinished { exec_id, exit_code } => {
+                self.session.finish_command(&exec_id, exit_code)
+            }
+            ToSupervisor::Heartbeat | ToSupervisor::Hello { .. } | ToSupervisor::Ready => {}
+        }
+    }
+
+    fn serve_model(&mut self, request: ModelRequest) {
+        self.model_tasks.retain(|_, t| !t.is_finished());
+        let request_id = request.request_id.clone();
+        let mut chunks = providers::stream(&self.session.bundle, request);
+        let tx = self.tx.clone();
+        let rid = request_id.clone();
+        let task = tokio::spawn(async move {
+            while let Some(chunk) = chunks.next().await {
+                let msg = ToWorker::ModelChunk {
+                    request_id: rid.clone(),
+                    chunk,
+                };
+                if tx.send(msg).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.model_tasks.insert(request_id, task.abort_handle());
+    }
+}
+
+/// "exited with code N" or "killed by signal N (NAME)".
+fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("it exited with code {code}"),
+            (None, Some(sig)) => {
+                let name = nix::sys::signal::Signal::try_from(sig)
+                    .map(|s| s.as_str())
+                    .unwrap_or("unknown");
+                format!("it was killed by signal {sig} ({name})")
+            }
+            _ => "it exited".to_string(),
+        },
+        None => "its exit status is unknown".to_string(),
+    }
+}

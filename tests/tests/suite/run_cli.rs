@@ -1,0 +1,107 @@
+//! `service-rs run` and `service-rs sessions` through the real binary.
+
+use super::support::{write_bundle, Env};
+
+fn repo_example() -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    root.join("examples/hello").display().to_string()
+}
+
+#[test]
+fn run_answers_a_prompt_offline_with_a_real_bash_call() {
+    let env = Env::new();
+    let run = env.run(&["run", &repo_example(), "--prompt", "What is in here?"]);
+    let out = run.ok();
+    assert!(out.starts_with("You asked: \"What is in here?\""), "{out}");
+    assert!(
+        out.contains("kernel: Linux"),
+        "the answer carries the real command output: {out}"
+    );
+    let sessions = env.run(&["sessions", "--json"]).json();
+    assert_eq!(sessions.as_array().unwrap().len(), 1);
+    assert_eq!(sessions[0]["turn_count"], 1);
+    assert_eq!(sessions[0]["last_turn"]["status"], "completed");
+}
+
+#[test]
+fn run_from_the_store_after_build() {
+    let env = Env::new();
+    env.run(&["build", &repo_example()]).ok();
+    let out = env
+        .run(&["run", "hello", "--prompt", "hi"])
+        .ok()
+        .to_string();
+    assert!(out.contains("You asked: \"hi\""), "{out}");
+}
+
+#[test]
+fn run_json_streams_every_event_as_a_json_line() {
+    let env = Env::new();
+    let run = env.run(&["run", &repo_example(), "--prompt", "hi", "--json"]);
+    let lines: Vec<serde_json::Value> = run
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.first().unwrap()["payload"]["type"], "turn_started");
+    assert_eq!(lines.last().unwrap()["payload"]["type"], "turn_completed");
+    assert!(lines
+        .iter()
+        .any(|l| l["payload"]["type"] == "exec_command_output_delta"));
+    let ids: Vec<u64> = lines
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+}
+
+#[test]
+fn run_fails_with_the_provider_error_and_a_non_zero_exit() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("failing"),
+        r#"{turns: [{replies: [{error: "the scripted model is down"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let err = env
+        .run(&["run", "./failing", "--prompt", "hi"])
+        .failed()
+        .to_string();
+    assert!(
+        err.contains("(provider_error): the scripted model is down"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_with_an_unknown_bundle_or_model_says_what_is_wrong() {
+    let env = Env::new();
+    let err = env
+        .run(&["run", "ghost", "--prompt", "hi"])
+        .failed()
+        .to_string();
+    assert!(
+        err.contains("no bundle named \"ghost\" is installed"),
+        "{err}"
+    );
+    let err = env
+        .run(&["run", &repo_example(), "--prompt", "hi", "--model", "nope"])
+        .failed()
+        .to_string();
+    assert!(err.contains("--model takes provider/name"), "{err}");
+    let err = env
+        .run(&[
+            "run",
+            &repo_example(),
+            "--prompt",
+            "hi",
+            "--model",
+            "acme/x",
+        ])
+        .failed()
+        .to_string();
+    assert!(err.contains("unknown model provider \"acme\""), "{err}");
+}

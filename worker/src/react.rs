@@ -1,0 +1,391 @@
+//! The react executor: ask the model, run the tools it calls, feed the results back, until it answers without
+//! tool calls or `max_steps` model calls have been made.
+//!
+//! Every turn ends with exactly one of `turn_completed` or `error`, followed by a `TurnFinished` frame carrying the
+//! messages the turn added (so the supervisor can persist history even for a failed or interrupted turn).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use service_ipc::{
+    BuiltinTool, ChatMessage, ChatRole, EventPayload, ModelChunk, ModelRequest, PermissionAction,
+    Task, ToSupervisor, ToolCall, ToolCallStatus, TurnContext, TurnStatus, Usage,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::session::Shared;
+use crate::tools::{self, ToolCtx, ToolResult};
+use crate::{memory, permissions};
+
+/// Why a turn stopped early.
+enum Stop {
+    Interrupted,
+    Failed { code: String, message: String },
+}
+
+/// What one model call produced.
+struct Reply {
+    text: String,
+    calls: Vec<ToolCall>,
+}
+
+/// Runs one turn to its end and reports it; never panics on model or tool output.
+pub async fn run_turn(
+    shared: Arc<Shared>,
+    turn_id: String,
+    task: Task,
+    context: TurnContext,
+    cancel: CancellationToken,
+) {
+    let mut history = shared.history.lock().await;
+    let out = &shared.outbox;
+    out.event(EventPayload::TurnStarted {
+        turn_id: turn_id.clone(),
+        context: context.clone(),
+        submission_id: task.submission_id.to_string(),
+        prompt: task.prompt.clone(),
+    })
+    .await;
+
+    let turn = Turn {
+        shared: &shared,
+        turn_id: &turn_id,
+        context: &context,
+        cancel: &cancel,
+        cwd: PathBuf::from(&context.cwd),
+    };
+    let start = history.len();
+    history.push(ChatMessage::text(ChatRole::User, task.prompt.clone()));
+    let mut usage = Usage::default();
+    let outcome = turn.steps(&mut history, &mut usage).await;
+    let added = history[start..].to_vec();
+
+    let (status, final_message) = match outcome {
+        Ok(text) => {
+            out.event(EventPayload::TurnCompleted {
+                turn_id: turn_id.clone(),
+                final_message: text.clone(),
+                usage,
+            })
+            .await;
+            (TurnStatus::Completed, text)
+        }
+        Err(stop) => {
+            let (status, code, message) = match stop {
+                Stop::Interrupted => (
+                    TurnStatus::Interrupted,
+                    "interrupted".to_string(),
+                    "the turn was interrupted by the operator".to_string(),
+                ),
+                Stop::Failed { code, message } => (TurnStatus::Failed, code, message),
+            };
+            out.event(EventPayload::Error {
+                turn_id: Some(turn_id.clone()),
+                code,
+                message,
+            })
+            .await;
+            (status, String::new())
+        }
+    };
+    out.send(ToSupervisor::TurnFinished {
+        turn_id,
+        status,
+        final_message,
+        messages: added,
+        usage,
+    })
+    .await;
+}
+
+struct Turn<'a> {
+    shared: &'a Shared,
+    turn_id: &'a str,
+    context: &'a TurnContext,
+    cancel: &'a CancellationToken,
+    cwd: PathBuf,
+}
+
+impl Turn<'_> {
+    async fn steps(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        usage: &mut Usage,
+    ) -> Result<String, Stop> {
+        let config = &self.shared.config;
+        let system = system_prompt(config);
+        let specs = tools::specs(&config.tools);
+        for _ in 0..config.max_steps {
+            let messages = memory::prompt(&system, history, config.memory_window);
+            let reply = self.call_model(messages, specs.clone(), usage).await?;
+            history.push(ChatMessage {
+                role: ChatRole::Assistant,
+                content: reply.text.clone(),
+                tool_calls: reply.calls.clone(),
+                tool_call_id: None,
+            });
+            if reply.calls.is_empty() {
+                return Ok(reply.text);
+            }
+            for (i, call) in reply.calls.iter().enumerate() {
+                if self.cancel.is_cancelled() {
+                    // Every call gets a result, so the history stays valid for the next turn.
+                    for skipped in &reply.calls[i..] {
+                        history.push(ChatMessage::tool_result(
+                            &skipped.id,
+                            "not run: the turn was interrupted",
+                        ));
+                    }
+                    return Err(Stop::Interrupted);
+                }
+                let result = self.run_tool(call).await;
+                history.push(ChatMessage::tool_result(&call.id, result.output));
+            }
+        }
+        Err(Stop::Failed {
+            code: "max_steps_exceeded".into(),
+            message: format!(
+                "the turn used all {} model calls allowed by max_steps in agent.yaml without a final answer; raise \
+                 max_steps or simplify the task",
+                config.max_steps
+            ),
+        })
+    }
+
+    async fn call_model(
+        &self,
+        messages: Vec<ChatMessage>,
+        tools: Vec<service_ipc::ToolSpec>,
+        usage: &mut Usage,
+    ) -> Result<Reply, Stop> {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let mut chunks = self.shared.open_model_stream(&request_id);
+        let sent = self
+            .shared
+            .outbox
+            .send(ToSupervisor::ModelRequest(ModelRequest {
+                request_id: request_id.clone(),
+                turn_id: self.turn_id.to_string(),
+                model: self.context.model.clone(),
+                messages,
+                tools,
+            }))
+            .await;
+        let result = if sent {
+            self.collect(&mut chunks, usage).await
+        } else {
+            Err(lost())
+        };
+        self.shared.close_model_stream(&request_id);
+        if matches!(result, Err(Stop::Interrupted)) {
+            self.shared
+                .outbox
+                .send(ToSupervisor::CancelModel { request_id })
+                .await;
+        }
+        result
+    }
+
+    async fn collect(
+        &self,
+        chunks: &mut tokio::sync::mpsc::Receiver<ModelChunk>,
+        usage: &mut Usage,
+    ) -> Result<Reply, Stop> {
+        let mut reply = Reply {
+            text: String::new(),
+            calls: Vec::new(),
+        };
+        let turn_id = || self.turn_id.to_string();
+        loop {
+            let chunk = tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Stop::Interrupted),
+                chunk = chunks.recv() => chunk.ok_or_else(lost)?,
+            };
+            let event = match chunk {
+                ModelChunk::ReasoningDelta { text } => EventPayload::ReasoningDelta {
+                    turn_id: turn_id(),
+                    delta: text,
+                },
+                ModelChunk::ReasoningSectionBreak => {
+                    EventPayload::ReasoningSectionBreak { turn_id: turn_id() }
+                }
+                ModelChunk::TextDelta { text } => {
+                    reply.text.push_str(&text);
+                    EventPayload::AgentMessageDelta {
+                        turn_id: turn_id(),
+                        delta: text,
+                    }
+                }
+                ModelChunk::ToolCall { call } => {
+                    reply.calls.push(call);
+                    continue;
+                }
+                ModelChunk::Done { usage: u } => {
+                    usage.add(u);
+                    return Ok(reply);
+                }
+                ModelChunk::Failed { code, message } => return Err(Stop::Failed { code, message }),
+            };
+            self.shared.outbox.event(event).await;
+        }
+    }
+
+    async fn run_tool(&self, call: &ToolCall) -> ToolResult {
+        let out = &self.shared.outbox;
+        let arguments: Result<serde_json::Value, _> = serde_json::from_str(&call.arguments);
+        out.event(EventPayload::ToolCallStarted {
+            turn_id: self.turn_id.to_string(),
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: arguments
+                .as_ref()
+                .cloned()
+                .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone())),
+        })
+        .await;
+        let result = match (self.offered(&call.name), arguments) {
+            (Err(message), _) => ToolResult::error(message),
+            (Ok(_), Err(e)) => ToolResult::error(format!(
+                "arguments of {} are not valid JSON: {e}",
+                call.name
+            )),
+            (Ok(tool), Ok(args)) => self.permitted_run(tool, call, args).await,
+        };
+        out.event(EventPayload::ToolCallFinished {
+            turn_id: self.turn_id.to_string(),
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            status: result.status,
+            output: result.output.clone(),
+        })
+        .await;
+        result
+    }
+
+    /// The builtin tool named `name`, if the manifest offers it.
+    fn offered(&self, name: &str) -> Result<BuiltinTool, String> {
+        let tools = &self.shared.config.tools;
+        match name.parse::<BuiltinTool>() {
+            Ok(tool) if tools.contains(&tool) => Ok(tool),
+            _ => {
+                let names: Vec<&str> = tools.iter().map(|t| t.as_str()).collect();
+                Err(format!(
+                    "tool \"{name}\" is not available; available tools: {}",
+                    names.join(", ")
+                ))
+            }
+        }
+    }
+
+    async fn permitted_run(
+        &self,
+        tool: BuiltinTool,
+        call: &ToolCall,
+        args: serde_json::Value,
+    ) -> ToolResult {
+        let key = tools::key_argument(tool, &args, &self.cwd);
+        let (action, rule) = permissions::evaluate(&self.shared.config.permissions, tool, &key);
+        match action {
+            PermissionAction::Allow => {}
+            PermissionAction::Deny => {
+                let by = rule.unwrap_or_else(|| "the default action".into());
+                return ToolResult::denied(format!(
+                    "{tool} {key:?} was denied by agent.yaml ({by})"
+                ));
+            }
+            PermissionAction::Ask => match self.ask(tool, call, &key, rule).await {
+                Some(service_ipc::ApprovalDecision::Deny) => {
+                    return ToolResult::denied(format!("{tool} {key:?} was denied by the operator"))
+                }
+                Some(_) => {}
+                None => {
+                    return ToolResult::denied(
+                        "not run: the turn was interrupted while waiting for approval",
+                    )
+                }
+            },
+        }
+        let ctx = ToolCtx {
+            shared: self.shared,
+            turn_id: self.turn_id,
+            call_id: &call.id,
+            cwd: &self.cwd,
+            cancel: self.cancel,
+        };
+        out_delta(&ctx, tools::describe(tool, &args, &key)).await;
+        tools::run(tool, args, &ctx).await
+    }
+
+    /// Asks the supervisor for a decision; None when the turn was interrupted or the connection is gone.
+    async fn ask(
+        &self,
+        tool: BuiltinTool,
+        call: &ToolCall,
+        key: &str,
+        rule: Option<String>,
+    ) -> Option<service_ipc::ApprovalDecision> {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let decision = self.shared.open_approval(&request_id);
+        let sent = self
+            .shared
+            .outbox
+            .send(ToSupervisor::PermissionRequest {
+                request_id: request_id.clone(),
+                turn_id: self.turn_id.to_string(),
+                call_id: call.id.clone(),
+                tool,
+                key: key.to_string(),
+                rule,
+            })
+            .await;
+        let answer = if sent {
+            tokio::select! {
+                _ = self.cancel.cancelled() => None,
+                d = decision => d.ok(),
+            }
+        } else {
+            None
+        };
+        self.shared.close_approval(&request_id);
+        answer
+    }
+}
+
+async fn out_delta(ctx: &ToolCtx<'_>, delta: String) {
+    ctx.shared
+        .outbox
+        .event(EventPayload::ToolCallDelta {
+            turn_id: ctx.turn_id.to_string(),
+            call_id: ctx.call_id.to_string(),
+            delta,
+        })
+        .await;
+}
+
+fn lost() -> Stop {
+    Stop::Failed {
+        code: "supervisor_gone".into(),
+        message: "the connection to the supervisor closed during the turn".into(),
+    }
+}
+
+/// The system prompt from agent.yaml, plus the skill list when there are skills.
+fn system_prompt(config: &service_ipc::WorkerConfig) -> String {
+    let mut system = config.system_prompt.trim_end().to_string();
+    if !config.skills.is_empty() && config.tools.contains(&BuiltinTool::Skill) {
+        system.push_str("\n\nSkills you can load with the Skill tool:\n");
+        for s in &config.skills {
+            system.push_str(&format!("- {}: {}\n", s.name, s.description));
+        }
+    }
+    system
+}
+
+impl ToolResult {
+    fn denied(message: impl Into<String>) -> ToolResult {
+        ToolResult {
+            status: ToolCallStatus::Denied,
+            output: message.into(),
+        }
+    }
+}
