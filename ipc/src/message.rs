@@ -95,7 +95,9 @@ pub enum ToSupervisor {
         /// The rule that asked; null for the default action.
         rule: Option<String>,
     },
-    /// A turn ended; carries the messages it added to the conversation, to be persisted.
+    /// A turn ended; carries the messages it added to the conversation, to be persisted. The worker does not emit
+    /// `turn_completed` or the turn's `error` itself: the supervisor emits it after recording the end, so a client
+    /// that sees the end event finds the session idle.
     TurnFinished {
         /// Turn id.
         turn_id: String,
@@ -107,6 +109,8 @@ pub enum ToSupervisor {
         messages: Vec<ChatMessage>,
         /// Token usage over the turn.
         usage: Usage,
+        /// Why it did not complete: `(code, message)` for the `error` event; null when completed.
+        error: Option<(String, String)>,
     },
     /// An operator command ended.
     CommandFinished {

@@ -310,6 +310,15 @@ fn every_to_supervisor() -> Vec<ToSupervisor> {
             final_message: "done".into(),
             messages: vec![ChatMessage::text(ChatRole::Assistant, "done")],
             usage: Usage::default(),
+            error: None,
+        },
+        ToSupervisor::TurnFinished {
+            turn_id: "t".into(),
+            status: TurnStatus::Failed,
+            final_message: String::new(),
+            messages: vec![],
+            usage: Usage::default(),
+            error: Some(("max_steps_exceeded".into(), "too many".into())),
         },
         ToSupervisor::CommandFinished {
             exec_id: "e".into(),

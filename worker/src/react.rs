@@ -1,8 +1,9 @@
 //! The react executor: ask the model, run the tools it calls, feed the results back, until it answers without
 //! tool calls or `max_steps` model calls have been made.
 //!
-//! Every turn ends with exactly one of `turn_completed` or `error`, followed by a `TurnFinished` frame carrying the
-//! messages the turn added (so the supervisor can persist history even for a failed or interrupted turn).
+//! Every turn ends with one `TurnFinished` frame carrying how it ended and the messages it added (so the supervisor
+//! can persist history even for a failed or interrupted turn); the supervisor emits the matching `turn_completed`
+//! or `error` event once it has recorded the end.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,32 +61,18 @@ pub async fn run_turn(
     let outcome = turn.steps(&mut history, &mut usage).await;
     let added = history[start..].to_vec();
 
-    let (status, final_message) = match outcome {
-        Ok(text) => {
-            out.event(EventPayload::TurnCompleted {
-                turn_id: turn_id.clone(),
-                final_message: text.clone(),
-                usage,
-            })
-            .await;
-            (TurnStatus::Completed, text)
-        }
-        Err(stop) => {
-            let (status, code, message) = match stop {
-                Stop::Interrupted => (
-                    TurnStatus::Interrupted,
-                    "interrupted".to_string(),
-                    "the turn was interrupted by the operator".to_string(),
-                ),
-                Stop::Failed { code, message } => (TurnStatus::Failed, code, message),
-            };
-            out.event(EventPayload::Error {
-                turn_id: Some(turn_id.clone()),
-                code,
-                message,
-            })
-            .await;
-            (status, String::new())
+    let (status, final_message, error) = match outcome {
+        Ok(text) => (TurnStatus::Completed, text, None),
+        Err(Stop::Interrupted) => (
+            TurnStatus::Interrupted,
+            String::new(),
+            Some((
+                "interrupted".to_string(),
+                "the turn was interrupted by the operator".to_string(),
+            )),
+        ),
+        Err(Stop::Failed { code, message }) => {
+            (TurnStatus::Failed, String::new(), Some((code, message)))
         }
     };
     out.send(ToSupervisor::TurnFinished {
@@ -94,6 +81,7 @@ pub async fn run_turn(
         final_message,
         messages: added,
         usage,
+        error,
     })
     .await;
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use service_ipc::{
-    ApprovalDecision, ChatMessage, EventPayload, ModelChunk, ToSupervisor, ToWorker, TurnStatus,
-    Usage, WorkerConfig,
+    ApprovalDecision, ChatMessage, ModelChunk, ToSupervisor, ToWorker, TurnStatus, Usage,
+    WorkerConfig,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -195,20 +195,16 @@ async fn heartbeat(outbox: Outbox, every: Duration) {
 
 async fn refuse_turn(outbox: &Outbox, turn_id: String) {
     outbox
-        .event(EventPayload::Error {
-            turn_id: Some(turn_id.clone()),
-            code: "turn_in_progress".into(),
-            message: "another turn is still running in this session; wait for it or interrupt it"
-                .into(),
-        })
-        .await;
-    outbox
         .send(ToSupervisor::TurnFinished {
             turn_id,
             status: TurnStatus::Failed,
             final_message: String::new(),
             messages: Vec::new(),
             usage: Usage::default(),
+            error: Some((
+                "turn_in_progress".into(),
+                "another turn is still running in this session; wait for it or interrupt it".into(),
+            )),
         })
         .await;
 }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use futures::StreamExt;
-use service_ipc::{EventMsg, EventPayload, ModelRef, Task, TurnOverrides, TurnStatus};
+use service_ipc::{
+    ApprovalDecision, EventMsg, EventPayload, ModelRef, Task, TurnOverrides, TurnStatus,
+};
 use service_supervisor::ServiceHome;
 
 /// Arguments of `run`.
@@ -30,6 +32,76 @@ pub struct RunArgs {
     /// Run the worker on the host with no confinement.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
+    /// Allow every permission request of this run without asking.
+    #[arg(long, conflicts_with = "deny")]
+    approve: bool,
+    /// Deny every permission request of this run without asking.
+    #[arg(long)]
+    deny: bool,
+}
+
+/// How this run answers permission requests.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Approve,
+    Deny,
+    AskTerminal,
+    DenyNoTerminal,
+}
+
+impl Answer {
+    fn from_args(args: &RunArgs) -> Answer {
+        use std::io::IsTerminal;
+        match (args.approve, args.deny) {
+            (true, _) => Answer::Approve,
+            (_, true) => Answer::Deny,
+            _ if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() => {
+                Answer::AskTerminal
+            }
+            _ => Answer::DenyNoTerminal,
+        }
+    }
+
+    async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
+        match self {
+            Answer::Approve => ApprovalDecision::AllowOnce,
+            Answer::Deny => ApprovalDecision::Deny,
+            Answer::DenyNoTerminal => {
+                eprintln!(
+                    "denied {tool} `{summary}`: agent.yaml asks for approval and there is no terminal to ask on; pass \
+                     --approve to allow every request of this run, or --deny to deny them without this message"
+                );
+                ApprovalDecision::Deny
+            }
+            Answer::AskTerminal => {
+                let question =
+                    format!("Allow {tool} `{summary}`? [o]nce, [a]lways in this session, [d]eny: ");
+                tokio::task::spawn_blocking(move || ask(&question))
+                    .await
+                    .unwrap_or(ApprovalDecision::Deny)
+            }
+        }
+    }
+}
+
+/// Asks on the terminal until the answer is one of the three; end of input denies.
+fn ask(question: &str) -> ApprovalDecision {
+    use std::io::Write;
+    loop {
+        eprint!("{question}");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => return ApprovalDecision::Deny,
+            Ok(_) => {}
+        }
+        match line.trim().to_lowercase().as_str() {
+            "o" | "once" | "y" | "yes" => return ApprovalDecision::AllowOnce,
+            "a" | "always" => return ApprovalDecision::AllowAlways,
+            "d" | "deny" | "n" | "no" => return ApprovalDecision::Deny,
+            _ => eprintln!("please answer o, a or d"),
+        }
+    }
 }
 
 pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -84,12 +156,26 @@ async fn one_turn(
         .await?;
     let turn_id = pending.turn_id.clone();
     let (json, verbose) = (args.json, args.verbose);
+    let answer = Answer::from_args(args);
+    let approver = rt.clone();
     let printer = tokio::spawn(async move {
         while let Some(msg) = events.next().await {
             if json {
                 println!("{}", serde_json::to_string(&msg).unwrap_or_default());
             } else if verbose {
                 describe(&msg);
+            }
+            if let EventPayload::PermissionRequested {
+                request_id,
+                tool,
+                summary,
+                ..
+            } = &msg.payload
+            {
+                let decision = answer.decide(tool.as_str(), summary).await;
+                if let Err(e) = approver.resolve_approval(request_id, decision).await {
+                    eprintln!("warning: could not answer the permission request: {e}");
+                }
             }
             if msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id.as_str()) {
                 return;

@@ -192,6 +192,12 @@ impl ServiceRuntime {
         Ok(self.session(id)?.journal.subscribe(Some(after)))
     }
 
+    /// Starts the session's worker now instead of at the first turn (a no-op when it runs).
+    pub async fn start_worker(&self, id: &str) -> Result<()> {
+        let session = self.session(id)?;
+        self.worker(&session).await.map(drop)
+    }
+
     async fn worker(&self, session: &Arc<Session>) -> Result<WorkerHandle> {
         let mut slot = session.worker.lock().await;
         if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
@@ -347,8 +353,9 @@ impl ServiceRuntime {
     /// Stops the session's worker, forgets its grants and deletes its files.
     pub async fn delete_session(&self, id: &str) -> Result<()> {
         let session = self.session(id)?;
-        self.stop_session(&session, "the session was deleted").await;
+        // First, so its pending requests answer "session deleted" rather than "turn ended".
         self.inner.approvals.drop_session(id);
+        self.stop_session(&session, "the session was deleted").await;
         self.sessions().remove(id);
         std::fs::remove_dir_all(&session.dir)
             .map_err(|e| RuntimeError::io("cannot delete", &session.dir, e))

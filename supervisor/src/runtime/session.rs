@@ -30,10 +30,25 @@ pub struct TurnOutcome {
     pub error: Option<(String, String)>,
 }
 
+/// How a turn ended, as the worker (or the supervisor, for a dead worker) reports it.
+pub struct TurnEnd {
+    /// Turn id.
+    pub turn_id: String,
+    /// How it ended.
+    pub status: TurnStatus,
+    /// Final assistant text.
+    pub final_message: String,
+    /// Messages it added to the conversation.
+    pub messages: Vec<ChatMessage>,
+    /// Token usage.
+    pub usage: Usage,
+    /// `(code, message)` when it did not complete.
+    pub error: Option<(String, String)>,
+}
+
 struct ActiveTurn {
     turn_id: String,
     done: Option<oneshot::Sender<TurnOutcome>>,
-    error: Option<(String, String)>,
 }
 
 /// A live session.
@@ -166,18 +181,8 @@ impl Session {
         record.save(&self.dir.join("session.json"))
     }
 
-    /// Journals and broadcasts an event; remembers the error that ends the running turn.
+    /// Journals and broadcasts an event.
     pub fn emit(&self, payload: EventPayload) {
-        if let EventPayload::Error {
-            turn_id: Some(t),
-            code,
-            message,
-        } = &payload
-        {
-            if let Some(active) = lock(&self.active).as_mut().filter(|a| &a.turn_id == t) {
-                active.error = Some((code.clone(), message.clone()));
-            }
-        }
         if let Err(e) = self.journal.emit(payload) {
             tracing::error!(session = %self.id, "event not journaled: {e}");
         }
@@ -237,7 +242,6 @@ impl Session {
             *active = Some(ActiveTurn {
                 turn_id: turn_id.to_string(),
                 done: Some(tx),
-                error: None,
             });
         }
         self.update(|r| {
@@ -262,56 +266,65 @@ impl Session {
         }
     }
 
-    /// Records the end of `turn_id`: persists its messages, updates the record and wakes the waiter.
-    pub fn finish_turn(
-        &self,
-        turn_id: &str,
-        status: TurnStatus,
-        final_message: String,
-        messages: &[ChatMessage],
-        usage: Usage,
-    ) {
-        let Some(mut active) = lock(&self.active).take_if(|a| a.turn_id == turn_id) else {
+    /// Records the end of `turn_id` (history, record), then emits its `turn_completed` or `error` event, then wakes
+    /// the waiter: whoever sees the end event finds the session idle and the history saved.
+    pub fn finish_turn(&self, end: TurnEnd) {
+        let Some(mut active) = lock(&self.active).take_if(|a| a.turn_id == end.turn_id) else {
             return;
         };
-        if let Err(e) = self.append_history(messages) {
+        if let Err(e) = self.append_history(&end.messages) {
             tracing::error!(session = %self.id, "history not persisted: {e}");
         }
         let _ = self.update(|r| {
             r.status = SessionStatus::Idle;
             r.active_turn = None;
             r.last_turn = Some(LastTurn {
-                turn_id: turn_id.to_string(),
-                status,
+                turn_id: end.turn_id.clone(),
+                status: end.status,
                 finished_at: now(),
             });
         });
+        let error = match end.status {
+            TurnStatus::Completed => None,
+            _ => Some(
+                end.error
+                    .unwrap_or_else(|| ("failed".into(), "the turn failed".into())),
+            ),
+        };
+        self.emit(match &error {
+            None => EventPayload::TurnCompleted {
+                turn_id: end.turn_id.clone(),
+                final_message: end.final_message.clone(),
+                usage: end.usage,
+            },
+            Some((code, message)) => EventPayload::Error {
+                turn_id: Some(end.turn_id.clone()),
+                code: code.clone(),
+                message: message.clone(),
+            },
+        });
         if let Some(done) = active.done.take() {
             let _ = done.send(TurnOutcome {
-                turn_id: turn_id.to_string(),
-                status,
-                final_message,
-                usage,
-                error: active.error.take(),
+                turn_id: end.turn_id,
+                status: end.status,
+                final_message: end.final_message,
+                usage: end.usage,
+                error,
             });
         }
     }
 
-    /// Ends the running turn (if any) with an `error` event of `code`, without messages.
+    /// Ends the running turn (if any) as failed with `code`, keeping no messages.
     pub fn fail_active_turn(&self, code: &str, message: &str) -> Option<String> {
         let turn_id = self.active_turn()?;
-        self.emit(EventPayload::Error {
-            turn_id: Some(turn_id.clone()),
-            code: code.into(),
-            message: message.into(),
+        self.finish_turn(TurnEnd {
+            turn_id: turn_id.clone(),
+            status: TurnStatus::Failed,
+            final_message: String::new(),
+            messages: Vec::new(),
+            usage: Usage::default(),
+            error: Some((code.into(), message.into())),
         });
-        self.finish_turn(
-            &turn_id,
-            TurnStatus::Failed,
-            String::new(),
-            &[],
-            Usage::default(),
-        );
         Some(turn_id)
     }
 

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::approvals::Pending;
 use super::error::{Result, RuntimeError};
 use super::launcher::LaunchSpec;
-use super::session::Session;
+use super::session::{Session, TurnEnd};
 use super::Inner;
 use crate::providers;
 
@@ -372,10 +372,17 @@ impl Actor {
                 final_message,
                 messages,
                 usage,
+                error,
             } => {
                 self.rt.approvals.drop_turn(&turn_id);
-                self.session
-                    .finish_turn(&turn_id, status, final_message, &messages, usage);
+                self.session.finish_turn(TurnEnd {
+                    turn_id,
+                    status,
+                    final_message,
+                    messages,
+                    usage,
+                    error,
+                });
             }
             ToSupervisor::CommandFinished { exec_id, exit_code } => {
                 self.session.finish_command(&exec_id, exit_code)

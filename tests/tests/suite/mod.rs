@@ -1,3 +1,4 @@
+mod approvals;
 mod bundles;
 mod run_cli;
 mod support;

@@ -168,7 +168,8 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         omitted: 0,
         spawn_error: None,
     };
-    let spawned = tokio::process::Command::new(shell())
+    let mut command = tokio::process::Command::new(shell());
+    command
         .arg("-c")
         .arg(&req.command)
         .current_dir(&req.cwd)
@@ -176,8 +177,17 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
+        .kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe. It makes the shell die with a worker killed outright
+    // (its own group is killed by us on every other path).
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let spawned = command.spawn();
     match spawned {
         Ok(child) => supervise(out, &req, child, cancel, &mut outcome).await,
         Err(e) => {
