@@ -1,11 +1,12 @@
 //! Runtime benchmarks: `cargo bench -p service-supervisor --bench runtime`.
 //!
 //! Prints medians (and p90) measured in one run, so machine noise affects every row alike:
-//! - session create: `create_session` plus the worker spawned and handshaken;
-//! - text-only turn on a warm session with the scripted provider (full round trip through the worker);
-//! - turn overhead: the same turn minus the provider's own time (the scripted provider has none, so the turn time
-//!   is all overhead);
-//! - one-shot `service-rs run` wall time, as a user runs it.
+//! - session create: `create_session` plus the worker spawned and handshaken (on the host);
+//! - text-only turn on a warm session with the scripted provider (full round trip through the worker; the scripted
+//!   provider takes no time of its own, so the whole turn is runtime overhead);
+//! - one-shot `service-rs run` wall time, as a user runs it;
+//! - session create with the worker confined by bubblewrap, against a bare `bwrap --unshare-all true`;
+//! - `true` run as an operator command in a live sandbox, against `sh -c true` on the host.
 //!
 //! `BENCH_ITERS` sets the number of samples (default 200).
 
@@ -15,12 +16,16 @@ use std::time::{Duration, Instant};
 use service_ipc::{Task, TurnOverrides};
 use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
-fn write_bundle(dir: &Path) -> std::io::Result<()> {
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn write_bundle(dir: &Path, mode: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("resources"))?;
     std::fs::write(
         dir.join("service.bundle.json5"),
-        r#"{ manifest_version: "service.bundle/v1", id: "bench", version: "1.0.0", tools: ["Bash"],
-             sandbox: { mode: "danger_full_access" } }"#,
+        format!(
+            r#"{{ manifest_version: "service.bundle/v1", id: "bench", version: "1.0.0", tools: ["Bash"],
+                 sandbox: {{ mode: "{mode}" }} }}"#
+        ),
     )?;
     std::fs::write(
         dir.join("agent.yaml"),
@@ -46,24 +51,53 @@ fn stats(mut samples: Vec<Duration>) -> Stats {
     }
 }
 
+fn time(n: usize, mut f: impl FnMut() -> BenchResult<()>) -> BenchResult<Vec<Duration>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f()?;
+        out.push(t.elapsed());
+    }
+    Ok(out)
+}
+
 fn row(name: &str, s: &Stats) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "| {name:<44} | {:>10.3} | {:>10.3} |",
-        s.median.as_secs_f64() * 1e3,
-        s.p90.as_secs_f64() * 1e3
+        "| {name:<46} | {:>10.3} | {:>10.3} |",
+        ms(s.median),
+        ms(s.p90)
     );
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn ratio(name: &str, a: &Stats, b: &Stats) {
+    let r = a.median.as_secs_f64() / b.median.as_secs_f64();
+    println!("| {name:<46} | {:>9.2}x | {:>10} |", r, "");
+}
+
+/// Creates a session of `reference` and starts its worker; returns the time taken (the session is then deleted).
+async fn create_once(rt: &ServiceRuntime, reference: &str) -> BenchResult<Duration> {
+    let t = Instant::now();
+    let id = rt.create_session(reference, None)?.id;
+    rt.start_worker(&id).await?;
+    let took = t.elapsed();
+    rt.delete_session(&id).await?;
+    Ok(took)
+}
+
+fn main() -> BenchResult<()> {
     let iters: usize = std::env::var("BENCH_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_service-rs"));
     let home = tempfile::TempDir::new()?;
-    let bundle = tempfile::TempDir::new()?;
-    write_bundle(bundle.path())?;
-    let bundle_ref = bundle.path().display().to_string();
+    let host_bundle = tempfile::TempDir::new()?;
+    write_bundle(host_bundle.path(), "danger_full_access")?;
+    let host_ref = host_bundle.path().display().to_string();
+    let boxed_bundle = tempfile::TempDir::new()?;
+    write_bundle(boxed_bundle.path(), "workspace_write")?;
+    let boxed_ref = boxed_bundle.path().display().to_string();
     let rt = ServiceRuntime::new(
         ServiceHome::new(home.path()),
         RuntimeOptions::new(exe.clone()),
@@ -73,16 +107,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
 
-    let (create, turn) = tokio.block_on(async {
-        let mut create = Vec::new();
+    let (create, boxed_create, turn, boxed_true) = tokio.block_on(async {
+        let (mut create, mut boxed_create) = (Vec::new(), Vec::new());
         for _ in 0..iters.min(100) {
-            let t = Instant::now();
-            let id = rt.create_session(&bundle_ref, None)?.id;
-            rt.start_worker(&id).await?;
-            create.push(t.elapsed());
-            rt.delete_session(&id).await?;
+            create.push(create_once(&rt, &host_ref).await?);
+            boxed_create.push(create_once(&rt, &boxed_ref).await?);
         }
-        let id = rt.create_session(&bundle_ref, None)?.id;
+        let id = rt.create_session(&host_ref, None)?.id;
         rt.start_worker(&id).await?;
         let mut turn = Vec::new();
         for _ in 0..iters {
@@ -91,30 +122,69 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
             turn.push(t.elapsed());
         }
+        let boxed = rt.create_session(&boxed_ref, None)?.id;
+        rt.start_worker(&boxed).await?;
+        let mut boxed_true = Vec::new();
+        for _ in 0..iters {
+            let t = Instant::now();
+            rt.run_session_command(&boxed, "true").await?;
+            boxed_true.push(t.elapsed());
+        }
         rt.shutdown("bench over").await;
-        Ok::<_, Box<dyn std::error::Error>>((create, turn))
+        BenchResult::Ok((create, boxed_create, turn, boxed_true))
     })?;
 
-    let mut oneshot = Vec::new();
-    for _ in 0..iters.min(50) {
-        let t = Instant::now();
+    let oneshot = time(iters.min(50), || {
         let out = std::process::Command::new(&exe)
-            .args(["run", &bundle_ref, "--prompt", "hi"])
+            .args(["run", &host_ref, "--prompt", "hi"])
             .env("SERVICE_HOME", home.path())
             .output()?;
-        oneshot.push(t.elapsed());
-        if !out.status.success() {
-            return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into())
         }
-    }
+    })?;
+    let bare_bwrap = time(iters.min(100), || {
+        let status = std::process::Command::new("bwrap")
+            .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err("bwrap failed".into())
+        }
+    })?;
+    let host_true = time(iters, || {
+        std::process::Command::new("sh")
+            .args(["-c", "true"])
+            .status()?;
+        Ok(())
+    })?;
 
+    let (boxed_create, bare_bwrap) = (stats(boxed_create), stats(bare_bwrap));
+    let (boxed_true, host_true) = (stats(boxed_true), stats(host_true));
     println!(
-        "| {:<44} | {:>10} | {:>10} |",
+        "| {:<46} | {:>10} | {:>10} |",
         "benchmark", "median ms", "p90 ms"
     );
-    println!("|{:-<46}|{:-<12}|{:-<12}|", "", "", "");
-    row("session create (worker up and handshaken)", &stats(create));
+    println!("|{:-<48}|{:-<12}|{:-<12}|", "", "", "");
+    row("session create, host worker", &stats(create));
     row("text-only turn, warm session (all overhead)", &stats(turn));
     row("one-shot `service-rs run` wall time", &stats(oneshot));
+    row("session create, bwrap'd worker handshaken", &boxed_create);
+    row("bare `bwrap --unshare-all true`", &bare_bwrap);
+    ratio(
+        "ratio: sandboxed create / bare bwrap",
+        &boxed_create,
+        &bare_bwrap,
+    );
+    row("`true` in a live sandbox (operator command)", &boxed_true);
+    row("`sh -c true` on the host", &host_true);
+    ratio(
+        "ratio: sandboxed true / host `sh -c true`",
+        &boxed_true,
+        &host_true,
+    );
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
 //! - [`providers`]: model providers, serving the workers' model requests.
+//! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
 //!
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
@@ -12,6 +13,7 @@ pub mod bundle;
 pub mod home;
 pub mod providers;
 pub mod runtime;
+pub mod sandbox;
 
 pub use home::ServiceHome;
 pub use runtime::{RuntimeOptions, ServiceRuntime};

@@ -94,14 +94,30 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A runtime whose workers are this very binary.
-fn runtime(home: ServiceHome) -> anyhow::Result<service_supervisor::ServiceRuntime> {
+/// A runtime whose workers are this very binary; `dangerous` runs them all on the host.
+fn runtime(
+    home: ServiceHome,
+    dangerous: bool,
+) -> anyhow::Result<service_supervisor::ServiceRuntime> {
     let exe = std::env::current_exe()
         .context("cannot find the service-rs binary to start workers from")?;
-    Ok(service_supervisor::ServiceRuntime::new(
-        home,
-        service_supervisor::RuntimeOptions::new(exe),
-    ))
+    let mut options = service_supervisor::RuntimeOptions::new(exe);
+    options.dangerous_sandbox_mode = dangerous;
+    Ok(service_supervisor::ServiceRuntime::new(home, options))
+}
+
+/// Says once on stderr when the worker of this bundle will run without confinement.
+fn warn_unconfined(manifest: &service_supervisor::bundle::Manifest, dangerous: bool) {
+    if dangerous {
+        eprintln!(
+            "warning: --dangerous-sandbox-mode: the worker runs on the host without confinement"
+        );
+    } else if manifest.sandbox.mode == service_ipc::SandboxMode::DangerFullAccess {
+        eprintln!(
+            "warning: bundle {} uses sandbox mode danger_full_access: the worker runs on the host without confinement",
+            manifest.id
+        );
+    }
 }
 
 /// A Tokio runtime for the commands that run sessions.

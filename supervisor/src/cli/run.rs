@@ -105,7 +105,7 @@ fn ask(question: &str) -> ApprovalDecision {
 }
 
 pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let rt = super::runtime(home)?;
+    let rt = super::runtime(home, args.dangerous_sandbox_mode)?;
     super::tokio()?.block_on(async move {
         let result = one_turn(&rt, &args).await;
         rt.shutdown("the run ended").await;
@@ -139,13 +139,7 @@ async fn one_turn(
 ) -> anyhow::Result<ExitCode> {
     let record = rt.create_session(&args.bundle_ref, args.cwd.as_deref())?;
     let info = service_supervisor::bundle::resolve(rt.home(), &record.bundle.reference)?;
-    let mode = info.manifest.sandbox.mode;
-    if !args.dangerous_sandbox_mode && mode != service_ipc::SandboxMode::DangerFullAccess {
-        eprintln!(
-            "warning: sandbox mode {mode} is not enforced yet (bubblewrap confinement is still to come); the worker \
-             runs on the host"
-        );
-    }
+    super::warn_unconfined(&info.manifest, args.dangerous_sandbox_mode);
     let mut events = rt.subscribe_session(&record.id)?;
     let overrides = TurnOverrides {
         cwd: None,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use service_supervisor::ServiceHome;
 
 pub fn list(home: ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
-    let records = super::runtime(home)?.list_sessions()?;
+    let records = super::runtime(home, false)?.list_sessions()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&records)?);
         return Ok(ExitCode::SUCCESS);

@@ -42,6 +42,9 @@ pub enum RuntimeError {
     /// The session of the approval request was deleted (resolve_approval).
     #[error("approval request \"{0}\" belongs to a session that was deleted")]
     ApprovalSessionGone(String),
+    /// The bundle needs a confined sandbox that this machine cannot provide (start_turn, run_session_command).
+    #[error("{0}")]
+    SandboxUnavailable(String),
     /// The worker could not be started or reached (start_turn, run_session_command).
     #[error("the session worker is unavailable: {0}")]
     WorkerUnavailable(String),

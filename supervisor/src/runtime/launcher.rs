@@ -10,6 +10,8 @@ use crate::bundle::SandboxSpec;
 
 /// What the runtime knows about the worker to start.
 pub struct LaunchSpec<'a> {
+    /// The session the worker serves.
+    pub session_id: &'a str,
     /// The `service-rs` binary carrying the worker entry.
     pub exe: &'a Path,
     /// The supervisor's listening socket (host path).
@@ -32,6 +34,8 @@ pub struct Launch {
     pub workspace: PathBuf,
     /// The mode that actually confines the worker.
     pub confinement: SandboxMode,
+    /// Kept until the worker has exited, then dropped (e.g. its cgroups, removed on drop).
+    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Starts workers.
@@ -83,6 +87,7 @@ impl Launcher for HostLauncher {
             bundle_dir: spec.bundle_root.to_path_buf(),
             workspace: spec.workspace.to_path_buf(),
             confinement: SandboxMode::DangerFullAccess,
+            guard: None,
         })
     }
 }

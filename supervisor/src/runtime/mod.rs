@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use service_ipc::{ApprovalDecision, EventPayload, Task, ToWorker, TurnContext, TurnOverrides};
+use service_ipc::{
+    ApprovalDecision, EventPayload, SandboxMode, Task, ToWorker, TurnContext, TurnOverrides,
+};
 use tokio::sync::oneshot;
 
 pub use error::{Result, RuntimeError};
@@ -31,12 +33,13 @@ pub use record::SessionRecord;
 pub use session::TurnOutcome;
 
 use approvals::ApprovalStore;
-use launcher::{HostLauncher, Launcher};
+use launcher::Launcher;
 use session::Session;
 use worker::WorkerHandle;
 
 use crate::bundle;
 use crate::home::ServiceHome;
+use crate::sandbox::SandboxLauncher;
 
 /// Settings of a runtime.
 #[derive(Debug, Clone)]
@@ -49,6 +52,8 @@ pub struct RuntimeOptions {
     pub hang_timeout: Duration,
     /// Time a new worker has to connect and finish the handshake.
     pub handshake_timeout: Duration,
+    /// Run every worker on the host, whatever its manifest asks (`--dangerous-sandbox-mode`).
+    pub dangerous_sandbox_mode: bool,
 }
 
 impl RuntimeOptions {
@@ -63,6 +68,7 @@ impl RuntimeOptions {
             heartbeat: Duration::from_millis((hang_ms / 5).clamp(50, 1000)),
             hang_timeout: Duration::from_millis(hang_ms),
             handshake_timeout: Duration::from_secs(10),
+            dangerous_sandbox_mode: false,
         }
     }
 }
@@ -99,9 +105,10 @@ pub struct ServiceRuntime {
 }
 
 impl ServiceRuntime {
-    /// A runtime over the store at `home`, starting workers on the host.
+    /// A runtime over the store at `home`, confining workers as their manifests say.
     pub fn new(home: ServiceHome, options: RuntimeOptions) -> Self {
-        Self::with_launcher(home, options, Box::new(HostLauncher))
+        let launcher = SandboxLauncher::new(options.dangerous_sandbox_mode);
+        Self::with_launcher(home, options, Box::new(launcher))
     }
 
     /// A runtime with a specific launcher.
@@ -243,6 +250,15 @@ impl ServiceRuntime {
                 return Err(e);
             }
         };
+        if worker.confinement != SandboxMode::DangerFullAccess && !cwd.starts_with(&worker.paths.0)
+        {
+            session.abandon_turn(&turn_id);
+            return Err(RuntimeError::InvalidRequest(format!(
+                "cwd {} is outside the session workspace {}; a sandboxed turn can only run inside it",
+                cwd.display(),
+                worker.paths.0.display()
+            )));
+        }
         let context = TurnContext {
             cwd: worker.worker_path(&cwd).display().to_string(),
             model,

@@ -117,12 +117,14 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
     let record = session.record();
     let host_workspace = PathBuf::from(&record.cwd);
     let launch = rt.launcher.prepare(&LaunchSpec {
+        session_id: &session.id,
         exe: &rt.options.worker_exe,
         socket: &socket,
         bundle_root: &session.bundle.root,
         workspace: &host_workspace,
         sandbox: &session.bundle.manifest.sandbox,
     })?;
+    let guard = launch.guard;
     let mut command = launch.command;
     command
         .kill_on_drop(true)
@@ -209,7 +211,10 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         model_tasks: HashMap::new(),
         last_seen: Instant::now(),
     };
-    tokio::spawn(actor.run(conn, child, rx, kill, exited_tx, run_dir));
+    tokio::spawn(async move {
+        actor.run(conn, child, rx, kill, exited_tx, run_dir).await;
+        drop(guard);
+    });
     Ok(handle)
 }
 

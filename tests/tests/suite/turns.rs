@@ -14,13 +14,18 @@ struct Fixture {
     cwd: TempDir,
 }
 
+/// A sandboxed (workspace_write) session fixture.
 fn fixture(script: &str, agent_extra: &str) -> Fixture {
+    fixture_in(script, agent_extra, "workspace_write")
+}
+
+fn fixture_in(script: &str, agent_extra: &str, mode: &str) -> Fixture {
     let f = Fixture {
         home: TempDir::new().unwrap(),
         bundle: TempDir::new().unwrap(),
         cwd: TempDir::new().unwrap(),
     };
-    write_bundle(f.bundle.path(), script, agent_extra, "workspace_write");
+    write_bundle(f.bundle.path(), script, agent_extra, mode);
     f
 }
 
@@ -85,12 +90,11 @@ async fn text_only_turn_streams_reasoning_then_text_then_completes() {
     };
     assert_eq!(prompt, "hi");
     assert_eq!(context.model.provider, "scripted");
+    // The context reports what ran: the sandbox's view of the workspace and the mode that confined it.
+    assert_eq!(context.cwd, "/workspace");
     assert_eq!(
-        context.cwd,
-        std::fs::canonicalize(f.cwd.path())
-            .unwrap()
-            .display()
-            .to_string()
+        context.sandbox_mode,
+        service_ipc::SandboxMode::WorkspaceWrite
     );
     let text: String = events
         .iter()
@@ -265,7 +269,8 @@ async fn wait_for_file(path: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_killed_mid_turn_fails_the_turn_and_the_next_turn_respawns_it() {
-    let f = fixture(SLOW_TOOL, "");
+    // On the host, so the test can read the worker's pid ($PPID of the tool's shell) and kill it.
+    let f = fixture_in(SLOW_TOOL, "", "danger_full_access");
     let rt = runtime(f.home.path());
     let id = f.session(&rt);
     let mut events = rt.subscribe_session(&id).unwrap();

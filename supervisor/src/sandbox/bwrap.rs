@@ -1,0 +1,263 @@
+//! The bubblewrap command line: a pure function from a resolved profile and the session's paths to the argument
+//! vector, so the whole vector can be checked in a test.
+//!
+//! Mount order (bwrap applies arguments in order, and a later mount may sit inside an earlier one):
+//! 1. namespaces and lifecycle: `--die-with-parent --new-session --unshare-all [--share-net] --cap-drop ALL`;
+//! 2. environment: `--clearenv` and the minimal variables;
+//! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
+//! 4. host system tools, as the profile resolved them;
+//! 5. the worker binary, read-only, at [`WORKER_EXE`];
+//! 6. the bundle, read-only, at [`BUNDLE_DIR`];
+//! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write;
+//! 8. the IPC socket directory at [`SOCKET_DIR`] (read-write, so the worker can connect);
+//! 9. `--chdir` into the workspace, then the worker command.
+//!
+//! Anything not mounted does not exist inside: the host home, `$SERVICE_HOME`, other sessions, `/var`, `/root`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::profile::Mount;
+
+/// The worker binary inside the sandbox.
+pub const WORKER_EXE: &str = "/run/service/service-rs";
+/// The socket directory inside the sandbox.
+pub const SOCKET_DIR: &str = "/run/service/ipc";
+/// The bundle inside the sandbox.
+pub const BUNDLE_DIR: &str = "/bundle";
+/// The workspace inside the sandbox.
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// The worker's PATH inside the sandbox.
+pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+
+/// Host paths of one worker's sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPaths {
+    /// The `service-rs` binary.
+    pub exe: PathBuf,
+    /// Directory holding the worker socket.
+    pub socket_dir: PathBuf,
+    /// File name of the socket in it.
+    pub socket_name: String,
+    /// Bundle root.
+    pub bundle: PathBuf,
+    /// Session workspace.
+    pub workspace: PathBuf,
+}
+
+/// What the sandbox allows beyond its mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permissions {
+    /// Mount the workspace read-write.
+    pub workspace_writable: bool,
+    /// Keep the host network namespace.
+    pub share_net: bool,
+}
+
+fn push(args: &mut Vec<OsString>, items: &[&str]) {
+    args.extend(items.iter().map(OsString::from));
+}
+
+fn push_mount(args: &mut Vec<OsString>, flag: &str, a: &Path, b: &Path) {
+    args.push(flag.into());
+    args.push(a.into());
+    args.push(b.into());
+}
+
+/// The bwrap arguments (without the `bwrap` program itself) that run the worker.
+pub fn args(
+    mounts: &[Mount],
+    paths: &HostPaths,
+    perms: Permissions,
+    lang: &str,
+    term: &str,
+) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    push(
+        &mut a,
+        &["--die-with-parent", "--new-session", "--unshare-all"],
+    );
+    if perms.share_net {
+        push(&mut a, &["--share-net"]);
+    }
+    push(&mut a, &["--cap-drop", "ALL"]);
+    push(
+        &mut a,
+        &[
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            SANDBOX_PATH,
+            "--setenv",
+            "HOME",
+            WORKSPACE_DIR,
+        ],
+    );
+    push(
+        &mut a,
+        &["--setenv", "LANG", lang, "--setenv", "TERM", term],
+    );
+    push(
+        &mut a,
+        &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
+    );
+    for m in mounts {
+        match m {
+            Mount::ReadOnly { src, dest } => push_mount(&mut a, "--ro-bind", src, dest),
+            Mount::ReadWrite { src, dest } => push_mount(&mut a, "--bind", src, dest),
+            Mount::Symlink { target, link } => push_mount(&mut a, "--symlink", target, link),
+        }
+    }
+    push_mount(&mut a, "--ro-bind", &paths.exe, Path::new(WORKER_EXE));
+    push_mount(&mut a, "--ro-bind", &paths.bundle, Path::new(BUNDLE_DIR));
+    let ws_flag = if perms.workspace_writable {
+        "--bind"
+    } else {
+        "--ro-bind"
+    };
+    push_mount(&mut a, ws_flag, &paths.workspace, Path::new(WORKSPACE_DIR));
+    push_mount(&mut a, "--bind", &paths.socket_dir, Path::new(SOCKET_DIR));
+    push(
+        &mut a,
+        &[
+            "--chdir",
+            WORKSPACE_DIR,
+            "--",
+            WORKER_EXE,
+            "worker",
+            "--socket",
+        ],
+    );
+    a.push(Path::new(SOCKET_DIR).join(&paths.socket_name).into());
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn paths() -> HostPaths {
+        HostPaths {
+            exe: "/opt/bin/service-rs".into(),
+            socket_dir: "/home/u/.service/run/s1".into(),
+            socket_name: "w.sock".into(),
+            bundle: "/home/u/.service/bundles/installs/local/hello/0.1.0".into(),
+            workspace: "/home/u/.service/sessions/s1/workspace".into(),
+        }
+    }
+
+    fn strings(args: Vec<OsString>) -> Vec<String> {
+        args.into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn read_only_without_network_gives_exactly_this_command_line() {
+        let mounts = vec![
+            Mount::ReadOnly {
+                src: "/usr".into(),
+                dest: "/usr".into(),
+            },
+            Mount::Symlink {
+                target: "usr/bin".into(),
+                link: "/bin".into(),
+            },
+            Mount::ReadOnly {
+                src: "/run/systemd/resolve/stub-resolv.conf".into(),
+                dest: "/etc/resolv.conf".into(),
+            },
+        ];
+        let perms = Permissions {
+            workspace_writable: false,
+            share_net: false,
+        };
+        let expected: Vec<&str> = vec![
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-all",
+            "--cap-drop",
+            "ALL",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            SANDBOX_PATH,
+            "--setenv",
+            "HOME",
+            "/workspace",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "TERM",
+            "dumb",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--ro-bind",
+            "/run/systemd/resolve/stub-resolv.conf",
+            "/etc/resolv.conf",
+            "--ro-bind",
+            "/opt/bin/service-rs",
+            "/run/service/service-rs",
+            "--ro-bind",
+            "/home/u/.service/bundles/installs/local/hello/0.1.0",
+            "/bundle",
+            "--ro-bind",
+            "/home/u/.service/sessions/s1/workspace",
+            "/workspace",
+            "--bind",
+            "/home/u/.service/run/s1",
+            "/run/service/ipc",
+            "--chdir",
+            "/workspace",
+            "--",
+            "/run/service/service-rs",
+            "worker",
+            "--socket",
+            "/run/service/ipc/w.sock",
+        ];
+        assert_eq!(
+            strings(args(&mounts, &paths(), perms, "C.UTF-8", "dumb")),
+            expected
+        );
+    }
+
+    #[test]
+    fn workspace_write_with_network_binds_read_write_and_shares_the_network() {
+        let perms = Permissions {
+            workspace_writable: true,
+            share_net: true,
+        };
+        let a = strings(args(&[], &paths(), perms, "C", "xterm"));
+        assert_eq!(
+            &a[..6],
+            [
+                "--die-with-parent",
+                "--new-session",
+                "--unshare-all",
+                "--share-net",
+                "--cap-drop",
+                "ALL"
+            ]
+        );
+        let ws = a
+            .iter()
+            .position(|x| x == "/home/u/.service/sessions/s1/workspace")
+            .unwrap();
+        assert_eq!(a[ws - 1], "--bind");
+        assert!(!a
+            .iter()
+            .any(|x| x.contains("/home/u") && !x.starts_with("/home/u/.service")));
+    }
+}

@@ -1,0 +1,128 @@
+//! Confinement of session workers with bubblewrap, as the bundle's manifest asks.
+//!
+//! - [`profile`]: the embedded `sandbox-profiles/` data and its resolution against the host.
+//! - [`bwrap`]: the pure function from a resolved profile to the bwrap argument vector.
+//! - [`limits`]: cgroups and rlimits for `sandbox.resources`.
+//!
+//! The launcher wraps the worker process itself, so the Bash tool and operator commands run inside the same
+//! sandbox without another bwrap per command. `danger_full_access`, or `--dangerous-sandbox-mode`, runs the worker
+//! on the host; a confined mode without bwrap is an error that says how to fix it, never a silent fallback.
+
+pub mod bwrap;
+pub mod limits;
+pub mod profile;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::runtime::error::{Result, RuntimeError};
+use crate::runtime::launcher::{HostLauncher, Launch, LaunchSpec, Launcher};
+
+/// Starts workers confined as their manifest says (or on the host when `dangerous` is set).
+pub struct SandboxLauncher {
+    dangerous: bool,
+    bwrap: Option<PathBuf>,
+}
+
+impl SandboxLauncher {
+    /// A launcher that finds bwrap in PATH; `dangerous` runs every worker on the host.
+    pub fn new(dangerous: bool) -> Self {
+        SandboxLauncher {
+            dangerous,
+            bwrap: find_bwrap(),
+        }
+    }
+}
+
+/// bwrap in PATH, if installed.
+pub fn find_bwrap() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("bwrap"))
+        .find(|p| p.is_file())
+}
+
+fn unavailable(mode: service_ipc::SandboxMode) -> RuntimeError {
+    if cfg!(target_os = "linux") {
+        RuntimeError::SandboxUnavailable(format!(
+            "this bundle's sandbox mode {mode} needs bubblewrap, which is not installed: install the bubblewrap \
+             package (e.g. apt-get install bubblewrap) or pass --dangerous-sandbox-mode to run without confinement"
+        ))
+    } else {
+        RuntimeError::SandboxUnavailable(format!(
+            "this bundle's sandbox mode {mode} needs bubblewrap, which exists only on Linux: pass \
+             --dangerous-sandbox-mode to run without confinement"
+        ))
+    }
+}
+
+impl Launcher for SandboxLauncher {
+    fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch> {
+        let sandbox = spec.sandbox;
+        let mode = profile::mode_profile(sandbox.mode).map_err(RuntimeError::SandboxUnavailable)?;
+        if self.dangerous || !mode.confined {
+            return HostLauncher.prepare(spec);
+        }
+        let bwrap = match (&self.bwrap, cfg!(target_os = "linux")) {
+            (Some(b), true) => b,
+            _ => return Err(unavailable(sandbox.mode)),
+        };
+        let tools = profile::tools_profile(sandbox.system_tools_mode)
+            .map_err(RuntimeError::SandboxUnavailable)?;
+        let mounts = profile::host_mounts(
+            &tools,
+            &sandbox.executables,
+            sandbox.permissions.network_enabled(),
+        )
+        .map_err(RuntimeError::SandboxUnavailable)?;
+        let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
+        let paths = bwrap::HostPaths {
+            exe,
+            socket_dir: spec.socket.parent().unwrap_or(Path::new("/")).to_path_buf(),
+            socket_name: spec
+                .socket
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            bundle: spec.bundle_root.to_path_buf(),
+            workspace: spec.workspace.to_path_buf(),
+        };
+        let perms = bwrap::Permissions {
+            workspace_writable: mode.workspace_writable,
+            share_net: sandbox.permissions.network_enabled(),
+        };
+        let lang = std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into());
+        let term = std::env::var("TERM").unwrap_or_else(|_| "dumb".into());
+        let mut command = tokio::process::Command::new(bwrap);
+        command.args(bwrap::args(&mounts, &paths, perms, &lang, &term));
+        // bwrap's own environment is visible in the sandbox as /proc/1/environ: give it nothing worth reading.
+        command
+            .env_clear()
+            .env("PATH", bwrap::SANDBOX_PATH)
+            .current_dir("/");
+        let limits = Arc::new(limits::Limits::create(
+            spec.session_id,
+            limits::Budget {
+                cpu: sandbox.resources.cpu,
+                memory_mb: sandbox.resources.memory_mb,
+            },
+        ));
+        tracing::debug!(
+            session = spec.session_id,
+            "worker limits: {}",
+            limits.describe()
+        );
+        let in_child = limits.clone();
+        // SAFETY: apply_in_child only makes async-signal-safe system calls on memory prepared before the fork.
+        unsafe {
+            command.pre_exec(move || in_child.apply_in_child());
+        }
+        Ok(Launch {
+            command,
+            bundle_dir: PathBuf::from(bwrap::BUNDLE_DIR),
+            workspace: PathBuf::from(bwrap::WORKSPACE_DIR),
+            confinement: sandbox.mode,
+            guard: Some(Box::new(limits)),
+        })
+    }
+}

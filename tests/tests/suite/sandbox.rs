@@ -1,0 +1,313 @@
+//! The escape suite: real turns whose scripted model runs Bash inside the bubblewrap sandbox, through the real
+//! `service-rs run` binary. Each case tries to get out and must fail or see nothing; the positive cases prove the
+//! sandbox still lets through what the manifest allows.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::support::Env;
+
+/// Writes a bundle at `work/<name>` whose model runs `command` with Bash, then answers with the tool output.
+fn bundle(env: &Env, name: &str, sandbox: &str, command: &str) {
+    let dir = env.path(name);
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        format!(r#"{{ manifest_version: "service.bundle/v1", id: "{name}", version: "1.0.0", tools: ["Bash"], sandbox: {sandbox} }}"#),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("agent.yaml"),
+        "model: { provider: scripted, name: s, config: { script: resources/script.json5 } }\n",
+    )
+    .unwrap();
+    let script = serde_json::json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": command}}]},
+        {"text": "{{last_tool_output}}"},
+    ]}]});
+    std::fs::write(dir.join("resources/script.json5"), script.to_string()).unwrap();
+}
+
+/// Runs the bundle's turn and returns what the command printed (the final answer).
+fn attempt(env: &Env, name: &str, sandbox: &str, command: &str) -> String {
+    bundle(env, name, sandbox, command);
+    let run = env.run(&["run", &format!("./{name}"), "--prompt", "go", "--cwd", "ws"]);
+    run.ok().to_string()
+}
+
+fn env_with_workspace() -> Env {
+    let env = Env::new();
+    std::fs::create_dir(env.path("ws")).unwrap();
+    env
+}
+
+const NO_NET: &str = r#"{ mode: "workspace_write", permissions: { network: [] } }"#;
+const READ_ONLY: &str = r#"{ mode: "read_only", permissions: { network: [] } }"#;
+const NET: &str = r#"{ mode: "workspace_write", permissions: { network: ["*"] } }"#;
+
+#[test]
+fn a_secret_in_the_host_home_is_invisible() {
+    let env = env_with_workspace();
+    let home = env.path("hosthome");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("secret.txt"), "TOPSECRET").unwrap();
+    let cmd = format!(
+        "cat {0}/secret.txt; cat ~/secret.txt; ls -a /root /home; echo end",
+        home.display()
+    );
+    bundle(&env, "peek", NO_NET, &cmd);
+    let run = env
+        .command(&["run", "./peek", "--prompt", "go", "--cwd", "ws"])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{out}");
+    assert!(!out.contains("TOPSECRET"), "{out}");
+    assert!(
+        out.contains("No such file or directory") && out.contains("end"),
+        "{out}"
+    );
+}
+
+#[test]
+fn writes_outside_the_workspace_fail_and_leave_the_host_untouched() {
+    let env = env_with_workspace();
+    let outside = env.path("outside.txt");
+    let cmd = format!(
+        "echo x > {0}; echo x > /bundle/planted; echo x > /usr/planted; echo x > /etc/planted; echo end",
+        outside.display()
+    );
+    let out = attempt(&env, "writer", NO_NET, &cmd);
+    assert!(!outside.exists());
+    assert!(!env.path("writer/planted").exists());
+    assert!(!Path::new("/usr/planted").exists() && !Path::new("/etc/planted").exists());
+    assert!(
+        out.contains("Read-only file system") && out.contains("end"),
+        "{out}"
+    );
+}
+
+#[test]
+fn read_only_mode_refuses_writes_inside_the_workspace() {
+    let env = env_with_workspace();
+    let out = attempt(&env, "ro", READ_ONLY, "echo x > inside.txt; echo end");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!env.path("ws/inside.txt").exists());
+}
+
+#[test]
+fn workspace_write_mode_writes_reach_the_host() {
+    let env = env_with_workspace();
+    let out = attempt(
+        &env,
+        "rw",
+        NO_NET,
+        "echo made-inside > made.txt && echo wrote",
+    );
+    assert!(out.contains("wrote"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/made.txt")).unwrap(),
+        "made-inside\n"
+    );
+}
+
+/// A listener on the host's loopback that records whether anyone connected.
+fn host_listener() -> (u16, std::sync::mpsc::Receiver<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        listener.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok((mut s, _)) = listener.accept() {
+                let _ = tx.send(());
+                let mut buf = [0u8; 16];
+                let _ = s.read(&mut buf);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn without_network_the_host_loopback_is_unreachable() {
+    let env = env_with_workspace();
+    let (port, seen) = host_listener();
+    let cmd = format!("(exec 3<>/dev/tcp/127.0.0.1/{port}) && echo connected || echo refused");
+    let out = attempt(&env, "offline", NO_NET, &cmd);
+    assert!(
+        out.contains("refused") && !out.contains("connected"),
+        "{out}"
+    );
+    assert!(
+        seen.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the host listener saw a connection"
+    );
+}
+
+#[test]
+fn with_network_star_the_host_loopback_is_reachable() {
+    let env = env_with_workspace();
+    let (port, seen) = host_listener();
+    let cmd = format!("(exec 3<>/dev/tcp/127.0.0.1/{port}) && echo connected || echo refused");
+    let out = attempt(&env, "online", NET, &cmd);
+    assert!(out.contains("connected"), "{out}");
+    assert!(seen.recv_timeout(Duration::from_secs(5)).is_ok());
+}
+
+#[test]
+fn the_provider_key_is_in_no_environment_the_sandbox_can_read() {
+    let env = env_with_workspace();
+    bundle(
+        &env,
+        "keys",
+        NO_NET,
+        "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done; echo end",
+    );
+    let run = env
+        .command(&["run", "./keys", "--prompt", "go", "--cwd", "ws"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-SECRET-123")
+        .env("OPENAI_API_KEY", "sk-SECRET-456")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && out.contains("PATH=") && out.contains("end"),
+        "{out}"
+    );
+    assert!(!out.contains("SECRET"), "{out}");
+}
+
+#[test]
+fn other_sessions_and_the_store_are_invisible() {
+    let env = env_with_workspace();
+    attempt(&env, "first", NO_NET, "echo first > note.txt");
+    let store = env.home.path().display().to_string();
+    let first_id = env.run(&["sessions", "--json"]).json()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = attempt(
+        &env,
+        "second",
+        NO_NET,
+        &format!("ls {store}/sessions; ls {store}; ls /; echo end"),
+    );
+    assert!(!out.contains(&first_id), "{out}");
+    assert!(
+        out.contains("No such file or directory") && out.contains("end"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("home") && !out.contains("root"),
+        "host directories listed in /: {out}"
+    );
+}
+
+#[test]
+fn host_processes_are_invisible() {
+    let env = env_with_workspace();
+    let me = std::process::id();
+    let out = attempt(
+        &env,
+        "ps",
+        NO_NET,
+        &format!("test -e /proc/{me} && echo visible || echo hidden; ls /proc | grep -c '^[0-9]'"),
+    );
+    assert!(out.contains("hidden"), "{out}");
+    let count: usize = out.lines().nth(1).unwrap().trim().parse().unwrap();
+    assert!(count < 10, "{count} processes visible: {out}");
+}
+
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+#[test]
+fn nothing_in_the_sandbox_outlives_a_killed_supervisor() {
+    let env = env_with_workspace();
+    let marker = format!("{}", 900_000 + std::process::id() % 99_999);
+    bundle(
+        &env,
+        "linger",
+        NO_NET,
+        &format!("sleep {marker} & sleep {marker}"),
+    );
+    let mut child = env
+        .command(&["run", "./linger", "--prompt", "go", "--cwd", "ws"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&format!("sleep {marker}")) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the sandboxed sleeps never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL: no cleanup code of the supervisor runs
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while processes_with(&format!("sleep {marker}")) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "sandboxed processes outlived the supervisor"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn memory_beyond_memory_mb_fails_the_command_not_the_supervisor() {
+    let env = env_with_workspace();
+    let sandbox = r#"{ mode: "workspace_write", permissions: { network: [] }, resources: { memory_mb: 128 } }"#;
+    let out = attempt(
+        &env,
+        "hog",
+        sandbox,
+        "x=$(head -c 400000000 /dev/zero | tr '\\0' a); echo survived ${#x}",
+    );
+    assert!(!out.contains("survived 400000000"), "{out}");
+    // The same machine still serves the next run.
+    let out = attempt(&env, "after", NO_NET, "echo still-serving");
+    assert!(out.contains("still-serving"), "{out}");
+}
+
+#[test]
+fn a_fork_storm_hits_the_process_limit() {
+    let env = env_with_workspace();
+    // 800 processes exceed the per-worker limit (512); bash reports each failed fork as "fork: <reason>".
+    let out = attempt(
+        &env,
+        "storm",
+        NO_NET,
+        "for i in $(seq 800); do sleep 3 & done 2>&1 | grep -c 'fork:'; wait; echo storm-over",
+    );
+    let failed: usize = out
+        .lines()
+        .next()
+        .unwrap_or("0")
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    assert!(failed > 0, "no fork failed: {out}");
+    assert!(out.contains("storm-over"), "{out}");
+}
