@@ -6,6 +6,7 @@
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
 //! - [`providers`]: model providers, serving the workers' model requests.
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
+//! - [`server`]: the HTTP API and event stream over the runtime.
 //!
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
@@ -14,6 +15,7 @@ pub mod home;
 pub mod providers;
 pub mod runtime;
 pub mod sandbox;
+pub mod server;
 
 pub use home::ServiceHome;
 pub use runtime::{RuntimeOptions, ServiceRuntime};

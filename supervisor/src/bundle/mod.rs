@@ -20,7 +20,7 @@ pub mod template;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use agent::AgentSpec;
 pub use error::{BundleError, Result};
@@ -32,7 +32,7 @@ use agent::AGENT_FILE;
 use manifest::MANIFEST_FILE;
 
 /// Where a loaded bundle came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Origin {
     /// Installed in the local store under a namespace.
@@ -125,7 +125,7 @@ fn read_text(path: &Path) -> Result<String> {
 }
 
 /// Metadata of a bundle as `inspect --json` and `bundles --json` print it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BundleInfo {
     /// Bundle id.
     pub id: String,

@@ -33,13 +33,7 @@ pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::R
 }
 
 pub fn inspect(home: &ServiceHome, reference: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let info = bundle::resolve(home, reference)?.info();
-    if json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
-    } else {
-        print!("{}", describe(&info));
-    }
-    Ok(ExitCode::SUCCESS)
+    print_info(&bundle::resolve(home, reference)?.info(), json)
 }
 
 pub fn list(home: &ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
@@ -50,8 +44,23 @@ pub fn list(home: &ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
             Err(e) => eprintln!("warning: skipping a damaged install: {e}"),
         }
     }
+    print_list(&infos, json)
+}
+
+/// `inspect` output: a summary, or the full metadata as JSON.
+pub fn print_info(info: &BundleInfo, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&infos)?);
+        println!("{}", serde_json::to_string_pretty(info)?);
+    } else {
+        print!("{}", describe(info));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `bundles` output: a table, or JSON.
+pub fn print_list(infos: &[BundleInfo], json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(infos)?);
         return Ok(ExitCode::SUCCESS);
     }
     if infos.is_empty() {

@@ -1,7 +1,9 @@
 //! The command line: clap definitions and one function per command. Errors end up here and are printed once.
 
 mod bundles;
+mod remote;
 mod run;
+mod serve;
 mod sessions;
 
 use std::path::PathBuf;
@@ -15,6 +17,9 @@ use service_supervisor::ServiceHome;
 #[derive(Debug, Parser)]
 #[command(name = "service-rs", version, about)]
 pub struct Cli {
+    /// Run the command against a running `service-rs serve` at this base URL (bundles, sessions, inspect, run).
+    #[arg(long, global = true, value_name = "BASE_URL")]
+    remote: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -53,6 +58,18 @@ enum Command {
     },
     /// Run one prompt in a fresh session and print the final answer.
     Run(run::RunArgs),
+    /// Start the HTTP server.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = service_supervisor::server::DEFAULT_BIND)]
+        bind: String,
+        /// Bearer token required by every endpoint but /healthz (required for a non-loopback bind).
+        #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Run every session worker on the host with no confinement.
+        #[arg(long)]
+        dangerous_sandbox_mode: bool,
+    },
     /// List persisted sessions.
     Sessions {
         /// Print JSON instead of a table.
@@ -80,18 +97,50 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Some(base) = cli.remote.as_deref() {
+        return dispatch_remote(base, cli.command);
+    }
     match cli.command {
         Command::Init { dir, force } => bundles::init(&dir, force),
         Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
         Command::Inspect { bundle_ref, json } => bundles::inspect(&home()?, &bundle_ref, json),
         Command::Bundles { json } => bundles::list(&home()?, json),
         Command::Run(args) => run::run(home()?, args),
+        Command::Serve {
+            bind,
+            token,
+            dangerous_sandbox_mode,
+        } => serve::serve(home()?, &bind, token, dangerous_sandbox_mode),
         Command::Sessions { json } => sessions::list(home()?, json),
         Command::Worker { socket } => {
             service_worker::main(&socket)?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
+    let remote = remote::Remote::new(base);
+    let rt = tokio()?;
+    match command {
+        Command::Bundles { json } => rt.block_on(remote::bundles(&remote, json)),
+        Command::Sessions { json } => rt.block_on(remote::sessions(&remote, json)),
+        Command::Inspect { bundle_ref, json } => {
+            rt.block_on(remote::inspect(&remote, &bundle_ref, json))
+        }
+        Command::Run(args) => rt.block_on(remote::run(&remote, &args)),
+        Command::Init { .. } => Err(local_only("init")),
+        Command::Build { .. } => Err(local_only("build")),
+        Command::Serve { .. } => Err(local_only("serve")),
+        Command::Worker { .. } => Err(local_only("worker")),
+    }
+}
+
+fn local_only(command: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "`{command}` cannot run with --remote: it works on this machine's files; run it without --remote (on the \
+         server's machine to change the server's store)"
+    )
 }
 
 /// A runtime whose workers are this very binary; `dangerous` runs them all on the host.

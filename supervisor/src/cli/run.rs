@@ -13,36 +13,36 @@ use service_supervisor::ServiceHome;
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory.
-    bundle_ref: String,
+    pub(super) bundle_ref: String,
     /// The prompt.
     #[arg(long)]
-    prompt: String,
+    pub(super) prompt: String,
     /// Stream every event as a JSON line on stdout instead of printing the answer.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// Describe events on stderr as they happen.
     #[arg(long, short)]
-    verbose: bool,
+    pub(super) verbose: bool,
     /// Working directory of the session (default: a fresh workspace under the session).
     #[arg(long)]
-    cwd: Option<PathBuf>,
+    pub(super) cwd: Option<PathBuf>,
     /// Model override as provider/name, e.g. scripted/demo.
     #[arg(long)]
-    model: Option<String>,
+    pub(super) model: Option<String>,
     /// Run the worker on the host with no confinement.
     #[arg(long)]
-    dangerous_sandbox_mode: bool,
+    pub(super) dangerous_sandbox_mode: bool,
     /// Allow every permission request of this run without asking.
     #[arg(long, conflicts_with = "deny")]
-    approve: bool,
+    pub(super) approve: bool,
     /// Deny every permission request of this run without asking.
     #[arg(long)]
-    deny: bool,
+    pub(super) deny: bool,
 }
 
 /// How this run answers permission requests.
 #[derive(Debug, Clone, Copy)]
-enum Answer {
+pub(super) enum Answer {
     Approve,
     Deny,
     AskTerminal,
@@ -50,7 +50,7 @@ enum Answer {
 }
 
 impl Answer {
-    fn from_args(args: &RunArgs) -> Answer {
+    pub(super) fn from_args(args: &RunArgs) -> Answer {
         use std::io::IsTerminal;
         match (args.approve, args.deny) {
             (true, _) => Answer::Approve,
@@ -62,7 +62,7 @@ impl Answer {
         }
     }
 
-    async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
+    pub(super) async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
         match self {
             Answer::Approve => ApprovalDecision::AllowOnce,
             Answer::Deny => ApprovalDecision::Deny,
@@ -113,7 +113,10 @@ pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn model_override(spec: Option<&str>, default: ModelRef) -> anyhow::Result<Option<ModelRef>> {
+pub(super) fn model_override(
+    spec: Option<&str>,
+    default: ModelRef,
+) -> anyhow::Result<Option<ModelRef>> {
     let Some(spec) = spec else { return Ok(None) };
     let (provider, name) = spec.split_once('/').ok_or_else(|| {
         anyhow::anyhow!(
@@ -154,11 +157,7 @@ async fn one_turn(
     let approver = rt.clone();
     let printer = tokio::spawn(async move {
         while let Some(msg) = events.next().await {
-            if json {
-                println!("{}", serde_json::to_string(&msg).unwrap_or_default());
-            } else if verbose {
-                describe(&msg);
-            }
+            show(&msg, json, verbose);
             if let EventPayload::PermissionRequested {
                 request_id,
                 tool,
@@ -207,6 +206,15 @@ async fn one_turn(
                 ExitCode::FAILURE
             })
         }
+    }
+}
+
+/// Prints an event as a JSON line (`--json`) or a description on stderr (`--verbose`).
+pub(super) fn show(msg: &EventMsg, json: bool, verbose: bool) {
+    if json {
+        println!("{}", serde_json::to_string(msg).unwrap_or_default());
+    } else if verbose {
+        describe(msg);
     }
 }
 

@@ -2,12 +2,17 @@
 
 use std::process::ExitCode;
 
+use service_supervisor::runtime::SessionRecord;
 use service_supervisor::ServiceHome;
 
 pub fn list(home: ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
-    let records = super::runtime(home, false)?.list_sessions()?;
+    print_list(&super::runtime(home, false)?.list_sessions()?, json)
+}
+
+/// A table of sessions, or JSON.
+pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&records)?);
+        println!("{}", serde_json::to_string_pretty(records)?);
         return Ok(ExitCode::SUCCESS);
     }
     if records.is_empty() {

@@ -383,6 +383,7 @@ impl ServiceRuntime {
             self.inner.approvals.drop_turn(&turn_id);
             if let Some(w) = worker.as_ref().filter(|w| w.is_alive()) {
                 // Let the turn end itself (tools killed, history kept), briefly; then fail it.
+                session.set_stop_reason(&turn_id, "shutdown", reason);
                 let _ = w
                     .send(ToWorker::Interrupt {
                         turn_id: turn_id.clone(),

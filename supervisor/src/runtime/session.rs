@@ -49,6 +49,8 @@ pub struct TurnEnd {
 struct ActiveTurn {
     turn_id: String,
     done: Option<oneshot::Sender<TurnOutcome>>,
+    /// Set when the supervisor itself interrupts the turn: the code and message its `error` event carries.
+    stop_reason: Option<(String, String)>,
 }
 
 /// A live session.
@@ -242,6 +244,7 @@ impl Session {
             *active = Some(ActiveTurn {
                 turn_id: turn_id.to_string(),
                 done: Some(tx),
+                stop_reason: None,
             });
         }
         self.update(|r| {
@@ -286,6 +289,7 @@ impl Session {
         });
         let error = match end.status {
             TurnStatus::Completed => None,
+            TurnStatus::Interrupted if active.stop_reason.is_some() => active.stop_reason.take(),
             _ => Some(
                 end.error
                     .unwrap_or_else(|| ("failed".into(), "the turn failed".into())),
@@ -311,6 +315,13 @@ impl Session {
                 usage: end.usage,
                 error,
             });
+        }
+    }
+
+    /// Records why the supervisor is about to interrupt `turn_id`, for the `error` event that ends it.
+    pub fn set_stop_reason(&self, turn_id: &str, code: &str, message: &str) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.stop_reason = Some((code.into(), message.into()));
         }
     }
 

@@ -273,16 +273,22 @@ impl Actor {
         run_dir: PathBuf,
     ) {
         let (mut sink, mut frames) = conn.split();
+        // Writing has its own task: the actor must always keep reading, or a worker that is itself blocked on a
+        // full socket (while we wait to hand it a model chunk) would deadlock both sides.
+        let writer_failed = CancellationToken::new();
+        let writer_done = writer_failed.clone();
+        let writer = tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                if sink.send(msg).await.is_err() {
+                    break;
+                }
+            }
+            writer_done.cancel();
+        });
         let hang_timeout = self.rt.options.hang_timeout;
         let mut check = tokio::time::interval(self.rt.options.heartbeat);
         let end = loop {
             tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(msg) => if let Err(e) = sink.send(msg).await {
-                        break End::Protocol(format!("cannot write to the worker: {e}"));
-                    },
-                    None => break End::Closed,
-                },
                 frame = frames.next() => match frame {
                     Some(Ok(frame)) => {
                         self.last_seen = Instant::now();
@@ -294,9 +300,11 @@ impl Actor {
                 _ = check.tick() => if self.last_seen.elapsed() > hang_timeout {
                     break End::Hung(hang_timeout);
                 },
+                _ = writer_failed.cancelled() => break End::Protocol("cannot write to the worker".into()),
                 _ = kill.cancelled() => break End::Killed,
             }
         };
+        writer.abort();
         for task in self.model_tasks.values() {
             task.abort();
         }

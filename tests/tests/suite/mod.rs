@@ -1,5 +1,6 @@
 mod approvals;
 mod bundles;
+mod http;
 mod run_cli;
 mod sandbox;
 mod support;

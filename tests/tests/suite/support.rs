@@ -228,3 +228,66 @@ pub fn kinds(events: &[service_ipc::EventMsg]) -> Vec<&'static str> {
     }
     out
 }
+
+/// A running `service-rs serve` on a free loopback port; killed when dropped.
+pub struct Server {
+    pub child: std::process::Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Starts `serve --bind 127.0.0.1:0` (plus `args`) over `home`, with `envs`, and waits for its address.
+    pub fn start(home: &Path, args: &[&str], envs: &[(&str, &str)]) -> Server {
+        use std::io::BufRead;
+        let mut cmd = Command::new(binary());
+        cmd.args(["serve", "--bind", "127.0.0.1:0"])
+            .args(args)
+            .env("SERVICE_HOME", home)
+            .env_remove("SERVICE_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn serve");
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                eprintln!("[serve] {line}");
+            }
+        });
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read serve stdout");
+        let base = line
+            .trim()
+            .strip_prefix("service-rs listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
+            .to_string();
+        Server { child, base }
+    }
+
+    /// The full URL of `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let status = self.child.wait().expect("wait for serve");
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,201 @@
+//! HTTP benchmarks: `cargo bench -p service-supervisor --bench http`.
+//!
+//! - run-sync round trip of a text-only turn (scripted provider, which takes no time of its own, so the whole
+//!   round trip is overhead), against the same turn through the runtime in-process;
+//! - event fan-out: one turn streams `BENCH_EVENTS` deltas (default 20,000) while 100 SSE clients follow the
+//!   session; reports events per second (each delivered to all 100), deliveries per second, and events lost.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use service_ipc::{Task, TurnOverrides};
+use service_supervisor::{server, RuntimeOptions, ServiceHome, ServiceRuntime};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn write_bundle(dir: &Path, words: usize) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("resources"))?;
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        r#"{ manifest_version: "service.bundle/v1", id: "bench", version: "1.0.0", tools: [], sandbox: { mode: "danger_full_access" } }"#,
+    )?;
+    std::fs::write(
+        dir.join("agent.yaml"),
+        "model: { provider: scripted, name: bench, config: { script: resources/script.json5 } }\n",
+    )?;
+    let long = vec!["word"; words].join(" ");
+    let script = serde_json::json!({"turns": [
+        {"when": "flood", "replies": [{"text": long}]},
+        {"replies": [{"text": "ok"}]},
+    ]});
+    std::fs::write(dir.join("resources/script.json5"), script.to_string())
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn task(prompt: &str) -> serde_json::Value {
+    serde_json::json!({"prompt": prompt, "submission_id": uuid::Uuid::new_v4(), "completed": false})
+}
+
+fn main() -> BenchResult<()> {
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let events: usize = std::env::var("BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_service-rs"));
+    let home = tempfile::TempDir::new()?;
+    let bundle = tempfile::TempDir::new()?;
+    // The scripted provider streams three words per delta.
+    write_bundle(bundle.path(), events * 3)?;
+    let bundle_ref = bundle.path().display().to_string();
+    let rt = ServiceRuntime::new(ServiceHome::new(home.path()), RuntimeOptions::new(exe));
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+
+    tokio.block_on(async move {
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopper = stop.clone();
+        let server_rt = rt.clone();
+        let server = tokio::spawn(async move {
+            server::serve(
+                server_rt,
+                std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                None,
+                |a| {
+                    let _ = addr_tx.send(a);
+                },
+                async move { stopper.cancelled().await },
+            )
+            .await
+        });
+        let base = format!("http://{}", addr_rx.await?);
+        let client = reqwest::Client::new();
+
+        // run-sync round trip against the in-process turn.
+        let id = rt.create_session(&bundle_ref, None)?.id;
+        rt.start_worker(&id).await?;
+        let (mut http, mut direct) = (Vec::new(), Vec::new());
+        for _ in 0..iters {
+            let t = Instant::now();
+            rt.run_turn(&id, Task::new("hi"), TurnOverrides::default())
+                .await?;
+            direct.push(t.elapsed());
+            let t = Instant::now();
+            let resp = client
+                .post(format!("{base}/sessions/{id}/run-sync"))
+                .json(&serde_json::json!({"input": task("hi")}))
+                .send()
+                .await?;
+            let body: serde_json::Value = resp.json().await?;
+            http.push(t.elapsed());
+            if body["status"] != "completed" {
+                return Err(format!("run-sync failed: {body}").into());
+            }
+        }
+
+        // Fan-out to 100 SSE subscribers.
+        let flood = rt.create_session(&bundle_ref, None)?.id;
+        rt.start_worker(&flood).await?;
+        let mut subscribers = Vec::new();
+        for _ in 0..100 {
+            let resp = client
+                .get(format!("{base}/sessions/{flood}/events"))
+                .send()
+                .await?;
+            subscribers.push(tokio::spawn(async move {
+                let mut stream = eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
+                let (mut count, mut last) = (0usize, Instant::now());
+                while let Some(Ok(ev)) = stream.next().await {
+                    count += 1;
+                    last = Instant::now();
+                    if ev.data.contains("\"turn_completed\"") {
+                        break;
+                    }
+                }
+                (count, last)
+            }));
+        }
+        let start = Instant::now();
+        rt.run_turn(&flood, Task::new("flood"), TurnOverrides::default())
+            .await?;
+        let produced = start.elapsed();
+        let mut counts = Vec::new();
+        let mut finished = start;
+        for s in subscribers {
+            let (count, last) = s.await?;
+            counts.push(count);
+            finished = finished.max(last);
+        }
+        let journaled = {
+            let mut all = rt.subscribe_session_from(&flood, 0)?;
+            let mut n = 0usize;
+            while let Ok(Some(ev)) =
+                tokio::time::timeout(Duration::from_millis(200), all.next()).await
+            {
+                n += 1;
+                if ev.payload.ends_turn() {
+                    break;
+                }
+            }
+            n
+        };
+        let delivered: usize = counts.iter().sum();
+        let lost = journaled * counts.len() - delivered;
+        let elapsed = (finished - start).as_secs_f64();
+        stop.cancel();
+        rt.shutdown("bench over").await;
+        let _ = server.await;
+
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (h, d) = (median(http), median(direct));
+        println!("| {:<52} | {:>14} |", "benchmark", "median");
+        println!("|{:-<54}|{:-<16}|", "", "");
+        println!(
+            "| {:<52} | {:>11.3} ms |",
+            "text-only turn via POST run-sync (round trip)",
+            ms(h)
+        );
+        println!(
+            "| {:<52} | {:>11.3} ms |",
+            "same turn via ServiceRuntime::run_turn in-process",
+            ms(d)
+        );
+        println!(
+            "| {:<52} | {:>11.3} ms |",
+            "HTTP overhead per turn (difference)",
+            ms(h.saturating_sub(d))
+        );
+        println!(
+            "| {:<52} | {:>14} |",
+            "events in the flood turn (journaled)", journaled
+        );
+        println!(
+            "| {:<52} | {:>14.0} |",
+            "events/s produced and journaled",
+            journaled as f64 / produced.as_secs_f64()
+        );
+        println!(
+            "| {:<52} | {:>14.0} |",
+            "events/s delivered to all 100 SSE subscribers",
+            journaled as f64 / elapsed
+        );
+        println!(
+            "| {:<52} | {:>14.0} |",
+            "SSE deliveries/s (events x subscribers)",
+            delivered as f64 / elapsed
+        );
+        println!("| {:<52} | {:>14} |", "events lost", lost);
+        BenchResult::Ok(())
+    })
+}

@@ -1,0 +1,252 @@
+//! One function per endpoint. Each is a thin call into `ServiceRuntime`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use axum::Json;
+use futures::{Stream, StreamExt};
+
+use super::api::*;
+use super::AppState;
+use crate::bundle;
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Liveness; never needs a token.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+/// Installed bundles.
+#[utoipa::path(get, path = "/bundles", responses((status = 200, description = "Bundle metadata, as `inspect --json` prints it", body = [Object])))]
+pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bundle::BundleInfo>>> {
+    let home = st.rt.home().clone();
+    let loaded = tokio::task::spawn_blocking(move || bundle::store::list(&home))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "listing bundles failed",
+            )
+        })??;
+    Ok(Json(
+        loaded
+            .into_iter()
+            .filter_map(Result::ok)
+            .map(|b| b.info())
+            .collect(),
+    ))
+}
+
+/// Metadata of one bundle; the reference is URL-encoded (`local%2Fhello:0.1.0`).
+#[utoipa::path(get, path = "/bundles/{reference}", params(("reference" = String, Path, description = "A bundle reference")),
+    responses((status = 200, body = Object), (status = 404, body = ErrorEnvelope)))]
+pub async fn inspect_bundle(
+    State(st): State<AppState>,
+    Path(reference): Path<String>,
+) -> ApiResult<Json<bundle::BundleInfo>> {
+    let home = st.rt.home().clone();
+    let info =
+        tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference).map(|b| b.info()))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "resolving the bundle failed",
+                )
+            })??;
+    Ok(Json(info))
+}
+
+/// Creates a session from a bundle reference.
+#[utoipa::path(post, path = "/sessions", request_body = CreateSession,
+    responses((status = 201, description = "The session record", body = Object), (status = 404, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope)))]
+pub async fn create_session(
+    State(st): State<AppState>,
+    ApiJson(req): ApiJson<CreateSession>,
+) -> ApiResult<impl IntoResponse> {
+    let rt = st.rt.clone();
+    let record = tokio::task::spawn_blocking(move || {
+        rt.create_session(
+            &req.bundle_ref,
+            req.cwd.as_deref().map(std::path::Path::new),
+        )
+    })
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "creating the session failed",
+        )
+    })??;
+    Ok((StatusCode::CREATED, Json(record)))
+}
+
+/// Every session.
+#[utoipa::path(get, path = "/sessions", responses((status = 200, body = [Object])))]
+pub async fn list_sessions(
+    State(st): State<AppState>,
+) -> ApiResult<Json<Vec<crate::runtime::SessionRecord>>> {
+    Ok(Json(st.rt.list_sessions()?))
+}
+
+/// One session's record.
+#[utoipa::path(get, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorEnvelope)))]
+pub async fn get_session(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<crate::runtime::SessionRecord>> {
+    Ok(Json(st.rt.get_session(&id)?))
+}
+
+/// Stops the session's worker, forgets its allow_always grants and deletes its files.
+#[utoipa::path(delete, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 204), (status = 404, body = ErrorEnvelope)))]
+pub async fn delete_session(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    st.rt.delete_session(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Runs one turn and answers when it has ended.
+#[utoipa::path(post, path = "/sessions/{id}/run-sync", params(("id" = String, Path)), request_body = RunRequest,
+    responses((status = 200, body = TurnResult), (status = 409, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+pub async fn run_sync(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<RunRequest>,
+) -> ApiResult<Json<TurnResult>> {
+    let outcome = st
+        .rt
+        .run_turn(&id, req.input, req.turn_context.unwrap_or_default())
+        .await?;
+    Ok(Json(outcome.into()))
+}
+
+/// Starts one turn and answers at once; follow it on the event stream.
+#[utoipa::path(post, path = "/sessions/{id}/run", params(("id" = String, Path)), request_body = RunRequest,
+    responses((status = 202, body = Accepted), (status = 409, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+pub async fn run_async(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<RunRequest>,
+) -> ApiResult<impl IntoResponse> {
+    let pending = st
+        .rt
+        .start_turn(&id, req.input, req.turn_context.unwrap_or_default())
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            session_id: id,
+            turn_id: pending.turn_id,
+        }),
+    ))
+}
+
+/// Interrupts the running turn.
+#[utoipa::path(post, path = "/sessions/{id}/interrupt", params(("id" = String, Path)), responses((status = 202, body = Accepted), (status = 409, body = ErrorEnvelope)))]
+pub async fn interrupt(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let turn_id = st.rt.interrupt(&id).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            session_id: id,
+            turn_id,
+        }),
+    ))
+}
+
+/// Runs an operator command in the session sandbox (`exec_command_*` events only; not a turn).
+#[utoipa::path(post, path = "/sessions/{id}/commands", params(("id" = String, Path)), request_body = CommandRequest,
+    responses((status = 200, body = CommandResult), (status = 404, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+pub async fn run_command(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<CommandRequest>,
+) -> ApiResult<Json<CommandResult>> {
+    let o = st.rt.run_session_command(&id, &req.command).await?;
+    Ok(Json(CommandResult {
+        exec_id: o.exec_id,
+        exit_code: o.exit_code,
+    }))
+}
+
+/// Resolves a pending approval request.
+#[utoipa::path(post, path = "/approvals/{request_id}", params(("request_id" = String, Path)), request_body = DecisionRequest,
+    responses((status = 200, body = DecisionResult), (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
+pub async fn resolve_approval(
+    State(st): State<AppState>,
+    Path(request_id): Path<String>,
+    ApiJson(req): ApiJson<DecisionRequest>,
+) -> ApiResult<Json<DecisionResult>> {
+    st.rt.resolve_approval(&request_id, req.decision).await?;
+    Ok(Json(DecisionResult {
+        request_id,
+        decision: req.decision,
+    }))
+}
+
+/// The session's events as server-sent events: each `EventMsg` as JSON in one `data:` frame, its sequence number as
+/// the SSE `id:`. With `Last-Event-ID` (or `?after=N`) the journal's later events come first, then live ones.
+#[utoipa::path(get, path = "/sessions/{id}/events", params(("id" = String, Path), ("after" = Option<u64>, Query)),
+    responses((status = 200, description = "text/event-stream of EventMsg"), (status = 404, body = ErrorEnvelope)))]
+pub async fn events(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let last_event_id = match headers.get("last-event-id") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "bad_request",
+                        "Last-Event-ID must be an event sequence number",
+                    )
+                })?,
+        ),
+    };
+    let stream = match last_event_id.or(q.after) {
+        Some(after) => st.rt.subscribe_session_from(&id, after)?,
+        None => st.rt.subscribe_session(&id)?,
+    };
+    let frames = stream
+        .map(|msg| {
+            Ok(Event::default()
+                .id(msg.id.clone())
+                .data(serde_json::to_string(&msg).unwrap_or_default()))
+        })
+        .take_until(st.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(frames).keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_secs(15))
+            .text("keep-alive"),
+    ))
+}
+
+/// The OpenAPI description of this API, generated from the handlers.
+pub async fn openapi() -> impl IntoResponse {
+    use utoipa::OpenApi;
+    Json(super::ApiDoc::openapi())
+}
