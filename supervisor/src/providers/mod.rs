@@ -1,6 +1,9 @@
 //! Model providers. The supervisor serves every worker `ModelRequest` through here, so API keys stay in this
 //! process. A provider turns a request into a stream of chunks that always ends with `done` or `failed`.
 
+pub mod anthropic;
+mod http;
+pub mod openai;
 pub mod scripted;
 
 use futures::stream::BoxStream;
@@ -32,11 +35,13 @@ pub fn check_model(model: &ModelRef) -> Result<(), String> {
 pub fn stream(bundle: &Bundle, request: ModelRequest) -> ChunkStream {
     match request.model.provider.as_str() {
         "scripted" => scripted::stream(bundle, request),
+        "openai" => openai::stream(request),
+        "anthropic" => anthropic::stream(request),
         other => futures::stream::once(futures::future::ready(ModelChunk::Failed {
             code: "provider_unavailable".into(),
             message: format!(
-                "the {other} provider is not available in this build yet; use a bundle whose agent.yaml names the \
-                 scripted provider"
+                "unknown model provider \"{other}\"; expected one of {}",
+                KNOWN_PROVIDERS.join(", ")
             ),
         }))
         .boxed(),

@@ -9,8 +9,10 @@
 //! tool result, `{{message_count}}` the number of messages the model was sent. `reasoning` is a string or a list of sections. `delay_ms` pauses before every chunk, so tests can
 //! catch a turn mid-stream. `error` makes the call fail with that message.
 
-use std::path::Path;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use serde::Deserialize;
@@ -129,6 +131,33 @@ impl Script {
     }
 }
 
+/// A parsed script with the modification time and length it was parsed at.
+type Cached = (SystemTime, u64, Arc<Script>);
+
+/// Parsed scripts by path, reused while the file's modification time and length are unchanged: parsing a large
+/// script on every model call was most of the cost of a scripted turn.
+fn cached(root: &Path, rel: &str) -> Result<Arc<Script>> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Cached>>> = OnceLock::new();
+    let path = root.join(rel);
+    let meta = std::fs::metadata(&path).map_err(|e| BundleError::io("cannot read", &path, e))?;
+    let stamp = (
+        meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        meta.len(),
+    );
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some((m, l, script)) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&path) {
+        if (*m, *l) == stamp {
+            return Ok(script.clone());
+        }
+    }
+    let script = Arc::new(Script::load(root, rel)?);
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path, (stamp.0, stamp.1, script.clone()));
+    Ok(script)
+}
+
 /// Streams the scripted reply to `request`.
 pub fn stream(bundle: &Bundle, request: ModelRequest) -> ChunkStream {
     let chunks = match plan(bundle, &request) {
@@ -160,7 +189,7 @@ fn plan(
         .agent
         .script_path()
         .ok_or("the scripted provider needs model.config.script in agent.yaml")?;
-    let script = Script::load(&bundle.root, rel).map_err(|e| e.to_string())?;
+    let script = cached(&bundle.root, rel).map_err(|e| e.to_string())?;
     let reply = script
         .reply_for(&request.messages)
         .ok_or_else(|| format!("{rel} has no turn entry whose `when` matches this prompt"))?;

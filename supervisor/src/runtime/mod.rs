@@ -327,6 +327,12 @@ impl ServiceRuntime {
         if decision == ApprovalDecision::AllowAlways {
             session.grant_always(pending.tool, &pending.key);
         }
+        // The event first: the worker acts on the decision at once, and its tool events must come after it.
+        session.emit(EventPayload::ApprovalResolved {
+            turn_id: pending.turn_id,
+            request_id: request_id.to_string(),
+            decision,
+        });
         pending
             .worker
             .send(ToWorker::ApprovalDecision {
@@ -338,13 +344,7 @@ impl ServiceRuntime {
                 RuntimeError::WorkerUnavailable(
                     "the worker waiting for this decision has exited".into(),
                 )
-            })?;
-        session.emit(EventPayload::ApprovalResolved {
-            turn_id: pending.turn_id,
-            request_id: request_id.to_string(),
-            decision,
-        });
-        Ok(())
+            })
     }
 
     /// Runs an operator command in the session sandbox: `exec_command_*` events only, not stored as a turn.

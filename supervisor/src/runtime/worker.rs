@@ -277,8 +277,11 @@ impl Actor {
         // full socket (while we wait to hand it a model chunk) would deadlock both sides.
         let writer_failed = CancellationToken::new();
         let writer_done = writer_failed.clone();
+        let trace = Trace::from_env();
+        let out_trace = trace.clone();
         let writer = tokio::spawn(async move {
             while let Some(msg) = rx.recv().await {
+                out_trace.record("to_worker", &msg);
                 if sink.send(msg).await.is_err() {
                     break;
                 }
@@ -292,6 +295,7 @@ impl Actor {
                 frame = frames.next() => match frame {
                     Some(Ok(frame)) => {
                         self.last_seen = Instant::now();
+                        trace.record("to_supervisor", &frame);
                         self.handle(frame);
                     }
                     Some(Err(e)) => break End::Protocol(e.to_string()),
@@ -422,6 +426,33 @@ impl Actor {
             }
         });
         self.model_tasks.insert(request_id, task.abort_handle());
+    }
+}
+
+/// The optional frame trace: with `SERVICE_IPC_TRACE=<file>`, every frame in both directions is appended to the
+/// file as a JSON line `{"dir": ..., "frame": ...}`, for debugging and for tests that inspect the traffic.
+#[derive(Clone)]
+struct Trace(Option<Arc<std::sync::Mutex<std::fs::File>>>);
+
+impl Trace {
+    fn from_env() -> Trace {
+        let file = std::env::var_os("SERVICE_IPC_TRACE").and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
+        Trace(file.map(|f| Arc::new(std::sync::Mutex::new(f))))
+    }
+
+    fn record<T: serde::Serialize>(&self, dir: &str, frame: &T) {
+        use std::io::Write;
+        if let Some(file) = &self.0 {
+            let line = serde_json::json!({"dir": dir, "frame": frame}).to_string();
+            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = writeln!(f, "{line}");
+        }
     }
 }
 

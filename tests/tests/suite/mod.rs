@@ -1,6 +1,8 @@
 mod approvals;
 mod bundles;
 mod http;
+mod provider_server;
+mod providers;
 mod run_cli;
 mod sandbox;
 mod support;

@@ -1,0 +1,228 @@
+//! Provider `anthropic`: the Messages API with streaming. `thinking` blocks become reasoning, with a section break
+//! between blocks; `tool_use` blocks are assembled from their `input_json_delta` pieces and handed on at
+//! `content_block_stop`; usage comes from `message_start` and `message_delta`; `error` events fail the turn.
+//!
+//! The conversation is mapped to Anthropic's shape: the system prompt is the top-level `system`; tool results
+//! become `tool_result` blocks of a user message; consecutive messages of one role are merged, since the API wants
+//! user and assistant to alternate.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use service_ipc::{ChatRole, ModelChunk, ModelRequest, ToolCall, Usage};
+use tokio::sync::mpsc;
+
+use super::http::{self, Endpoint};
+use super::ChunkStream;
+
+/// API version header value.
+const API_VERSION: &str = "2023-06-01";
+
+/// The request body for `request`.
+pub fn body(request: &ModelRequest) -> Value {
+    let mut system = String::new();
+    let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
+    for m in &request.messages {
+        let (role, blocks) = match m.role {
+            ChatRole::System => {
+                system.push_str(&m.content);
+                continue;
+            }
+            ChatRole::User => ("user", vec![json!({"type": "text", "text": m.content})]),
+            ChatRole::Tool => (
+                "user",
+                vec![
+                    json!({"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}),
+                ],
+            ),
+            ChatRole::Assistant => {
+                let mut blocks = Vec::new();
+                if !m.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": m.content}));
+                }
+                for c in &m.tool_calls {
+                    let input: Value =
+                        serde_json::from_str(&c.arguments).unwrap_or_else(|_| json!({}));
+                    blocks.push(
+                        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                    );
+                }
+                ("assistant", blocks)
+            }
+        };
+        match messages.last_mut() {
+            Some((last, existing)) if last == role => existing.extend(blocks),
+            _ => messages.push((role.to_string(), blocks)),
+        }
+    }
+    let max_tokens = request
+        .model
+        .config
+        .as_ref()
+        .and_then(|c| c.get("max_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(8192);
+    let mut body = json!({
+        "model": request.model.name,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "messages": messages.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect::<Vec<_>>(),
+    });
+    if !system.is_empty() {
+        body["system"] = json!(system);
+    }
+    if let Some(thinking) = request
+        .model
+        .config
+        .as_ref()
+        .and_then(|c| c.get("thinking"))
+    {
+        body["thinking"] = thinking.clone();
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+    }
+    body
+}
+
+/// Streams the completion of `request`.
+pub fn stream(request: ModelRequest) -> ChunkStream {
+    http::spawn_stream(move |tx| async move {
+        let end = run(&request, &tx).await;
+        let _ = tx.send(end).await;
+    })
+}
+
+enum Block {
+    Text,
+    Thinking,
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+    },
+    Other,
+}
+
+async fn run(request: &ModelRequest, tx: &mpsc::Sender<ModelChunk>) -> ModelChunk {
+    let ep = match Endpoint::resolve(
+        "anthropic",
+        "ANTHROPIC",
+        "https://api.anthropic.com",
+        "/v1/messages",
+        &request.model,
+    ) {
+        Ok(ep) => ep,
+        Err(failed) => return failed,
+    };
+    let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
+    if let Some(key) = &ep.key {
+        headers.push(("x-api-key", key.clone()));
+    }
+    let resp = match http::send(&ep, &headers, &body(request)).await {
+        Ok(r) => r,
+        Err(failed) => return failed,
+    };
+    let mut events = std::pin::pin!(http::events(&ep, resp));
+    let mut blocks: HashMap<u64, Block> = HashMap::new();
+    let mut usage = Usage::default();
+    let mut thinking_blocks = 0;
+    while let Some(ev) = events.next().await {
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(failed) => return failed,
+        };
+        let v = match http::parse_json("anthropic", &ev.data) {
+            Ok(v) => v,
+            Err(failed) => return failed,
+        };
+        let kind = v["type"].as_str().unwrap_or(ev.event.as_str()).to_string();
+        let index = v["index"].as_u64().unwrap_or(0);
+        let chunk = match kind.as_str() {
+            "message_start" => {
+                usage.input_tokens = v["message"]["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                usage.output_tokens = v["message"]["usage"]["output_tokens"].as_u64().unwrap_or(0);
+                None
+            }
+            "content_block_start" => {
+                let block = &v["content_block"];
+                let b = match block["type"].as_str() {
+                    Some("text") => Block::Text,
+                    Some("thinking") | Some("redacted_thinking") => {
+                        thinking_blocks += 1;
+                        Block::Thinking
+                    }
+                    Some("tool_use") => Block::Tool {
+                        id: block["id"].as_str().unwrap_or_default().into(),
+                        name: block["name"].as_str().unwrap_or_default().into(),
+                        json: String::new(),
+                    },
+                    _ => Block::Other,
+                };
+                let brk = matches!(b, Block::Thinking) && thinking_blocks > 1;
+                blocks.insert(index, b);
+                brk.then_some(ModelChunk::ReasoningSectionBreak)
+            }
+            "content_block_delta" => {
+                let d = &v["delta"];
+                match (d["type"].as_str(), blocks.get_mut(&index)) {
+                    (Some("text_delta"), _) => Some(ModelChunk::TextDelta {
+                        text: d["text"].as_str().unwrap_or_default().into(),
+                    }),
+                    (Some("thinking_delta"), _) => Some(ModelChunk::ReasoningDelta {
+                        text: d["thinking"].as_str().unwrap_or_default().into(),
+                    }),
+                    (Some("input_json_delta"), Some(Block::Tool { json, .. })) => {
+                        json.push_str(d["partial_json"].as_str().unwrap_or_default());
+                        None
+                    }
+                    _ => None,
+                }
+            }
+            "content_block_stop" => match blocks.remove(&index) {
+                Some(Block::Tool { id, name, json }) => Some(ModelChunk::ToolCall {
+                    call: ToolCall {
+                        id,
+                        name,
+                        arguments: if json.trim().is_empty() {
+                            "{}".into()
+                        } else {
+                            json
+                        },
+                    },
+                }),
+                _ => None,
+            },
+            "message_delta" => {
+                if let Some(out) = v["usage"]["output_tokens"].as_u64() {
+                    usage.output_tokens = out;
+                }
+                None
+            }
+            "message_stop" => return ModelChunk::Done { usage },
+            "error" => {
+                let kind = v["error"]["type"].as_str().unwrap_or("error");
+                let message = v["error"]["message"].as_str().unwrap_or("unknown error");
+                return ModelChunk::Failed {
+                    code: "provider_error".into(),
+                    message: format!("the anthropic stream reported {kind}: {message}"),
+                };
+            }
+            _ => None, // ping, and event kinds added later
+        };
+        if let Some(chunk) = chunk {
+            if tx.send(chunk).await.is_err() {
+                return ModelChunk::Done { usage };
+            }
+        }
+    }
+    ModelChunk::Failed {
+        code: "provider_protocol".into(),
+        message: "the anthropic stream ended before message_stop".into(),
+    }
+}
