@@ -24,12 +24,31 @@ const BROADCAST_CAPACITY: usize = 4096;
 /// A stream of session events.
 pub type EventStream = Pin<Box<dyn Stream<Item = EventMsg> + Send>>;
 
+/// A stream of published events, each with its JSON serialised once for every subscriber.
+pub type PublishedStream = Pin<Box<dyn Stream<Item = Arc<Published>> + Send>>;
+
+/// An event as journaled: the message and its JSON line (without the newline). Shared by every subscriber, so
+/// fanning an event out to many SSE clients serialises it once, not once per client.
+#[derive(Debug)]
+pub struct Published {
+    /// The event.
+    pub msg: EventMsg,
+    /// Its JSON, exactly as journaled.
+    pub json: Arc<str>,
+}
+
+impl Published {
+    fn seq(&self) -> Option<u64> {
+        self.msg.seq()
+    }
+}
+
 /// One session's journal and broadcast channel.
 pub struct Journal {
     session_id: String,
     path: PathBuf,
     state: Mutex<State>,
-    tx: broadcast::Sender<EventMsg>,
+    tx: broadcast::Sender<Arc<Published>>,
 }
 
 struct State {
@@ -66,10 +85,15 @@ impl Journal {
             created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
             payload,
         };
-        let mut line = serde_json::to_vec(&msg).unwrap_or_default();
+        let json = serde_json::to_string(&msg).unwrap_or_default();
+        let mut line = Vec::with_capacity(json.len() + 1);
+        line.extend_from_slice(json.as_bytes());
         line.push(b'\n');
         let written = state.file.write_all(&line);
-        let _ = self.tx.send(msg.clone());
+        let _ = self.tx.send(Arc::new(Published {
+            msg: msg.clone(),
+            json: json.into(),
+        }));
         drop(state);
         written.map_err(|e| RuntimeError::io("cannot append to", &self.path, e))?;
         Ok(msg)
@@ -84,7 +108,7 @@ impl Journal {
     }
 
     /// Journaled events with `after < seq <= upto`.
-    pub fn read_range(&self, after: u64, upto: u64) -> Result<Vec<EventMsg>> {
+    pub fn read_range(&self, after: u64, upto: u64) -> Result<Vec<Arc<Published>>> {
         if upto <= after {
             return Ok(Vec::new());
         }
@@ -98,7 +122,10 @@ impl Journal {
             };
             match msg.seq() {
                 Some(s) if s > upto => break,
-                Some(s) if s > after => out.push(msg),
+                Some(s) if s > after => out.push(Arc::new(Published {
+                    msg,
+                    json: line.into(),
+                })),
                 _ => {}
             }
         }
@@ -106,7 +133,7 @@ impl Journal {
     }
 
     /// Every event after `after` (all journaled ones when Some, none of the past when None), then live events.
-    pub fn subscribe(self: &Arc<Self>, after: Option<u64>) -> EventStream {
+    pub fn subscribe(self: &Arc<Self>, after: Option<u64>) -> PublishedStream {
         let (rx, boundary) = {
             let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             (self.tx.subscribe(), state.last_seq)
@@ -129,20 +156,20 @@ impl Journal {
 
 struct Subscription {
     journal: Arc<Journal>,
-    rx: broadcast::Receiver<EventMsg>,
+    rx: broadcast::Receiver<Arc<Published>>,
     /// Highest sequence number yielded (or known to be unrecoverable).
     last: u64,
     /// Journaled events up to here must be yielded before any live one.
     catch_up_to: u64,
     /// Events read from the journal, in order.
-    backlog: std::vec::IntoIter<EventMsg>,
+    backlog: std::vec::IntoIter<Arc<Published>>,
     /// A live event that arrived ahead of a gap, yielded once the gap is filled.
-    held: Option<EventMsg>,
+    held: Option<Arc<Published>>,
 }
 
 impl Subscription {
     /// Yields `msg` if it is newer than anything yielded so far.
-    fn advance(&mut self, msg: EventMsg) -> Option<EventMsg> {
+    fn advance(&mut self, msg: Arc<Published>) -> Option<Arc<Published>> {
         let seq = msg.seq()?;
         if seq <= self.last {
             return None;
@@ -151,7 +178,7 @@ impl Subscription {
         Some(msg)
     }
 
-    async fn next(&mut self) -> Option<EventMsg> {
+    async fn next(&mut self) -> Option<Arc<Published>> {
         loop {
             if let Some(msg) = self.backlog.next() {
                 if let Some(msg) = self.advance(msg) {

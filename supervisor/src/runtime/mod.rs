@@ -28,7 +28,7 @@ use service_ipc::{
 use tokio::sync::oneshot;
 
 pub use error::{Result, RuntimeError};
-pub use journal::EventStream;
+pub use journal::{EventStream, Published, PublishedStream};
 pub use record::SessionRecord;
 pub use session::TurnOutcome;
 
@@ -96,6 +96,11 @@ pub(crate) struct Inner {
     launcher: Box<dyn Launcher>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     approvals: ApprovalStore,
+}
+
+fn messages(published: PublishedStream) -> EventStream {
+    use futures::StreamExt;
+    Box::pin(published.map(|p| p.msg.clone()))
 }
 
 /// The runtime. Cheap to clone; clones share everything.
@@ -191,12 +196,17 @@ impl ServiceRuntime {
 
     /// Live events of a session from now on.
     pub fn subscribe_session(&self, id: &str) -> Result<EventStream> {
-        Ok(self.session(id)?.journal.subscribe(None))
+        Ok(messages(self.session(id)?.journal.subscribe(None)))
     }
 
     /// Every event after sequence number `after` from the journal, then live events, with no gap or duplicate.
     pub fn subscribe_session_from(&self, id: &str, after: u64) -> Result<EventStream> {
-        Ok(self.session(id)?.journal.subscribe(Some(after)))
+        Ok(messages(self.session(id)?.journal.subscribe(Some(after))))
+    }
+
+    /// Like the subscriptions above, with each event's JSON serialised once for all subscribers (for SSE).
+    pub fn subscribe_published(&self, id: &str, after: Option<u64>) -> Result<PublishedStream> {
+        Ok(self.session(id)?.journal.subscribe(after))
     }
 
     /// Starts the session's worker now instead of at the first turn (a no-op when it runs).

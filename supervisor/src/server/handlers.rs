@@ -227,16 +227,9 @@ pub async fn events(
                 })?,
         ),
     };
-    let stream = match last_event_id.or(q.after) {
-        Some(after) => st.rt.subscribe_session_from(&id, after)?,
-        None => st.rt.subscribe_session(&id)?,
-    };
+    let stream = st.rt.subscribe_published(&id, last_event_id.or(q.after))?;
     let frames = stream
-        .map(|msg| {
-            Ok(Event::default()
-                .id(msg.id.clone())
-                .data(serde_json::to_string(&msg).unwrap_or_default()))
-        })
+        .map(|p| Ok(Event::default().id(p.msg.id.clone()).data(&*p.json)))
         .take_until(st.shutdown.clone().cancelled_owned());
     Ok(Sse::new(frames).keep_alive(
         KeepAlive::new()
