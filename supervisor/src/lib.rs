@@ -7,6 +7,7 @@
 //! - [`providers`]: model providers, serving the workers' model requests.
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
 //! - [`server`]: the HTTP API and event stream over the runtime.
+//! - [`tui`]: the terminal UI's state and drawing.
 //!
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
@@ -16,6 +17,7 @@ pub mod providers;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod tui;
 
 pub use home::ServiceHome;
 pub use runtime::{RuntimeOptions, ServiceRuntime};

@@ -5,6 +5,7 @@ mod remote;
 mod run;
 mod serve;
 mod sessions;
+mod tui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +59,8 @@ enum Command {
     },
     /// Run one prompt in a fresh session and print the final answer.
     Run(run::RunArgs),
+    /// Chat with a bundle in the terminal.
+    Tui(tui::TuiArgs),
     /// Start the HTTP server.
     Serve {
         /// Address to listen on.
@@ -112,6 +115,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             dangerous_sandbox_mode,
         } => serve::serve(home()?, &bind, token, dangerous_sandbox_mode),
         Command::Sessions { json } => sessions::list(home()?, json),
+        Command::Tui(args) => tui::run(home()?, args),
         Command::Worker { socket } => {
             service_worker::main(&socket)?;
             Ok(ExitCode::SUCCESS)
@@ -132,6 +136,9 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Init { .. } => Err(local_only("init")),
         Command::Build { .. } => Err(local_only("build")),
         Command::Serve { .. } => Err(local_only("serve")),
+        Command::Tui(_) => Err(anyhow::anyhow!(
+            "`tui --remote` is not supported yet: run the TUI on the server's machine, or use `--remote ... run`"
+        )),
         Command::Worker { .. } => Err(local_only("worker")),
     }
 }

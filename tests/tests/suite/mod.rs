@@ -6,4 +6,5 @@ mod providers;
 mod run_cli;
 mod sandbox;
 mod support;
+mod tui;
 mod turns;

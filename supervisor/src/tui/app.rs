@@ -1,0 +1,300 @@
+//! The TUI's state: the transcript built from session events, the input line with its history, the pending
+//! approval, the plan and the status line. Pure data and pure updates, so rendering and input handling can be
+//! tested without a terminal.
+
+use service_ipc::{ApprovalDecision, EventMsg, EventPayload, PlanItem, ToolCallStatus};
+
+/// One entry of the transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// The user's prompt.
+    User(String),
+    /// Assistant text, growing as deltas arrive.
+    Assistant(String),
+    /// Reasoning text (shown dimmed, collapsed unless expanded).
+    Reasoning(String),
+    /// A tool call with its arguments, and its result once finished.
+    Tool {
+        /// Call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments as JSON text.
+        args: String,
+        /// Status once finished.
+        status: Option<ToolCallStatus>,
+        /// Result text once finished.
+        output: String,
+    },
+    /// A subprocess (Bash or an operator `!` command) with its live output.
+    Exec {
+        /// Exec id.
+        exec_id: String,
+        /// The command line.
+        command: String,
+        /// Output so far (stdout and stderr interleaved).
+        output: String,
+        /// Exit code once ended (`Some(None)` means killed by a signal).
+        exit: Option<Option<i32>>,
+    },
+    /// A turn or runtime error.
+    Error(String),
+    /// A message from the TUI itself (help, session lists, confirmations).
+    Info(String),
+}
+
+/// A permission request waiting for the operator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Approval {
+    /// Request id.
+    pub request_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Key argument.
+    pub summary: String,
+}
+
+/// Whether a turn is running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnState {
+    /// Ready for input.
+    Idle,
+    /// Running turn.
+    Running(String),
+}
+
+/// The whole TUI state.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// Transcript entries, oldest first.
+    pub entries: Vec<Entry>,
+    /// The current plan.
+    pub plan: Vec<PlanItem>,
+    /// Text being typed.
+    pub input: String,
+    /// Submitted lines, oldest first.
+    pub history: Vec<String>,
+    /// Position while browsing history (None when editing a new line).
+    pub history_pos: Option<usize>,
+    /// A request waiting for o / a / d.
+    pub approval: Option<Approval>,
+    /// Show reasoning in full.
+    pub show_reasoning: bool,
+    /// Lines scrolled up from the bottom of the transcript.
+    pub scroll: u16,
+    /// Status line fields.
+    pub bundle: String,
+    /// Model as provider/name.
+    pub model: String,
+    /// Sandbox mode of the last turn.
+    pub sandbox: String,
+    /// Session id.
+    pub session_id: String,
+    /// Turn state.
+    pub turn: TurnState,
+    /// Set by /quit or Ctrl-C.
+    pub quit: bool,
+}
+
+impl App {
+    /// An empty TUI for a session.
+    pub fn new(session_id: &str, bundle: &str, model: &str, sandbox: &str) -> App {
+        App {
+            entries: Vec::new(),
+            plan: Vec::new(),
+            input: String::new(),
+            history: Vec::new(),
+            history_pos: None,
+            approval: None,
+            show_reasoning: false,
+            scroll: 0,
+            bundle: bundle.into(),
+            model: model.into(),
+            sandbox: sandbox.into(),
+            session_id: session_id.into(),
+            turn: TurnState::Idle,
+            quit: false,
+        }
+    }
+
+    /// Adds a TUI message to the transcript.
+    pub fn info(&mut self, text: impl Into<String>) {
+        self.entries.push(Entry::Info(text.into()));
+        self.scroll = 0;
+    }
+
+    /// Adds an error to the transcript.
+    pub fn error(&mut self, text: impl Into<String>) {
+        self.entries.push(Entry::Error(text.into()));
+        self.scroll = 0;
+    }
+
+    /// Folds one session event into the state.
+    pub fn apply(&mut self, msg: &EventMsg) {
+        match &msg.payload {
+            EventPayload::TurnStarted {
+                turn_id,
+                context,
+                prompt,
+                ..
+            } => {
+                self.turn = TurnState::Running(turn_id.clone());
+                self.model = format!("{}/{}", context.model.provider, context.model.name);
+                self.sandbox = context.sandbox_mode.to_string();
+                self.entries.push(Entry::User(prompt.clone()));
+            }
+            EventPayload::ReasoningDelta { delta, .. } => match self.entries.last_mut() {
+                Some(Entry::Reasoning(text)) => text.push_str(delta),
+                _ => self.entries.push(Entry::Reasoning(delta.clone())),
+            },
+            EventPayload::ReasoningSectionBreak { .. } => {
+                self.entries.push(Entry::Reasoning(String::new()))
+            }
+            EventPayload::AgentMessageDelta { delta, .. } => match self.entries.last_mut() {
+                Some(Entry::Assistant(text)) => text.push_str(delta),
+                _ => self.entries.push(Entry::Assistant(delta.clone())),
+            },
+            EventPayload::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => self.entries.push(Entry::Tool {
+                call_id: call_id.clone(),
+                name: tool.clone(),
+                args: arguments.to_string(),
+                status: None,
+                output: String::new(),
+            }),
+            EventPayload::ToolCallFinished {
+                call_id,
+                status: s,
+                output: o,
+                ..
+            } => {
+                for e in self.entries.iter_mut().rev() {
+                    if let Entry::Tool {
+                        call_id: c,
+                        status,
+                        output,
+                        ..
+                    } = e
+                    {
+                        if c == call_id {
+                            *status = Some(*s);
+                            *output = o.clone();
+                            break;
+                        }
+                    }
+                }
+            }
+            EventPayload::ExecCommandBegin {
+                exec_id, command, ..
+            } => self.entries.push(Entry::Exec {
+                exec_id: exec_id.clone(),
+                command: command.clone(),
+                output: String::new(),
+                exit: None,
+            }),
+            EventPayload::ExecCommandOutputDelta { exec_id, chunk, .. } => {
+                if let Some(Entry::Exec { output, .. }) = self.exec_mut(exec_id) {
+                    output.push_str(chunk);
+                }
+            }
+            EventPayload::ExecCommandEnd {
+                exec_id, exit_code, ..
+            } => {
+                if let Some(Entry::Exec { exit, .. }) = self.exec_mut(exec_id) {
+                    *exit = Some(*exit_code);
+                }
+            }
+            EventPayload::PermissionRequested {
+                request_id,
+                tool,
+                summary,
+                ..
+            } => {
+                self.approval = Some(Approval {
+                    request_id: request_id.clone(),
+                    tool: tool.to_string(),
+                    summary: summary.clone(),
+                });
+            }
+            EventPayload::ApprovalResolved {
+                request_id,
+                decision,
+                ..
+            } => {
+                if self
+                    .approval
+                    .as_ref()
+                    .is_some_and(|a| &a.request_id == request_id)
+                {
+                    self.approval = None;
+                }
+                let word = match decision {
+                    ApprovalDecision::AllowOnce => "allowed once",
+                    ApprovalDecision::AllowAlways => "allowed for this session",
+                    ApprovalDecision::Deny => "denied",
+                };
+                self.info(format!("permission {word}"));
+            }
+            EventPayload::PlanUpdate { plan, .. } => self.plan = plan.clone(),
+            // Progress lines repeat what the tool line already shows.
+            EventPayload::ToolCallDelta { .. } => {}
+            EventPayload::TurnCompleted { .. } => {
+                self.turn = TurnState::Idle;
+                self.approval = None;
+            }
+            EventPayload::Error {
+                turn_id,
+                code,
+                message,
+            } => {
+                if turn_id.is_some() {
+                    self.turn = TurnState::Idle;
+                    self.approval = None;
+                }
+                self.error(format!("{code}: {message}"));
+            }
+        }
+        self.scroll = 0;
+    }
+
+    fn exec_mut(&mut self, exec_id: &str) -> Option<&mut Entry> {
+        self.entries
+            .iter_mut()
+            .rev()
+            .find(|e| matches!(e, Entry::Exec { exec_id: x, .. } if x == exec_id))
+    }
+
+    /// Takes the input line for submission and records it in the history.
+    pub fn take_input(&mut self) -> Option<String> {
+        let line = std::mem::take(&mut self.input);
+        self.history_pos = None;
+        if line.trim().is_empty() {
+            return None;
+        }
+        if self.history.last() != Some(&line) {
+            self.history.push(line.clone());
+        }
+        Some(line)
+    }
+
+    /// Moves through the history: `back` toward older lines.
+    pub fn browse_history(&mut self, back: bool) {
+        if self.history.is_empty() {
+            return;
+        }
+        let pos = match (self.history_pos, back) {
+            (None, true) => Some(self.history.len() - 1),
+            (None, false) => None,
+            (Some(0), true) => Some(0),
+            (Some(p), true) => Some(p - 1),
+            (Some(p), false) if p + 1 < self.history.len() => Some(p + 1),
+            (Some(_), false) => None,
+        };
+        self.history_pos = pos;
+        self.input = pos.map(|p| self.history[p].clone()).unwrap_or_default();
+    }
+}

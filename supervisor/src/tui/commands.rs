@@ -1,0 +1,132 @@
+//! Input lines: a plain line is a turn, `/` starts a slash command, `!` an operator command (SPEC section 1).
+
+/// What a submitted line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A chat turn.
+    Prompt(String),
+    /// An operator command in the session sandbox; not stored as a turn.
+    Operator(String),
+    /// A slash command.
+    Slash(Slash),
+}
+
+/// The slash commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slash {
+    /// `/help`.
+    Help,
+    /// `/new`: a fresh session of the same bundle.
+    New,
+    /// `/sessions`: list sessions.
+    Sessions,
+    /// `/resume <id>`: switch to a session.
+    Resume(String),
+    /// `/bundle <ref>`: a fresh session of another bundle.
+    Bundle(String),
+    /// `/model <provider/name>`: model for the next turns.
+    Model(String),
+    /// `/cwd <dir>`: working directory for the next turns.
+    Cwd(String),
+    /// `/clear`: clear the transcript view.
+    Clear,
+    /// `/quit`.
+    Quit,
+}
+
+/// Every slash command with its help line.
+pub const HELP: &[(&str, &str)] = &[
+    ("/help", "show this help"),
+    ("/new", "start a new session of the same bundle"),
+    ("/sessions", "list sessions"),
+    ("/resume <id>", "switch to an existing session"),
+    ("/bundle <ref>", "start a new session of another bundle"),
+    (
+        "/model <provider/name>",
+        "use this model for the next turns",
+    ),
+    (
+        "/cwd <dir>",
+        "run the next turns in this directory (inside the workspace when sandboxed)",
+    ),
+    ("/clear", "clear the transcript view"),
+    ("/quit", "leave (also Ctrl-C)"),
+];
+
+/// Parses a submitted line; an unknown or incomplete slash command is an error that says what exists.
+pub fn parse(line: &str) -> Result<Input, String> {
+    let line = line.trim_end();
+    if let Some(cmd) = line.strip_prefix('!') {
+        let cmd = cmd.trim();
+        if cmd.is_empty() {
+            return Err("! needs a command, e.g. !ls -la".into());
+        }
+        return Ok(Input::Operator(cmd.into()));
+    }
+    let Some(rest) = line.strip_prefix('/') else {
+        return Ok(Input::Prompt(line.into()));
+    };
+    let (name, arg) = match rest.split_once(char::is_whitespace) {
+        Some((n, a)) => (n, a.trim()),
+        None => (rest, ""),
+    };
+    let needs = |what: &str| -> Result<String, String> {
+        if arg.is_empty() {
+            Err(format!("/{name} needs {what}"))
+        } else {
+            Ok(arg.to_string())
+        }
+    };
+    let slash = match name {
+        "help" => Slash::Help,
+        "new" => Slash::New,
+        "sessions" => Slash::Sessions,
+        "resume" => Slash::Resume(needs("a session id")?),
+        "bundle" => Slash::Bundle(needs("a bundle reference")?),
+        "model" => Slash::Model(needs("provider/name")?),
+        "cwd" => Slash::Cwd(needs("a directory")?),
+        "clear" => Slash::Clear,
+        "quit" | "exit" => Slash::Quit,
+        _ => {
+            let known: Vec<&str> = HELP
+                .iter()
+                .map(|(c, _)| c.split(' ').next().unwrap_or(c))
+                .collect();
+            return Err(format!(
+                "unknown command /{name}; known commands: {}",
+                known.join(" ")
+            ));
+        }
+    };
+    Ok(Input::Slash(slash))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn lines_are_prompts_operator_commands_or_slash_commands() {
+        assert_eq!(
+            parse("hello there"),
+            Ok(Input::Prompt("hello there".into()))
+        );
+        assert_eq!(parse("!ls -la"), Ok(Input::Operator("ls -la".into())));
+        assert_eq!(
+            parse("/resume abc"),
+            Ok(Input::Slash(Slash::Resume("abc".into())))
+        );
+        assert_eq!(
+            parse("/model openai/gpt"),
+            Ok(Input::Slash(Slash::Model("openai/gpt".into())))
+        );
+        assert_eq!(parse("/quit"), Ok(Input::Slash(Slash::Quit)));
+        assert_eq!(parse("/resume"), Err("/resume needs a session id".into()));
+        let err = parse("/fly").unwrap_err();
+        assert!(
+            err.starts_with("unknown command /fly; known commands: /help /new /sessions /resume"),
+            "{err}"
+        );
+    }
+}

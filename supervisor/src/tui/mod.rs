@@ -1,0 +1,9 @@
+//! The terminal UI's state and drawing; the terminal loop lives in the CLI (`service-rs tui`).
+//!
+//! - [`app`]: the state, built by folding session events, and the input line with history.
+//! - [`commands`]: parsing input lines (prompt, `/command`, `!operator command`).
+//! - [`view`]: drawing the state with ratatui.
+
+pub mod app;
+pub mod commands;
+pub mod view;

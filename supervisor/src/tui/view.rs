@@ -1,0 +1,518 @@
+//! Drawing the TUI: transcript, plan, approval prompt, input box and status line. A pure function of [`App`], so
+//! tests render it into ratatui's test backend.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span, Text};
+use ratatui::widgets::{Block, Paragraph, Wrap};
+use ratatui::Frame;
+use service_ipc::{PlanStatus, ToolCallStatus};
+
+use super::app::{App, Entry, TurnState};
+
+/// Lines of a tool result or command output shown under it.
+const OUTPUT_LINES: usize = 8;
+
+/// Draws the whole screen.
+pub fn render(frame: &mut Frame, app: &App) {
+    let area = frame.area();
+    let plan_h = if app.plan.is_empty() {
+        0
+    } else {
+        (app.plan.len() as u16 + 2).min(area.height / 3)
+    };
+    let approval_h = if app.approval.is_some() { 3 } else { 0 };
+    let input_h = (app.input.split('\n').count() as u16).clamp(1, 5) + 2;
+    let [main, plan, approval, input, status] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(plan_h),
+        Constraint::Length(approval_h),
+        Constraint::Length(input_h),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    transcript(frame, main, app);
+    if plan_h > 0 {
+        plan_box(frame, plan, app);
+    }
+    if approval_h > 0 {
+        approval_box(frame, approval, app);
+    }
+    input_box(frame, input, app);
+    status_line(frame, status, app);
+}
+
+fn dim() -> Style {
+    Style::default().fg(Color::DarkGray)
+}
+
+/// The transcript as styled lines.
+pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    for entry in &app.entries {
+        match entry {
+            Entry::User(text) => {
+                let style = Style::default()
+                    .fg(Color::Cyan)
+                    .add_modifier(Modifier::BOLD);
+                for (i, l) in text.lines().enumerate() {
+                    let mark = if i == 0 { "› " } else { "  " };
+                    lines.push(Line::from(Span::styled(format!("{mark}{l}"), style)));
+                }
+            }
+            Entry::Assistant(text) => lines.extend(markdown(text)),
+            Entry::Reasoning(text) if text.trim().is_empty() => {}
+            Entry::Reasoning(text) => {
+                let style = dim().add_modifier(Modifier::ITALIC);
+                if app.show_reasoning {
+                    lines.extend(
+                        text.lines()
+                            .map(|l| Line::from(Span::styled(format!("  {l}"), style))),
+                    );
+                } else {
+                    let first: String =
+                        text.lines().next().unwrap_or("").chars().take(70).collect();
+                    lines.push(Line::from(Span::styled(
+                        format!("  thinking: {first}… (Ctrl-R shows all)"),
+                        style,
+                    )));
+                }
+            }
+            Entry::Tool {
+                name,
+                args,
+                status,
+                output,
+                ..
+            } => {
+                let args: String = args.chars().take(120).collect();
+                lines.push(Line::from(vec![
+                    Span::styled(
+                        format!("⚙ {name} "),
+                        Style::default()
+                            .fg(Color::Yellow)
+                            .add_modifier(Modifier::BOLD),
+                    ),
+                    Span::styled(args, Style::default().fg(Color::Yellow)),
+                ]));
+                if let Some(s) = status {
+                    let (word, color) = match s {
+                        ToolCallStatus::Ok => ("ok", Color::Green),
+                        ToolCallStatus::Error => ("error", Color::Red),
+                        ToolCallStatus::Denied => ("denied", Color::Red),
+                    };
+                    lines.push(Line::from(Span::styled(
+                        format!("  ↳ {word}"),
+                        Style::default().fg(color),
+                    )));
+                    // Bash output is already shown live under its command; other results are shown here.
+                    if name != "Bash" || *s != ToolCallStatus::Ok {
+                        lines.extend(
+                            tail(output, OUTPUT_LINES)
+                                .into_iter()
+                                .map(|l| Line::from(Span::styled(format!("    {l}"), dim()))),
+                        );
+                    }
+                }
+            }
+            Entry::Exec {
+                command,
+                output,
+                exit,
+                ..
+            } => {
+                lines.push(Line::from(Span::styled(
+                    format!("$ {command}"),
+                    Style::default().fg(Color::Magenta),
+                )));
+                lines.extend(
+                    tail(output, OUTPUT_LINES)
+                        .into_iter()
+                        .map(|l| Line::from(Span::raw(format!("  {l}")))),
+                );
+                match exit {
+                    Some(Some(0)) | None => {}
+                    Some(Some(code)) => lines.push(Line::from(Span::styled(
+                        format!("  [exit {code}]"),
+                        Style::default().fg(Color::Red),
+                    ))),
+                    Some(None) => lines.push(Line::from(Span::styled(
+                        "  [killed]".to_string(),
+                        Style::default().fg(Color::Red),
+                    ))),
+                }
+            }
+            Entry::Error(text) => lines.push(Line::from(Span::styled(
+                format!("✗ {text}"),
+                Style::default().fg(Color::Red),
+            ))),
+            Entry::Info(text) => lines.extend(text.lines().map(|l| {
+                Line::from(Span::styled(
+                    format!("· {l}"),
+                    Style::default().fg(Color::Blue),
+                ))
+            })),
+        }
+        lines.push(Line::default());
+    }
+    lines
+}
+
+/// The last `n` lines of `text`, with a marker when lines were left out.
+fn tail(text: &str, n: usize) -> Vec<String> {
+    let all: Vec<&str> = text.trim_end().lines().collect();
+    let mut out = Vec::new();
+    if all.len() > n {
+        out.push(format!("… {} more lines", all.len() - n));
+    }
+    out.extend(
+        all[all.len().saturating_sub(n)..]
+            .iter()
+            .map(|l| expand_tabs(l)),
+    );
+    out
+}
+
+/// Tabs as spaces to the next multiple of 8: the terminal backend does not draw tab characters.
+fn expand_tabs(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for c in line.chars() {
+        if c == '\t' {
+            let pad = 8 - out.chars().count() % 8;
+            out.extend(std::iter::repeat_n(' ', pad));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Cheap markdown: headings bold, code fences and code dimmed, the rest as is.
+fn markdown(text: &str) -> Vec<Line<'static>> {
+    let mut in_code = false;
+    text.lines()
+        .map(|l| {
+            if l.trim_start().starts_with("```") {
+                in_code = !in_code;
+                return Line::from(Span::styled(l.to_string(), dim()));
+            }
+            if in_code {
+                Line::from(Span::styled(
+                    l.to_string(),
+                    Style::default().fg(Color::Gray),
+                ))
+            } else if l.starts_with('#') {
+                Line::from(Span::styled(
+                    l.trim_start_matches('#').trim().to_string(),
+                    Style::default().add_modifier(Modifier::BOLD),
+                ))
+            } else {
+                Line::from(l.to_string())
+            }
+        })
+        .collect()
+}
+
+fn transcript(frame: &mut Frame, area: Rect, app: &App) {
+    let lines = transcript_lines(app);
+    let width = area.width.max(1) as usize;
+    let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(width)).sum();
+    let top = rows
+        .saturating_sub(area.height as usize)
+        .saturating_sub(app.scroll as usize);
+    let p = Paragraph::new(Text::from(lines))
+        .wrap(Wrap { trim: false })
+        .scroll((top as u16, 0));
+    frame.render_widget(p, area);
+}
+
+fn plan_box(frame: &mut Frame, area: Rect, app: &App) {
+    let lines: Vec<Line> = app
+        .plan
+        .iter()
+        .map(|item| {
+            let (mark, style) = match item.status {
+                PlanStatus::Completed => ("✓", Style::default().fg(Color::Green)),
+                PlanStatus::InProgress => (
+                    "▸",
+                    Style::default()
+                        .fg(Color::Yellow)
+                        .add_modifier(Modifier::BOLD),
+                ),
+                PlanStatus::Pending => ("·", dim()),
+            };
+            Line::from(Span::styled(format!("{mark} {}", item.step), style))
+        })
+        .collect();
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(" plan ")),
+        area,
+    );
+}
+
+fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(a) = &app.approval else { return };
+    let line = Line::from(vec![
+        Span::styled(
+            format!("Allow {} `{}`?  ", a.tool, a.summary),
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
+        Span::styled(
+            "[o] once  [a] always  [d] deny",
+            Style::default().fg(Color::Yellow),
+        ),
+    ]);
+    let block = Block::bordered()
+        .title(" permission needed ")
+        .border_style(Style::default().fg(Color::Red));
+    frame.render_widget(Paragraph::new(line).block(block), area);
+}
+
+fn input_box(frame: &mut Frame, area: Rect, app: &App) {
+    let title = " message · Enter sends · Ctrl-J new line · ↑↓ history · Esc interrupts · /help ";
+    let text: Vec<Line> = app
+        .input
+        .split('\n')
+        .map(|l| Line::from(l.to_string()))
+        .collect();
+    let shown = text
+        .len()
+        .saturating_sub(area.height.saturating_sub(2) as usize);
+    frame.render_widget(
+        Paragraph::new(text)
+            .block(Block::bordered().title(title))
+            .scroll((shown as u16, 0)),
+        area,
+    );
+    let last = app.input.split('\n').next_back().unwrap_or("");
+    let rows = app
+        .input
+        .split('\n')
+        .count()
+        .min(area.height.saturating_sub(2) as usize)
+        .max(1);
+    let x = area.x + 1 + (last.chars().count() as u16).min(area.width.saturating_sub(3));
+    let y = area.y + rows as u16;
+    frame.set_cursor_position((x, y));
+}
+
+fn status_line(frame: &mut Frame, area: Rect, app: &App) {
+    let state = match (&app.turn, &app.approval) {
+        (_, Some(_)) => "waiting for approval",
+        (TurnState::Running(_), _) => "running",
+        (TurnState::Idle, _) => "idle",
+    };
+    let short: String = app.session_id.chars().take(8).collect();
+    // The state first: it is what a narrow terminal must still show.
+    let text = format!(
+        " {state} │ {} │ {} │ sandbox {} │ session {short} ",
+        app.bundle, app.model, app.sandbox
+    );
+    frame.render_widget(
+        Paragraph::new(text).style(Style::default().bg(Color::Blue).fg(Color::White)),
+        area,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+    use serde_json::json;
+    use service_ipc::{EventMsg, EventPayload, ModelRef, PlanItem, SandboxMode, TurnContext};
+
+    fn ev(payload: EventPayload) -> EventMsg {
+        EventMsg {
+            id: "1".into(),
+            session_id: "s".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            payload,
+        }
+    }
+
+    fn started(prompt: &str) -> EventMsg {
+        ev(EventPayload::TurnStarted {
+            turn_id: "t".into(),
+            context: TurnContext {
+                cwd: "/workspace".into(),
+                model: ModelRef {
+                    provider: "scripted".into(),
+                    name: "demo".into(),
+                    config: None,
+                },
+                sandbox_mode: SandboxMode::ReadOnly,
+                approval_policy: None,
+                metadata: None,
+            },
+            submission_id: "x".into(),
+            prompt: prompt.into(),
+        })
+    }
+
+    fn screen(app: &App) -> Vec<String> {
+        let mut terminal = Terminal::new(TestBackend::new(60, 14)).unwrap();
+        terminal.draw(|f| render(f, app)).unwrap();
+        let buffer = terminal.backend().buffer().clone();
+        (0..buffer.area.height)
+            .map(|y| {
+                (0..buffer.area.width)
+                    .map(|x| buffer[(x, y)].symbol().to_string())
+                    .collect::<String>()
+                    .trim_end()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    fn app() -> App {
+        App::new(
+            "0123456789abcdef",
+            "hello@0.1.0",
+            "scripted/demo",
+            "read_only",
+        )
+    }
+
+    #[test]
+    fn streaming_text_and_collapsed_reasoning() {
+        let mut app = app();
+        app.apply(&started("hi there"));
+        app.apply(&ev(EventPayload::ReasoningDelta {
+            turn_id: "t".into(),
+            delta: "Look first.".into(),
+        }));
+        app.apply(&ev(EventPayload::AgentMessageDelta {
+            turn_id: "t".into(),
+            delta: "Hello, ".into(),
+        }));
+        app.apply(&ev(EventPayload::AgentMessageDelta {
+            turn_id: "t".into(),
+            delta: "wor".into(),
+        }));
+        app.input = "next question".into();
+        assert_eq!(
+            screen(&app),
+            [
+                "› hi there",
+                "",
+                "  thinking: Look first.… (Ctrl-R shows all)",
+                "",
+                "Hello, wor",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "┌ message · Enter sends · Ctrl-J new line · ↑↓ history · Es┐",
+                "│next question                                             │",
+                "└──────────────────────────────────────────────────────────┘",
+                " running │ hello@0.1.0 │ scripted/demo │ sandbox read_only │",
+            ]
+        );
+    }
+
+    #[test]
+    fn tool_call_with_result_and_plan() {
+        let mut app = app();
+        app.apply(&started("read it"));
+        app.apply(&ev(EventPayload::ToolCallStarted {
+            turn_id: "t".into(),
+            call_id: "c".into(),
+            tool: "Read".into(),
+            arguments: json!({"file_path": "a.txt"}),
+        }));
+        app.apply(&ev(EventPayload::ToolCallFinished {
+            turn_id: "t".into(),
+            call_id: "c".into(),
+            tool: "Read".into(),
+            status: ToolCallStatus::Ok,
+            output: "     1\thello".into(),
+        }));
+        app.apply(&ev(EventPayload::PlanUpdate {
+            turn_id: "t".into(),
+            explanation: None,
+            plan: vec![
+                PlanItem {
+                    step: "read a.txt".into(),
+                    status: PlanStatus::Completed,
+                },
+                PlanItem {
+                    step: "answer".into(),
+                    status: PlanStatus::InProgress,
+                },
+            ],
+        }));
+        let s = screen(&app);
+        assert_eq!(
+            &s[..5],
+            [
+                "› read it",
+                "",
+                "⚙ Read {\"file_path\":\"a.txt\"}",
+                "  ↳ ok",
+                "         1  hello"
+            ]
+            .map(String::from)
+        );
+        assert_eq!(
+            &s[6..10],
+            [
+                "┌ plan ────────────────────────────────────────────────────┐",
+                "│✓ read a.txt                                              │",
+                "│▸ answer                                                  │",
+                "└──────────────────────────────────────────────────────────┘"
+            ]
+            .map(String::from)
+        );
+        assert!(s[13].starts_with(" running │"), "{}", s[13]);
+    }
+
+    #[test]
+    fn approval_prompt_replaces_nothing_and_says_the_keys() {
+        let mut app = app();
+        app.apply(&started("write"));
+        app.apply(&ev(EventPayload::PermissionRequested {
+            turn_id: "t".into(),
+            request_id: "r".into(),
+            call_id: "c".into(),
+            tool: service_ipc::BuiltinTool::Write,
+            summary: "/workspace/out.txt".into(),
+            rule: None,
+        }));
+        let s = screen(&app);
+        assert_eq!(
+            s[7],
+            "┌ permission needed ───────────────────────────────────────┐"
+        );
+        assert_eq!(
+            s[8],
+            "│Allow Write `/workspace/out.txt`?  [o] once  [a] always  [│"
+        );
+        assert!(s[13].starts_with(" waiting for approval │"), "{}", s[13]);
+        app.apply(&ev(EventPayload::ApprovalResolved {
+            turn_id: "t".into(),
+            request_id: "r".into(),
+            decision: service_ipc::ApprovalDecision::AllowOnce,
+        }));
+        assert!(app.approval.is_none());
+        assert!(screen(&app)
+            .iter()
+            .any(|l| l == "· permission allowed once"));
+    }
+
+    #[test]
+    fn errors_appear_in_the_transcript_and_the_turn_ends() {
+        let mut app = app();
+        app.apply(&started("go"));
+        app.apply(&ev(EventPayload::Error {
+            turn_id: Some("t".into()),
+            code: "worker_died".into(),
+            message: "killed by signal 9".into(),
+        }));
+        let s = screen(&app);
+        assert_eq!(s[2], "✗ worker_died: killed by signal 9");
+        assert!(s[13].starts_with(" idle │"), "{}", s[13]);
+    }
+}

@@ -1,0 +1,183 @@
+//! The TUI end to end: the real binary in tmux, driven with send-keys and read with capture-pane.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::support::{binary, write_bundle, Env};
+
+/// A tmux server of its own (its own socket), killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(command: &str) -> Tmux {
+        let socket = format!(
+            "service-rs-test-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos()
+        );
+        let t = Tmux { socket };
+        let ok = t
+            .cmd(&[
+                "new-session",
+                "-d",
+                "-s",
+                "main",
+                "-x",
+                "120",
+                "-y",
+                "40",
+                command,
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(
+            ok,
+            "tmux could not start (is tmux installed? .ci/run installs it)"
+        );
+        t
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.socket]).args(args);
+        c
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "main"];
+        args.extend_from_slice(keys);
+        assert!(self.cmd(&args).status().unwrap().success());
+    }
+
+    fn type_line(&self, text: &str) {
+        self.keys(&["-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        let out = self
+            .cmd(&["capture-pane", "-p", "-t", "main"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[track_caller]
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{text:?} never appeared; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.cmd(&["has-session", "-t", "main"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]).output();
+    }
+}
+
+const SCRIPT: &str = r#"{turns: [
+  {when: "write", replies: [{tool_calls: [{name: "Write", arguments: {file_path: "out.txt", content: "from the tui"}}]}, {text: "wrote: {{last_tool_output}}"}]},
+  {replies: [{text: "seen {{message_count}}"}]},
+]}"#;
+
+#[test]
+fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("tuibundle"),
+        SCRIPT,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Write, action: ask }\n",
+        "workspace_write",
+    );
+    let command = format!(
+        "cd {} && env SERVICE_HOME={} {} tui --bundle ./tuibundle",
+        env.work.path().display(),
+        env.home.path().display(),
+        binary().display()
+    );
+    let tmux = Tmux::start(&command);
+    tmux.wait_for("sandbox workspace_write");
+
+    tmux.type_line("hello");
+    tmux.wait_for("seen 2");
+
+    tmux.type_line("!echo bang-$((6*7))");
+    tmux.wait_for("bang-42");
+
+    tmux.type_line("/help");
+    tmux.wait_for("/resume <id>");
+    tmux.type_line("/fly");
+    tmux.wait_for("unknown command /fly; known commands:");
+
+    // The operator command was not stored as a turn: system + hello, seen 2, again.
+    tmux.type_line("again");
+    tmux.wait_for("seen 4");
+
+    tmux.type_line("please write");
+    tmux.wait_for("permission needed");
+    tmux.wait_for("[o] once  [a] always  [d] deny");
+    tmux.keys(&["o"]);
+    tmux.wait_for("permission allowed once");
+    tmux.wait_for("wrote: wrote 12 bytes");
+    let written: Vec<_> = super::support::files_under(env.home.path())
+        .into_iter()
+        .filter(|f| f.ends_with("workspace/out.txt"))
+        .collect();
+    assert_eq!(written.len(), 1, "the approved Write created the file");
+
+    tmux.type_line("/quit");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmux.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the TUI did not exit on /quit:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sessions = env.run(&["sessions", "--json"]).json();
+    assert_eq!(sessions[0]["turn_count"], 3);
+}
+
+#[test]
+fn the_tui_restores_the_terminal_when_it_exits() {
+    // Run the TUI inside a shell in tmux; after /quit the shell prints a marker and the screen must be the normal
+    // screen again (not the TUI's alternate screen), and the terminal must echo typed text (raw mode off).
+    let env = Env::new();
+    write_bundle(&env.path("b"), SCRIPT, "", "workspace_write");
+    let command = format!(
+        "cd {} && env SERVICE_HOME={} {} tui --bundle ./b; echo TUI-EXITED-$?; stty -a | grep -o ' -icanon\\| icanon' ; sleep 30",
+        env.work.path().display(),
+        env.home.path().display(),
+        binary().display()
+    );
+    let tmux = Tmux::start(&command);
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("/quit");
+    let screen = tmux.wait_for("TUI-EXITED-0");
+    assert!(
+        !screen.contains("sandbox workspace_write"),
+        "still on the alternate screen:\n{screen}"
+    );
+    tmux.wait_for(" icanon");
+}
