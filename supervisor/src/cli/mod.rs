@@ -6,6 +6,7 @@ mod run;
 mod serve;
 mod sessions;
 mod tui;
+mod tui_backend;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -136,9 +137,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Init { .. } => Err(local_only("init")),
         Command::Build { .. } => Err(local_only("build")),
         Command::Serve { .. } => Err(local_only("serve")),
-        Command::Tui(_) => Err(anyhow::anyhow!(
-            "`tui --remote` is not supported yet: run the TUI on the server's machine, or use `--remote ... run`"
-        )),
+        Command::Tui(args) => tui::run_remote(remote, args),
         Command::Worker { .. } => Err(local_only("worker")),
     }
 }

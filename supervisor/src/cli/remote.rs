@@ -11,6 +11,7 @@ use service_supervisor::bundle::BundleInfo;
 use super::run::{Answer, RunArgs};
 
 /// An HTTP client of one server.
+#[derive(Clone)]
 pub struct Remote {
     base: String,
     client: reqwest::Client,
@@ -29,7 +30,7 @@ impl Remote {
         }
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    pub(super) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let req = self.client.request(method, format!("{}{path}", self.base));
         match &self.token {
             Some(t) => req.bearer_auth(t),
@@ -37,7 +38,7 @@ impl Remote {
         }
     }
 
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -84,7 +85,7 @@ pub async fn inspect(remote: &Remote, reference: &str, json: bool) -> anyhow::Re
 }
 
 /// Percent-encodes a path segment.
-fn encode(segment: &str) -> String {
+pub(super) fn encode(segment: &str) -> String {
     segment
         .bytes()
         .map(|b| match b {

@@ -1,4 +1,4 @@
-//! `service-rs tui`: chat over a session of the local runtime.
+//! `service-rs tui`: chat over a session, of the local runtime or of a server (`--remote`).
 //!
 //! One loop draws the state and waits for a key, a session event, or a note from a background action (starting a
 //! turn, an operator command, an approval). The terminal is restored on every exit path: normal, error, panic.
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::execute;
 use ratatui::crossterm::terminal::{
@@ -20,8 +20,10 @@ use service_ipc::{ApprovalDecision, ModelRef, Task, TurnOverrides};
 use service_supervisor::runtime::EventStream;
 use service_supervisor::tui::app::{App, TurnState};
 use service_supervisor::tui::commands::{self, Input, Slash, HELP};
-use service_supervisor::{ServiceHome, ServiceRuntime};
+use service_supervisor::ServiceHome;
 use tokio::sync::mpsc;
+
+use super::tui_backend::Backend;
 
 /// Arguments of `tui`.
 #[derive(Debug, clap::Args)]
@@ -58,10 +60,18 @@ fn restore() {
 pub fn run(home: ServiceHome, args: TuiArgs) -> anyhow::Result<ExitCode> {
     let rt = super::runtime(home, args.dangerous_sandbox_mode)?;
     super::tokio()?.block_on(async move {
-        let result = session_loop(&rt, &args).await;
+        let result = session_loop(Backend::Local(rt.clone()), &args).await;
         rt.shutdown("the TUI closed").await;
         result
     })
+}
+
+/// `tui --remote <url>`: the same TUI over a running server.
+pub fn run_remote(remote: super::remote::Remote, args: TuiArgs) -> anyhow::Result<ExitCode> {
+    if args.dangerous_sandbox_mode {
+        anyhow::bail!("--dangerous-sandbox-mode is the server's choice: start `service-rs serve` with it instead");
+    }
+    super::tokio()?.block_on(session_loop(Backend::Remote(remote), &args))
 }
 
 /// Notes from background actions.
@@ -71,7 +81,7 @@ enum Note {
 }
 
 struct Ui {
-    rt: ServiceRuntime,
+    backend: Backend,
     app: App,
     events: EventStream,
     notes: mpsc::Sender<Note>,
@@ -83,29 +93,24 @@ struct Ui {
 
 impl Ui {
     /// Switches to session `id`: a fresh view that replays its journal.
-    fn attach(&mut self, id: &str) -> anyhow::Result<()> {
-        let record = self.rt.get_session(id)?;
-        let bundle = service_supervisor::bundle::resolve(self.rt.home(), &record.bundle.reference)?;
-        let model = bundle.agent.model.to_ref();
+    async fn attach(&mut self, id: &str) -> anyhow::Result<()> {
+        let record = self.backend.session(id).await?;
+        let bundle = self.backend.bundle(&record.bundle.reference).await?;
         let label = format!("{}@{}", record.bundle.id, record.bundle.version);
-        let mut app = App::new(
-            id,
-            &label,
-            &format!("{}/{}", model.provider, model.name),
-            &bundle.manifest.sandbox.mode.to_string(),
-        );
-        self.bundle_ref = record.bundle.reference.clone();
+        let model = format!("{}/{}", bundle.model.provider, bundle.model.name);
+        let mut app = App::new(id, &label, &model, &bundle.sandbox.mode.to_string());
         app.history = std::mem::take(&mut self.app.history);
         self.app = app;
-        self.events = self.rt.subscribe_session_from(id, 0)?;
+        self.bundle_ref = record.bundle.reference.clone();
+        self.events = self.backend.events(id).await?;
         self.model = None;
         self.cwd = None;
         Ok(())
     }
 
-    fn new_session(&mut self, bundle_ref: &str) -> anyhow::Result<()> {
-        let record = self.rt.create_session(bundle_ref, None)?;
-        self.attach(&record.id)?;
+    async fn new_session(&mut self, bundle_ref: &str) -> anyhow::Result<()> {
+        let record = self.backend.create_session(bundle_ref).await?;
+        self.attach(&record.id).await?;
         self.app.info(format!(
             "new session {} of {}",
             record.id, record.bundle.reference
@@ -113,24 +118,23 @@ impl Ui {
         Ok(())
     }
 
-    fn note(
-        &self,
-        f: impl std::future::Future<Output = Result<Option<String>, String>> + Send + 'static,
-    ) {
+    /// Runs `action` in the background; its error (or info) comes back as a note.
+    fn background<F>(&self, action: F)
+    where
+        F: std::future::Future<Output = anyhow::Result<Option<String>>> + Send + 'static,
+    {
         let notes = self.notes.clone();
         tokio::spawn(async move {
-            let note = match f.await {
-                Ok(Some(info)) => Some(Note::Info(info)),
-                Ok(None) => None,
-                Err(e) => Some(Note::Error(e)),
+            let note = match action.await {
+                Ok(Some(info)) => Note::Info(info),
+                Ok(None) => return,
+                Err(e) => Note::Error(format!("{e:#}")),
             };
-            if let Some(n) = note {
-                let _ = notes.send(n).await;
-            }
+            let _ = notes.send(note).await;
         });
     }
 
-    fn submit(&mut self, line: String) {
+    async fn submit(&mut self, line: String) {
         match commands::parse(&line) {
             Err(e) => self.app.error(e),
             Ok(Input::Prompt(prompt)) => {
@@ -139,52 +143,50 @@ impl Ui {
                         .error("a turn is running; wait for it or press Esc to interrupt it");
                     return;
                 }
-                let rt = self.rt.clone();
-                let id = self.app.session_id.clone();
+                let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
                 let overrides = TurnOverrides {
                     cwd: self.cwd.clone(),
                     model: self.model.clone(),
                 };
-                self.note(async move {
-                    rt.start_turn(&id, Task::new(prompt), overrides)
+                self.background(async move {
+                    backend
+                        .start_turn(&id, Task::new(prompt), overrides)
                         .await
-                        .map(|_| None)
-                        .map_err(|e| e.to_string())
+                        .map(|()| None)
                 });
             }
             Ok(Input::Operator(command)) => {
-                let rt = self.rt.clone();
-                let id = self.app.session_id.clone();
-                self.note(async move {
-                    rt.run_session_command(&id, &command)
-                        .await
-                        .map(|_| None)
-                        .map_err(|e| e.to_string())
-                });
+                let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
+                self.background(async move { backend.command(&id, &command).await.map(|()| None) });
             }
             Ok(Input::Slash(slash)) => {
-                if let Err(e) = self.slash(slash) {
+                if let Err(e) = self.slash(slash).await {
                     self.app.error(format!("{e:#}"));
                 }
             }
         }
     }
 
-    fn slash(&mut self, slash: Slash) -> anyhow::Result<()> {
+    async fn slash(&mut self, slash: Slash) -> anyhow::Result<()> {
         match slash {
             Slash::Help => {
                 let text: Vec<String> = HELP.iter().map(|(c, h)| format!("{c:<24} {h}")).collect();
-                self.app.info(format!("{}\n!<command>               run a command in the session sandbox (not a turn)\nCtrl-R                   show or hide reasoning", text.join("\n")));
+                self.app.info(format!(
+                    "{}\n!<command>               run a command in the session sandbox (not a turn)\n\
+                     Ctrl-R                   show or hide reasoning",
+                    text.join("\n")
+                ));
             }
             Slash::New => {
                 let bundle = self.bundle_ref.clone();
-                self.new_session(&bundle)?;
+                self.new_session(&bundle).await?;
             }
-            Slash::Bundle(reference) => self.new_session(&reference)?,
+            Slash::Bundle(reference) => self.new_session(&reference).await?,
             Slash::Sessions => {
                 let list: Vec<String> = self
-                    .rt
-                    .list_sessions()?
+                    .backend
+                    .sessions()
+                    .await?
                     .iter()
                     .map(|r| format!("{}  {}  {} turns", r.id, r.bundle.reference, r.turn_count))
                     .collect();
@@ -195,7 +197,7 @@ impl Ui {
                 });
             }
             Slash::Resume(id) => {
-                self.attach(&id)?;
+                self.attach(&id).await?;
                 self.app.info(format!("resumed session {id}"));
             }
             Slash::Model(spec) => {
@@ -220,7 +222,7 @@ impl Ui {
         Ok(())
     }
 
-    fn key(&mut self, key: KeyEvent) {
+    async fn key(&mut self, key: KeyEvent) {
         if key.kind != KeyEventKind::Press {
             return;
         }
@@ -233,12 +235,12 @@ impl Ui {
                 _ => None,
             };
             if let Some(decision) = decision {
-                let rt = self.rt.clone();
-                self.note(async move {
-                    rt.resolve_approval(&a.request_id, decision)
+                let backend = self.backend.clone();
+                self.background(async move {
+                    backend
+                        .resolve(&a.request_id, decision)
                         .await
-                        .map(|_| None)
-                        .map_err(|e| e.to_string())
+                        .map(|()| None)
                 });
                 return;
             }
@@ -249,18 +251,17 @@ impl Ui {
             KeyCode::Char('j') if ctrl => self.app.input.push('\n'),
             KeyCode::Enter => {
                 if let Some(line) = self.app.take_input() {
-                    self.submit(line);
+                    self.submit(line).await;
                 }
             }
             KeyCode::Esc => {
                 if let TurnState::Running(_) = self.app.turn {
-                    let rt = self.rt.clone();
-                    let id = self.app.session_id.clone();
-                    self.note(async move {
-                        rt.interrupt(&id)
+                    let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
+                    self.background(async move {
+                        backend
+                            .interrupt(&id)
                             .await
-                            .map(|_| Some("interrupting…".into()))
-                            .map_err(|e| e.to_string())
+                            .map(|()| Some("interrupting…".into()))
                     });
                 }
             }
@@ -277,10 +278,10 @@ impl Ui {
     }
 }
 
-async fn session_loop(rt: &ServiceRuntime, args: &TuiArgs) -> anyhow::Result<ExitCode> {
+async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCode> {
     let (notes_tx, mut notes) = mpsc::channel(64);
     let mut ui = Ui {
-        rt: rt.clone(),
+        backend: backend.clone(),
         app: App::new("", "", "", ""),
         events: Box::pin(futures::stream::pending()),
         notes: notes_tx,
@@ -289,8 +290,8 @@ async fn session_loop(rt: &ServiceRuntime, args: &TuiArgs) -> anyhow::Result<Exi
         bundle_ref: String::new(),
     };
     match (&args.session, &args.bundle) {
-        (Some(id), _) => ui.attach(id)?,
-        (None, Some(bundle)) => ui.new_session(bundle)?,
+        (Some(id), _) => ui.attach(id).await?,
+        (None, Some(bundle)) => ui.new_session(bundle).await?,
         (None, None) => anyhow::bail!("pass --bundle <ref> or --session <id>"),
     }
 
@@ -324,7 +325,7 @@ async fn session_loop(rt: &ServiceRuntime, args: &TuiArgs) -> anyhow::Result<Exi
         terminal.draw(|f| service_supervisor::tui::view::render(f, &ui.app))?;
         tokio::select! {
             key = keys.recv() => match key {
-                Some(Some(k)) => ui.key(k),
+                Some(Some(k)) => ui.key(k).await,
                 Some(None) => {}
                 None => break,
             },
@@ -347,9 +348,7 @@ async fn session_loop(rt: &ServiceRuntime, args: &TuiArgs) -> anyhow::Result<Exi
         }
     }
     if let TurnState::Running(_) = ui.app.turn {
-        let _ = rt.interrupt(&ui.app.session_id).await;
+        let _ = backend.interrupt(&ui.app.session_id).await;
     }
     Ok(ExitCode::SUCCESS)
 }
-
-use futures::FutureExt;

@@ -181,3 +181,43 @@ fn the_tui_restores_the_terminal_when_it_exits() {
     );
     tmux.wait_for(" icanon");
 }
+
+#[test]
+fn the_tui_works_against_a_server_with_remote() {
+    let env = Env::new();
+    let bundle = env.path("remotebundle");
+    write_bundle(
+        &bundle,
+        SCRIPT,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Write, action: ask }\n",
+        "workspace_write",
+    );
+    let server = super::support::Server::start(env.home.path(), &[], &[]);
+    let command = format!(
+        "{} --remote {} tui --bundle {}",
+        binary().display(),
+        server.base,
+        bundle.display()
+    );
+    let tmux = Tmux::start(&command);
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("hello");
+    tmux.wait_for("seen 2");
+    tmux.type_line("!echo remote-$((6*7))");
+    tmux.wait_for("remote-42");
+    tmux.type_line("write it");
+    tmux.wait_for("[o] once  [a] always  [d] deny");
+    tmux.keys(&["d"]);
+    tmux.wait_for("permission denied");
+    tmux.wait_for("was denied by the operator");
+    tmux.type_line("/quit");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmux.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the TUI did not exit:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
