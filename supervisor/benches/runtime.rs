@@ -75,6 +75,30 @@ fn ratio(name: &str, a: &Stats, b: &Stats) {
     println!("| {name:<46} | {:>9.2}x | {:>10} |", r, "");
 }
 
+/// Resident set size of a process, from /proc.
+fn rss_kib(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Pids of the host workers serving sessions (their socket path names the session).
+fn worker_pids(session_ids: &[String]) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let is_worker = cmdline.contains(" worker --socket ")
+                && session_ids.iter().any(|id| cmdline.contains(id.as_str()));
+            is_worker.then_some(pid)
+        })
+        .collect()
+}
+
 /// Creates a session of `reference` and starts its worker; returns the time taken (the session is then deleted).
 async fn create_once(rt: &ServiceRuntime, reference: &str) -> BenchResult<Duration> {
     let t = Instant::now();
@@ -107,32 +131,56 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
 
-    let (create, boxed_create, turn, boxed_true) = tokio.block_on(async {
-        let (mut create, mut boxed_create) = (Vec::new(), Vec::new());
-        for _ in 0..iters.min(100) {
-            create.push(create_once(&rt, &host_ref).await?);
-            boxed_create.push(create_once(&rt, &boxed_ref).await?);
-        }
-        let id = rt.create_session(&host_ref, None)?.id;
-        rt.start_worker(&id).await?;
-        let mut turn = Vec::new();
-        for _ in 0..iters {
-            let t = Instant::now();
-            rt.run_turn(&id, Task::new("hi"), TurnOverrides::default())
-                .await?;
-            turn.push(t.elapsed());
-        }
-        let boxed = rt.create_session(&boxed_ref, None)?.id;
-        rt.start_worker(&boxed).await?;
-        let mut boxed_true = Vec::new();
-        for _ in 0..iters {
-            let t = Instant::now();
-            rt.run_session_command(&boxed, "true").await?;
-            boxed_true.push(t.elapsed());
-        }
-        rt.shutdown("bench over").await;
-        BenchResult::Ok((create, boxed_create, turn, boxed_true))
-    })?;
+    let (create, boxed_create, turn, boxed_true, idle_worker, supervisor_rss, workers_seen) = tokio
+        .block_on(async {
+            let (mut create, mut boxed_create) = (Vec::new(), Vec::new());
+            for _ in 0..iters.min(100) {
+                create.push(create_once(&rt, &host_ref).await?);
+                boxed_create.push(create_once(&rt, &boxed_ref).await?);
+            }
+            let id = rt.create_session(&host_ref, None)?.id;
+            rt.start_worker(&id).await?;
+            let mut turn = Vec::new();
+            for _ in 0..iters {
+                let t = Instant::now();
+                rt.run_turn(&id, Task::new("hi"), TurnOverrides::default())
+                    .await?;
+                turn.push(t.elapsed());
+            }
+            let boxed = rt.create_session(&boxed_ref, None)?.id;
+            rt.start_worker(&boxed).await?;
+            let mut boxed_true = Vec::new();
+            for _ in 0..iters {
+                let t = Instant::now();
+                rt.run_session_command(&boxed, "true").await?;
+                boxed_true.push(t.elapsed());
+            }
+            // Memory: an idle host worker, and this process (the supervisor) with 100 live sessions.
+            let mut live = Vec::new();
+            for _ in 0..100 {
+                let id = rt.create_session(&host_ref, None)?.id;
+                rt.start_worker(&id).await?;
+                live.push(id);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut worker_rss: Vec<u64> = worker_pids(&live)
+                .iter()
+                .filter_map(|p| rss_kib(p))
+                .collect();
+            worker_rss.sort();
+            let supervisor_rss = rss_kib("self").unwrap_or(0);
+            rt.shutdown("bench over").await;
+            let idle_worker = worker_rss.get(worker_rss.len() / 2).copied().unwrap_or(0);
+            BenchResult::Ok((
+                create,
+                boxed_create,
+                turn,
+                boxed_true,
+                idle_worker,
+                supervisor_rss,
+                worker_rss.len(),
+            ))
+        })?;
 
     let oneshot = time(iters.min(50), || {
         let out = std::process::Command::new(&exe)
@@ -185,6 +233,15 @@ fn main() -> BenchResult<()> {
         "ratio: sandboxed true / host `sh -c true`",
         &boxed_true,
         &host_true,
+    );
+    let seen = format!("{workers_seen} seen");
+    println!(
+        "| {:<46} | {:>6} KiB | {:>10} |",
+        "RSS of an idle worker (median)", idle_worker, seen
+    );
+    println!(
+        "| {:<46} | {:>6} KiB | {:>10} |",
+        "RSS of the supervisor with 100 live sessions", supervisor_rss, ""
     );
     Ok(())
 }

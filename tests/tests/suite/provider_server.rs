@@ -116,6 +116,12 @@ impl Reply {
         self
     }
 
+    /// Replaces the body with these steps (e.g. a pause that never ends the response).
+    pub fn with_steps(mut self, steps: Vec<Step>) -> Reply {
+        self.steps = steps;
+        self
+    }
+
     /// Cuts the connection after `n` bytes of the body.
     pub fn cut_after(mut self, n: usize) -> Reply {
         let body = self.body();

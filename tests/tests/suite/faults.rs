@@ -1,0 +1,208 @@
+//! Fault tests: a supervisor killed mid-turn, a provider that hangs, a full or read-only store.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::provider_server::{ProviderServer, Reply, Step};
+use super::support::{binary, write_bundle, Env, Server};
+
+async fn post(client: &reqwest::Client, url: String, body: Value) -> Value {
+    client
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn task(prompt: &str) -> Value {
+    json!({"prompt": prompt, "submission_id": "6f1c1c2e-8f1a-4c59-9d0e-4f4a4f7f0a11", "completed": false})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        r#"{turns: [{when: "slow", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo started; sleep 60"}}]}]},
+                    {replies: [{text: "seen {{message_count}}"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    let bundle = env.path("b").display().to_string();
+    let client = reqwest::Client::new();
+    let mut server = Server::start(env.home.path(), &[], &[]);
+    let session = post(
+        &client,
+        server.url("/sessions"),
+        json!({"bundle_ref": bundle}),
+    )
+    .await;
+    let id = session["id"].as_str().unwrap().to_string();
+    let first = post(
+        &client,
+        server.url(&format!("/sessions/{id}/run-sync")),
+        json!({"input": task("hello")}),
+    )
+    .await;
+    assert_eq!(first["final_message"], "seen 2");
+    let started = post(
+        &client,
+        server.url(&format!("/sessions/{id}/run")),
+        json!({"input": task("slow")}),
+    )
+    .await;
+    let turn_id = started["turn_id"].as_str().unwrap().to_string();
+    let journal = env.home.path().join(format!("sessions/{id}/events.jsonl"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&journal)
+        .unwrap()
+        .contains("started")
+    {
+        assert!(Instant::now() < deadline, "the slow command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.child.kill().unwrap(); // SIGKILL: no cleanup runs
+    server.child.wait().unwrap();
+
+    let server = Server::start(env.home.path(), &[], &[]);
+    let record: Value = client
+        .get(server.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "idle", "{record}");
+    assert_eq!(record["active_turn"], Value::Null);
+    assert_eq!(record["last_turn"]["turn_id"], turn_id.as_str());
+    assert_eq!(record["last_turn"]["status"], "failed");
+
+    let lines: Vec<Value> = std::fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("no torn line in the journal"))
+        .collect();
+    let ids: Vec<u64> = lines
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=ids.len() as u64).collect::<Vec<_>>(),
+        "no gap, no duplicate"
+    );
+    let last = &lines.last().unwrap()["payload"];
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["payload"]["code"], "supervisor_restarted");
+    assert_eq!(last["payload"]["turn_id"], turn_id.as_str());
+
+    let next = post(
+        &client,
+        server.url(&format!("/sessions/{id}/run-sync")),
+        json!({"input": task("after")}),
+    )
+    .await;
+    assert_eq!(next["status"], "completed", "{next}");
+    // system + hello, seen 2, after: the abandoned turn left no half conversation.
+    assert_eq!(next["final_message"], "seen 4");
+}
+
+#[test]
+fn a_provider_that_hangs_fails_the_turn_when_the_time_out_fires() {
+    let env = Env::new();
+    let hang = Reply::sse(String::new());
+    let hang = hang.with_steps(vec![Step::Pause(Duration::from_secs(30))]);
+    let server = ProviderServer::start(vec![hang]);
+    let dir = env.path("hang");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        r#"{ manifest_version: "service.bundle/v1", id: "hang", version: "1.0.0", tools: [], sandbox: { mode: "danger_full_access" } }"#,
+    )
+    .unwrap();
+    let agent = json!({"model": {"provider": "openai", "name": "m", "config": {"base_url": server.base, "timeout_ms": 700, "max_retries": 0}}});
+    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+    let started = Instant::now();
+    let err = env
+        .run(&["run", "./hang", "--prompt", "go"])
+        .failed()
+        .to_string();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the time-out did not fire"
+    );
+    assert!(
+        err.contains("(provider_timeout): the openai stream stalled for 700ms"),
+        "{err}"
+    );
+}
+
+/// Runs a shell script as root in a private mount namespace (so test mounts vanish with it).
+fn in_mount_namespace(script: &str) -> std::process::Output {
+    Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .output()
+        .expect("unshare (util-linux) is needed")
+}
+
+#[test]
+fn a_full_store_gives_a_clear_error_and_leaves_no_partial_install() {
+    let env = Env::new();
+    let project = env.path("big");
+    env.run(&["init", "big"]).ok();
+    // 2 MiB of incompressible data cannot fit a 1 MiB store.
+    let noise: Vec<u8> = (0..2 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(project.join("resources/noise.bin"), noise).unwrap();
+    let store = env.path("store");
+    std::fs::create_dir(&store).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs {store} && SERVICE_HOME={store} {bin} build {project}; echo EXIT=$?; find {store} -mindepth 1 | wc -l",
+        store = store.display(),
+        bin = binary().display(),
+        project = project.display()
+    );
+    let out = in_mount_namespace(&script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("EXIT=1"), "{stdout}{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    let leftover: usize = stdout.lines().last().unwrap().trim().parse().unwrap();
+    // Only the empty namespace directories may remain: no staging directory, no version directory.
+    assert!(
+        leftover <= 4,
+        "{leftover} entries left in the store:\n{stdout}"
+    );
+    assert!(!stdout.contains("staging"));
+}
+
+#[test]
+fn a_read_only_store_gives_a_clear_error() {
+    let env = Env::new();
+    env.run(&["init", "ro"]).ok();
+    let store = env.path("rostore");
+    std::fs::create_dir(&store).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o ro tmpfs {store} && SERVICE_HOME={store} {bin} build {project}; echo EXIT=$?; SERVICE_HOME={store} {bin} run {project} --prompt hi; echo EXIT=$?",
+        store = store.display(),
+        bin = binary().display(),
+        project = env.path("ro").display()
+    );
+    let out = in_mount_namespace(&script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout.matches("EXIT=1").count(), 2, "{stdout}{stderr}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+    assert!(
+        stderr.contains("cannot create"),
+        "the error names what it tried: {stderr}"
+    );
+}
