@@ -206,3 +206,155 @@ fn a_read_only_store_gives_a_clear_error() {
         "the error names what it tried: {stderr}"
     );
 }
+
+/// Pids of host processes whose command line contains all of `needles`.
+fn pids_with(needles: &[&str]) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_string_lossy().parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            needles.iter().all(|n| cmdline.contains(n)).then_some(pid)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_model_stream_fails_the_turn_and_the_next_turn_works() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("s"),
+        r#"{turns: [{when: "long", replies: [{text: "one two three four five six seven eight nine ten eleven twelve", delay_ms: 300}]},
+                    {replies: [{text: "fresh {{message_count}}"}]}]}"#,
+        "",
+        "danger_full_access",
+    );
+    let rt = super::support::runtime(env.home.path());
+    let id = rt
+        .create_session(env.path("s").to_str().unwrap(), None)
+        .unwrap()
+        .id;
+    let mut events = rt.subscribe_session(&id).unwrap();
+    let pending = rt
+        .start_turn(
+            &id,
+            service_ipc::Task::new("long story"),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .unwrap()
+            .unwrap();
+        if msg.payload.kind() == "agent_message_delta" {
+            break;
+        }
+    }
+    let workers = pids_with(&["worker --socket", &id]);
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(workers[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), pending.outcome)
+        .await
+        .unwrap()
+        .unwrap();
+    let (code, message) = outcome.error.unwrap();
+    assert_eq!(code, "worker_died");
+    assert!(message.contains("signal 9"), "{message}");
+    let next = rt
+        .run_turn(&id, service_ipc::Task::new("again"), Default::default())
+        .await
+        .unwrap();
+    assert_eq!(next.final_message, "fresh 2");
+    rt.shutdown("test over").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_sessions_times_ten_turns_over_http_with_every_event_delivered() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("load"),
+        r#"{turns: [{replies: [{reasoning: "hm", text: "turn done {{message_count}}"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    let bundle = env.path("load").display().to_string();
+    let server = Server::start(env.home.path(), &[], &[]);
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        let s = post(
+            &client,
+            server.url("/sessions"),
+            json!({"bundle_ref": bundle}),
+        )
+        .await;
+        ids.push(s["id"].as_str().unwrap().to_string());
+    }
+    // One SSE client per session, counting what it receives until the tenth turn ends.
+    let mut watchers = Vec::new();
+    for id in &ids {
+        let resp = client
+            .get(server.url(&format!("/sessions/{id}/events")))
+            .send()
+            .await
+            .unwrap();
+        watchers.push(tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut stream = eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
+            let (mut count, mut ends) = (0usize, 0usize);
+            while let Some(Ok(ev)) = stream.next().await {
+                count += 1;
+                if ev.data.contains("\"turn_completed\"") || ev.data.contains("\"type\":\"error\"")
+                {
+                    ends += 1;
+                    if ends == 10 {
+                        break;
+                    }
+                }
+            }
+            count
+        }));
+    }
+    let runs = ids.iter().map(|id| {
+        let (client, url) = (
+            client.clone(),
+            server.url(&format!("/sessions/{id}/run-sync")),
+        );
+        async move {
+            let mut errors = 0;
+            for _ in 0..10 {
+                let r = post(&client, url.clone(), json!({"input": task("go")})).await;
+                if r["status"] != "completed" {
+                    errors += 1;
+                }
+            }
+            errors
+        }
+    });
+    let errors: usize = futures::future::join_all(runs).await.into_iter().sum();
+    assert_eq!(errors, 0);
+    for (id, w) in ids.iter().zip(watchers) {
+        let delivered = tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .unwrap()
+            .unwrap();
+        let journaled =
+            std::fs::read_to_string(env.home.path().join(format!("sessions/{id}/events.jsonl")))
+                .unwrap()
+                .lines()
+                .count();
+        assert_eq!(
+            delivered, journaled,
+            "session {id}: every journaled event reached its subscriber"
+        );
+    }
+}
