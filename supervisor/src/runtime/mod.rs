@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     options: RuntimeOptions,
     launcher: Box<dyn Launcher>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Serialises loading persisted sessions.
+    load_lock: Mutex<()>,
     approvals: ApprovalStore,
 }
 
@@ -128,6 +130,7 @@ impl ServiceRuntime {
                 options,
                 launcher,
                 sessions: Mutex::new(HashMap::new()),
+                load_lock: Mutex::new(()),
                 approvals: ApprovalStore::default(),
             }),
         }
@@ -158,12 +161,18 @@ impl ServiceRuntime {
         if let Some(s) = self.sessions().get(id) {
             return Ok(s.clone());
         }
+        // One loader at a time: loading repairs a turn left running by a crash, which must happen once.
+        let _loading = self
+            .inner
+            .load_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = self.sessions().get(id) {
+            return Ok(s.clone());
+        }
         let loaded = Session::load(&self.inner.home, id)?;
-        Ok(self
-            .sessions()
-            .entry(id.to_string())
-            .or_insert(loaded)
-            .clone())
+        self.sessions().insert(id.to_string(), loaded.clone());
+        Ok(loaded)
     }
 
     /// The record of one session.
