@@ -3,7 +3,8 @@
 //! - run-sync round trip of a text-only turn (scripted provider, which takes no time of its own, so the whole
 //!   round trip is overhead), against the same turn through the runtime in-process;
 //! - event fan-out: one turn streams `BENCH_EVENTS` deltas (default 20,000) while 100 SSE clients follow the
-//!   session; reports events per second (each delivered to all 100), deliveries per second, and events lost.
+//!   session from a child process; reports events per second (each delivered to all 100), deliveries per second,
+//!   the CPU time the supervisor and the clients spent per delivery, and events lost.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use service_ipc::{Task, TurnOverrides};
 use service_supervisor::{server, RuntimeOptions, ServiceHome, ServiceRuntime};
+use tokio::io::AsyncBufReadExt;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -41,7 +43,84 @@ fn task(prompt: &str) -> serde_json::Value {
     serde_json::json!({"prompt": prompt, "submission_id": uuid::Uuid::new_v4(), "completed": false})
 }
 
+/// Set in the child process that plays the 100 SSE clients; holds the events URL.
+const CLIENT_ENV: &str = "BENCH_SSE_CLIENTS_OF";
+
+/// What the client process reports: events each client received, when the last arrived (seconds after the
+/// clients were ready) and the CPU time the clients used.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ClientReport {
+    counts: Vec<usize>,
+    last_secs_after_ready: f64,
+    cpu_secs: f64,
+}
+
+/// User plus system CPU time of this process.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| {
+                Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
+            };
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or_default()
+}
+
+/// The child process: connects 100 SSE clients to `url`, prints `ready`, follows each to the end of the turn and
+/// prints a `ClientReport` line.
+fn sse_clients(url: String) -> BenchResult<()> {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    tokio.block_on(async move {
+        let client = reqwest::Client::new();
+        let mut responses = Vec::new();
+        for _ in 0..100 {
+            responses.push(client.get(&url).send().await?.error_for_status()?);
+        }
+        let cpu_before = cpu_time();
+        let ready = Instant::now();
+        let tasks: Vec<_> = responses
+            .into_iter()
+            .map(|resp| {
+                tokio::spawn(async move {
+                    let mut stream =
+                        eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
+                    let mut count = 0usize;
+                    while let Some(Ok(ev)) = stream.next().await {
+                        count += 1;
+                        if ev.data.contains("\"turn_completed\"") {
+                            break;
+                        }
+                    }
+                    (count, ready.elapsed())
+                })
+            })
+            .collect();
+        println!("ready");
+        let (mut counts, mut last) = (Vec::new(), Duration::ZERO);
+        for t in tasks {
+            let (count, at) = t.await?;
+            counts.push(count);
+            last = last.max(at);
+        }
+        let report = ClientReport {
+            counts,
+            last_secs_after_ready: last.as_secs_f64(),
+            cpu_secs: (cpu_time() - cpu_before).as_secs_f64(),
+        };
+        println!("{}", serde_json::to_string(&report)?);
+        BenchResult::Ok(())
+    })
+}
+
 fn main() -> BenchResult<()> {
+    if let Ok(url) = std::env::var(CLIENT_ENV) {
+        return sse_clients(url);
+    }
     let iters: usize = std::env::var("BENCH_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -104,39 +183,29 @@ fn main() -> BenchResult<()> {
             }
         }
 
-        // Fan-out to 100 SSE subscribers.
+        // Fan-out to 100 SSE subscribers, which run in a child process of their own so the CPU time of the
+        // supervisor (journal, broadcast, SSE encoding, sockets) can be told apart from the clients' parsing.
         let flood = rt.create_session(&bundle_ref, None)?.id;
         rt.start_worker(&flood).await?;
-        let mut subscribers = Vec::new();
-        for _ in 0..100 {
-            let resp = client
-                .get(format!("{base}/sessions/{flood}/events"))
-                .send()
-                .await?;
-            subscribers.push(tokio::spawn(async move {
-                let mut stream = eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
-                let (mut count, mut last) = (0usize, Instant::now());
-                while let Some(Ok(ev)) = stream.next().await {
-                    count += 1;
-                    last = Instant::now();
-                    if ev.data.contains("\"turn_completed\"") {
-                        break;
-                    }
-                }
-                (count, last)
-            }));
+        let mut clients = tokio::process::Command::new(std::env::current_exe()?)
+            .env(CLIENT_ENV, format!("{base}/sessions/{flood}/events"))
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut lines =
+            tokio::io::BufReader::new(clients.stdout.take().ok_or("no client stdout")?).lines();
+        if lines.next_line().await?.as_deref() != Some("ready") {
+            return Err("the SSE clients did not connect".into());
         }
+        let cpu_before = cpu_time();
         let start = Instant::now();
         rt.run_turn(&flood, Task::new("flood"), TurnOverrides::default())
             .await?;
         let produced = start.elapsed();
-        let mut counts = Vec::new();
-        let mut finished = start;
-        for s in subscribers {
-            let (count, last) = s.await?;
-            counts.push(count);
-            finished = finished.max(last);
-        }
+        let report: ClientReport =
+            serde_json::from_str(&lines.next_line().await?.ok_or("no client report")?)?;
+        let server_cpu = cpu_time() - cpu_before;
+        clients.wait().await?;
         let journaled = {
             let mut all = rt.subscribe_session_from(&flood, 0)?;
             let mut n = 0usize;
@@ -150,9 +219,9 @@ fn main() -> BenchResult<()> {
             }
             n
         };
-        let delivered: usize = counts.iter().sum();
-        let lost = journaled * counts.len() - delivered;
-        let elapsed = (finished - start).as_secs_f64();
+        let delivered: usize = report.counts.iter().sum();
+        let lost = journaled * report.counts.len() - delivered;
+        let elapsed = produced.as_secs_f64().max(report.last_secs_after_ready);
         stop.cancel();
         rt.shutdown("bench over").await;
         let _ = server.await;
@@ -194,6 +263,16 @@ fn main() -> BenchResult<()> {
             "| {:<52} | {:>14.0} |",
             "SSE deliveries/s (events x subscribers)",
             delivered as f64 / elapsed
+        );
+        println!(
+            "| {:<52} | {:>11.3} µs |",
+            "supervisor CPU per SSE delivery",
+            server_cpu.as_secs_f64() * 1e6 / delivered.max(1) as f64
+        );
+        println!(
+            "| {:<52} | {:>11.3} µs |",
+            "SSE clients' CPU per delivery (parsing)",
+            report.cpu_secs * 1e6 / delivered.max(1) as f64
         );
         println!("| {:<52} | {:>14} |", "events lost", lost);
         BenchResult::Ok(())

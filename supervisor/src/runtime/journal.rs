@@ -1,11 +1,14 @@
 //! The per-session event journal (`events.jsonl`) and its broadcast fan-out.
 //!
 //! Each event gets the next sequence number, is appended to the journal as one JSON line, and only then is
-//! broadcast, all under one lock so journal order, sequence order and broadcast order agree. A subscriber that
+//! broadcast, all under one lock so journal order, sequence order and broadcast order agree. Events that arrive
+//! together are committed as one batch: one write to the journal and one broadcast message, so a burst of deltas
+//! costs one wake-up per subscriber, not one per event, and SSE clients get the burst in one socket write. A subscriber that
 //! falls behind the broadcast channel catches up from the journal, so no subscriber misses an event; a subscriber
 //! that starts after a given sequence number gets the journal's later events first, then live ones, without a gap
 //! or a duplicate.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -18,8 +21,11 @@ use tokio::sync::broadcast;
 
 use super::error::{Result, RuntimeError};
 
-/// Events buffered per subscriber before it counts as lagging (and catches up from the journal).
+/// Batches buffered per subscriber before it counts as lagging (and catches up from the journal).
 const BROADCAST_CAPACITY: usize = 4096;
+
+/// Events committed together, in sequence order.
+type Batch = Arc<Vec<Arc<Published>>>;
 
 /// A stream of session events.
 pub type EventStream = Pin<Box<dyn Stream<Item = EventMsg> + Send>>;
@@ -35,12 +41,8 @@ pub struct Published {
     pub msg: EventMsg,
     /// Its JSON, exactly as journaled.
     pub json: Arc<str>,
-}
-
-impl Published {
-    fn seq(&self) -> Option<u64> {
-        self.msg.seq()
-    }
+    /// Its sequence number (`msg.id`, parsed once).
+    pub seq: u64,
 }
 
 /// One session's journal and broadcast channel.
@@ -48,7 +50,7 @@ pub struct Journal {
     session_id: String,
     path: PathBuf,
     state: Mutex<State>,
-    tx: broadcast::Sender<Arc<Published>>,
+    tx: broadcast::Sender<Batch>,
 }
 
 struct State {
@@ -74,29 +76,42 @@ impl Journal {
         })
     }
 
-    /// Stamps, journals and broadcasts one event. A journal write failure is returned after the event was still
-    /// broadcast, so live subscribers are not starved by a full disk.
-    pub fn emit(&self, payload: EventPayload) -> Result<EventMsg> {
+    /// Stamps, journals and broadcasts one event.
+    pub fn emit(&self, payload: EventPayload) -> Result<()> {
+        self.emit_all(vec![payload])
+    }
+
+    /// Stamps, journals (one write) and broadcasts (one message) a batch of events. A journal write failure is
+    /// returned after the events were still broadcast, so live subscribers are not starved by a full disk.
+    pub fn emit_all(&self, payloads: Vec<EventPayload>) -> Result<()> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.last_seq += 1;
-        let msg = EventMsg {
-            id: state.last_seq.to_string(),
-            session_id: self.session_id.clone(),
-            created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            payload,
-        };
-        let json = serde_json::to_string(&msg).unwrap_or_default();
-        let mut line = Vec::with_capacity(json.len() + 1);
-        line.extend_from_slice(json.as_bytes());
-        line.push(b'\n');
-        let written = state.file.write_all(&line);
-        let _ = self.tx.send(Arc::new(Published {
-            msg: msg.clone(),
-            json: json.into(),
-        }));
+        let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let mut lines = Vec::new();
+        let mut batch = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            state.last_seq += 1;
+            let msg = EventMsg {
+                id: state.last_seq.to_string(),
+                session_id: self.session_id.clone(),
+                created_at: created_at.clone(),
+                payload,
+            };
+            let json = serde_json::to_string(&msg).unwrap_or_default();
+            lines.extend_from_slice(json.as_bytes());
+            lines.push(b'\n');
+            batch.push(Arc::new(Published {
+                seq: state.last_seq,
+                msg,
+                json: json.into(),
+            }));
+        }
+        let written = state.file.write_all(&lines);
+        let _ = self.tx.send(Arc::new(batch));
         drop(state);
-        written.map_err(|e| RuntimeError::io("cannot append to", &self.path, e))?;
-        Ok(msg)
+        written.map_err(|e| RuntimeError::io("cannot append to", &self.path, e))
     }
 
     /// Sequence number of the last event written.
@@ -125,6 +140,7 @@ impl Journal {
                 Some(s) if s > after => out.push(Arc::new(Published {
                     msg,
                     json: line.into(),
+                    seq: s,
                 })),
                 _ => {}
             }
@@ -144,7 +160,7 @@ impl Journal {
             rx,
             last: start,
             catch_up_to: boundary,
-            backlog: Vec::new().into_iter(),
+            backlog: VecDeque::new(),
             held: None,
         };
         Box::pin(futures::stream::unfold(sub, |mut sub| async move {
@@ -156,31 +172,32 @@ impl Journal {
 
 struct Subscription {
     journal: Arc<Journal>,
-    rx: broadcast::Receiver<Arc<Published>>,
+    rx: broadcast::Receiver<Batch>,
     /// Highest sequence number yielded (or known to be unrecoverable).
     last: u64,
     /// Journaled events up to here must be yielded before any live one.
     catch_up_to: u64,
     /// Events read from the journal, in order.
-    backlog: std::vec::IntoIter<Arc<Published>>,
-    /// A live event that arrived ahead of a gap, yielded once the gap is filled.
-    held: Option<Arc<Published>>,
+    backlog: VecDeque<Arc<Published>>,
+    /// The live batch being yielded and the index of its next event (after a gap: yielded once the journal has
+    /// filled it). Walking the shared batch by index, rather than copying it, keeps a subscriber from touching
+    /// every event's reference count.
+    held: Option<(Batch, usize)>,
 }
 
 impl Subscription {
     /// Yields `msg` if it is newer than anything yielded so far.
     fn advance(&mut self, msg: Arc<Published>) -> Option<Arc<Published>> {
-        let seq = msg.seq()?;
-        if seq <= self.last {
+        if msg.seq <= self.last {
             return None;
         }
-        self.last = seq;
+        self.last = msg.seq;
         Some(msg)
     }
 
     async fn next(&mut self) -> Option<Arc<Published>> {
         loop {
-            if let Some(msg) = self.backlog.next() {
+            if let Some(msg) = self.backlog.pop_front() {
                 if let Some(msg) = self.advance(msg) {
                     return Some(msg);
                 }
@@ -188,28 +205,36 @@ impl Subscription {
             }
             if self.catch_up_to > self.last {
                 let until = self.catch_up_to;
-                self.backlog = self.journal.read_range(self.last, until).ok()?.into_iter();
+                self.backlog = self.journal.read_range(self.last, until).ok()?.into();
                 // Whatever the journal cannot supply is lost for good; never ask for it again.
                 self.catch_up_to = self.last;
-                if self.backlog.len() == 0 {
+                if self.backlog.is_empty() {
                     self.last = until;
                 }
                 continue;
             }
-            if let Some(msg) = self.held.take() {
-                if let Some(msg) = self.advance(msg) {
-                    return Some(msg);
+            if let Some((batch, index)) = &mut self.held {
+                match batch.get(*index) {
+                    Some(msg) => {
+                        *index += 1;
+                        if msg.seq > self.last {
+                            self.last = msg.seq;
+                            return Some(msg.clone());
+                        }
+                    }
+                    None => self.held = None,
                 }
                 continue;
             }
             match self.rx.recv().await {
-                Ok(msg) => match msg.seq() {
-                    Some(s) if s > self.last + 1 => {
-                        self.catch_up_to = s - 1;
-                        self.held = Some(msg);
+                Ok(batch) => {
+                    if let Some(first) = batch.first() {
+                        if first.seq > self.last + 1 {
+                            self.catch_up_to = first.seq - 1;
+                        }
                     }
-                    _ => self.held = Some(msg),
-                },
+                    self.held = Some((batch, 0));
+                }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     self.catch_up_to = self.journal.last_seq()
                 }
@@ -250,4 +275,76 @@ fn repair(path: &Path) -> Result<u64> {
             .map_err(|e| RuntimeError::io("cannot repair", path, e))?;
     }
     Ok(last_seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn delta(text: &str) -> EventPayload {
+        EventPayload::AgentMessageDelta {
+            turn_id: "t".into(),
+            delta: text.into(),
+        }
+    }
+
+    fn batch(n: usize) -> Vec<EventPayload> {
+        (0..n).map(|i| delta(&i.to_string())).collect()
+    }
+
+    async fn seqs(stream: &mut PublishedStream, n: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await;
+            match next {
+                Ok(Some(p)) => out.push(p.seq),
+                _ => break,
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_lags_past_the_channel_gets_every_batched_event_once_in_order() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let mut live = journal.subscribe(None);
+        let batches = BROADCAST_CAPACITY + 10;
+        for _ in 0..batches {
+            journal.emit_all(batch(3)).unwrap();
+        }
+        let total = (batches * 3) as u64;
+        assert_eq!(
+            seqs(&mut live, total as usize).await,
+            (1..=total).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_starting_inside_a_batch_gets_the_rest_of_it_then_live_events() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        journal.emit_all(batch(5)).unwrap();
+        let mut from_two = journal.subscribe(Some(2));
+        journal.emit_all(batch(2)).unwrap();
+        assert_eq!(seqs(&mut from_two, 5).await, vec![3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_batch_is_journaled_as_one_line_per_event_and_reopening_continues_the_sequence() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("events.jsonl");
+        Journal::open("s", &path)
+            .unwrap()
+            .emit_all(batch(4))
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4);
+        let reopened = Journal::open("s", &path).unwrap();
+        assert_eq!(reopened.last_seq(), 4);
+        reopened.emit(delta("x")).unwrap();
+        let last = std::fs::read_to_string(&path).unwrap();
+        assert!(last.lines().last().unwrap().contains("\"id\":\"5\""));
+    }
 }

@@ -22,6 +22,8 @@ pub struct LaunchSpec<'a> {
     pub workspace: &'a Path,
     /// The manifest's sandbox settings.
     pub sandbox: &'a SandboxSpec,
+    /// A directory the launcher may keep prepared files in across sessions (`$SERVICE_HOME/run/sandbox`).
+    pub cache_dir: &'a Path,
 }
 
 /// A prepared worker command and the paths as the worker sees them.

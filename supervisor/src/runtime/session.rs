@@ -185,7 +185,12 @@ impl Session {
 
     /// Journals and broadcasts an event.
     pub fn emit(&self, payload: EventPayload) {
-        if let Err(e) = self.journal.emit(payload) {
+        self.emit_all(vec![payload]);
+    }
+
+    /// Journals and broadcasts events that arrived together as one batch (see `Journal::emit_all`).
+    pub fn emit_all(&self, payloads: Vec<EventPayload>) {
+        if let Err(e) = self.journal.emit_all(payloads) {
             tracing::error!(session = %self.id, "event not journaled: {e}");
         }
     }

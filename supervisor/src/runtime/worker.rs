@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use interprocess::local_socket::tokio::prelude::*;
 use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName};
 use service_ipc::{
@@ -31,6 +31,10 @@ use crate::providers;
 
 /// Frames queued for one worker before senders wait.
 const QUEUE: usize = 1024;
+
+/// Most frames handled (and events committed) as one batch before the actor looks at its other duties.
+const MAX_BATCH: usize = 256;
+
 /// Longest socket path the kernel accepts, minus a margin.
 const MAX_SOCKET_PATH: usize = 100;
 
@@ -55,9 +59,9 @@ impl WorkerHandle {
             .map_err(|_| RuntimeError::WorkerUnavailable("the worker has exited".into()))
     }
 
-    /// True until the actor has seen the worker exit.
+    /// True until the actor has seen the worker's connection end (or was told to kill it).
     pub fn is_alive(&self) -> bool {
-        !*self.exited.borrow()
+        !self.kill.is_cancelled() && !*self.exited.borrow()
     }
 
     /// Asks the worker to exit, waits up to `grace`, then kills it; returns once it is gone.
@@ -123,6 +127,7 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         bundle_root: &session.bundle.root,
         workspace: &host_workspace,
         sandbox: &session.bundle.manifest.sandbox,
+        cache_dir: &rt.home.run_dir().join("sandbox"),
     })?;
     let guard = launch.guard;
     let mut command = launch.command;
@@ -210,6 +215,7 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         tx,
         model_tasks: HashMap::new(),
         last_seen: Instant::now(),
+        pending: Vec::new(),
     };
     tokio::spawn(async move {
         actor.run(conn, child, rx, kill, exited_tx, run_dir).await;
@@ -252,6 +258,8 @@ struct Actor {
     tx: mpsc::Sender<ToWorker>,
     model_tasks: HashMap<String, tokio::task::AbortHandle>,
     last_seen: Instant,
+    /// Events received but not yet journaled (see `commit`).
+    pending: Vec<EventPayload>,
 }
 
 /// Why the actor stopped.
@@ -282,7 +290,8 @@ impl Actor {
         let writer = tokio::spawn(async move {
             while let Some(msg) = rx.recv().await {
                 out_trace.record("to_worker", &msg);
-                if sink.send(msg).await.is_err() {
+                // Flush only once the queue is drained: a stream of model chunks shares one write.
+                if sink.feed(msg).await.is_err() || (rx.is_empty() && sink.flush().await.is_err()) {
                     break;
                 }
             }
@@ -295,8 +304,29 @@ impl Actor {
                 frame = frames.next() => match frame {
                     Some(Ok(frame)) => {
                         self.last_seen = Instant::now();
-                        trace.record("to_supervisor", &frame);
-                        self.handle(frame);
+                        // Frames already read off the socket are handled together, so a burst of events is
+                        // journaled and broadcast as one batch (group commit); the batch is bounded so a flood
+                        // cannot starve the other branches.
+                        let mut next = Some(frame);
+                        let mut handled = 0;
+                        let mut broken = None;
+                        while let Some(frame) = next.take() {
+                            trace.record("to_supervisor", &frame);
+                            self.handle(frame);
+                            handled += 1;
+                            if handled < MAX_BATCH {
+                                match frames.next().now_or_never() {
+                                    Some(Some(Ok(frame))) => next = Some(frame),
+                                    Some(Some(Err(e))) => broken = Some(End::Protocol(e.to_string())),
+                                    Some(None) => broken = Some(End::Closed),
+                                    None => {}
+                                }
+                            }
+                        }
+                        self.commit();
+                        if let Some(end) = broken {
+                            break end;
+                        }
                     }
                     Some(Err(e)) => break End::Protocol(e.to_string()),
                     None => break End::Closed,
@@ -329,6 +359,9 @@ impl Actor {
             End::Protocol(e) => format!("it broke the protocol ({e}) and was killed"),
         };
         let _ = std::fs::remove_dir_all(&run_dir);
+        // From here the handle reports the worker gone, so a turn started as soon as the interrupted one is
+        // reported failed (below) gets a new worker, whose run directory the line above can no longer remove.
+        kill.cancel();
         self.session.drop_commands();
         if let Some(turn_id) = self.session.active_turn() {
             self.rt.approvals.drop_turn(&turn_id);
@@ -340,9 +373,20 @@ impl Actor {
         let _ = exited.send(true);
     }
 
+    /// Journals and broadcasts the events gathered since the last commit.
+    fn commit(&mut self) {
+        if !self.pending.is_empty() {
+            self.session.emit_all(std::mem::take(&mut self.pending));
+        }
+    }
+
     fn handle(&mut self, frame: ToSupervisor) {
+        if !matches!(frame, ToSupervisor::Event(_)) {
+            // Whatever this frame does (finish a turn, request approval) comes after the events before it.
+            self.commit();
+        }
         match frame {
-            ToSupervisor::Event(payload) => self.session.emit(payload),
+            ToSupervisor::Event(payload) => self.pending.push(payload),
             ToSupervisor::ModelRequest(request) => self.serve_model(request),
             ToSupervisor::CancelModel { request_id } => {
                 if let Some(task) = self.model_tasks.remove(&request_id) {

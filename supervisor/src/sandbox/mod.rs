@@ -2,6 +2,7 @@
 //!
 //! - [`profile`]: the embedded `sandbox-profiles/` data and its resolution against the host.
 //! - [`bwrap`]: the pure function from a resolved profile to the bwrap argument vector.
+//! - [`etc_snapshot`]: the profile's `/etc` files as one snapshot directory, bound once.
 //! - [`limits`]: cgroups and rlimits for `sandbox.resources`.
 //!
 //! The launcher wraps the worker process itself, so the Bash tool and operator commands run inside the same
@@ -9,6 +10,7 @@
 //! on the host; a confined mode without bwrap is an error that says how to fix it, never a silent fallback.
 
 pub mod bwrap;
+pub mod etc_snapshot;
 pub mod limits;
 pub mod profile;
 
@@ -75,6 +77,7 @@ impl Launcher for SandboxLauncher {
             sandbox.permissions.network_enabled(),
         )
         .map_err(RuntimeError::SandboxUnavailable)?;
+        let mounts = etc_snapshot::consolidate(mounts, &tools.network_files, spec.cache_dir);
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
         let paths = bwrap::HostPaths {
             exe,

@@ -229,7 +229,7 @@ pub async fn events(
     };
     let stream = st.rt.subscribe_published(&id, last_event_id.or(q.after))?;
     let frames = stream
-        .map(|p| Ok(Event::default().id(p.msg.id.clone()).data(&*p.json)))
+        .map(|p| Ok(Event::default().id(&p.msg.id).data(&*p.json)))
         .take_until(st.shutdown.clone().cancelled_owned());
     Ok(Sse::new(frames).keep_alive(
         KeepAlive::new()

@@ -91,6 +91,25 @@ fn writes_outside_the_workspace_fail_and_leave_the_host_untouched() {
 }
 
 #[test]
+fn etc_shows_the_host_files_read_only_and_the_network_files_only_with_the_network() {
+    let env = env_with_workspace();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let first_user = passwd.lines().next().unwrap();
+    let cmd =
+        "head -n 1 /etc/passwd; echo hosts=$(wc -c < /etc/hosts); echo x > /etc/planted; echo end";
+    let out = attempt(&env, "etc-off", NO_NET, cmd);
+    assert!(out.contains(first_user), "{out}");
+    assert!(out.contains("hosts=0"), "{out}");
+    assert!(
+        out.contains("Read-only file system") && out.contains("end"),
+        "{out}"
+    );
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap();
+    let out = attempt(&env, "etc-on", NET, "cat /etc/hosts; echo end");
+    assert!(out.contains(hosts.trim()), "{out}");
+}
+
+#[test]
 fn read_only_mode_refuses_writes_inside_the_workspace() {
     let env = env_with_workspace();
     let out = attempt(&env, "ro", READ_ONLY, "echo x > inside.txt; echo end");
