@@ -1,5 +1,6 @@
 mod approvals;
 mod bundles;
+mod commands;
 mod faults;
 mod http;
 mod provider_server;

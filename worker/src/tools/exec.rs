@@ -1,8 +1,8 @@
 //! Subprocesses in the session sandbox: the Bash tool and operator commands share one runner.
 //!
-//! The runner starts `bash -c` (or `sh -c`) in its own process group, streams stdout and stderr live as
-//! `exec_command_output_delta` events, and on exit, time-out or interrupt kills the whole group, so a command's
-//! background children never outlive it.
+//! The runner starts `bash -c` (or `sh -c`) in its own process group (or hands the command to a spare bash already
+//! started, see `spare_shell`), streams stdout and stderr live as `exec_command_output_delta` events, and on exit,
+//! time-out or interrupt kills the whole group, so a command's background children never outlive it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,7 +14,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{resolve, ToolCtx, ToolResult};
+use super::{resolve, spare_shell, ToolCtx, ToolResult};
 use crate::conn::Outbox;
 use crate::session::Shared;
 use std::sync::Arc;
@@ -168,26 +168,15 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         omitted: 0,
         spawn_error: None,
     };
-    let mut command = tokio::process::Command::new(shell());
-    command
-        .arg("-c")
-        .arg(&req.command)
-        .current_dir(&req.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe. It makes the shell die with a worker killed outright
-    // (its own group is killed by us on every other path).
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
-    }
-    let spawned = command.spawn();
+    let spawned = match spare_shell::take(&req.command, &req.cwd).await {
+        Some(child) => Ok(child),
+        None => {
+            let mut command = tokio::process::Command::new(shell());
+            command.arg("-c").arg(&req.command).current_dir(&req.cwd);
+            configure(&mut command);
+            command.spawn()
+        }
+    };
     match spawned {
         Ok(child) => supervise(out, &req, child, cancel, &mut outcome).await,
         Err(e) => {
@@ -210,7 +199,28 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         timed_out: outcome.timed_out,
     })
     .await;
+    spare_shell::refill(shell(), configure);
     outcome
+}
+
+/// Everything about a command's shell but its arguments and directory: stdin from /dev/null, stdout and stderr
+/// piped, its own process group, killed with the worker.
+fn configure(command: &mut tokio::process::Command) {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe. It makes the shell die with a worker killed outright
+    // (its own group is killed by us on every other path).
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
 }
 
 async fn supervise(

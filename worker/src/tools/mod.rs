@@ -11,6 +11,7 @@ pub mod fs;
 pub mod plan;
 pub mod search;
 pub mod skill;
+pub mod spare_shell;
 
 use std::path::{Component, Path, PathBuf};
 

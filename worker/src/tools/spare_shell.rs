@@ -1,0 +1,72 @@
+//! A `bash` started ahead of time, so a command does not wait for the shell to start.
+//!
+//! Starting bash costs about 1 ms (measured: `bash -c true` 1.81 ms against 0.99 ms for dash's `sh -c true` and
+//! 0.85 ms for `/usr/bin/true`), more than everything else the runner does for a short command. After a session's
+//! first command, the worker keeps one spare bash waiting on its stdin; the next command is handed to it as its
+//! directory and text (NUL-terminated), and the spare `cd`s there, points stdin at `/dev/null` and `eval`s the text.
+//! Exit status, output streams, process group, environment, `$0` and `$$` behave as with `bash -c`; the one visible
+//! difference is that a syntax error is reported as `bash: eval: line N` instead of `bash: -c: line N`. Sessions
+//! that never run a command never start a spare.
+//!
+//! The spare is started on the runtime's own thread (its `PR_SET_PDEATHSIG` follows the thread that forked it) once
+//! the previous command's events are queued, and only when the shell is bash: the hand-over uses `read -d`.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Mutex;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, Command};
+
+/// What the spare runs: read the directory and the command, then become that command's shell. Before the
+/// command runs, `BASH_EXECUTION_STRING` is made the command (as `bash -c` sets it) and our names are unset.
+const HANDOVER: &str = r#"IFS= read -r -d "" __service_dir && IFS= read -r -d "" __service_cmd || exit 126
+exec </dev/null
+cd -- "$__service_dir" || exit 126
+eval 'BASH_EXECUTION_STRING=$__service_cmd; unset -v __service_dir __service_cmd; '"$__service_cmd""#;
+
+/// The one spare of this worker.
+static SPARE: Mutex<Option<Child>> = Mutex::new(None);
+
+/// Hands `command` to the spare, to run in `cwd`; None when there is no live spare (or the command cannot be
+/// handed over), and the caller starts a shell as usual.
+pub async fn take(command: &str, cwd: &Path) -> Option<Child> {
+    if command.contains('\0') || !cwd.is_dir() {
+        return None;
+    }
+    let mut child = SPARE.lock().ok()?.take()?;
+    if !matches!(child.try_wait(), Ok(None)) {
+        return None;
+    }
+    let mut stdin = child.stdin.take()?;
+    let mut payload = cwd.as_os_str().as_bytes().to_vec();
+    payload.push(0);
+    payload.extend_from_slice(command.as_bytes());
+    payload.push(0);
+    // Dropping stdin after the write is the spare's end of input; a spare that died meanwhile fails the write.
+    stdin.write_all(&payload).await.ok()?;
+    drop(stdin);
+    Some(child)
+}
+
+/// Starts a spare if there is none, after the tasks already queued (the previous command's events) have run.
+pub fn refill(shell: &'static str, configure: fn(&mut Command)) {
+    if !shell.ends_with("bash") {
+        return;
+    }
+    tokio::spawn(async move {
+        tokio::task::yield_now().await;
+        let Ok(mut slot) = SPARE.lock() else {
+            return;
+        };
+        if slot.is_some() {
+            return;
+        }
+        let mut command = Command::new(shell);
+        command.arg("-c").arg(HANDOVER).current_dir("/");
+        configure(&mut command);
+        command.stdin(Stdio::piped());
+        *slot = command.spawn().ok();
+    });
+}
