@@ -6,7 +6,9 @@
 //!   provider takes no time of its own, so the whole turn is runtime overhead);
 //! - one-shot `service-rs run` wall time, as a user runs it;
 //! - session create with the worker confined by bubblewrap, against a bare `bwrap --unshare-all true`;
-//! - `true` run as an operator command in a live sandbox, against `sh -c true` on the host.
+//! - `true` run as an operator command in a live sandbox, against `sh -c true` on the host, back to back and with
+//!   20 ms of idle time before each (as commands arrive from a model or a person; it lets the worker's spare
+//!   shell be ready, see `worker/src/tools/spare_shell.rs`).
 //!
 //! `BENCH_ITERS` sets the number of samples (default 200).
 
@@ -17,6 +19,9 @@ use service_ipc::{Task, TurnOverrides};
 use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Idle time before each command of the paced rows.
+const PAUSE: Duration = Duration::from_millis(20);
 
 fn write_bundle(dir: &Path, mode: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("resources"))?;
@@ -131,56 +136,71 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
 
-    let (create, boxed_create, turn, boxed_true, idle_worker, supervisor_rss, workers_seen) = tokio
-        .block_on(async {
-            let (mut create, mut boxed_create) = (Vec::new(), Vec::new());
-            for _ in 0..iters.min(100) {
-                create.push(create_once(&rt, &host_ref).await?);
-                boxed_create.push(create_once(&rt, &boxed_ref).await?);
-            }
+    let (
+        create,
+        boxed_create,
+        turn,
+        (boxed_true, paced_true),
+        idle_worker,
+        supervisor_rss,
+        workers_seen,
+    ) = tokio.block_on(async {
+        let (mut create, mut boxed_create) = (Vec::new(), Vec::new());
+        for _ in 0..iters.min(100) {
+            create.push(create_once(&rt, &host_ref).await?);
+            boxed_create.push(create_once(&rt, &boxed_ref).await?);
+        }
+        let id = rt.create_session(&host_ref, None)?.id;
+        rt.start_worker(&id).await?;
+        let mut turn = Vec::new();
+        for _ in 0..iters {
+            let t = Instant::now();
+            rt.run_turn(&id, Task::new("hi"), TurnOverrides::default())
+                .await?;
+            turn.push(t.elapsed());
+        }
+        let boxed = rt.create_session(&boxed_ref, None)?.id;
+        rt.start_worker(&boxed).await?;
+        // Back to back, and with a pause before each (as commands come from a model or a person), which lets
+        // the worker's spare shell be ready.
+        let (mut boxed_true, mut paced_true) = (Vec::new(), Vec::new());
+        for _ in 0..iters {
+            let t = Instant::now();
+            rt.run_session_command(&boxed, "true").await?;
+            boxed_true.push(t.elapsed());
+        }
+        for _ in 0..iters {
+            tokio::time::sleep(PAUSE).await;
+            let t = Instant::now();
+            rt.run_session_command(&boxed, "true").await?;
+            paced_true.push(t.elapsed());
+        }
+        // Memory: an idle host worker, and this process (the supervisor) with 100 live sessions.
+        let mut live = Vec::new();
+        for _ in 0..100 {
             let id = rt.create_session(&host_ref, None)?.id;
             rt.start_worker(&id).await?;
-            let mut turn = Vec::new();
-            for _ in 0..iters {
-                let t = Instant::now();
-                rt.run_turn(&id, Task::new("hi"), TurnOverrides::default())
-                    .await?;
-                turn.push(t.elapsed());
-            }
-            let boxed = rt.create_session(&boxed_ref, None)?.id;
-            rt.start_worker(&boxed).await?;
-            let mut boxed_true = Vec::new();
-            for _ in 0..iters {
-                let t = Instant::now();
-                rt.run_session_command(&boxed, "true").await?;
-                boxed_true.push(t.elapsed());
-            }
-            // Memory: an idle host worker, and this process (the supervisor) with 100 live sessions.
-            let mut live = Vec::new();
-            for _ in 0..100 {
-                let id = rt.create_session(&host_ref, None)?.id;
-                rt.start_worker(&id).await?;
-                live.push(id);
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let mut worker_rss: Vec<u64> = worker_pids(&live)
-                .iter()
-                .filter_map(|p| rss_kib(p))
-                .collect();
-            worker_rss.sort();
-            let supervisor_rss = rss_kib("self").unwrap_or(0);
-            rt.shutdown("bench over").await;
-            let idle_worker = worker_rss.get(worker_rss.len() / 2).copied().unwrap_or(0);
-            BenchResult::Ok((
-                create,
-                boxed_create,
-                turn,
-                boxed_true,
-                idle_worker,
-                supervisor_rss,
-                worker_rss.len(),
-            ))
-        })?;
+            live.push(id);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut worker_rss: Vec<u64> = worker_pids(&live)
+            .iter()
+            .filter_map(|p| rss_kib(p))
+            .collect();
+        worker_rss.sort();
+        let supervisor_rss = rss_kib("self").unwrap_or(0);
+        rt.shutdown("bench over").await;
+        let idle_worker = worker_rss.get(worker_rss.len() / 2).copied().unwrap_or(0);
+        BenchResult::Ok((
+            create,
+            boxed_create,
+            turn,
+            (boxed_true, paced_true),
+            idle_worker,
+            supervisor_rss,
+            worker_rss.len(),
+        ))
+    })?;
 
     let oneshot = time(iters.min(50), || {
         let out = std::process::Command::new(&exe)
@@ -209,9 +229,19 @@ fn main() -> BenchResult<()> {
             .status()?;
         Ok(())
     })?;
+    let mut paced_host_true = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        std::thread::sleep(PAUSE);
+        let t = Instant::now();
+        std::process::Command::new("sh")
+            .args(["-c", "true"])
+            .status()?;
+        paced_host_true.push(t.elapsed());
+    }
 
     let (boxed_create, bare_bwrap) = (stats(boxed_create), stats(bare_bwrap));
     let (boxed_true, host_true) = (stats(boxed_true), stats(host_true));
+    let (paced_true, paced_host_true) = (stats(paced_true), stats(paced_host_true));
     println!(
         "| {:<46} | {:>10} | {:>10} |",
         "benchmark", "median ms", "p90 ms"
@@ -233,6 +263,13 @@ fn main() -> BenchResult<()> {
         "ratio: sandboxed true / host `sh -c true`",
         &boxed_true,
         &host_true,
+    );
+    row("same, 20 ms after the previous: sandboxed", &paced_true);
+    row("same, 20 ms after the previous: host", &paced_host_true);
+    ratio(
+        "ratio: paced sandboxed true / paced host",
+        &paced_true,
+        &paced_host_true,
     );
     let seen = format!("{workers_seen} seen");
     println!(

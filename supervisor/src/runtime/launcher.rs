@@ -2,11 +2,13 @@
 //! worker will see them; the host launcher runs the worker directly, the sandbox launcher wraps it in bwrap.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use service_ipc::SandboxMode;
 
 use super::error::Result;
 use crate::bundle::SandboxSpec;
+use crate::sandbox::limits::Limits;
 
 /// What the runtime knows about the worker to start.
 pub struct LaunchSpec<'a> {
@@ -36,8 +38,9 @@ pub struct Launch {
     pub workspace: PathBuf,
     /// The mode that actually confines the worker.
     pub confinement: SandboxMode,
-    /// Kept until the worker has exited, then dropped (e.g. its cgroups, removed on drop).
-    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Limits to apply to the worker once it has connected; kept until it has exited (its cgroups are removed
+    /// when dropped).
+    pub limits: Option<Arc<Limits>>,
 }
 
 /// Starts workers.
@@ -89,7 +92,7 @@ impl Launcher for HostLauncher {
             bundle_dir: spec.bundle_root.to_path_buf(),
             workspace: spec.workspace.to_path_buf(),
             confinement: SandboxMode::DangerFullAccess,
-            guard: None,
+            limits: None,
         })
     }
 }

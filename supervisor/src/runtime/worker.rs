@@ -129,7 +129,7 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         sandbox: &session.bundle.manifest.sandbox,
         cache_dir: &rt.home.run_dir().join("sandbox"),
     })?;
-    let guard = launch.guard;
+    let limits = launch.limits;
     let mut command = launch.command;
     command
         .kill_on_drop(true)
@@ -162,6 +162,27 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         }
     };
     drop(listener);
+    // The limits go onto the process that connected, on a blocking thread while the handshake runs; the worker
+    // gets no turn or command before both are done.
+    let confining = match &limits {
+        None => None,
+        Some(limits) => {
+            let pid = stream
+                .peer_creds()
+                .ok()
+                .and_then(|c| c.pid())
+                .and_then(|p| u32::try_from(p).ok())
+                .ok_or_else(|| {
+                    unavailable("cannot tell the worker's process id from its connection, so its limits cannot be applied".into())
+                })?;
+            let (limits, session_id) = (limits.clone(), session.id.clone());
+            Some(tokio::task::spawn_blocking(move || {
+                let applied = limits.apply(pid);
+                tracing::debug!(session = %session_id, "worker limits: {}", limits.describe());
+                applied
+            }))
+        }
+    };
     let mut conn: Conn = Framed::new(stream, FrameCodec::new());
 
     let bundle_dir = launch.bundle_dir.clone();
@@ -198,6 +219,16 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
                 "the worker did not finish the handshake within {timeout:?}"
             ))
         })??;
+    if let Some(confining) = confining {
+        confining
+            .await
+            .map_err(|e| unavailable(format!("applying the worker's limits failed: {e}")))?
+            .map_err(|e| {
+                unavailable(format!(
+                    "cannot apply the sandbox limits to the worker: {e}"
+                ))
+            })?;
+    }
 
     let (tx, rx) = mpsc::channel(QUEUE);
     let kill = CancellationToken::new();
@@ -219,7 +250,7 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
     };
     tokio::spawn(async move {
         actor.run(conn, child, rx, kill, exited_tx, run_dir).await;
-        drop(guard);
+        drop(limits);
     });
     Ok(handle)
 }

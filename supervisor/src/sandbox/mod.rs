@@ -103,29 +103,19 @@ impl Launcher for SandboxLauncher {
             .env_clear()
             .env("PATH", bwrap::SANDBOX_PATH)
             .current_dir("/");
-        let limits = Arc::new(limits::Limits::create(
+        let limits = Arc::new(limits::Limits::new(
             spec.session_id,
             limits::Budget {
                 cpu: sandbox.resources.cpu,
                 memory_mb: sandbox.resources.memory_mb,
             },
         ));
-        tracing::debug!(
-            session = spec.session_id,
-            "worker limits: {}",
-            limits.describe()
-        );
-        let in_child = limits.clone();
-        // SAFETY: apply_in_child only makes async-signal-safe system calls on memory prepared before the fork.
-        unsafe {
-            command.pre_exec(move || in_child.apply_in_child());
-        }
         Ok(Launch {
             command,
             bundle_dir: PathBuf::from(bwrap::BUNDLE_DIR),
             workspace: PathBuf::from(bwrap::WORKSPACE_DIR),
             confinement: sandbox.mode,
-            guard: Some(Box::new(limits)),
+            limits: Some(limits),
         })
     }
 }

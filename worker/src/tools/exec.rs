@@ -177,6 +177,7 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
             command.spawn()
         }
     };
+    spare_shell::refill(shell(), configure);
     match spawned {
         Ok(child) => supervise(out, &req, child, cancel, &mut outcome).await,
         Err(e) => {
@@ -199,7 +200,6 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         timed_out: outcome.timed_out,
     })
     .await;
-    spare_shell::refill(shell(), configure);
     outcome
 }
 
