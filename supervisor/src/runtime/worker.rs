@@ -44,6 +44,8 @@ pub struct WorkerHandle {
     tx: mpsc::Sender<ToWorker>,
     kill: CancellationToken,
     exited: watch::Receiver<bool>,
+    /// Whether the sandbox limits are on the worker: None while they are being applied.
+    confined: watch::Receiver<Option<std::result::Result<(), String>>>,
     /// The mode that confines this worker.
     pub confinement: SandboxMode,
     /// Host workspace and its path inside the worker's view.
@@ -51,8 +53,17 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Queues a frame; fails once the worker is gone.
+    /// Queues a frame once the worker's limits are on; fails once the worker is gone or could not be confined.
     pub async fn send(&self, msg: ToWorker) -> Result<()> {
+        let mut confined = self.confined.clone();
+        let state = confined
+            .wait_for(Option::is_some)
+            .await
+            .map(|s| s.clone())
+            .map_err(|_| RuntimeError::WorkerUnavailable("the worker has exited".into()))?;
+        if let Some(Err(e)) = state {
+            return Err(RuntimeError::WorkerUnavailable(e));
+        }
         self.tx
             .send(msg)
             .await
@@ -163,7 +174,7 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
     };
     drop(listener);
     // The limits go onto the process that connected, on a blocking thread while the handshake runs; the worker
-    // gets no turn or command before both are done.
+    // gets no frame after the handshake (so no turn or command) before they are on.
     let confining = match &limits {
         None => None,
         Some(limits) => {
@@ -219,24 +230,38 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
                 "the worker did not finish the handshake within {timeout:?}"
             ))
         })??;
-    if let Some(confining) = confining {
-        confining
-            .await
-            .map_err(|e| unavailable(format!("applying the worker's limits failed: {e}")))?
-            .map_err(|e| {
-                unavailable(format!(
-                    "cannot apply the sandbox limits to the worker: {e}"
-                ))
-            })?;
-    }
+    let kill = CancellationToken::new();
+    let confined = match confining {
+        None => watch::channel(Some(Ok(()))).1,
+        Some(confining) => {
+            // The session is usable once handshaken; the first frame sent to it waits here. A worker whose limits
+            // cannot be applied is killed and never gets one.
+            let (confined_tx, confined) = watch::channel(None);
+            let killer = kill.clone();
+            tokio::spawn(async move {
+                let outcome = match confining.await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(format!(
+                        "cannot apply the sandbox limits to the worker: {e}"
+                    )),
+                    Err(e) => Err(format!("applying the worker's limits failed: {e}")),
+                };
+                if outcome.is_err() {
+                    killer.cancel();
+                }
+                let _ = confined_tx.send(Some(outcome));
+            });
+            confined
+        }
+    };
 
     let (tx, rx) = mpsc::channel(QUEUE);
-    let kill = CancellationToken::new();
     let (exited_tx, exited) = watch::channel(false);
     let handle = WorkerHandle {
         tx: tx.clone(),
         kill: kill.clone(),
         exited,
+        confined,
         confinement: launch.confinement,
         paths: (host_workspace, launch.workspace),
     };

@@ -5,7 +5,7 @@
 //! 1. namespaces and lifecycle: `--die-with-parent --new-session --unshare-all [--share-net] --cap-drop ALL`;
 //! 2. environment: `--clearenv` and the minimal variables;
 //! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
-//! 4. host system tools, as the profile resolved them;
+//! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
 //! 6. the bundle, read-only, at [`BUNDLE_DIR`];
 //! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write;
