@@ -20,6 +20,18 @@ use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// What the runtime measures in-process: samples of each kind, and memory in KiB.
+struct Measured {
+    create: Vec<Duration>,
+    boxed_create: Vec<Duration>,
+    turn: Vec<Duration>,
+    boxed_true: Vec<Duration>,
+    paced_true: Vec<Duration>,
+    idle_worker: u64,
+    supervisor_rss: u64,
+    workers_seen: usize,
+}
+
 /// Idle time before each command of the paced rows.
 const PAUSE: Duration = Duration::from_millis(20);
 
@@ -136,15 +148,7 @@ fn main() -> BenchResult<()> {
         .enable_all()
         .build()?;
 
-    let (
-        create,
-        boxed_create,
-        turn,
-        (boxed_true, paced_true),
-        idle_worker,
-        supervisor_rss,
-        workers_seen,
-    ) = tokio.block_on(async {
+    let m = tokio.block_on(async {
         let (mut create, mut boxed_create) = (Vec::new(), Vec::new());
         for _ in 0..iters.min(100) {
             create.push(create_once(&rt, &host_ref).await?);
@@ -191,15 +195,16 @@ fn main() -> BenchResult<()> {
         let supervisor_rss = rss_kib("self").unwrap_or(0);
         rt.shutdown("bench over").await;
         let idle_worker = worker_rss.get(worker_rss.len() / 2).copied().unwrap_or(0);
-        BenchResult::Ok((
+        BenchResult::Ok(Measured {
             create,
             boxed_create,
             turn,
-            (boxed_true, paced_true),
+            boxed_true,
+            paced_true,
             idle_worker,
             supervisor_rss,
-            worker_rss.len(),
-        ))
+            workers_seen: worker_rss.len(),
+        })
     })?;
 
     let oneshot = time(iters.min(50), || {
@@ -239,16 +244,19 @@ fn main() -> BenchResult<()> {
         paced_host_true.push(t.elapsed());
     }
 
-    let (boxed_create, bare_bwrap) = (stats(boxed_create), stats(bare_bwrap));
-    let (boxed_true, host_true) = (stats(boxed_true), stats(host_true));
-    let (paced_true, paced_host_true) = (stats(paced_true), stats(paced_host_true));
+    let (boxed_create, bare_bwrap) = (stats(m.boxed_create), stats(bare_bwrap));
+    let (boxed_true, host_true) = (stats(m.boxed_true), stats(host_true));
+    let (paced_true, paced_host_true) = (stats(m.paced_true), stats(paced_host_true));
     println!(
         "| {:<46} | {:>10} | {:>10} |",
         "benchmark", "median ms", "p90 ms"
     );
     println!("|{:-<48}|{:-<12}|{:-<12}|", "", "", "");
-    row("session create, host worker", &stats(create));
-    row("text-only turn, warm session (all overhead)", &stats(turn));
+    row("session create, host worker", &stats(m.create));
+    row(
+        "text-only turn, warm session (all overhead)",
+        &stats(m.turn),
+    );
     row("one-shot `service-rs run` wall time", &stats(oneshot));
     row("session create, bwrap'd worker handshaken", &boxed_create);
     row("bare `bwrap --unshare-all true`", &bare_bwrap);
@@ -271,14 +279,14 @@ fn main() -> BenchResult<()> {
         &paced_true,
         &paced_host_true,
     );
-    let seen = format!("{workers_seen} seen");
+    let seen = format!("{} seen", m.workers_seen);
     println!(
         "| {:<46} | {:>6} KiB | {:>10} |",
-        "RSS of an idle worker (median)", idle_worker, seen
+        "RSS of an idle worker (median)", m.idle_worker, seen
     );
     println!(
         "| {:<46} | {:>6} KiB | {:>10} |",
-        "RSS of the supervisor with 100 live sessions", supervisor_rss, ""
+        "RSS of the supervisor with 100 live sessions", m.supervisor_rss, ""
     );
     Ok(())
 }
