@@ -27,13 +27,19 @@ exec </dev/null
 cd -- "$__service_dir" || exit 126
 eval 'BASH_EXECUTION_STRING=$__service_cmd; unset -v __service_dir __service_cmd; '"$__service_cmd""#;
 
+/// Longest command handed to the spare. bash's `read` takes a pipe one byte per system call, so beyond a few KiB
+/// reading the command would cost more than starting a shell for it.
+const MAX_HANDOVER: usize = 4096;
+
 /// The one spare of this worker.
 static SPARE: Mutex<Option<Child>> = Mutex::new(None);
 
 /// Hands `command` to the spare, to run in `cwd`; None when there is no live spare (or the command cannot be
 /// handed over), and the caller starts a shell as usual.
 pub async fn take(command: &str, cwd: &Path) -> Option<Child> {
-    if command.contains('\0') || !cwd.is_dir() {
+    // The spare starts in `/`: a relative directory would mean something else to it than to a new shell.
+    if command.len() > MAX_HANDOVER || command.contains('\0') || !cwd.is_absolute() || !cwd.is_dir()
+    {
         return None;
     }
     let mut child = SPARE.lock().ok()?.take()?;
