@@ -12,10 +12,12 @@ struct Tmux {
 
 impl Tmux {
     fn start(command: &str) -> Tmux {
+        // Unique per test: tests run in parallel in one process, and two on one server would clash on "main".
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let socket = format!(
             "service-rs-test-{}-{}",
             std::process::id(),
-            Instant::now().elapsed().as_nanos()
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         let t = Tmux { socket };
         let ok = t
