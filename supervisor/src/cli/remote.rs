@@ -163,14 +163,7 @@ pub async fn run(remote: &Remote, args: &RunArgs) -> anyhow::Result<ExitCode> {
             continue;
         };
         super::run::show(&msg, args.json, args.verbose);
-        if let EventPayload::PermissionRequested {
-            request_id,
-            tool,
-            summary,
-            ..
-        } = &msg.payload
-        {
-            let decision = answer.decide(tool.as_str(), summary).await;
+        if let Some((request_id, decision)) = answer.respond(&msg.payload).await {
             let path = format!("/approvals/{request_id}");
             if let Err(e) = remote
                 .call(

@@ -62,7 +62,27 @@ impl Answer {
         }
     }
 
-    pub(super) async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
+    /// For a permission request, the request id and this run's answer to it; None for any other event.
+    pub(super) async fn respond(
+        self,
+        payload: &EventPayload,
+    ) -> Option<(String, ApprovalDecision)> {
+        let EventPayload::PermissionRequested {
+            request_id,
+            tool,
+            summary,
+            ..
+        } = payload
+        else {
+            return None;
+        };
+        Some((
+            request_id.clone(),
+            self.decide(tool.as_str(), summary).await,
+        ))
+    }
+
+    async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
         match self {
             Answer::Approve => ApprovalDecision::AllowOnce,
             Answer::Deny => ApprovalDecision::Deny,
@@ -141,7 +161,8 @@ async fn one_turn(
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let record = rt.create_session(&args.bundle_ref, args.cwd.as_deref())?;
-    let info = service_supervisor::bundle::resolve(rt.home(), &record.bundle.reference)?;
+    // The bundle the session resolved, not a second read of it.
+    let info = rt.session_bundle(&record.id)?;
     super::warn_unconfined(&info.manifest, args.dangerous_sandbox_mode);
     let mut events = rt.subscribe_session(&record.id)?;
     let overrides = TurnOverrides {
@@ -158,15 +179,8 @@ async fn one_turn(
     let printer = tokio::spawn(async move {
         while let Some(msg) = events.next().await {
             show(&msg, json, verbose);
-            if let EventPayload::PermissionRequested {
-                request_id,
-                tool,
-                summary,
-                ..
-            } = &msg.payload
-            {
-                let decision = answer.decide(tool.as_str(), summary).await;
-                if let Err(e) = approver.resolve_approval(request_id, decision).await {
+            if let Some((request_id, decision)) = answer.respond(&msg.payload).await {
+                if let Err(e) = approver.resolve_approval(&request_id, decision).await {
                     eprintln!("warning: could not answer the permission request: {e}");
                 }
             }

@@ -180,6 +180,11 @@ impl ServiceRuntime {
         Ok(self.session(id)?.record())
     }
 
+    /// The bundle a session runs, as resolved when the session was created or loaded.
+    pub fn session_bundle(&self, id: &str) -> Result<crate::bundle::Bundle> {
+        Ok(self.session(id)?.bundle.clone())
+    }
+
     /// Every persisted session, oldest first. Records that cannot be read are skipped.
     pub fn list_sessions(&self) -> Result<Vec<SessionRecord>> {
         let dir = self.inner.home.sessions();
