@@ -10,7 +10,8 @@
 //!   20 ms of idle time before each (as commands arrive from a model or a person; it lets the worker's spare
 //!   shell be ready, see `worker/src/tools/spare_shell.rs`).
 //!
-//! `BENCH_ITERS` sets the number of samples (default 200).
+//! `BENCH_ITERS` sets the number of samples (default 200); `BENCH_EXE` runs another build of `service-rs` (to
+//! compare two builds in one sitting).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 struct Measured {
     create: Vec<Duration>,
     boxed_create: Vec<Duration>,
+    bare_bwrap: Vec<Duration>,
     turn: Vec<Duration>,
     boxed_true: Vec<Duration>,
     paced_true: Vec<Duration>,
@@ -126,12 +128,28 @@ async fn create_once(rt: &ServiceRuntime, reference: &str) -> BenchResult<Durati
     Ok(took)
 }
 
+/// Times one bare `bwrap --unshare-all true`, the baseline of the sandboxed create.
+fn bare_bwrap_once() -> BenchResult<Duration> {
+    let t = Instant::now();
+    let status = std::process::Command::new("bwrap")
+        .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
+        .status()?;
+    let took = t.elapsed();
+    if status.success() {
+        Ok(took)
+    } else {
+        Err("bwrap failed".into())
+    }
+}
+
 fn main() -> BenchResult<()> {
     let iters: usize = std::env::var("BENCH_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_service-rs"));
+    let exe = std::env::var_os("BENCH_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
     let home = tempfile::TempDir::new()?;
     let host_bundle = tempfile::TempDir::new()?;
     write_bundle(host_bundle.path(), "danger_full_access")?;
@@ -149,10 +167,12 @@ fn main() -> BenchResult<()> {
         .build()?;
 
     let m = tokio.block_on(async {
-        let (mut create, mut boxed_create) = (Vec::new(), Vec::new());
+        // Interleaved, so the sandboxed create and its baseline share the machine's drift.
+        let (mut create, mut boxed_create, mut bare_bwrap) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..iters.min(100) {
             create.push(create_once(&rt, &host_ref).await?);
             boxed_create.push(create_once(&rt, &boxed_ref).await?);
+            bare_bwrap.push(bare_bwrap_once()?);
         }
         let id = rt.create_session(&host_ref, None)?.id;
         rt.start_worker(&id).await?;
@@ -198,6 +218,7 @@ fn main() -> BenchResult<()> {
         BenchResult::Ok(Measured {
             create,
             boxed_create,
+            bare_bwrap,
             turn,
             boxed_true,
             paced_true,
@@ -218,16 +239,6 @@ fn main() -> BenchResult<()> {
             Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into())
         }
     })?;
-    let bare_bwrap = time(iters.min(100), || {
-        let status = std::process::Command::new("bwrap")
-            .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
-            .status()?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err("bwrap failed".into())
-        }
-    })?;
     let host_true = time(iters, || {
         std::process::Command::new("sh")
             .args(["-c", "true"])
@@ -244,7 +255,7 @@ fn main() -> BenchResult<()> {
         paced_host_true.push(t.elapsed());
     }
 
-    let (boxed_create, bare_bwrap) = (stats(m.boxed_create), stats(bare_bwrap));
+    let (boxed_create, bare_bwrap) = (stats(m.boxed_create), stats(m.bare_bwrap));
     let (boxed_true, host_true) = (stats(m.boxed_true), stats(host_true));
     let (paced_true, paced_host_true) = (stats(m.paced_true), stats(paced_host_true));
     println!(

@@ -115,7 +115,7 @@ impl Session {
             turn_count: 0,
             last_turn: None,
         };
-        record.save(&dir.join("session.json"))?;
+        record.save_new(&dir.join("session.json"))?;
         Self::assemble(dir, bundle, record)
     }
 

@@ -18,7 +18,7 @@ use service_ipc::{
     EventPayload, FrameCodec, ModelRequest, SandboxMode, ToSupervisor, ToWorker, WorkerConfig,
     PROTOCOL_VERSION,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
@@ -152,6 +152,27 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         ))
     })?;
 
+    // The cgroups are made on a blocking thread while bwrap starts; the worker enters them once it has connected,
+    // while the handshake runs. The worker gets no frame after the handshake (so no turn or command) before they
+    // are on.
+    let (worker_pid, confining) = match &limits {
+        None => (None, None),
+        Some(limits) => {
+            let (pid_tx, pid_rx) = oneshot::channel::<u32>();
+            let (limits, session_id) = (limits.clone(), session.id.clone());
+            let confining = tokio::task::spawn_blocking(move || {
+                limits.prepare();
+                let pid = pid_rx.blocking_recv().map_err(|_| {
+                    std::io::Error::other("the worker never connected, so it was not confined")
+                })?;
+                let entered = limits.enter(pid);
+                tracing::debug!(session = %session_id, "worker limits: {}", limits.describe());
+                entered
+            });
+            (Some(pid_tx), Some(confining))
+        }
+    };
+
     let timeout = rt.options.handshake_timeout;
     let accepted = tokio::select! {
         a = tokio::time::timeout(timeout, listener.accept()) => a,
@@ -173,27 +194,19 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         }
     };
     drop(listener);
-    // The limits go onto the process that connected, on a blocking thread while the handshake runs; the worker
-    // gets no frame after the handshake (so no turn or command) before they are on.
-    let confining = match &limits {
-        None => None,
-        Some(limits) => {
-            let pid = stream
-                .peer_creds()
-                .ok()
-                .and_then(|c| c.pid())
-                .and_then(|p| u32::try_from(p).ok())
-                .ok_or_else(|| {
-                    unavailable("cannot tell the worker's process id from its connection, so its limits cannot be applied".into())
-                })?;
-            let (limits, session_id) = (limits.clone(), session.id.clone());
-            Some(tokio::task::spawn_blocking(move || {
-                let applied = limits.apply(pid);
-                tracing::debug!(session = %session_id, "worker limits: {}", limits.describe());
-                applied
-            }))
-        }
-    };
+    if let Some(pid_tx) = worker_pid {
+        let pid = stream
+            .peer_creds()
+            .ok()
+            .and_then(|c| c.pid())
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or_else(|| {
+                unavailable("cannot tell the worker's process id from its connection, so its limits cannot be applied".into())
+            })?;
+        // The receiver lives until the blocking thread has the pid; a send can only fail if that thread panicked,
+        // which `confining` reports.
+        let _ = pid_tx.send(pid);
+    }
     let mut conn: Conn = Framed::new(stream, FrameCodec::new());
 
     let bundle_dir = launch.bundle_dir.clone();
