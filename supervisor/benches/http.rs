@@ -87,8 +87,7 @@ fn sse_clients(url: String) -> BenchResult<()> {
             .into_iter()
             .map(|resp| {
                 tokio::spawn(async move {
-                    let mut stream =
-                        eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
+                    let mut stream = service_supervisor::event_source::events(resp.bytes_stream());
                     let mut count = 0usize;
                     while let Some(Ok(ev)) = stream.next().await {
                         count += 1;

@@ -7,11 +7,13 @@
 //! - [`providers`]: model providers, serving the workers' model requests.
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
 //! - [`server`]: the HTTP API and event stream over the runtime.
+//! - [`event_source`]: reading SSE bodies (model providers, the remote CLI and TUI).
 //! - [`tui`]: the terminal UI's state and drawing.
 //!
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
 pub mod bundle;
+pub mod event_source;
 pub mod home;
 pub mod providers;
 pub mod runtime;

@@ -121,7 +121,7 @@ pub async fn run(remote: &Remote, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("cannot open the event stream")?
         .error_for_status()?;
-    let mut events = eventsource_stream::Eventsource::eventsource(events.bytes_stream());
+    let mut events = service_supervisor::event_source::events(events.bytes_stream());
 
     let model = match &args.model {
         Some(spec) => {

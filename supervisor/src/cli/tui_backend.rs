@@ -84,7 +84,7 @@ impl Backend {
                     .await
                     .context("cannot open the event stream")?
                     .error_for_status()?;
-                let frames = eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
+                let frames = service_supervisor::event_source::events(resp.bytes_stream());
                 Ok(Box::pin(frames.filter_map(|f| async move {
                     f.ok()
                         .and_then(|f| serde_json::from_str::<EventMsg>(&f.data).ok())

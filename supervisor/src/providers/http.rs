@@ -192,7 +192,7 @@ pub fn events(
 ) -> impl Stream<Item = Result<SseEvent, ModelChunk>> + Send {
     let timeout = ep.timeout;
     let provider = ep.provider;
-    let inner = eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
+    let inner = crate::event_source::events(resp.bytes_stream());
     futures::stream::unfold(Some(Box::pin(inner)), move |state| async move {
         let mut inner = state?;
         match tokio::time::timeout(timeout, inner.next()).await {

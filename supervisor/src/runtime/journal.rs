@@ -13,25 +13,69 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
+use bytes::Bytes;
 use futures::Stream;
 use service_ipc::{EventMsg, EventPayload};
 use tokio::sync::broadcast;
 
 use super::error::{Result, RuntimeError};
+use super::sse_frames::{self, Frames};
 
 /// Batches buffered per subscriber before it counts as lagging (and catches up from the journal).
 const BROADCAST_CAPACITY: usize = 4096;
 
-/// Events committed together, in sequence order.
-type Batch = Arc<Vec<Arc<Published>>>;
+/// Events committed together, in sequence order, and their SSE frames (made by the first SSE subscriber that needs
+/// them, then shared by all).
+#[derive(Debug)]
+pub struct Batch {
+    events: Vec<Arc<Published>>,
+    frames: OnceLock<Frames>,
+}
+
+impl Batch {
+    fn frames_from(&self, index: usize) -> Bytes {
+        self.frames
+            .get_or_init(|| Frames::new(self.events.iter().map(|e| &**e)))
+            .from_index(index)
+    }
+}
+
+/// Events a subscriber has not seen yet, as one piece.
+enum Run {
+    /// Read back from the journal, in order.
+    Journaled(VecDeque<Arc<Published>>),
+    /// A live batch from this index on.
+    Live(Arc<Batch>, usize),
+}
+
+impl Run {
+    /// Takes the first event of the run. Walking a live batch by index shares it rather than copying it.
+    fn next_event(&mut self) -> Option<Arc<Published>> {
+        match self {
+            Run::Journaled(events) => events.pop_front(),
+            Run::Live(batch, index) => {
+                let event = batch.events.get(*index)?.clone();
+                *index += 1;
+                Some(event)
+            }
+        }
+    }
+}
+
+/// Journaled events framed per read, at most this many to a chunk (a reconnecting client may be far behind).
+const JOURNALED_PER_RUN: usize = 512;
 
 /// A stream of session events.
 pub type EventStream = Pin<Box<dyn Stream<Item = EventMsg> + Send>>;
 
 /// A stream of published events, each with its JSON serialised once for every subscriber.
 pub type PublishedStream = Pin<Box<dyn Stream<Item = Arc<Published>> + Send>>;
+
+/// A `text/event-stream` body: chunks of SSE frames, and a keep-alive comment when the session has been quiet.
+pub type SseStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
 
 /// An event as journaled: the message and its JSON line (without the newline). Shared by every subscriber, so
 /// fanning an event out to many SSE clients serialises it once, not once per client.
@@ -50,7 +94,7 @@ pub struct Journal {
     session_id: String,
     path: PathBuf,
     state: Mutex<State>,
-    tx: broadcast::Sender<Batch>,
+    tx: broadcast::Sender<Arc<Batch>>,
 }
 
 struct State {
@@ -109,7 +153,10 @@ impl Journal {
             }));
         }
         let written = state.file.write_all(&lines);
-        let _ = self.tx.send(Arc::new(batch));
+        let _ = self.tx.send(Arc::new(Batch {
+            events: batch,
+            frames: OnceLock::new(),
+        }));
         drop(state);
         written.map_err(|e| RuntimeError::io("cannot append to", &self.path, e))
     }
@@ -150,56 +197,84 @@ impl Journal {
 
     /// Every event after `after` (all journaled ones when Some, none of the past when None), then live events.
     pub fn subscribe(self: &Arc<Self>, after: Option<u64>) -> PublishedStream {
+        let state = (self.subscription(after), None::<Run>);
+        Box::pin(futures::stream::unfold(
+            state,
+            |(mut sub, mut run)| async move {
+                loop {
+                    if let Some(next) = run.as_mut().and_then(Run::next_event) {
+                        return Some((next, (sub, run)));
+                    }
+                    run = Some(sub.next_run().await?);
+                }
+            },
+        ))
+    }
+
+    /// The same events as [`Journal::subscribe`], as SSE frames: each live batch in one chunk shared with every
+    /// subscriber, and a keep-alive comment after `keep_alive` without one.
+    pub fn subscribe_sse(self: &Arc<Self>, after: Option<u64>, keep_alive: Duration) -> SseStream {
+        let sub = self.subscription(after);
+        Box::pin(futures::stream::unfold(sub, move |mut sub| async move {
+            // `next_run` is cancel-safe (its only wait is the broadcast receive), so the timer may interrupt it.
+            let chunk = tokio::select! {
+                run = sub.next_run() => match run? {
+                    Run::Journaled(events) => Frames::new(events.iter().map(|e| &**e)).from_index(0),
+                    Run::Live(batch, from) => batch.frames_from(from),
+                },
+                () = tokio::time::sleep(keep_alive) => Bytes::from_static(sse_frames::KEEP_ALIVE),
+            };
+            Some((chunk, sub))
+        }))
+    }
+
+    fn subscription(self: &Arc<Self>, after: Option<u64>) -> Subscription {
         let (rx, boundary) = {
             let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             (self.tx.subscribe(), state.last_seq)
         };
         let start = after.unwrap_or(boundary);
-        let sub = Subscription {
+        Subscription {
             journal: self.clone(),
             rx,
             last: start,
             catch_up_to: boundary,
             backlog: VecDeque::new(),
             held: None,
-        };
-        Box::pin(futures::stream::unfold(sub, |mut sub| async move {
-            let next = sub.next().await?;
-            Some((next, sub))
-        }))
+        }
     }
 }
 
 struct Subscription {
     journal: Arc<Journal>,
-    rx: broadcast::Receiver<Batch>,
+    rx: broadcast::Receiver<Arc<Batch>>,
     /// Highest sequence number yielded (or known to be unrecoverable).
     last: u64,
     /// Journaled events up to here must be yielded before any live one.
     catch_up_to: u64,
     /// Events read from the journal, in order.
     backlog: VecDeque<Arc<Published>>,
-    /// The live batch being yielded and the index of its next event (after a gap: yielded once the journal has
-    /// filled it). Walking the shared batch by index, rather than copying it, keeps a subscriber from touching
-    /// every event's reference count.
-    held: Option<(Batch, usize)>,
+    /// A live batch received after a gap, yielded once the journal has filled the gap.
+    held: Option<Arc<Batch>>,
 }
 
 impl Subscription {
-    /// Yields `msg` if it is newer than anything yielded so far.
-    fn advance(&mut self, msg: Arc<Published>) -> Option<Arc<Published>> {
-        if msg.seq <= self.last {
-            return None;
-        }
-        self.last = msg.seq;
-        Some(msg)
-    }
-
-    async fn next(&mut self) -> Option<Arc<Published>> {
+    /// The next events newer than anything yielded so far, in order; None when the session's journal is closed.
+    async fn next_run(&mut self) -> Option<Run> {
         loop {
-            if let Some(msg) = self.backlog.pop_front() {
-                if let Some(msg) = self.advance(msg) {
-                    return Some(msg);
+            if !self.backlog.is_empty() {
+                let mut run = VecDeque::new();
+                while run.len() < JOURNALED_PER_RUN {
+                    let Some(msg) = self.backlog.pop_front() else {
+                        break;
+                    };
+                    if msg.seq > self.last {
+                        self.last = msg.seq;
+                        run.push_back(msg);
+                    }
+                }
+                if !run.is_empty() {
+                    return Some(Run::Journaled(run));
                 }
                 continue;
             }
@@ -213,27 +288,23 @@ impl Subscription {
                 }
                 continue;
             }
-            if let Some((batch, index)) = &mut self.held {
-                match batch.get(*index) {
-                    Some(msg) => {
-                        *index += 1;
-                        if msg.seq > self.last {
-                            self.last = msg.seq;
-                            return Some(msg.clone());
-                        }
-                    }
-                    None => self.held = None,
+            if let Some(batch) = self.held.take() {
+                // Sequence numbers rise through a batch: skip what was yielded, the rest is new.
+                let from = batch.events.partition_point(|e| e.seq <= self.last);
+                if let Some(newest) = batch.events.last().filter(|_| from < batch.events.len()) {
+                    self.last = newest.seq;
+                    return Some(Run::Live(batch, from));
                 }
                 continue;
             }
             match self.rx.recv().await {
                 Ok(batch) => {
-                    if let Some(first) = batch.first() {
+                    if let Some(first) = batch.events.first() {
                         if first.seq > self.last + 1 {
                             self.catch_up_to = first.seq - 1;
                         }
                     }
-                    self.held = Some((batch, 0));
+                    self.held = Some(batch);
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     self.catch_up_to = self.journal.last_seq()
@@ -329,6 +400,65 @@ mod tests {
         let mut from_two = journal.subscribe(Some(2));
         journal.emit_all(batch(2)).unwrap();
         assert_eq!(seqs(&mut from_two, 5).await, vec![3, 4, 5, 6, 7]);
+    }
+
+    /// The `id:` of every event in an SSE body, read by a standard parser, until `n` or a quiet second.
+    async fn sse_ids(stream: SseStream, n: usize) -> Vec<u64> {
+        let chunks = stream.map(Ok::<_, std::convert::Infallible>);
+        let mut events = eventsource_stream::Eventsource::eventsource(chunks);
+        let mut out = Vec::new();
+        while out.len() < n {
+            match tokio::time::timeout(std::time::Duration::from_secs(1), events.next()).await {
+                Ok(Some(Ok(e))) => out.push(e.id.parse().unwrap()),
+                _ => break,
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn an_sse_subscriber_gets_the_journal_then_the_rest_of_a_live_batch_then_live_events() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        journal.emit_all(batch(5)).unwrap();
+        let long = std::time::Duration::from_secs(60);
+        let from_two = journal.subscribe_sse(Some(2), long);
+        let live = journal.subscribe_sse(None, long);
+        journal.emit_all(batch(3)).unwrap();
+        journal.emit(delta("x")).unwrap();
+        assert_eq!(sse_ids(from_two, 7).await, vec![3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(sse_ids(live, 4).await, vec![6, 7, 8, 9]);
+    }
+
+    #[tokio::test]
+    async fn an_sse_subscriber_lagging_past_the_channel_gets_every_event_once_in_order() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let live = journal.subscribe_sse(None, std::time::Duration::from_secs(60));
+        let batches = BROADCAST_CAPACITY + 10;
+        for _ in 0..batches {
+            journal.emit_all(batch(3)).unwrap();
+        }
+        let total = (batches * 3) as u64;
+        assert_eq!(
+            sse_ids(live, total as usize).await,
+            (1..=total).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_quiet_sse_stream_gets_a_keep_alive_comment() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let mut live = journal.subscribe_sse(None, std::time::Duration::from_millis(20));
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), live.next()).await;
+        assert_eq!(first.unwrap().unwrap(), b": keep-alive\n\n"[..]);
+        journal.emit(delta("x")).unwrap();
+        let mut next = live.next().await.unwrap();
+        while next == sse_frames::KEEP_ALIVE {
+            next = live.next().await.unwrap();
+        }
+        assert!(next.starts_with(b"id: 1\ndata: {"), "{next:?}");
     }
 
     #[test]

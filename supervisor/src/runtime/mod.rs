@@ -15,6 +15,7 @@ pub mod journal;
 pub mod launcher;
 pub mod record;
 pub mod session;
+pub mod sse_frames;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -28,7 +29,7 @@ use service_ipc::{
 use tokio::sync::oneshot;
 
 pub use error::{Result, RuntimeError};
-pub use journal::{EventStream, Published, PublishedStream};
+pub use journal::{EventStream, Published, PublishedStream, SseStream};
 pub use record::SessionRecord;
 pub use session::TurnOutcome;
 
@@ -218,9 +219,15 @@ impl ServiceRuntime {
         Ok(messages(self.session(id)?.journal.subscribe(Some(after))))
     }
 
-    /// Like the subscriptions above, with each event's JSON serialised once for all subscribers (for SSE).
-    pub fn subscribe_published(&self, id: &str, after: Option<u64>) -> Result<PublishedStream> {
-        Ok(self.session(id)?.journal.subscribe(after))
+    /// The events after `after` (None: from now on), then live ones, as a `text/event-stream` body: each burst of
+    /// events framed once for every subscriber, and a keep-alive comment after `keep_alive` of quiet.
+    pub fn subscribe_sse(
+        &self,
+        id: &str,
+        after: Option<u64>,
+        keep_alive: std::time::Duration,
+    ) -> Result<SseStream> {
+        Ok(self.session(id)?.journal.subscribe_sse(after, keep_alive))
     }
 
     /// Starts the session's worker now instead of at the first turn (a no-op when it runs).

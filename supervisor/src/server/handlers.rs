@@ -3,18 +3,21 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::IntoResponse;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 
 use super::api::*;
 use super::AppState;
 use crate::bundle;
 
 type ApiResult<T> = Result<T, ApiError>;
+
+/// Quiet time after which an event stream gets a keep-alive comment.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Liveness; never needs a token.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
@@ -203,7 +206,8 @@ pub async fn resolve_approval(
 }
 
 /// The session's events as server-sent events: each `EventMsg` as JSON in one `data:` frame, its sequence number as
-/// the SSE `id:`. With `Last-Event-ID` (or `?after=N`) the journal's later events come first, then live ones.
+/// the SSE `id:`. With `Last-Event-ID` (or `?after=N`) the journal's later events come first, then live ones. The
+/// frames are made once per burst of events for every subscriber (see `runtime::sse_frames`).
 #[utoipa::path(get, path = "/sessions/{id}/events", params(("id" = String, Path), ("after" = Option<u64>, Query)),
     responses((status = 200, description = "text/event-stream of EventMsg"), (status = 404, body = ErrorEnvelope)))]
 pub async fn events(
@@ -211,7 +215,7 @@ pub async fn events(
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
-) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+) -> ApiResult<Response> {
     let last_event_id = match headers.get("last-event-id") {
         None => None,
         Some(v) => Some(
@@ -227,15 +231,19 @@ pub async fn events(
                 })?,
         ),
     };
-    let stream = st.rt.subscribe_published(&id, last_event_id.or(q.after))?;
-    let frames = stream
-        .map(|p| Ok(Event::default().id(&p.msg.id).data(&*p.json)))
+    let frames = st
+        .rt
+        .subscribe_sse(&id, last_event_id.or(q.after), SSE_KEEP_ALIVE)?
+        .map(Ok::<_, Infallible>)
         .take_until(st.shutdown.clone().cancelled_owned());
-    Ok(Sse::new(frames).keep_alive(
-        KeepAlive::new()
-            .interval(Duration::from_secs(15))
-            .text("keep-alive"),
-    ))
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(frames),
+    )
+        .into_response())
 }
 
 /// The OpenAPI description of this API, generated from the handlers.
