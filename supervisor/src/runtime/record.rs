@@ -1,9 +1,10 @@
 //! `session.json`: the persisted session record, always replaced atomically (temp file, fsync, rename).
 //!
-//! A new session's first record is flushed to disk in the background instead, with its directories: that fsync
-//! (0.85 ms on this machine's disk, most of `create_session`) sat on every session create and one-shot `run`, and
-//! it protects nothing a crash could take: until the fsync lands, a power cut loses a session that has had no
-//! turn (and a process crash loses nothing, the page cache survives it). Every later save is synchronous.
+//! A new session's first record is flushed to disk in the background instead: that fsync (0.85 ms on this
+//! machine's disk, most of `create_session`) sat on every session create and one-shot `run`. As before, the
+//! directory is not flushed: the new name is durable with the file system's next journal commit. The price: until
+//! the flush lands, a power cut can lose (or leave unreadable) a session that has had no turn yet. A process crash
+//! loses nothing (the page cache survives it), and every later save is synchronous.
 
 use std::io::Write;
 use std::path::Path;
@@ -92,22 +93,12 @@ impl SessionRecord {
         self.write_atomically(path, true).map(drop)
     }
 
-    /// Writes a new session's first record atomically, and flushes it and its directories to disk on a blocking
-    /// thread (inline when there is no Tokio runtime).
+    /// Writes a new session's first record atomically, and flushes it to disk on a blocking thread (inline when
+    /// there is no Tokio runtime).
     pub fn save_new(&self, path: &Path) -> Result<()> {
         let file = self.write_atomically(path, false)?;
-        let session_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let flush = move || {
             let _ = file.sync_all();
-            // The session's directory holds the record's name, its parent the session's.
-            for dir in [Some(session_dir.as_path()), session_dir.parent()]
-                .into_iter()
-                .flatten()
-            {
-                if let Ok(d) = std::fs::File::open(dir) {
-                    let _ = d.sync_all();
-                }
-            }
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn_blocking(flush)),

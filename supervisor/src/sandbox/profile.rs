@@ -1,10 +1,10 @@
 //! Sandbox profiles: the embedded data files of `sandbox-profiles/`, and their resolution against the host into a
-//! list of mounts. Each embedded file is parsed once per process (JSON5 parsing was a measurable part of every
-//! sandboxed worker start).
+//! list of mounts. Each embedded file is parsed once per process, not at every sandboxed worker start.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use service_ipc::{SandboxMode, SystemToolsMode};
 
@@ -74,31 +74,25 @@ fn tools_text(mode: SystemToolsMode) -> (&'static str, &'static str) {
 pub fn mode_profile(mode: SandboxMode) -> Result<ModeProfile, String> {
     static PARSED: [OnceLock<Result<ModeProfile, String>>; SandboxMode::ALL.len()] =
         [const { OnceLock::new() }; SandboxMode::ALL.len()];
-    let slot = SandboxMode::ALL
-        .iter()
-        .position(|m| *m == mode)
-        .unwrap_or(0);
-    PARSED[slot]
-        .get_or_init(|| {
-            let (name, text) = mode_text(mode);
-            parse::json5_value(name, text)
-                .and_then(|v| parse::typed(name, v))
-                .map_err(|e| e.to_string())
-        })
-        .clone()
+    let slot = SandboxMode::ALL.iter().position(|m| *m == mode);
+    parsed_once(&PARSED[slot.unwrap_or(0)], mode_text(mode))
 }
 
 /// The profile of a system tools mode.
 pub fn tools_profile(mode: SystemToolsMode) -> Result<ToolsProfile, String> {
     static PARSED: [OnceLock<Result<ToolsProfile, String>>; SystemToolsMode::ALL.len()] =
         [const { OnceLock::new() }; SystemToolsMode::ALL.len()];
-    let slot = SystemToolsMode::ALL
-        .iter()
-        .position(|m| *m == mode)
-        .unwrap_or(0);
-    PARSED[slot]
+    let slot = SystemToolsMode::ALL.iter().position(|m| *m == mode);
+    parsed_once(&PARSED[slot.unwrap_or(0)], tools_text(mode))
+}
+
+/// The embedded file `(name, text)` parsed on first use, from `cache` afterwards.
+fn parsed_once<T: DeserializeOwned + Clone>(
+    cache: &OnceLock<Result<T, String>>,
+    (name, text): (&str, &str),
+) -> Result<T, String> {
+    cache
         .get_or_init(|| {
-            let (name, text) = tools_text(mode);
             parse::json5_value(name, text)
                 .and_then(|v| parse::typed(name, v))
                 .map_err(|e| e.to_string())

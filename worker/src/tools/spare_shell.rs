@@ -41,8 +41,8 @@ const SPARES: usize = 2;
 /// The spares of this worker, oldest first.
 static SPARES_READY: Mutex<VecDeque<Child>> = Mutex::new(VecDeque::new());
 
-/// Hands `command` to the spare, to run in `cwd`; None when there is no live spare (or the command cannot be
-/// handed over), and the caller starts a shell as usual.
+/// Hands `command` to the oldest live spare, to run in `cwd`; None when there is no live spare (or the command
+/// cannot be handed over), and the caller starts a shell as usual.
 pub async fn take(command: &str, cwd: &Path) -> Option<Child> {
     // The spare starts in `/`: a relative directory would mean something else to it than to a new shell.
     if command.len() > MAX_HANDOVER || command.contains('\0') || !cwd.is_absolute() || !cwd.is_dir()
