@@ -364,16 +364,28 @@ mod tests {
         (0..n).map(|i| delta(&i.to_string())).collect()
     }
 
-    async fn seqs(stream: &mut PublishedStream, n: usize) -> Vec<u64> {
+    /// Up to `n` items of `stream`, stopping early after 5 s without one.
+    async fn first<T>(stream: impl Stream<Item = T>, n: usize) -> Vec<T> {
+        let mut stream = std::pin::pin!(stream);
         let mut out = Vec::new();
         while out.len() < n {
-            let next = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await;
-            match next {
-                Ok(Some(p)) => out.push(p.seq),
+            match tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await {
+                Ok(Some(item)) => out.push(item),
                 _ => break,
             }
         }
         out
+    }
+
+    async fn seqs(stream: &mut PublishedStream, n: usize) -> Vec<u64> {
+        first(stream.map(|p| p.seq), n).await
+    }
+
+    /// The `id:` of the first `n` events of an SSE body, read by a standard parser.
+    async fn sse_ids(stream: SseStream, n: usize) -> Vec<u64> {
+        let chunks = stream.map(Ok::<_, std::convert::Infallible>);
+        let events = eventsource_stream::Eventsource::eventsource(chunks);
+        first(events.map(|e| e.unwrap().id.parse().unwrap()), n).await
     }
 
     #[tokio::test]
@@ -400,20 +412,6 @@ mod tests {
         let mut from_two = journal.subscribe(Some(2));
         journal.emit_all(batch(2)).unwrap();
         assert_eq!(seqs(&mut from_two, 5).await, vec![3, 4, 5, 6, 7]);
-    }
-
-    /// The `id:` of every event in an SSE body, read by a standard parser, until `n` or a quiet second.
-    async fn sse_ids(stream: SseStream, n: usize) -> Vec<u64> {
-        let chunks = stream.map(Ok::<_, std::convert::Infallible>);
-        let mut events = eventsource_stream::Eventsource::eventsource(chunks);
-        let mut out = Vec::new();
-        while out.len() < n {
-            match tokio::time::timeout(std::time::Duration::from_secs(1), events.next()).await {
-                Ok(Some(Ok(e))) => out.push(e.id.parse().unwrap()),
-                _ => break,
-            }
-        }
-        out
     }
 
     #[tokio::test]
