@@ -5,7 +5,10 @@
 //! - text-only turn on a warm session with the scripted provider (full round trip through the worker; the scripted
 //!   provider takes no time of its own, so the whole turn is runtime overhead);
 //! - one-shot `service-rs run` wall time, as a user runs it;
-//! - session create with the worker confined by bubblewrap, against a bare `bwrap --unshare-all true`;
+//! - session create with the worker confined by bubblewrap, against a bare `bwrap --unshare-all true` sampled in
+//!   turn: started for the session, and taken from the spare the runtime keeps started ahead (`prestart`; the
+//!   bench waits for the spare before each such sample, untimed, as a session created by a person or a client
+//!   would find it);
 //! - `true` run as an operator command in a live sandbox, against `sh -c true` on the host, back to back and with
 //!   20 ms of idle time before each (as commands arrive from a model or a person; it lets the worker's spare
 //!   shell be ready, see `worker/src/tools/spare_shell.rs`).
@@ -25,6 +28,7 @@ type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 struct Measured {
     create: Vec<Duration>,
     boxed_create: Vec<Duration>,
+    prestarted_create: Vec<Duration>,
     bare_bwrap: Vec<Duration>,
     turn: Vec<Duration>,
     boxed_true: Vec<Duration>,
@@ -161,6 +165,10 @@ fn main() -> BenchResult<()> {
         ServiceHome::new(home.path()),
         RuntimeOptions::new(exe.clone()),
     );
+    let prestart_home = tempfile::TempDir::new()?;
+    let mut prestart_options = RuntimeOptions::new(exe.clone());
+    prestart_options.prestart_sandboxes = true;
+    let prestarting = ServiceRuntime::new(ServiceHome::new(prestart_home.path()), prestart_options);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -169,11 +177,23 @@ fn main() -> BenchResult<()> {
     let m = tokio.block_on(async {
         // Interleaved, so the sandboxed create and its baseline share the machine's drift.
         let (mut create, mut boxed_create, mut bare_bwrap) = (Vec::new(), Vec::new(), Vec::new());
+        let mut prestarted_create = Vec::new();
+        // The first create starts the spare.
+        create_once(&prestarting, &boxed_ref).await?;
         for _ in 0..iters.min(100) {
             create.push(create_once(&rt, &host_ref).await?);
             boxed_create.push(create_once(&rt, &boxed_ref).await?);
             bare_bwrap.push(bare_bwrap_once()?);
+            let waiting = Instant::now();
+            while prestarting.spare_workers() == 0 {
+                if waiting.elapsed() > Duration::from_secs(10) {
+                    return Err("the runtime started no spare worker".into());
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            prestarted_create.push(create_once(&prestarting, &boxed_ref).await?);
         }
+        prestarting.shutdown("bench over").await;
         let id = rt.create_session(&host_ref, None)?.id;
         rt.start_worker(&id).await?;
         let mut turn = Vec::new();
@@ -218,6 +238,7 @@ fn main() -> BenchResult<()> {
         BenchResult::Ok(Measured {
             create,
             boxed_create,
+            prestarted_create,
             bare_bwrap,
             turn,
             boxed_true,
@@ -274,6 +295,13 @@ fn main() -> BenchResult<()> {
     ratio(
         "ratio: sandboxed create / bare bwrap",
         &boxed_create,
+        &bare_bwrap,
+    );
+    let prestarted_create = stats(m.prestarted_create);
+    row("same, the spare taken (prestart)", &prestarted_create);
+    ratio(
+        "ratio: spare taken / bare bwrap",
+        &prestarted_create,
         &bare_bwrap,
     );
     row("`true` in a live sandbox (operator command)", &boxed_true);

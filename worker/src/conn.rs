@@ -48,8 +48,10 @@ pub struct Connection {
     pub writer: tokio::task::JoinHandle<()>,
 }
 
-/// Connects to `socket`, says hello, receives the configuration and answers `ready`.
-pub async fn connect(socket: &Path) -> Result<Connection> {
+/// Connects to `socket`, says hello, receives the configuration and answers `ready`. None when the supervisor
+/// closes the socket before sending a configuration: a worker started ahead of its session (see the supervisor's
+/// `prestart`) that was not needed, which is a normal end.
+pub async fn connect(socket: &Path) -> Result<Option<Connection>> {
     let connect_err = |source| WorkerError::Connect {
         path: socket.display().to_string(),
         source,
@@ -76,11 +78,7 @@ pub async fn connect(socket: &Path) -> Result<Connection> {
             )))
         }
         Some(Err(e)) => return Err(e.into()),
-        None => {
-            return Err(WorkerError::Protocol(
-                "the supervisor closed the socket during the handshake".into(),
-            ))
-        }
+        None => return Ok(None),
     };
     if config.protocol_version != PROTOCOL_VERSION {
         return Err(WorkerError::ProtocolMismatch {
@@ -102,10 +100,10 @@ pub async fn connect(socket: &Path) -> Result<Connection> {
             }
         }
     });
-    Ok(Connection {
+    Ok(Some(Connection {
         config,
         inbound,
         outbox: Outbox { tx },
         writer,
-    })
+    }))
 }

@@ -77,12 +77,15 @@ struct RunningTurn {
 
 /// Connects to the supervisor and serves it until `shutdown` or the socket closes.
 pub async fn serve(socket: &Path) -> Result<()> {
-    let conn::Connection {
+    let Some(conn::Connection {
         config,
         mut inbound,
         outbox,
         writer,
-    } = conn::connect(socket).await?;
+    }) = conn::connect(socket).await?
+    else {
+        return Ok(());
+    };
     let heartbeat = tokio::spawn(heartbeat(
         outbox.clone(),
         Duration::from_millis(config.heartbeat_ms.max(10)),

@@ -149,15 +149,18 @@ fn local_only(command: &str) -> anyhow::Error {
     )
 }
 
-/// A runtime whose workers are this very binary; `dangerous` runs them all on the host.
+/// A runtime whose workers are this very binary; `dangerous` runs them all on the host; `prestart` keeps a
+/// sandboxed worker started ahead for the next session of each bundle in use (for the long-running front ends).
 fn runtime(
     home: ServiceHome,
     dangerous: bool,
+    prestart: bool,
 ) -> anyhow::Result<service_supervisor::ServiceRuntime> {
     let exe = std::env::current_exe()
         .context("cannot find the service-rs binary to start workers from")?;
     let mut options = service_supervisor::RuntimeOptions::new(exe);
     options.dangerous_sandbox_mode = dangerous;
+    options.prestart_sandboxes = prestart;
     Ok(service_supervisor::ServiceRuntime::new(home, options))
 }
 

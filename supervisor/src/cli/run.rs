@@ -125,7 +125,7 @@ fn ask(question: &str) -> ApprovalDecision {
 }
 
 pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let rt = super::runtime(home, args.dangerous_sandbox_mode)?;
+    let rt = super::runtime(home, args.dangerous_sandbox_mode, false)?;
     super::tokio()?.block_on(async move {
         let result = one_turn(&rt, &args).await;
         rt.shutdown("the run ended").await;

@@ -22,7 +22,7 @@ pub fn serve(
     if dangerous {
         eprintln!("warning: --dangerous-sandbox-mode: every session worker runs on the host without confinement");
     }
-    let rt = super::runtime(home, dangerous)?;
+    let rt = super::runtime(home, dangerous, true)?;
     let token = token.filter(|t| !t.is_empty());
     super::tokio()?.block_on(async move {
         server::serve(

@@ -58,7 +58,7 @@ fn restore() {
 }
 
 pub fn run(home: ServiceHome, args: TuiArgs) -> anyhow::Result<ExitCode> {
-    let rt = super::runtime(home, args.dangerous_sandbox_mode)?;
+    let rt = super::runtime(home, args.dangerous_sandbox_mode, true)?;
     super::tokio()?.block_on(async move {
         let result = session_loop(Backend::Local(rt.clone()), &args).await;
         rt.shutdown("the TUI closed").await;

@@ -13,8 +13,10 @@ pub mod approvals;
 pub mod error;
 pub mod journal;
 pub mod launcher;
+mod prestart;
 pub mod record;
 pub mod session;
+mod spawn;
 pub mod sse_frames;
 pub mod worker;
 
@@ -55,6 +57,8 @@ pub struct RuntimeOptions {
     pub handshake_timeout: Duration,
     /// Run every worker on the host, whatever its manifest asks (`--dangerous-sandbox-mode`).
     pub dangerous_sandbox_mode: bool,
+    /// Keep a sandboxed worker started ahead for each bundle in use, for its next session (see `prestart`).
+    pub prestart_sandboxes: bool,
 }
 
 impl RuntimeOptions {
@@ -70,6 +74,7 @@ impl RuntimeOptions {
             hang_timeout: Duration::from_millis(hang_ms),
             handshake_timeout: Duration::from_secs(10),
             dangerous_sandbox_mode: false,
+            prestart_sandboxes: false,
         }
     }
 }
@@ -99,6 +104,7 @@ pub(crate) struct Inner {
     /// Serialises loading persisted sessions.
     load_lock: Mutex<()>,
     approvals: ApprovalStore,
+    prestarted: prestart::Prestarted,
 }
 
 fn messages(published: PublishedStream) -> EventStream {
@@ -133,6 +139,7 @@ impl ServiceRuntime {
                 sessions: Mutex::new(HashMap::new()),
                 load_lock: Mutex::new(()),
                 approvals: ApprovalStore::default(),
+                prestarted: prestart::Prestarted::default(),
             }),
         }
     }
@@ -184,6 +191,11 @@ impl ServiceRuntime {
     /// The bundle a session runs, as resolved when the session was created or loaded.
     pub fn session_bundle(&self, id: &str) -> Result<crate::bundle::Bundle> {
         Ok(self.session(id)?.bundle.clone())
+    }
+
+    /// How many sandboxed workers are started ahead and waiting for a session (`RuntimeOptions::prestart_sandboxes`).
+    pub fn spare_workers(&self) -> usize {
+        self.inner.prestarted.ready()
     }
 
     /// Every persisted session, oldest first. Records that cannot be read are skipped.
@@ -241,8 +253,25 @@ impl ServiceRuntime {
         if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
             return Ok(w.clone());
         }
-        let handle = worker::spawn(self.inner.clone(), session.clone()).await?;
+        let prestarted = self.inner.prestarted.claim(session);
+        let handle = match prestarted {
+            Some(started) => {
+                match spawn::attach(self.inner.clone(), session.clone(), started).await {
+                    Ok(handle) => handle,
+                    Err(e) => {
+                        tracing::debug!(session = %session.id, "the spare worker failed ({e}); starting one");
+                        spawn::spawn(self.inner.clone(), session.clone()).await?
+                    }
+                }
+            }
+            None => spawn::spawn(self.inner.clone(), session.clone()).await?,
+        };
         *slot = Some(handle.clone());
+        if self.inner.options.prestart_sandboxes
+            && handle.confinement != SandboxMode::DangerFullAccess
+        {
+            prestart::Prestarted::refill(&self.inner, &session.bundle);
+        }
         Ok(handle)
     }
 
@@ -436,6 +465,7 @@ impl ServiceRuntime {
 
     /// Stops every worker; running turns end with an error saying `reason`.
     pub async fn shutdown(&self, reason: &str) {
+        self.inner.prestarted.close();
         let sessions: Vec<_> = self.sessions().values().cloned().collect();
         for s in sessions {
             self.stop_session(&s, reason).await;

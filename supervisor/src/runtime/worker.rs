@@ -1,7 +1,6 @@
 //! The supervisor's handle on one session worker.
 //!
-//! [`spawn`] binds a socket, starts the worker through the launcher, runs the handshake, and hands the child and
-//! the socket to one actor task. The [`WorkerHandle`] is a cloneable queue into that task. The actor journals the
+//! `spawn` starts the worker and runs the handshake; [`run`] hands the child and the socket to one actor task. The [`WorkerHandle`] is a cloneable queue into that task. The actor journals the
 //! worker's events, serves its model requests through the providers, routes permission requests to the approval
 //! store, and finishes turns and commands. When the worker exits, hangs (no heartbeat) or breaks the protocol, the
 //! actor kills it and fails whatever was running with a `worker_died` error; the next turn spawns a new worker.
@@ -12,20 +11,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, SinkExt, StreamExt};
-use interprocess::local_socket::tokio::prelude::*;
-use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName};
-use service_ipc::{
-    EventPayload, FrameCodec, ModelRequest, SandboxMode, ToSupervisor, ToWorker, WorkerConfig,
-    PROTOCOL_VERSION,
-};
-use tokio::sync::{mpsc, oneshot, watch};
+use service_ipc::{EventPayload, FrameCodec, ModelRequest, SandboxMode, ToSupervisor, ToWorker};
+use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
 use super::approvals::Pending;
 use super::error::{Result, RuntimeError};
-use super::launcher::LaunchSpec;
 use super::session::{Session, TurnEnd};
+use super::spawn::Started;
 use super::Inner;
 use crate::providers;
 
@@ -34,9 +28,6 @@ const QUEUE: usize = 1024;
 
 /// Most frames handled (and events committed) as one batch before the actor looks at its other duties.
 const MAX_BATCH: usize = 256;
-
-/// Longest socket path the kernel accepts, minus a margin.
-const MAX_SOCKET_PATH: usize = 100;
 
 /// A cloneable handle on a running worker.
 #[derive(Clone)]
@@ -104,146 +95,27 @@ impl WorkerHandle {
     }
 }
 
-type Conn = Framed<interprocess::local_socket::tokio::Stream, FrameCodec<ToSupervisor, ToWorker>>;
+pub(super) type Conn =
+    Framed<interprocess::local_socket::tokio::Stream, FrameCodec<ToSupervisor, ToWorker>>;
 
-/// Starts a worker for `session` and completes the handshake.
-pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<WorkerHandle> {
-    let unavailable = |m: String| RuntimeError::WorkerUnavailable(m);
-    let run_dir = rt.home.run_dir().join(&session.id);
-    std::fs::create_dir_all(&run_dir)
-        .map_err(|e| RuntimeError::io("cannot create", &run_dir, e))?;
-    let socket = run_dir.join("w.sock");
-    if socket.as_os_str().len() > MAX_SOCKET_PATH {
-        return Err(unavailable(format!(
-            "socket path {} is too long for a Unix socket; use a shorter SERVICE_HOME",
-            socket.display()
-        )));
-    }
-    let _ = std::fs::remove_file(&socket);
-    let name = socket
-        .as_path()
-        .to_fs_name::<GenericFilePath>()
-        .map_err(|e| unavailable(format!("bad socket path: {e}")))?;
-    let listener = ListenerOptions::new()
-        .name(name)
-        .create_tokio()
-        .map_err(|e| unavailable(format!("cannot listen on {}: {e}", socket.display())))?;
-
-    let record = session.record();
-    let host_workspace = PathBuf::from(&record.cwd);
-    let launch = rt.launcher.prepare(&LaunchSpec {
-        session_id: &session.id,
-        exe: &rt.options.worker_exe,
-        socket: &socket,
-        bundle_root: &session.bundle.root,
-        workspace: &host_workspace,
-        sandbox: &session.bundle.manifest.sandbox,
-        cache_dir: &rt.home.run_dir().join("sandbox"),
-    })?;
-    let limits = launch.limits;
-    let mut command = launch.command;
-    command
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null());
-    let mut child = command.spawn().map_err(|e| {
-        unavailable(format!(
-            "cannot start {}: {e}",
-            rt.options.worker_exe.display()
-        ))
-    })?;
-
-    // The cgroups are made on a blocking thread while bwrap starts; the worker enters them once it has connected,
-    // while the handshake runs. The worker gets no frame after the handshake (so no turn or command) before they
-    // are on.
-    let (worker_pid, confining) = match &limits {
-        None => (None, None),
-        Some(limits) => {
-            let (pid_tx, pid_rx) = oneshot::channel::<u32>();
-            let (limits, session_id) = (limits.clone(), session.id.clone());
-            let confining = tokio::task::spawn_blocking(move || {
-                limits.prepare();
-                let pid = pid_rx.blocking_recv().map_err(|_| {
-                    std::io::Error::other("the worker never connected, so it was not confined")
-                })?;
-                let entered = limits.enter(pid);
-                tracing::debug!(session = %session_id, "worker limits: {}", limits.describe());
-                entered
-            });
-            (Some(pid_tx), Some(confining))
-        }
-    };
-
-    let timeout = rt.options.handshake_timeout;
-    let accepted = tokio::select! {
-        a = tokio::time::timeout(timeout, listener.accept()) => a,
-        status = child.wait() => {
-            return Err(unavailable(format!("the worker exited before connecting ({})", describe_exit(status.ok()))));
-        }
-    };
-    let stream = match accepted {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            return Err(unavailable(format!(
-                "accepting the worker connection failed: {e}"
-            )))
-        }
-        Err(_) => {
-            return Err(unavailable(format!(
-                "the worker did not connect within {timeout:?}"
-            )))
-        }
-    };
-    drop(listener);
-    if let Some(pid_tx) = worker_pid {
-        let pid = stream
-            .peer_creds()
-            .ok()
-            .and_then(|c| c.pid())
-            .and_then(|p| u32::try_from(p).ok())
-            .ok_or_else(|| {
-                unavailable("cannot tell the worker's process id from its connection, so its limits cannot be applied".into())
-            })?;
-        // The receiver lives until the blocking thread has the pid; a send can only fail if that thread panicked,
-        // which `confining` reports.
-        let _ = pid_tx.send(pid);
-    }
-    let mut conn: Conn = Framed::new(stream, FrameCodec::new());
-
-    let bundle_dir = launch.bundle_dir.clone();
-    let skills = session
-        .bundle
-        .skills
-        .iter()
-        .map(|s| service_ipc::SkillInfo {
-            name: s.name.clone(),
-            description: s.description.clone(),
-            path: bundle_dir.join(&s.path).display().to_string(),
-        })
-        .collect();
-    let agent = &session.bundle.agent;
-    let config = WorkerConfig {
-        protocol_version: PROTOCOL_VERSION,
-        session_id: session.id.clone(),
-        bundle_dir: bundle_dir.display().to_string(),
-        workspace: launch.workspace.display().to_string(),
-        sandbox_mode: launch.confinement,
-        system_prompt: agent.system_prompt.clone(),
-        tools: session.bundle.manifest.tools.clone(),
-        skills,
-        max_steps: agent.max_steps,
-        memory_window: agent.memory.window,
-        permissions: agent.permissions.clone(),
-        history: session.history()?,
-        heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
-    };
-    tokio::time::timeout(timeout, handshake(&mut conn, config))
-        .await
-        .map_err(|_| {
-            unavailable(format!(
-                "the worker did not finish the handshake within {timeout:?}"
-            ))
-        })??;
+/// Hands a configured worker to its actor and returns the handle on it.
+pub(super) fn run(
+    rt: Arc<Inner>,
+    session: Arc<Session>,
+    started: Started,
+    host_workspace: PathBuf,
+) -> WorkerHandle {
     let kill = CancellationToken::new();
+    let Started {
+        child,
+        conn,
+        limits,
+        confining,
+        run_dir,
+        workspace,
+        confinement,
+        ..
+    } = started;
     let confined = match confining {
         None => watch::channel(Some(Ok(()))).1,
         Some(confining) => {
@@ -275,8 +147,8 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         kill: kill.clone(),
         exited,
         confined,
-        confinement: launch.confinement,
-        paths: (host_workspace, launch.workspace),
+        confinement,
+        paths: (host_workspace, workspace),
     };
     let actor = Actor {
         rt,
@@ -290,35 +162,7 @@ pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<Worke
         actor.run(conn, child, rx, kill, exited_tx, run_dir).await;
         drop(limits);
     });
-    Ok(handle)
-}
-
-async fn handshake(conn: &mut Conn, config: WorkerConfig) -> Result<()> {
-    let protocol = |m: String| RuntimeError::WorkerUnavailable(m);
-    match conn.next().await {
-        Some(Ok(ToSupervisor::Hello { protocol_version, .. })) if protocol_version == PROTOCOL_VERSION => {}
-        Some(Ok(ToSupervisor::Hello { protocol_version, .. })) => {
-            return Err(protocol(format!(
-                "the worker speaks protocol {protocol_version}, the supervisor {PROTOCOL_VERSION}; reinstall service-rs"
-            )))
-        }
-        Some(Ok(other)) => return Err(protocol(format!("expected hello from the worker, got {other:?}"))),
-        Some(Err(e)) => return Err(protocol(format!("bad handshake frame: {e}"))),
-        None => return Err(protocol("the worker closed the socket during the handshake".into())),
-    }
-    conn.send(ToWorker::Configure(config))
-        .await
-        .map_err(|e| protocol(format!("cannot configure the worker: {e}")))?;
-    match conn.next().await {
-        Some(Ok(ToSupervisor::Ready)) => Ok(()),
-        Some(Ok(other)) => Err(protocol(format!(
-            "expected ready from the worker, got {other:?}"
-        ))),
-        Some(Err(e)) => Err(protocol(format!("bad handshake frame: {e}"))),
-        None => Err(protocol(
-            "the worker closed the socket during the handshake".into(),
-        )),
-    }
+    handle
 }
 
 struct Actor {
@@ -570,7 +414,7 @@ impl Trace {
 }
 
 /// "exited with code N" or "killed by signal N (NAME)".
-fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+pub(super) fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match status {
         Some(s) => match (s.code(), s.signal()) {

@@ -10,7 +10,7 @@ use tempfile::TempDir;
 use super::support::{runtime, write_bundle};
 
 /// Exit code, stdout and stderr of one operator command, read from its events.
-async fn command(
+pub(super) async fn command(
     rt: &service_supervisor::ServiceRuntime,
     id: &str,
     text: &str,

@@ -3,6 +3,7 @@ mod bundles;
 mod commands;
 mod faults;
 mod http;
+mod prestart;
 mod provider_server;
 mod providers;
 mod run_cli;

@@ -1,0 +1,255 @@
+//! Starting a worker, in two steps: [`start`] binds its socket, launches it through the launcher, accepts its
+//! connection and reads its hello; [`attach`] gives the started worker a session (the `configure` / `ready` half
+//! of the handshake) and hands it to its actor. A sandboxed worker may be started before its session exists and
+//! attached later (see `prestart`); [`spawn`] does both steps at once.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::{SinkExt, StreamExt};
+use interprocess::local_socket::tokio::prelude::*;
+use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName};
+use service_ipc::{SandboxMode, ToSupervisor, ToWorker, WorkerConfig, PROTOCOL_VERSION};
+use tokio::sync::oneshot;
+use tokio_util::codec::Framed;
+
+use super::error::{Result, RuntimeError};
+use super::launcher::LaunchSpec;
+use super::session::Session;
+use super::worker::{self, Conn, WorkerHandle};
+use super::Inner;
+use crate::bundle::Bundle;
+use crate::sandbox::limits::Limits;
+use service_ipc::FrameCodec;
+
+/// Longest socket path the kernel accepts, minus a margin.
+const MAX_SOCKET_PATH: usize = 100;
+
+/// A worker that has connected and said hello, and has no session yet.
+pub(crate) struct Started {
+    pub(super) child: tokio::process::Child,
+    pub(super) conn: Conn,
+    /// Kept until the worker has exited (its cgroups are removed when dropped).
+    pub(super) limits: Option<Arc<Limits>>,
+    /// Resolves once the worker is inside its limits.
+    pub(super) confining: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// Its socket's directory, removed when the worker ends.
+    pub(super) run_dir: PathBuf,
+    /// The bundle root in the worker's view.
+    pub(super) bundle_dir: PathBuf,
+    /// The workspace in the worker's view.
+    pub(super) workspace: PathBuf,
+    /// The mode that confines it.
+    pub(super) confinement: SandboxMode,
+}
+
+impl Started {
+    /// False once the worker process has exited.
+    pub(crate) fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+/// Starts a worker and completes the handshake for `session`.
+pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<WorkerHandle> {
+    let workspace = PathBuf::from(session.record().cwd);
+    let started = start(&rt, &session.id, &session.bundle, &workspace).await?;
+    attach(rt, session, started).await
+}
+
+/// Starts a worker for `bundle` with `host_workspace` as its workspace, up to its hello. `name` names its socket
+/// directory (`run/<name>`) and its cgroups.
+pub(crate) async fn start(
+    rt: &Inner,
+    name: &str,
+    bundle: &Bundle,
+    host_workspace: &Path,
+) -> Result<Started> {
+    let unavailable = |m: String| RuntimeError::WorkerUnavailable(m);
+    let run_dir = rt.home.run_dir().join(name);
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|e| RuntimeError::io("cannot create", &run_dir, e))?;
+    let socket = run_dir.join("w.sock");
+    if socket.as_os_str().len() > MAX_SOCKET_PATH {
+        return Err(unavailable(format!(
+            "socket path {} is too long for a Unix socket; use a shorter SERVICE_HOME",
+            socket.display()
+        )));
+    }
+    let _ = std::fs::remove_file(&socket);
+    let fs_name = socket
+        .as_path()
+        .to_fs_name::<GenericFilePath>()
+        .map_err(|e| unavailable(format!("bad socket path: {e}")))?;
+    let listener = ListenerOptions::new()
+        .name(fs_name)
+        .create_tokio()
+        .map_err(|e| unavailable(format!("cannot listen on {}: {e}", socket.display())))?;
+
+    let launch = rt.launcher.prepare(&LaunchSpec {
+        session_id: name,
+        exe: &rt.options.worker_exe,
+        socket: &socket,
+        bundle_root: &bundle.root,
+        workspace: host_workspace,
+        sandbox: &bundle.manifest.sandbox,
+        cache_dir: &rt.home.run_dir().join("sandbox"),
+    })?;
+    let limits = launch.limits;
+    let mut command = launch.command;
+    command
+        .kill_on_drop(true)
+        .stdin(std::process::Stdio::null());
+    let mut child = command.spawn().map_err(|e| {
+        unavailable(format!(
+            "cannot start {}: {e}",
+            rt.options.worker_exe.display()
+        ))
+    })?;
+
+    // The cgroups are made on a blocking thread while bwrap starts; the worker enters them once it has connected,
+    // while the handshake runs. The worker gets no frame after the handshake (so no turn or command) before they
+    // are on.
+    let (worker_pid, confining) = match &limits {
+        None => (None, None),
+        Some(limits) => {
+            let (pid_tx, pid_rx) = oneshot::channel::<u32>();
+            let (limits, name) = (limits.clone(), name.to_string());
+            let confining = tokio::task::spawn_blocking(move || {
+                limits.prepare();
+                let pid = pid_rx.blocking_recv().map_err(|_| {
+                    std::io::Error::other("the worker never connected, so it was not confined")
+                })?;
+                let entered = limits.enter(pid);
+                tracing::debug!(worker = %name, "worker limits: {}", limits.describe());
+                entered
+            });
+            (Some(pid_tx), Some(confining))
+        }
+    };
+
+    let timeout = rt.options.handshake_timeout;
+    let accepted = tokio::select! {
+        a = tokio::time::timeout(timeout, listener.accept()) => a,
+        status = child.wait() => {
+            return Err(unavailable(format!("the worker exited before connecting ({})", worker::describe_exit(status.ok()))));
+        }
+    };
+    let stream = match accepted {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(unavailable(format!(
+                "accepting the worker connection failed: {e}"
+            )))
+        }
+        Err(_) => {
+            return Err(unavailable(format!(
+                "the worker did not connect within {timeout:?}"
+            )))
+        }
+    };
+    drop(listener);
+    if let Some(pid_tx) = worker_pid {
+        let pid = stream
+            .peer_creds()
+            .ok()
+            .and_then(|c| c.pid())
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or_else(|| {
+                unavailable("cannot tell the worker's process id from its connection, so its limits cannot be applied".into())
+            })?;
+        // The receiver lives until the blocking thread has the pid; a send can only fail if that thread panicked,
+        // which `confining` reports.
+        let _ = pid_tx.send(pid);
+    }
+    let mut conn: Conn = Framed::new(stream, FrameCodec::new());
+    tokio::time::timeout(timeout, hello(&mut conn))
+        .await
+        .map_err(|_| unavailable(format!("the worker did not say hello within {timeout:?}")))??;
+    Ok(Started {
+        child,
+        conn,
+        limits,
+        confining,
+        run_dir,
+        bundle_dir: launch.bundle_dir,
+        workspace: launch.workspace,
+        confinement: launch.confinement,
+    })
+}
+
+/// Configures a started worker for `session` and hands it to its actor.
+pub(crate) async fn attach(
+    rt: Arc<Inner>,
+    session: Arc<Session>,
+    mut started: Started,
+) -> Result<WorkerHandle> {
+    let skills = session
+        .bundle
+        .skills
+        .iter()
+        .map(|s| service_ipc::SkillInfo {
+            name: s.name.clone(),
+            description: s.description.clone(),
+            path: started.bundle_dir.join(&s.path).display().to_string(),
+        })
+        .collect();
+    let agent = &session.bundle.agent;
+    let config = WorkerConfig {
+        protocol_version: PROTOCOL_VERSION,
+        session_id: session.id.clone(),
+        bundle_dir: started.bundle_dir.display().to_string(),
+        workspace: started.workspace.display().to_string(),
+        sandbox_mode: started.confinement,
+        system_prompt: agent.system_prompt.clone(),
+        tools: session.bundle.manifest.tools.clone(),
+        skills,
+        max_steps: agent.max_steps,
+        memory_window: agent.memory.window,
+        permissions: agent.permissions.clone(),
+        history: session.history()?,
+        heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
+    };
+    let timeout = rt.options.handshake_timeout;
+    tokio::time::timeout(timeout, configure(&mut started.conn, config))
+        .await
+        .map_err(|_| {
+            RuntimeError::WorkerUnavailable(format!(
+                "the worker did not finish the handshake within {timeout:?}"
+            ))
+        })??;
+    let host_workspace = PathBuf::from(session.record().cwd);
+    Ok(worker::run(rt, session, started, host_workspace))
+}
+
+/// The worker's first frame: its hello, in our protocol version.
+async fn hello(conn: &mut Conn) -> Result<()> {
+    let protocol = |m: String| RuntimeError::WorkerUnavailable(m);
+    match conn.next().await {
+        Some(Ok(ToSupervisor::Hello { protocol_version, .. })) if protocol_version == PROTOCOL_VERSION => Ok(()),
+        Some(Ok(ToSupervisor::Hello { protocol_version, .. })) => Err(protocol(format!(
+            "the worker speaks protocol {protocol_version}, the supervisor {PROTOCOL_VERSION}; reinstall service-rs"
+        ))),
+        Some(Ok(other)) => Err(protocol(format!("expected hello from the worker, got {other:?}"))),
+        Some(Err(e)) => Err(protocol(format!("bad handshake frame: {e}"))),
+        None => Err(protocol("the worker closed the socket during the handshake".into())),
+    }
+}
+
+/// Sends the session's configuration and waits for `ready`.
+async fn configure(conn: &mut Conn, config: WorkerConfig) -> Result<()> {
+    let protocol = |m: String| RuntimeError::WorkerUnavailable(m);
+    conn.send(ToWorker::Configure(config))
+        .await
+        .map_err(|e| protocol(format!("cannot configure the worker: {e}")))?;
+    match conn.next().await {
+        Some(Ok(ToSupervisor::Ready)) => Ok(()),
+        Some(Ok(other)) => Err(protocol(format!(
+            "expected ready from the worker, got {other:?}"
+        ))),
+        Some(Err(e)) => Err(protocol(format!("bad handshake frame: {e}"))),
+        None => Err(protocol(
+            "the worker closed the socket during the handshake".into(),
+        )),
+    }
+}

@@ -1,0 +1,121 @@
+//! Sandboxed workers started ahead of their session: the next session of the bundle gets one, with its own
+//! workspace and the same confinement, and nothing of them is left after shutdown.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::commands::command;
+use super::support::{binary, write_bundle};
+
+fn prestarting_runtime(home: &Path) -> service_supervisor::ServiceRuntime {
+    let mut options = service_supervisor::RuntimeOptions::new(binary());
+    options.prestart_sandboxes = true;
+    service_supervisor::ServiceRuntime::new(service_supervisor::ServiceHome::new(home), options)
+}
+
+async fn wait_for_a_spare(rt: &service_supervisor::ServiceRuntime) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rt.spare_workers() == 0 {
+        assert!(Instant::now() < deadline, "no spare worker was started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Processes whose command line mentions `text`.
+fn processes_with(text: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Entries of `dir` whose name starts with `prefix`.
+fn entries(dir: &Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_nothing_outlives_shutdown(
+) {
+    let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    let reference = bundle.path().to_str().unwrap();
+    let rt = prestarting_runtime(home.path());
+    let first = rt.create_session(reference, None).unwrap().id;
+    command(&rt, &first, "echo first > first.txt").await;
+    wait_for_a_spare(&rt).await;
+
+    let second = rt.create_session(reference, None).unwrap().id;
+    let store = home.path().display();
+    let (code, out, _) = command(
+        &rt,
+        &second,
+        &format!("echo second > second.txt; pwd; ls; ls {store} 2>&1; true"),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        out,
+        format!("/workspace\nsecond.txt\nls: cannot access '{store}': No such file or directory\n")
+    );
+    let sessions = home.path().join("sessions");
+    assert_eq!(
+        std::fs::read_to_string(sessions.join(&second).join("workspace/second.txt")).unwrap(),
+        "second\n"
+    );
+    assert!(!sessions.join(&first).join("workspace/second.txt").exists());
+    let run = home.path().join("run");
+    assert!(
+        !run.join(&second).exists(),
+        "the second session's worker was started for it, not taken from the spare"
+    );
+
+    // A session with a directory of its own as workspace gets a worker started for it.
+    let own = TempDir::new().unwrap();
+    let third = rt.create_session(reference, Some(own.path())).unwrap().id;
+    let (_, out, _) = command(&rt, &third, "pwd; echo third > third.txt").await;
+    assert_eq!(out, "/workspace\n");
+    assert!(own.path().join("third.txt").exists());
+    assert!(run.join(&third).exists());
+
+    wait_for_a_spare(&rt).await;
+    let spare = format!("{}/run/spare-", home.path().display());
+    assert!(processes_with(&spare) > 0, "no process of the spare");
+    rt.shutdown("test over").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = (
+            entries(&run, "spare-"),
+            entries(&run.join("workspaces"), "spare-"),
+            processes_with(&spare),
+        );
+        if left == (vec![], vec![], 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "spares left after shutdown: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
