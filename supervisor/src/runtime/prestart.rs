@@ -11,7 +11,8 @@
 //! spare's (a rename, so the sandbox's bind, which follows the directory, now shows the session's workspace), and
 //! the handshake is finished with the session's configuration. A session with a `cwd` of its own, a bundle changed
 //! since (another digest) or a spare that died gets a worker started as usual. An idle spare costs a worker's
-//! memory (about 6 MiB) and its cgroups; spares are stopped at shutdown.
+//! memory (about 6 MiB) and its cgroups; at most `MAX_SPARES` bundles have one, a bundle's spare of an earlier
+//! version is stopped when a newer one starts, and all are stopped at shutdown.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,9 @@ struct State {
 
 /// A bundle as installed: its root and digest.
 type Key = (PathBuf, String);
+
+/// Most bundles with a spare at once (each costs a worker's memory).
+const MAX_SPARES: usize = 8;
 
 enum Slot {
     Starting,
@@ -108,6 +112,13 @@ impl Prestarted {
         {
             let mut state = rt.prestarted.state();
             if state.closed || state.spares.contains_key(&key) {
+                return;
+            }
+            // A spare of an earlier version of this bundle would never be taken.
+            state
+                .spares
+                .retain(|(root, _), slot| root != &key.0 || matches!(slot, Slot::Starting));
+            if state.spares.len() >= MAX_SPARES {
                 return;
             }
             state.spares.insert(key.clone(), Slot::Starting);

@@ -211,13 +211,18 @@ pub(crate) async fn attach(
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
     };
     let timeout = rt.options.handshake_timeout;
-    tokio::time::timeout(timeout, configure(&mut started.conn, config))
+    let configured = tokio::time::timeout(timeout, configure(&mut started.conn, config))
         .await
-        .map_err(|_| {
-            RuntimeError::WorkerUnavailable(format!(
+        .unwrap_or_else(|_| {
+            Err(RuntimeError::WorkerUnavailable(format!(
                 "the worker did not finish the handshake within {timeout:?}"
-            ))
-        })??;
+            )))
+        });
+    if let Err(e) = configured {
+        // The worker is killed as `started` drops; its socket directory would be left behind.
+        let _ = std::fs::remove_dir_all(&started.run_dir);
+        return Err(e);
+    }
     let host_workspace = PathBuf::from(session.record().cwd);
     Ok(worker::run(rt, session, started, host_workspace))
 }
