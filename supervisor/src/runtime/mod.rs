@@ -465,7 +465,7 @@ impl ServiceRuntime {
 
     /// Stops every worker; running turns end with an error saying `reason`.
     pub async fn shutdown(&self, reason: &str) {
-        self.inner.prestarted.close();
+        self.inner.prestarted.close().await;
         let sessions: Vec<_> = self.sessions().values().cloned().collect();
         for s in sessions {
             self.stop_session(&s, reason).await;

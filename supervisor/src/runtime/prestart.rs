@@ -47,22 +47,28 @@ enum Slot {
     Ready(Box<Spare>),
 }
 
-/// A started worker and its workspace directory; both are removed when it is dropped unclaimed (a claimed spare's
-/// workspace has moved to its session, and its actor removes its socket directory).
+/// A started worker and its workspace directory.
 struct Spare {
-    started: Option<Started>,
+    started: Started,
     workspace: PathBuf,
 }
 
-impl Drop for Spare {
-    fn drop(&mut self) {
-        if let Some(started) = self.started.take() {
-            let run_dir = started.run_dir.clone();
-            // Kills the worker (`kill_on_drop`) before its directories go.
-            drop(started);
-            let _ = std::fs::remove_dir_all(&run_dir);
-        }
+impl Spare {
+    /// Stops the worker and removes its cgroups and directories.
+    async fn discard(self) {
+        self.started.discard().await;
         let _ = std::fs::remove_dir_all(&self.workspace);
+    }
+}
+
+/// Discards `spares` on a task of their own.
+fn discard_later(spares: Vec<Spare>) {
+    if !spares.is_empty() {
+        tokio::spawn(async move {
+            for spare in spares {
+                spare.discard().await;
+            }
+        });
     }
 }
 
@@ -79,30 +85,33 @@ impl Prestarted {
     /// cannot serve this session.
     pub(crate) fn claim(&self, session: &Session) -> Option<Started> {
         let workspace = session.dir.join("workspace");
-        if Path::new(&session.record().cwd) != workspace {
+        let is_empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+        // A reloaded session may have files in its workspace; it keeps it, and the spare stays for another.
+        if Path::new(&session.record().cwd) != workspace || !is_empty(&workspace) {
             return None;
         }
         let key = key(&session.bundle);
         let mut spare = {
             let mut state = self.state();
             match state.spares.remove(&key)? {
-                Slot::Ready(spare) => spare,
+                Slot::Ready(spare) => *spare,
                 starting @ Slot::Starting => {
                     state.spares.insert(key, starting);
                     return None;
                 }
             }
         };
-        if !spare.started.as_mut()?.is_running() {
+        // `remove_dir` refuses a directory that is no longer empty.
+        if !spare.started.is_running() || std::fs::remove_dir(&workspace).is_err() {
+            discard_later(vec![spare]);
             return None;
         }
-        // The session's workspace is new, so empty: `remove_dir` refuses anything else.
-        std::fs::remove_dir(&workspace).ok()?;
         if std::fs::rename(&spare.workspace, &workspace).is_err() {
             let _ = std::fs::create_dir(&workspace);
+            discard_later(vec![spare]);
             return None;
         }
-        spare.started.take()
+        Some(spare.started)
     }
 
     /// Starts a spare for `bundle` in the background, unless it has one (or one starting) or the runtime is
@@ -115,9 +124,20 @@ impl Prestarted {
                 return;
             }
             // A spare of an earlier version of this bundle would never be taken.
-            state
+            let stale: Vec<Key> = state
                 .spares
-                .retain(|(root, _), slot| root != &key.0 || matches!(slot, Slot::Starting));
+                .iter()
+                .filter(|((root, _), slot)| root == &key.0 && matches!(slot, Slot::Ready(_)))
+                .map(|(k, _)| k.clone())
+                .collect();
+            let stale = stale
+                .iter()
+                .filter_map(|k| match state.spares.remove(k) {
+                    Some(Slot::Ready(spare)) => Some(*spare),
+                    _ => None,
+                })
+                .collect();
+            discard_later(stale);
             if state.spares.len() >= MAX_SPARES {
                 return;
             }
@@ -131,21 +151,28 @@ impl Prestarted {
                 Ok(()) => spawn::start(&rt, &name, &bundle, &workspace).await,
                 Err(e) => Err(super::RuntimeError::io("cannot create", &workspace, e)),
             };
-            if let Err(e) = &started {
-                tracing::debug!("no spare worker for {}: {e}", bundle.reference());
-                let _ = std::fs::remove_dir_all(rt.home.run_dir().join(&name));
-            }
-            let spare = Spare {
-                started: started.ok(),
-                workspace,
+            let spare = match started {
+                Ok(started) => Spare { started, workspace },
+                Err(e) => {
+                    tracing::debug!("no spare worker for {}: {e}", bundle.reference());
+                    rt.prestarted.state().spares.remove(&key);
+                    let _ = std::fs::remove_dir_all(rt.home.run_dir().join(&name));
+                    let _ = std::fs::remove_dir_all(&workspace);
+                    return;
+                }
             };
-            let mut state = rt.prestarted.state();
-            if spare.started.is_some() && !state.closed {
-                state.spares.insert(key, Slot::Ready(Box::new(spare)));
-            } else {
-                state.spares.remove(&key);
-                drop(state);
-                drop(spare);
+            let unwanted = {
+                let mut state = rt.prestarted.state();
+                if state.closed {
+                    state.spares.remove(&key);
+                    Some(spare)
+                } else {
+                    state.spares.insert(key, Slot::Ready(Box::new(spare)));
+                    None
+                }
+            };
+            if let Some(spare) = unwanted {
+                spare.discard().await;
             }
         });
     }
@@ -160,13 +187,17 @@ impl Prestarted {
             .count()
     }
 
-    /// Stops every spare and starts no more.
-    pub(crate) fn close(&self) {
+    /// Stops every spare (waiting for them to exit) and starts no more.
+    pub(crate) async fn close(&self) {
         let spares = {
             let mut state = self.state();
             state.closed = true;
             std::mem::take(&mut state.spares)
         };
-        drop(spares);
+        for slot in spares.into_values() {
+            if let Slot::Ready(spare) = slot {
+                spare.discard().await;
+            }
+        }
     }
 }

@@ -48,6 +48,16 @@ impl Started {
     pub(crate) fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Kills the worker and waits for it to exit, then removes its cgroups (which must be empty by then) and its
+    /// socket directory.
+    pub(crate) async fn discard(mut self) {
+        let _ = self.child.kill().await;
+        if let Some(limits) = self.limits.take() {
+            limits.release(worker::CGROUP_RELEASE).await;
+        }
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+    }
 }
 
 /// Starts a worker and completes the handshake for `session`.
@@ -219,8 +229,7 @@ pub(crate) async fn attach(
             )))
         });
     if let Err(e) = configured {
-        // The worker is killed as `started` drops; its socket directory would be left behind.
-        let _ = std::fs::remove_dir_all(&started.run_dir);
+        started.discard().await;
         return Err(e);
     }
     let host_workspace = PathBuf::from(session.record().cwd);

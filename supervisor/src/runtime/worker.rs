@@ -1,9 +1,10 @@
 //! The supervisor's handle on one session worker.
 //!
-//! `spawn` starts the worker and runs the handshake; [`run`] hands the child and the socket to one actor task. The [`WorkerHandle`] is a cloneable queue into that task. The actor journals the
-//! worker's events, serves its model requests through the providers, routes permission requests to the approval
-//! store, and finishes turns and commands. When the worker exits, hangs (no heartbeat) or breaks the protocol, the
-//! actor kills it and fails whatever was running with a `worker_died` error; the next turn spawns a new worker.
+//! `spawn.rs` starts the worker and runs the handshake; `run` hands the child and the socket to one actor task. The
+//! [`WorkerHandle`] is a cloneable queue into that task. The actor journals the worker's events, serves its model
+//! requests through the providers, routes permission requests to the approval store, and finishes turns and commands.
+//! When the worker exits, hangs (no heartbeat) or breaks the protocol, the actor kills it and fails whatever was
+//! running with a `worker_died` error; the next turn spawns a new worker.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,9 +23,13 @@ use super::session::{Session, TurnEnd};
 use super::spawn::Started;
 use super::Inner;
 use crate::providers;
+use crate::sandbox::limits::Limits;
 
 /// Frames queued for one worker before senders wait.
 const QUEUE: usize = 1024;
+
+/// How long an ended worker's cgroups may take to empty before they are left to the last drop of its limits.
+pub(super) const CGROUP_RELEASE: Duration = Duration::from_secs(2);
 
 /// Most frames handled (and events committed) as one batch before the actor looks at its other duties.
 const MAX_BATCH: usize = 256;
@@ -157,11 +162,10 @@ pub(super) fn run(
         model_tasks: HashMap::new(),
         last_seen: Instant::now(),
         pending: Vec::new(),
+        run_dir,
+        limits,
     };
-    tokio::spawn(async move {
-        actor.run(conn, child, rx, kill, exited_tx, run_dir).await;
-        drop(limits);
-    });
+    tokio::spawn(actor.run(conn, child, rx, kill, exited_tx));
     handle
 }
 
@@ -173,6 +177,10 @@ struct Actor {
     last_seen: Instant,
     /// Events received but not yet journaled (see `commit`).
     pending: Vec<EventPayload>,
+    /// The worker's socket directory, removed when it ends.
+    run_dir: PathBuf,
+    /// Its limits, released when it ends.
+    limits: Option<Arc<Limits>>,
 }
 
 /// Why the actor stopped.
@@ -191,7 +199,6 @@ impl Actor {
         mut rx: mpsc::Receiver<ToWorker>,
         kill: CancellationToken,
         exited: watch::Sender<bool>,
-        run_dir: PathBuf,
     ) {
         let (mut sink, mut frames) = conn.split();
         // Writing has its own task: the actor must always keep reading, or a worker that is itself blocked on a
@@ -271,7 +278,10 @@ impl Actor {
             End::Killed => "it was stopped by the supervisor".to_string(),
             End::Protocol(e) => format!("it broke the protocol ({e}) and was killed"),
         };
-        let _ = std::fs::remove_dir_all(&run_dir);
+        if let Some(limits) = &self.limits {
+            limits.release(CGROUP_RELEASE).await;
+        }
+        let _ = std::fs::remove_dir_all(&self.run_dir);
         // From here the handle reports the worker gone, so a turn started as soon as the interrupted one is
         // reported failed (below) gets a new worker, whose run directory the line above can no longer remove.
         kill.cancel();

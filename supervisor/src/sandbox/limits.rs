@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Processes (and threads) a worker's cgroup may hold.
 pub const PIDS_MAX: u64 = 512;
@@ -108,6 +109,26 @@ impl Limits {
         set_rlimit(pid, nix::libc::RLIMIT_CORE, 0)
     }
 
+    /// Removes the cgroups once the worker's processes have left them, trying for up to `within`. bwrap's own exit
+    /// comes before the kernel has reaped the processes of its pid namespace, and a cgroup with a process in it
+    /// cannot be removed: dropping the limits right after the worker's exit left every session's cgroups behind.
+    pub async fn release(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let busy = {
+                let Ok(mut dirs) = self.dirs.lock() else {
+                    return;
+                };
+                dirs.retain(|dir| std::fs::remove_dir(dir).is_err() && dir.exists());
+                !dirs.is_empty()
+            };
+            if !busy || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// What is enforced, for logs and docs.
     pub fn describe(&self) -> String {
         let dirs = self.dirs.lock().map(|d| d.clone()).unwrap_or_default();
@@ -121,6 +142,43 @@ impl Limits {
             format!("cgroups {} and rlimits", groups.join(", "))
         }
     }
+}
+
+/// Age after which an empty `service-rs-*` cgroup counts as left behind: a younger one may belong to a worker
+/// another supervisor is starting right now (its cgroups are made while bwrap starts, before the worker enters).
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// Removes the cgroups that supervisors killed outright could not remove (every worker of theirs leaves its
+/// cgroups): any empty `service-rs-*` cgroup beside ours older than [`STALE_AFTER`]. Once per process, on a
+/// thread of its own; a cgroup with a process in it cannot be removed, so a live worker's never is.
+pub fn sweep_stale() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("cgroup-sweep".into())
+            .spawn(|| {
+                for (_, base) in own_cgroups() {
+                    let Ok(entries) = std::fs::read_dir(&base) else {
+                        continue;
+                    };
+                    for entry in entries.flatten() {
+                        let ours = entry
+                            .file_name()
+                            .to_string_lossy()
+                            .starts_with("service-rs-");
+                        let stale = entry
+                            .metadata()
+                            .and_then(|m| m.modified())
+                            .ok()
+                            .and_then(|t| t.elapsed().ok())
+                            .is_some_and(|age| age > STALE_AFTER);
+                        if ours && stale {
+                            let _ = std::fs::remove_dir(entry.path());
+                        }
+                    }
+                }
+            });
+    });
 }
 
 /// Sets both limits of `resource` of process `pid` to `value`.

@@ -358,3 +358,48 @@ async fn fifty_sessions_times_ten_turns_over_http_with_every_event_delivered() {
         );
     }
 }
+
+/// This process's cgroup directory of the `pids` controller (cgroup v1), where workers' cgroups are made.
+fn pids_cgroup() -> std::path::PathBuf {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = own
+        .lines()
+        .find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()))
+        .expect("a pids cgroup (cgroup v1)");
+    std::path::Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/'))
+}
+
+#[test]
+fn cgroups_left_by_a_killed_supervisor_are_removed_by_the_next_one() {
+    let base = pids_cgroup();
+    let tag = std::process::id();
+    let (old, young) = (
+        base.join(format!("service-rs-left-{tag}")),
+        base.join(format!("service-rs-young-{tag}")),
+    );
+    for dir in [&old, &young] {
+        std::fs::create_dir(dir).expect("this test needs a writable cgroup v1 pids hierarchy");
+    }
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    std::fs::File::open(&old)
+        .unwrap()
+        .set_modified(two_hours_ago)
+        .unwrap();
+    let env = Env::new();
+    let server = Server::start(env.home.path(), &[], &[]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while old.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} was not removed",
+            old.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(server);
+    assert!(
+        young.exists(),
+        "a cgroup younger than a minute may be a worker's being started; it must stay"
+    );
+    std::fs::remove_dir(&young).unwrap();
+}

@@ -37,6 +37,24 @@ fn processes_with(text: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// The cgroup directories (any controller) a worker started under the name `name` would have.
+fn cgroups_of(name: &str) -> Vec<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    own.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let controller = controllers.split(',').next().filter(|c| !c.is_empty())?;
+            Some(
+                Path::new("/sys/fs/cgroup")
+                    .join(controller)
+                    .join(path.trim_start_matches('/'))
+                    .join(format!("service-rs-{name}")),
+            )
+        })
+        .collect()
+}
+
 /// Entries of `dir` whose name starts with `prefix`.
 fn entries(dir: &Path, prefix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -101,7 +119,16 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
     wait_for_a_spare(&rt).await;
     let spare = format!("{}/run/spare-", home.path().display());
     assert!(processes_with(&spare) > 0, "no process of the spare");
+    let spare_cgroups: Vec<_> = entries(&run, "spare-")
+        .iter()
+        .flat_map(|name| cgroups_of(name))
+        .collect();
     rt.shutdown("test over").await;
+    let left: Vec<_> = spare_cgroups.iter().filter(|d| d.exists()).collect();
+    assert!(
+        left.is_empty(),
+        "spare cgroups left after shutdown: {left:?}"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let left = (
