@@ -188,12 +188,34 @@ pub(crate) async fn start(
     })
 }
 
-/// Configures a started worker for `session` and hands it to its actor.
+/// Configures a started worker for `session` and hands it to its actor; a worker that cannot be configured is
+/// discarded.
 pub(crate) async fn attach(
     rt: Arc<Inner>,
     session: Arc<Session>,
     mut started: Started,
 ) -> Result<WorkerHandle> {
+    let timeout = rt.options.handshake_timeout;
+    let configured = match config_for(&rt, &session, &started) {
+        Ok(config) => tokio::time::timeout(timeout, configure(&mut started.conn, config))
+            .await
+            .unwrap_or_else(|_| {
+                Err(RuntimeError::WorkerUnavailable(format!(
+                    "the worker did not finish the handshake within {timeout:?}"
+                )))
+            }),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = configured {
+        started.discard().await;
+        return Err(e);
+    }
+    let host_workspace = PathBuf::from(session.record().cwd);
+    Ok(worker::run(rt, session, started, host_workspace))
+}
+
+/// What the worker is told of its session, with paths as it sees them.
+fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<WorkerConfig> {
     let skills = session
         .bundle
         .skills
@@ -205,7 +227,7 @@ pub(crate) async fn attach(
         })
         .collect();
     let agent = &session.bundle.agent;
-    let config = WorkerConfig {
+    Ok(WorkerConfig {
         protocol_version: PROTOCOL_VERSION,
         session_id: session.id.clone(),
         bundle_dir: started.bundle_dir.display().to_string(),
@@ -219,21 +241,7 @@ pub(crate) async fn attach(
         permissions: agent.permissions.clone(),
         history: session.history()?,
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
-    };
-    let timeout = rt.options.handshake_timeout;
-    let configured = tokio::time::timeout(timeout, configure(&mut started.conn, config))
-        .await
-        .unwrap_or_else(|_| {
-            Err(RuntimeError::WorkerUnavailable(format!(
-                "the worker did not finish the handshake within {timeout:?}"
-            )))
-        });
-    if let Err(e) = configured {
-        started.discard().await;
-        return Err(e);
-    }
-    let host_workspace = PathBuf::from(session.record().cwd);
-    Ok(worker::run(rt, session, started, host_workspace))
+    })
 }
 
 /// The worker's first frame: its hello, in our protocol version.
