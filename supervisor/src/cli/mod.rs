@@ -149,18 +149,22 @@ fn local_only(command: &str) -> anyhow::Error {
     )
 }
 
-/// A runtime whose workers are this very binary; `dangerous` runs them all on the host; `prestart` keeps a
-/// sandboxed worker started ahead for the next session of each bundle in use (for the long-running front ends).
+/// A runtime whose workers are this very binary; `dangerous` runs them all on the host. `long_running` (serve, the
+/// TUI) keeps a sandboxed worker started ahead for the next session of each bundle in use, and removes the cgroups
+/// a killed supervisor left (on a thread of its own; a one-shot command would only pay for it).
 fn runtime(
     home: ServiceHome,
     dangerous: bool,
-    prestart: bool,
+    long_running: bool,
 ) -> anyhow::Result<service_supervisor::ServiceRuntime> {
     let exe = std::env::current_exe()
         .context("cannot find the service-rs binary to start workers from")?;
     let mut options = service_supervisor::RuntimeOptions::new(exe);
     options.dangerous_sandbox_mode = dangerous;
-    options.prestart_sandboxes = prestart;
+    options.prestart_sandboxes = long_running;
+    if long_running && !dangerous {
+        service_supervisor::sandbox::limits::sweep_stale();
+    }
     Ok(service_supervisor::ServiceRuntime::new(home, options))
 }
 

@@ -29,9 +29,6 @@ pub struct SandboxLauncher {
 impl SandboxLauncher {
     /// A launcher that finds bwrap in PATH; `dangerous` runs every worker on the host.
     pub fn new(dangerous: bool) -> Self {
-        if !dangerous {
-            limits::sweep_stale();
-        }
         SandboxLauncher {
             dangerous,
             bwrap: find_bwrap(),
