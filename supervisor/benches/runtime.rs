@@ -98,6 +98,13 @@ fn ratio(name: &str, a: &Stats, b: &Stats) {
     println!("| {name:<46} | {:>9.2}x | {:>10} |", r, "");
 }
 
+/// Two rows and the ratio of the first to the second.
+fn compared(names: [&str; 3], a: &Stats, b: &Stats) {
+    row(names[0], a);
+    row(names[1], b);
+    ratio(names[2], a, b);
+}
+
 /// Resident set size of a process, from /proc.
 fn rss_kib(pid: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -290,10 +297,12 @@ fn main() -> BenchResult<()> {
         &stats(m.turn),
     );
     row("one-shot `service-rs run` wall time", &stats(oneshot));
-    row("session create, bwrap'd worker handshaken", &boxed_create);
-    row("bare `bwrap --unshare-all true`", &bare_bwrap);
-    ratio(
-        "ratio: sandboxed create / bare bwrap",
+    compared(
+        [
+            "session create, bwrap'd worker handshaken",
+            "bare `bwrap --unshare-all true`",
+            "ratio: sandboxed create / bare bwrap",
+        ],
         &boxed_create,
         &bare_bwrap,
     );
@@ -304,17 +313,21 @@ fn main() -> BenchResult<()> {
         &prestarted_create,
         &bare_bwrap,
     );
-    row("`true` in a live sandbox (operator command)", &boxed_true);
-    row("`sh -c true` on the host", &host_true);
-    ratio(
-        "ratio: sandboxed true / host `sh -c true`",
+    compared(
+        [
+            "`true` in a live sandbox (operator command)",
+            "`sh -c true` on the host",
+            "ratio: sandboxed true / host `sh -c true`",
+        ],
         &boxed_true,
         &host_true,
     );
-    row("same, 20 ms after the previous: sandboxed", &paced_true);
-    row("same, 20 ms after the previous: host", &paced_host_true);
-    ratio(
-        "ratio: paced sandboxed true / paced host",
+    compared(
+        [
+            "same, 20 ms after the previous: sandboxed",
+            "same, 20 ms after the previous: host",
+            "ratio: paced sandboxed true / paced host",
+        ],
         &paced_true,
         &paced_host_true,
     );

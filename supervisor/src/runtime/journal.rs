@@ -30,7 +30,7 @@ const BROADCAST_CAPACITY: usize = 4096;
 /// Events committed together, in sequence order, and their SSE frames (made by the first SSE subscriber that needs
 /// them, then shared by all).
 #[derive(Debug)]
-pub struct Batch {
+struct Batch {
     events: Vec<Arc<Published>>,
     frames: OnceLock<Frames>,
 }
@@ -254,7 +254,7 @@ struct Subscription {
     catch_up_to: u64,
     /// Events read from the journal, in order.
     backlog: VecDeque<Arc<Published>>,
-    /// A live batch received after a gap, yielded once the journal has filled the gap.
+    /// The live batch just received; after a gap, it waits until the journal has filled the gap.
     held: Option<Arc<Batch>>,
 }
 

@@ -253,7 +253,12 @@ impl ServiceRuntime {
         if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
             return Ok(w.clone());
         }
-        let prestarted = self.inner.prestarted.claim(session);
+        let prestarted = self
+            .inner
+            .options
+            .prestart_sandboxes
+            .then(|| self.inner.prestarted.claim(session))
+            .flatten();
         let handle = match prestarted {
             Some(started) => {
                 match spawn::attach(self.inner.clone(), session.clone(), started).await {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::provider_server::{ProviderServer, Reply, Step};
-use super::support::{binary, write_bundle, Env, Server};
+use super::support::{binary, own_cgroups, wait_until, write_bundle, Env, Server};
 
 async fn post(client: &reqwest::Client, url: String, body: Value) -> Value {
     client
@@ -59,14 +59,15 @@ async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues
     .await;
     let turn_id = started["turn_id"].as_str().unwrap().to_string();
     let journal = env.home.path().join(format!("sessions/{id}/events.jsonl"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&journal)
-        .unwrap()
-        .contains("started")
-    {
-        assert!(Instant::now() < deadline, "the slow command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(&journal)
+                .unwrap()
+                .contains("started")
+        },
+        || "the slow command never started".into(),
+    );
     server.child.kill().unwrap(); // SIGKILL: no cleanup runs
     server.child.wait().unwrap();
 
@@ -361,12 +362,10 @@ async fn fifty_sessions_times_ten_turns_over_http_with_every_event_delivered() {
 
 /// This process's cgroup directory of the `pids` controller (cgroup v1), where workers' cgroups are made.
 fn pids_cgroup() -> std::path::PathBuf {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = own
-        .lines()
-        .find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()))
-        .expect("a pids cgroup (cgroup v1)");
-    std::path::Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/'))
+    own_cgroups()
+        .into_iter()
+        .find_map(|(controller, dir)| (controller == "pids").then_some(dir))
+        .expect("a pids cgroup (cgroup v1)")
 }
 
 #[test]
@@ -387,15 +386,11 @@ fn cgroups_left_by_a_killed_supervisor_are_removed_by_the_next_one() {
         .unwrap();
     let env = Env::new();
     let server = Server::start(env.home.path(), &[], &[]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while old.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} was not removed",
-            old.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || !old.exists(),
+        || format!("{} was not removed", old.display()),
+    );
     drop(server);
     assert!(
         young.exists(),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::commands::command;
-use super::support::{binary, write_bundle};
+use super::support::{binary, own_cgroups, processes_with, write_bundle};
 
 fn prestarting_runtime(home: &Path) -> service_supervisor::ServiceRuntime {
     let mut options = service_supervisor::RuntimeOptions::new(binary());
@@ -23,35 +23,11 @@ async fn wait_for_a_spare(rt: &service_supervisor::ServiceRuntime) {
     }
 }
 
-/// Processes whose command line mentions `text`.
-fn processes_with(text: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read(e.path().join("cmdline"))
-                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 /// The cgroup directories (any controller) a worker started under the name `name` would have.
 fn cgroups_of(name: &str) -> Vec<std::path::PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    own.lines()
-        .filter_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            let controller = controllers.split(',').next().filter(|c| !c.is_empty())?;
-            Some(
-                Path::new("/sys/fs/cgroup")
-                    .join(controller)
-                    .join(path.trim_start_matches('/'))
-                    .join(format!("service-rs-{name}")),
-            )
-        })
+    own_cgroups()
+        .into_iter()
+        .map(|(_, dir)| dir.join(format!("service-rs-{name}")))
         .collect()
 }
 

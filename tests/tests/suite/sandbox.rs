@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::support::Env;
+use super::support::{processes_with, wait_until, Env};
 
 /// Writes a bundle at `work/<name>` whose model runs `command` with Bash, then answers with the tool output.
 fn bundle(env: &Env, name: &str, sandbox: &str, command: &str) {
@@ -244,22 +244,6 @@ fn host_processes_are_invisible() {
     assert!(count < 10, "{count} processes visible: {out}");
 }
 
-fn processes_with(marker: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(marker)
-                })
-                .unwrap_or(false)
-        })
-        .count()
-}
-
 #[test]
 fn nothing_in_the_sandbox_outlives_a_killed_supervisor() {
     let env = env_with_workspace();
@@ -274,24 +258,18 @@ fn nothing_in_the_sandbox_outlives_a_killed_supervisor() {
         .command(&["run", "./linger", "--prompt", "go", "--cwd", "ws"])
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_with(&format!("sleep {marker}")) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the sandboxed sleeps never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || processes_with(&format!("sleep {marker}")) >= 2,
+        || "the sandboxed sleeps never started".into(),
+    );
     child.kill().unwrap(); // SIGKILL: no cleanup code of the supervisor runs
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while processes_with(&format!("sleep {marker}")) > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "sandboxed processes outlived the supervisor"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(5),
+        || processes_with(&format!("sleep {marker}")) == 0,
+        || "sandboxed processes outlived the supervisor".into(),
+    );
 }
 
 #[test]

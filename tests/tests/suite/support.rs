@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
@@ -290,4 +291,52 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Polls `done` every 20 ms until it holds; panics with `failure()` after `timeout`.
+pub fn wait_until(
+    timeout: Duration,
+    mut done: impl FnMut() -> bool,
+    failure: impl FnOnce() -> String,
+) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        if Instant::now() >= deadline {
+            panic!("{}", failure());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Host processes whose command line (arguments joined by spaces) contains `marker`.
+pub fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+/// This process's cgroup directory of each cgroup v1 controller, as `(controller, directory)`.
+pub fn own_cgroups() -> Vec<(String, PathBuf)> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    own.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let controller = controllers.split(',').next().filter(|c| !c.is_empty())?;
+            let dir = Path::new("/sys/fs/cgroup")
+                .join(controller)
+                .join(path.trim_start_matches('/'));
+            Some((controller.to_string(), dir))
+        })
+        .collect()
 }

@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::support::{binary, write_bundle, Env};
+use super::support::{binary, wait_until, write_bundle, Env};
 
 /// A tmux server of its own (its own socket), killed when dropped.
 struct Tmux {
@@ -148,15 +148,11 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
     assert_eq!(written.len(), 1, "the approved Write created the file");
 
     tmux.type_line("/quit");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while tmux.running() {
-        assert!(
-            Instant::now() < deadline,
-            "the TUI did not exit on /quit:\n{}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || !tmux.running(),
+        || format!("the TUI did not exit on /quit:\n{}", tmux.screen()),
+    );
     let sessions = env.run(&["sessions", "--json"]).json();
     assert_eq!(sessions[0]["turn_count"], 3);
 }
@@ -213,13 +209,9 @@ fn the_tui_works_against_a_server_with_remote() {
     tmux.wait_for("permission denied");
     tmux.wait_for("was denied by the operator");
     tmux.type_line("/quit");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while tmux.running() {
-        assert!(
-            Instant::now() < deadline,
-            "the TUI did not exit:\n{}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        || !tmux.running(),
+        || format!("the TUI did not exit:\n{}", tmux.screen()),
+    );
 }
