@@ -94,19 +94,46 @@ impl Usage {
     }
 }
 
-/// A request for one model completion, sent by the worker and served by the supervisor's provider.
+/// What a worker asks of a model: the conversation and the tools, never the model itself. The supervisor decides
+/// which model serves it, from the turn it started (see [`ModelRequest`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelQuery {
+    /// Id the streamed chunks answer to.
+    pub request_id: String,
+    /// Turn the request belongs to; the supervisor refuses any other than the running turn.
+    pub turn_id: String,
+    /// The conversation, system prompt first.
+    pub messages: Vec<ChatMessage>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// A model call as the supervisor's providers serve it: a worker's query and the model the supervisor chose.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {
     /// Id the streamed chunks answer to.
     pub request_id: String,
     /// Turn the request belongs to.
     pub turn_id: String,
-    /// Model to ask.
+    /// Model to ask, from the supervisor's own state.
     pub model: ModelRef,
     /// The conversation, system prompt first.
     pub messages: Vec<ChatMessage>,
     /// Tools the model may call.
     pub tools: Vec<ToolSpec>,
+}
+
+impl ModelRequest {
+    /// The call that serves `query` with `model`.
+    pub fn new(model: ModelRef, query: ModelQuery) -> Self {
+        ModelRequest {
+            request_id: query.request_id,
+            turn_id: query.turn_id,
+            model,
+            messages: query.messages,
+            tools: query.tools,
+        }
+    }
 }
 
 /// One piece of a streamed model completion.

@@ -181,6 +181,15 @@ pub enum EventPayload {
         /// The output text (lossy UTF-8).
         chunk: String,
     },
+    /// The subprocess wrote more than the live output cap; the rest of its output is dropped, not streamed.
+    ExecCommandOutputTruncated {
+        /// Turn id; null for operator commands.
+        turn_id: Option<String>,
+        /// Process id.
+        exec_id: String,
+        /// The cap in bytes that was reached.
+        limit_bytes: u64,
+    },
     /// The subprocess ends.
     ExecCommandEnd {
         /// Turn id; null for operator commands.
@@ -252,6 +261,7 @@ impl EventPayload {
             EventPayload::ToolCallFinished { .. } => "tool_call_finished",
             EventPayload::ExecCommandBegin { .. } => "exec_command_begin",
             EventPayload::ExecCommandOutputDelta { .. } => "exec_command_output_delta",
+            EventPayload::ExecCommandOutputTruncated { .. } => "exec_command_output_truncated",
             EventPayload::ExecCommandEnd { .. } => "exec_command_end",
             EventPayload::PermissionRequested { .. } => "permission_requested",
             EventPayload::ApprovalResolved { .. } => "approval_resolved",
@@ -276,6 +286,7 @@ impl EventPayload {
             | EventPayload::PlanUpdate { turn_id, .. } => Some(turn_id),
             EventPayload::ExecCommandBegin { turn_id, .. }
             | EventPayload::ExecCommandOutputDelta { turn_id, .. }
+            | EventPayload::ExecCommandOutputTruncated { turn_id, .. }
             | EventPayload::ExecCommandEnd { turn_id, .. }
             | EventPayload::Error { turn_id, .. } => turn_id.as_deref(),
         }

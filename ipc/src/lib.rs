@@ -20,7 +20,9 @@ pub mod message;
 pub mod names;
 pub mod task;
 
-pub use chat::{ChatMessage, ChatRole, ModelChunk, ModelRequest, ToolCall, ToolSpec, Usage};
+pub use chat::{
+    ChatMessage, ChatRole, ModelChunk, ModelQuery, ModelRequest, ToolCall, ToolSpec, Usage,
+};
 pub use codec::{CodecError, FrameCodec, MAX_FRAME_LEN};
 pub use config::{PermissionRule, Permissions, SkillInfo, WorkerConfig};
 pub use event::{
@@ -34,4 +36,4 @@ pub use names::{
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::{ChatMessage, ModelChunk, ModelRequest, Usage};
+use crate::chat::{ChatMessage, ModelChunk, ModelQuery, Usage};
 use crate::config::WorkerConfig;
 use crate::event::{EventPayload, TurnStatus};
 use crate::names::{ApprovalDecision, BuiltinTool};
@@ -73,8 +73,9 @@ pub enum ToSupervisor {
     Heartbeat,
     /// A session event; the supervisor stamps, journals and broadcasts it.
     Event(EventPayload),
-    /// Ask for a model completion; answered by a stream of `ModelChunk` ending in `Done` or `Failed`.
-    ModelRequest(ModelRequest),
+    /// Ask for a model completion of the running turn; answered by a stream of `ModelChunk` ending in `Done` or
+    /// `Failed`. The supervisor chooses the model.
+    ModelRequest(ModelQuery),
     /// Abandon a model request (the turn was interrupted); the supervisor stops streaming it.
     CancelModel {
         /// The request to abandon.

@@ -112,7 +112,7 @@ fn rss_kib(pid: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Pids of the host workers serving sessions (their socket path names the session).
+/// Pids of the host workers serving sessions (their `--label` names the session).
 fn worker_pids(session_ids: &[String]) -> Vec<String> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -122,7 +122,7 @@ fn worker_pids(session_ids: &[String]) -> Vec<String> {
             let pid = e.file_name().to_string_lossy().into_owned();
             let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let is_worker = cmdline.contains(" worker --socket ")
+            let is_worker = cmdline.contains(" worker --ipc-fd ")
                 && session_ids.iter().any(|id| cmdline.contains(id.as_str()));
             is_worker.then_some(pid)
         })

@@ -1,6 +1,7 @@
 //! The service-rs supervisor: everything that must outlive a worker or stay out of the sandbox.
 //!
 //! Layout:
+//! - [`hardening`]: what every `service-rs` process does first (not dumpable, no core dumps, no `LD_*`).
 //! - [`home`]: the local store root (`$SERVICE_HOME`) and its paths.
 //! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
@@ -14,6 +15,7 @@
 
 pub mod bundle;
 pub mod event_source;
+pub mod hardening;
 pub mod home;
 pub mod providers;
 pub mod runtime;

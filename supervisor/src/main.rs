@@ -5,5 +5,6 @@ mod cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    service_supervisor::hardening::pre_main();
     cli::run(cli::Cli::parse())
 }

@@ -1,11 +1,15 @@
-//! The worker's side of the socket: connect, handshake, and the outbox that serialises every outgoing frame.
+//! The worker's side of the socket: adopt the inherited descriptor, handshake, and the outbox that serialises every
+//! outgoing frame.
+//!
+//! The supervisor hands the worker one end of a connected socket pair as an inherited descriptor (`--ipc-fd`), so
+//! the sandbox holds no socket path and no host directory it could write to. The descriptor is marked close-on-exec
+//! at once, with every other inherited one, so no command the worker starts inherits it.
 
-use std::path::Path;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use futures::{SinkExt, StreamExt};
-use interprocess::local_socket::tokio::{prelude::*, Stream};
-use interprocess::local_socket::{GenericFilePath, ToFsName};
 use service_ipc::{FrameCodec, ToSupervisor, ToWorker, WorkerConfig, PROTOCOL_VERSION};
+use tokio::net::UnixStream as Stream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
@@ -48,18 +52,44 @@ pub struct Connection {
     pub writer: tokio::task::JoinHandle<()>,
 }
 
-/// Connects to `socket`, says hello, receives the configuration and answers `ready`. None when the supervisor
-/// closes the socket before sending a configuration: a worker started ahead of its session (see the supervisor's
-/// `prestart`) that was not needed, which is a normal end.
-pub async fn connect(socket: &Path) -> Result<Option<Connection>> {
+/// Takes ownership of the inherited socket `fd` and marks every inherited descriptor close-on-exec. Call it first,
+/// before any other descriptor is opened.
+pub fn adopt(fd: RawFd) -> Result<std::os::unix::net::UnixStream> {
     let connect_err = |source| WorkerError::Connect {
-        path: socket.display().to_string(),
+        path: format!("fd {fd}"),
         source,
     };
-    let name = socket
-        .to_fs_name::<GenericFilePath>()
-        .map_err(connect_err)?;
-    let stream = Stream::connect(name).await.map_err(connect_err)?;
+    // SAFETY: fcntl on a descriptor number; an invalid one fails with EBADF, which we report.
+    let flags = unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) };
+    if fd < 3 || flags < 0 {
+        return Err(connect_err(std::io::Error::other(
+            "no inherited socket at that descriptor; the worker is started by the supervisor",
+        )));
+    }
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors from 3 on.
+    unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            nix::libc::CLOSE_RANGE_CLOEXEC,
+        );
+    }
+    // SAFETY: the descriptor was checked above and is ours alone: the supervisor passed it for this purpose.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let stream = std::os::unix::net::UnixStream::from(owned);
+    stream.set_nonblocking(true).map_err(connect_err)?;
+    Ok(stream)
+}
+
+/// Says hello over `stream`, receives the configuration and answers `ready`. None when the supervisor closes the
+/// socket before sending a configuration: a worker started ahead of its session (see the supervisor's `prestart`)
+/// that was not needed, which is a normal end.
+pub async fn connect(stream: std::os::unix::net::UnixStream) -> Result<Option<Connection>> {
+    let stream = Stream::from_std(stream).map_err(|source| WorkerError::Connect {
+        path: "the inherited socket".into(),
+        source,
+    })?;
     let (read, write) = tokio::io::split(stream);
     let mut inbound = FramedRead::new(read, FrameCodec::<ToWorker, ToSupervisor>::new());
     let mut outbound = FramedWrite::new(write, FrameCodec::<ToWorker, ToSupervisor>::new());

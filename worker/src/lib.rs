@@ -1,7 +1,7 @@
 //! The session worker: runs turns for one session inside the sandbox.
 //!
-//! The supervisor starts it as `service-rs worker --socket PATH`; it connects to that socket, says `hello` with the
-//! protocol version, receives its configuration, and then serves turns and operator commands until told to shut
+//! The supervisor starts it as `service-rs worker --ipc-fd N` with one end of a socket pair as descriptor N; it says
+//! `hello` with the protocol version, receives its configuration, and then serves turns and operator commands until told to shut
 //! down or the socket closes. It holds no API key and never talks to a model provider: model calls go to the
 //! supervisor as `ModelRequest` frames.
 //!
@@ -12,7 +12,9 @@
 //! - [`memory`]: the sliding-window memory.
 //! - [`permissions`]: evaluating agent.yaml permission rules.
 //! - [`tools`]: the builtin tools and the subprocess runner shared with operator commands.
+//! - [`confine`]: what every tool process runs under (its own pid namespace, a seccomp filter).
 
+pub mod confine;
 pub mod conn;
 pub mod error;
 pub mod memory;
@@ -21,12 +23,12 @@ pub mod react;
 pub mod session;
 pub mod tools;
 
-use std::path::Path;
-
 pub use error::{Result, WorkerError};
 
-/// Runs a worker connected to the supervisor socket at `socket` until shutdown; the entry of `service-rs worker`.
-pub fn main(socket: &Path) -> Result<()> {
+/// Runs a worker over the inherited socket `ipc_fd` until shutdown; the entry of `service-rs worker`. The caller
+/// has made the process non-dumpable first (the binary's hardening).
+pub fn main(ipc_fd: std::os::fd::RawFd) -> Result<()> {
+    let socket = conn::adopt(ipc_fd)?;
     // One thread is enough: every wait is I/O, and it keeps an idle worker small.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

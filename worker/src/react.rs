@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use service_ipc::{
-    BuiltinTool, ChatMessage, ChatRole, EventPayload, ModelChunk, ModelRequest, PermissionAction,
+    BuiltinTool, ChatMessage, ChatRole, EventPayload, ModelChunk, ModelQuery, PermissionAction,
     Task, ToSupervisor, ToolCall, ToolCallStatus, TurnContext, TurnStatus, Usage,
 };
 use tokio_util::sync::CancellationToken;
@@ -40,18 +40,10 @@ pub async fn run_turn(
 ) {
     let mut history = shared.history.lock().await;
     let out = &shared.outbox;
-    out.event(EventPayload::TurnStarted {
-        turn_id: turn_id.clone(),
-        context: context.clone(),
-        submission_id: task.submission_id.to_string(),
-        prompt: task.prompt.clone(),
-    })
-    .await;
-
+    // `turn_started` is the supervisor's: it journals it before handing the turn over.
     let turn = Turn {
         shared: &shared,
         turn_id: &turn_id,
-        context: &context,
         cancel: &cancel,
         cwd: PathBuf::from(&context.cwd),
     };
@@ -89,7 +81,6 @@ pub async fn run_turn(
 struct Turn<'a> {
     shared: &'a Shared,
     turn_id: &'a str,
-    context: &'a TurnContext,
     cancel: &'a CancellationToken,
     cwd: PathBuf,
 }
@@ -151,10 +142,9 @@ impl Turn<'_> {
         let sent = self
             .shared
             .outbox
-            .send(ToSupervisor::ModelRequest(ModelRequest {
+            .send(ToSupervisor::ModelRequest(ModelQuery {
                 request_id: request_id.clone(),
                 turn_id: self.turn_id.to_string(),
-                model: self.context.model.clone(),
                 messages,
                 tools,
             }))

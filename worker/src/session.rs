@@ -2,7 +2,7 @@
 //! pending approvals, and sends heartbeats.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,8 +75,8 @@ struct RunningTurn {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Connects to the supervisor and serves it until `shutdown` or the socket closes.
-pub async fn serve(socket: &Path) -> Result<()> {
+/// Serves the supervisor over `socket` until `shutdown` or the socket closes.
+pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
     let Some(conn::Connection {
         config,
         mut inbound,
@@ -86,6 +86,13 @@ pub async fn serve(socket: &Path) -> Result<()> {
     else {
         return Ok(());
     };
+    crate::confine::set_strictness(
+        if config.sandbox_mode == service_ipc::SandboxMode::DangerFullAccess {
+            crate::confine::Strictness::BestEffort
+        } else {
+            crate::confine::Strictness::Required
+        },
+    );
     let heartbeat = tokio::spawn(heartbeat(
         outbox.clone(),
         Duration::from_millis(config.heartbeat_ms.max(10)),

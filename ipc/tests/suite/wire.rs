@@ -125,6 +125,15 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 "turn_id": "t1", "exec_id": "e1", "stream": "stderr", "chunk": "oops\n"}}),
         ),
         (
+            EventPayload::ExecCommandOutputTruncated {
+                turn_id: Some(t()),
+                exec_id: "e1".into(),
+                limit_bytes: 1_048_576,
+            },
+            json!({"type": "exec_command_output_truncated", "payload": {
+                "turn_id": "t1", "exec_id": "e1", "limit_bytes": 1_048_576}}),
+        ),
+        (
             EventPayload::ExecCommandEnd {
                 turn_id: Some(t()),
                 exec_id: "e1".into(),
@@ -184,7 +193,11 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
 #[test]
 fn every_event_kind_has_its_pinned_json_form() {
     let cases = every_event_kind();
-    assert_eq!(cases.len(), 15, "one case per kind of SPEC.md section 6");
+    assert_eq!(
+        cases.len(),
+        16,
+        "one case per kind of SPEC.md section 6, and exec_command_output_truncated"
+    );
     for (payload, expected) in cases {
         assert_eq!(serde_json::to_value(&payload).unwrap(), expected);
         assert_eq!(expected["type"], payload.kind());
@@ -282,10 +295,9 @@ fn every_to_supervisor() -> Vec<ToSupervisor> {
         },
         ToSupervisor::Ready,
         ToSupervisor::Heartbeat,
-        ToSupervisor::ModelRequest(ModelRequest {
+        ToSupervisor::ModelRequest(ModelQuery {
             request_id: "m".into(),
             turn_id: "t".into(),
-            model: context().model,
             messages: vec![ChatMessage::tool_result("c", "ok")],
             tools: vec![ToolSpec {
                 name: "Read".into(),

@@ -83,9 +83,12 @@ enum Command {
     /// The session worker entry point, started by the supervisor (not for direct use).
     #[command(hide = true)]
     Worker {
-        /// The supervisor's socket.
+        /// The inherited descriptor of the supervisor's socket.
         #[arg(long)]
-        socket: PathBuf,
+        ipc_fd: i32,
+        /// The session (or spare) it serves; only shown in process listings.
+        #[arg(long)]
+        label: Option<String>,
     },
 }
 
@@ -117,8 +120,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => serve::serve(home()?, &bind, token, dangerous_sandbox_mode),
         Command::Sessions { json } => sessions::list(home()?, json),
         Command::Tui(args) => tui::run(home()?, args),
-        Command::Worker { socket } => {
-            service_worker::main(&socket)?;
+        Command::Worker { ipc_fd, .. } => {
+            service_worker::main(ipc_fd)?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -162,6 +165,7 @@ fn runtime(
     let mut options = service_supervisor::RuntimeOptions::new(exe);
     options.dangerous_sandbox_mode = dangerous;
     options.prestart_sandboxes = long_running;
+    options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
     if long_running && !dangerous {
         service_supervisor::sandbox::limits::sweep_stale();
     }

@@ -14,6 +14,7 @@ use service_ipc::{ChatRole, ModelChunk, ModelRequest, ToolCall, Usage};
 use tokio::sync::mpsc;
 
 use super::http::{self, Endpoint};
+use super::keys::KeyPolicy;
 use super::ChunkStream;
 
 /// API version header value.
@@ -91,9 +92,9 @@ pub fn body(request: &ModelRequest) -> Value {
 }
 
 /// Streams the completion of `request`.
-pub fn stream(request: ModelRequest) -> ChunkStream {
+pub fn stream(request: ModelRequest, keys: KeyPolicy) -> ChunkStream {
     http::spawn_stream(move |tx| async move {
-        let end = run(&request, &tx).await;
+        let end = run(&request, &keys, &tx).await;
         let _ = tx.send(end).await;
     })
 }
@@ -109,13 +110,18 @@ enum Block {
     Other,
 }
 
-async fn run(request: &ModelRequest, tx: &mpsc::Sender<ModelChunk>) -> ModelChunk {
+async fn run(
+    request: &ModelRequest,
+    keys: &KeyPolicy,
+    tx: &mpsc::Sender<ModelChunk>,
+) -> ModelChunk {
     let ep = match Endpoint::resolve(
         "anthropic",
         "ANTHROPIC",
         "https://api.anthropic.com",
         "/v1/messages",
         &request.model,
+        keys,
     ) {
         Ok(ep) => ep,
         Err(failed) => return failed,

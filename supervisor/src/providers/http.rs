@@ -12,6 +12,8 @@ use futures::{Stream, StreamExt};
 use service_ipc::{ModelChunk, ModelRef};
 use tokio::sync::mpsc;
 
+use super::keys::KeyPolicy;
+
 /// Settings of one model call, from the model `config` and the environment.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -19,8 +21,12 @@ pub struct Endpoint {
     pub provider: &'static str,
     /// Full URL of the streaming endpoint.
     pub url: String,
-    /// API key, when one is set.
+    /// API key, when one is set and may go to this URL.
     pub key: Option<String>,
+    /// The URL came from a bundle or a request, so it was sent no key.
+    pub unvetted: bool,
+    /// `OPENAI` or `ANTHROPIC`, for messages.
+    pub env_prefix: String,
     /// Wait for headers and between chunks.
     pub timeout: Duration,
     /// Retries of 429/5xx before output.
@@ -30,40 +36,42 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Resolves the endpoint: `config.base_url`, else `$<PREFIX>_BASE_URL`, else `default_base`; the key from
-    /// `$<PREFIX>_API_KEY`. A missing key is an error that names the variable, unless the base URL was overridden
-    /// (a local server may need no key).
+    /// Resolves the endpoint through the operator's [`KeyPolicy`]: `config.base_url`, else `$<PREFIX>_BASE_URL`,
+    /// else `default_base`. The key goes only where the policy allows; a base URL from a bundle or a request gets
+    /// none. A missing key for the official or operator endpoint is an error that names the variable.
     pub fn resolve(
         provider: &'static str,
         env_prefix: &str,
         default_base: &str,
         path: &str,
         model: &ModelRef,
+        keys: &KeyPolicy,
     ) -> Result<Endpoint, ModelChunk> {
         let config = model.config.as_ref();
         let setting = |k: &str| config.and_then(|c| c.get(k));
-        let key_var = format!("{env_prefix}_API_KEY");
-        let base_var = format!("{env_prefix}_BASE_URL");
-        let overridden = setting("base_url")
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-            .or_else(|| std::env::var(&base_var).ok().filter(|v| !v.is_empty()));
-        let key = std::env::var(&key_var).ok().filter(|k| !k.is_empty());
-        if key.is_none() && overridden.is_none() {
+        let requested = setting("base_url").and_then(|v| v.as_str());
+        let target = keys.target(provider, env_prefix, default_base, requested);
+        let key = target
+            .key_env
+            .as_deref()
+            .and_then(|var| std::env::var(var).ok())
+            .filter(|k| !k.is_empty());
+        if key.is_none() && requested.is_none() {
             return Err(ModelChunk::Failed {
                 code: "provider_auth".into(),
                 message: format!(
-                    "no API key for the {provider} provider: set {key_var} in the environment of service-rs (or set \
-                     model.config.base_url to a server that needs no key)"
+                    "no API key for the {provider} provider: set {env_prefix}_API_KEY in the environment of service-rs \
+                     (or point {env_prefix}_BASE_URL at a server that needs no key)"
                 ),
             });
         }
-        let base = overridden.unwrap_or_else(|| default_base.to_string());
         let ms = |k: &str, d: u64| setting(k).and_then(|v| v.as_u64()).unwrap_or(d);
         Ok(Endpoint {
             provider,
-            url: format!("{}{path}", base.trim_end_matches('/')),
+            url: format!("{}{path}", target.base.trim_end_matches('/')),
             key,
+            unvetted: target.unvetted,
+            env_prefix: env_prefix.to_string(),
             timeout: Duration::from_millis(ms("timeout_ms", 120_000)),
             max_retries: ms("max_retries", 4) as u32,
             retry_base: Duration::from_millis(ms("retry_base_ms", 500)),
@@ -135,6 +143,17 @@ pub async fn send(
                 let text = resp.text().await.unwrap_or_default();
                 let detail = provider_message(&text);
                 let code = status.as_u16();
+                if (code == 401 || code == 403) && ep.unvetted {
+                    return Err(failed(
+                        "provider_auth",
+                        format!(
+                            "{} answered HTTP {code} ({detail}); it was sent no key, because keys go only to the \
+                             official endpoint or one the operator configured: set {1}_BASE_URL to this URL, or add \
+                             it under [providers] in $SERVICE_HOME/config.toml with the variable holding its key",
+                            ep.url, ep.env_prefix
+                        ),
+                    ));
+                }
                 if code == 401 || code == 403 {
                     return Err(failed(
                         "provider_auth",

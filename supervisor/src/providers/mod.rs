@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 mod http;
+pub mod keys;
 pub mod openai;
 pub mod scripted;
 
@@ -31,12 +32,12 @@ pub fn check_model(model: &ModelRef) -> Result<(), String> {
     Ok(())
 }
 
-/// Serves one model request for a session of `bundle`.
-pub fn stream(bundle: &Bundle, request: ModelRequest) -> ChunkStream {
+/// Serves one model request for a session of `bundle`; keys go only where `keys` allows.
+pub fn stream(bundle: &Bundle, keys: &keys::KeyPolicy, request: ModelRequest) -> ChunkStream {
     match request.model.provider.as_str() {
         "scripted" => scripted::stream(bundle, request),
-        "openai" => openai::stream(request),
-        "anthropic" => anthropic::stream(request),
+        "openai" => openai::stream(request, keys.clone()),
+        "anthropic" => anthropic::stream(request, keys.clone()),
         other => futures::stream::once(futures::future::ready(ModelChunk::Failed {
             code: "provider_unavailable".into(),
             message: format!(

@@ -9,6 +9,7 @@ use service_ipc::{ChatMessage, ChatRole, ModelChunk, ModelRequest, ToolCall, Usa
 use tokio::sync::mpsc;
 
 use super::http::{self, Endpoint};
+use super::keys::KeyPolicy;
 use super::ChunkStream;
 
 /// The request body for `request`.
@@ -52,9 +53,9 @@ fn message(m: &ChatMessage) -> Value {
 }
 
 /// Streams the completion of `request`.
-pub fn stream(request: ModelRequest) -> ChunkStream {
+pub fn stream(request: ModelRequest, keys: KeyPolicy) -> ChunkStream {
     http::spawn_stream(move |tx| async move {
-        let end = run(&request, &tx).await;
+        let end = run(&request, &keys, &tx).await;
         let _ = tx.send(end).await;
     })
 }
@@ -67,13 +68,18 @@ struct Partial {
     arguments: String,
 }
 
-async fn run(request: &ModelRequest, tx: &mpsc::Sender<ModelChunk>) -> ModelChunk {
+async fn run(
+    request: &ModelRequest,
+    keys: &KeyPolicy,
+    tx: &mpsc::Sender<ModelChunk>,
+) -> ModelChunk {
     let ep = match Endpoint::resolve(
         "openai",
         "OPENAI",
         "https://api.openai.com/v1",
         "/chat/completions",
         &request.model,
+        keys,
     ) {
         Ok(ep) => ep,
         Err(failed) => return failed,

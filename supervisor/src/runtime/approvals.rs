@@ -79,9 +79,14 @@ impl ApprovalStore {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Stores a pending request.
-    pub fn insert(&self, request_id: String, pending: Pending) {
-        self.lock().pending.insert(request_id, pending);
+    /// Stores a pending request; false when the id was pending or used before (it is not stored then).
+    pub fn insert(&self, request_id: String, pending: Pending) -> bool {
+        let mut state = self.lock();
+        if state.pending.contains_key(&request_id) || state.closed.contains_key(&request_id) {
+            return false;
+        }
+        state.pending.insert(request_id, pending);
+        true
     }
 
     /// Takes a pending request for resolution; errors tell unknown ids from closed ones.

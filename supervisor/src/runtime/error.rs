@@ -24,6 +24,14 @@ pub enum RuntimeError {
         /// The running turn.
         turn_id: String,
     },
+    /// The session's journal reached its quota (start_turn).
+    #[error("session {session_id} has used its journal quota of {quota} bytes; delete it and start a new session (the operator sets the quota with SERVICE_JOURNAL_QUOTA_MB)")]
+    JournalQuota {
+        /// Session id.
+        session_id: String,
+        /// The quota in bytes.
+        quota: u64,
+    },
     /// No turn is running (interrupt).
     #[error("session {0} has no running turn")]
     NoTurnRunning(String),

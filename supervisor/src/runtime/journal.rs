@@ -100,6 +100,8 @@ pub struct Journal {
 struct State {
     file: File,
     last_seq: u64,
+    /// Bytes in the journal file.
+    bytes: u64,
 }
 
 impl Journal {
@@ -111,11 +113,16 @@ impl Journal {
             .append(true)
             .open(path)
             .map_err(|e| RuntimeError::io("cannot open", path, e))?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         Ok(Journal {
             session_id: session_id.to_string(),
             path: path.to_path_buf(),
-            state: Mutex::new(State { file, last_seq }),
+            state: Mutex::new(State {
+                file,
+                last_seq,
+                bytes,
+            }),
             tx,
         })
     }
@@ -153,12 +160,20 @@ impl Journal {
             }));
         }
         let written = state.file.write_all(&lines);
+        if written.is_ok() {
+            state.bytes += lines.len() as u64;
+        }
         let _ = self.tx.send(Arc::new(Batch {
             events: batch,
             frames: OnceLock::new(),
         }));
         drop(state);
         written.map_err(|e| RuntimeError::io("cannot append to", &self.path, e))
+    }
+
+    /// Bytes the journal holds.
+    pub fn bytes(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).bytes
     }
 
     /// Sequence number of the last event written.

@@ -16,8 +16,8 @@ pub struct LaunchSpec<'a> {
     pub session_id: &'a str,
     /// The `service-rs` binary carrying the worker entry.
     pub exe: &'a Path,
-    /// The supervisor's listening socket (host path).
-    pub socket: &'a Path,
+    /// The worker's end of its socket pair, inherited at this descriptor number.
+    pub ipc_fd: std::os::fd::RawFd,
     /// Bundle root (host path).
     pub bundle_root: &'a Path,
     /// Session working directory (host path).
@@ -75,8 +75,10 @@ impl Launcher for HostLauncher {
         let mut command = tokio::process::Command::new(spec.exe);
         command
             .arg("worker")
-            .arg("--socket")
-            .arg(spec.socket)
+            .arg("--ipc-fd")
+            .arg(spec.ipc_fd.to_string())
+            .arg("--label")
+            .arg(spec.session_id)
             .current_dir(spec.workspace);
         minimal_env(&mut command, spec.workspace);
         #[cfg(target_os = "linux")]

@@ -11,6 +11,7 @@
 
 pub mod approvals;
 pub mod error;
+mod frame_guard;
 pub mod journal;
 pub mod launcher;
 mod prestart;
@@ -44,6 +45,9 @@ use crate::bundle;
 use crate::home::ServiceHome;
 use crate::sandbox::SandboxLauncher;
 
+/// A session journal's default quota, in MiB (`SERVICE_JOURNAL_QUOTA_MB` overrides it).
+pub const DEFAULT_JOURNAL_QUOTA_MB: u64 = 256;
+
 /// Settings of a runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
@@ -59,6 +63,11 @@ pub struct RuntimeOptions {
     pub dangerous_sandbox_mode: bool,
     /// Keep a sandboxed worker started ahead for each bundle in use, for its next session (see `prestart`).
     pub prestart_sandboxes: bool,
+    /// Bytes a session's journal may hold; past it the running turn fails with `journal_quota` and no new turn
+    /// starts.
+    pub journal_quota: u64,
+    /// Where provider keys may be sent besides the official endpoints (`$SERVICE_HOME/config.toml`).
+    pub keys: crate::providers::keys::KeyPolicy,
 }
 
 impl RuntimeOptions {
@@ -75,6 +84,12 @@ impl RuntimeOptions {
             handshake_timeout: Duration::from_secs(10),
             dangerous_sandbox_mode: false,
             prestart_sandboxes: false,
+            journal_quota: std::env::var("SERVICE_JOURNAL_QUOTA_MB")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(DEFAULT_JOURNAL_QUOTA_MB)
+                .saturating_mul(1024 * 1024),
+            keys: Default::default(),
         }
     }
 }
@@ -307,7 +322,13 @@ impl ServiceRuntime {
             }
         };
         let turn_id = uuid::Uuid::new_v4().to_string();
-        let outcome = session.begin_turn(&turn_id)?;
+        if session.journal.bytes() >= self.inner.options.journal_quota {
+            return Err(RuntimeError::JournalQuota {
+                session_id: id.to_string(),
+                quota: self.inner.options.journal_quota,
+            });
+        }
+        let outcome = session.begin_turn(&turn_id, model.clone())?;
         let worker = match self.worker(&session).await {
             Ok(w) => w,
             Err(e) => {
@@ -331,13 +352,20 @@ impl ServiceRuntime {
             approval_policy: None,
             metadata: None,
         };
+        // The supervisor's own event: a worker cannot start or describe a turn.
+        session.emit(EventPayload::TurnStarted {
+            turn_id: turn_id.clone(),
+            context: context.clone(),
+            submission_id: task.submission_id.to_string(),
+            prompt: task.prompt.clone(),
+        });
         let run = ToWorker::RunTurn {
             turn_id: turn_id.clone(),
             task,
             context,
         };
         if let Err(e) = worker.send(run).await {
-            session.abandon_turn(&turn_id);
+            session.fail_active_turn("worker_unavailable", &e.to_string());
             return Err(e);
         }
         Ok(PendingTurn { turn_id, outcome })

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use service_ipc::{BuiltinTool, ChatMessage, EventPayload, TurnStatus, Usage};
+use service_ipc::{BuiltinTool, ChatMessage, EventPayload, ModelRef, TurnStatus, Usage};
 use tokio::sync::oneshot;
 
 use super::error::{Result, RuntimeError};
@@ -48,6 +48,8 @@ pub struct TurnEnd {
 
 struct ActiveTurn {
     turn_id: String,
+    /// The model the supervisor chose for the turn; the worker's model requests are served with it.
+    model: ModelRef,
     done: Option<oneshot::Sender<TurnOutcome>>,
     /// Set when the supervisor itself interrupts the turn: the code and message its `error` event carries.
     stop_reason: Option<(String, String)>,
@@ -235,8 +237,33 @@ impl Session {
         lock(&self.active).as_ref().map(|a| a.turn_id.clone())
     }
 
-    /// Marks `turn_id` as running; fails when another turn runs.
-    pub fn begin_turn(&self, turn_id: &str) -> Result<oneshot::Receiver<TurnOutcome>> {
+    /// The model of `turn_id` when it is the running turn.
+    pub fn turn_model(&self, turn_id: &str) -> Option<ModelRef> {
+        lock(&self.active)
+            .as_ref()
+            .filter(|a| a.turn_id == turn_id)
+            .map(|a| a.model.clone())
+    }
+
+    /// True when `turn_id` is the session's last ended turn.
+    pub fn knows_turn(&self, turn_id: &str) -> bool {
+        lock(&self.record)
+            .last_turn
+            .as_ref()
+            .is_some_and(|t| t.turn_id == turn_id)
+    }
+
+    /// True when an operator command with this exec id is running.
+    pub fn command_running(&self, exec_id: &str) -> bool {
+        lock(&self.commands).contains_key(exec_id)
+    }
+
+    /// Marks `turn_id` as running with `model`; fails when another turn runs.
+    pub fn begin_turn(
+        &self,
+        turn_id: &str,
+        model: ModelRef,
+    ) -> Result<oneshot::Receiver<TurnOutcome>> {
         let (tx, rx) = oneshot::channel();
         {
             let mut active = lock(&self.active);
@@ -248,6 +275,7 @@ impl Session {
             }
             *active = Some(ActiveTurn {
                 turn_id: turn_id.to_string(),
+                model,
                 done: Some(tx),
                 stop_reason: None,
             });

@@ -1,14 +1,14 @@
-//! Starting a worker, in two steps: [`start`] binds its socket, launches it through the launcher, accepts its
-//! connection and reads its hello; [`attach`] gives the started worker a session (the `configure` / `ready` half
+//! Starting a worker, in two steps: [`start`] makes a socket pair, launches the worker through the launcher with
+//! one end as an inherited descriptor, learns its pid from the kernel and reads its hello; [`attach`] gives the started worker a session (the `configure` / `ready` half
 //! of the handshake) and hands it to its actor. A sandboxed worker may be started before its session exists and
 //! attached later (see `prestart`); [`spawn`] does both steps at once.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::os::fd::{AsFd, AsRawFd};
+
 use futures::{SinkExt, StreamExt};
-use interprocess::local_socket::tokio::prelude::*;
-use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName};
 use service_ipc::{SandboxMode, ToSupervisor, ToWorker, WorkerConfig, PROTOCOL_VERSION};
 use tokio::sync::oneshot;
 use tokio_util::codec::Framed;
@@ -21,9 +21,6 @@ use super::Inner;
 use crate::bundle::Bundle;
 use crate::sandbox::limits::Limits;
 use service_ipc::FrameCodec;
-
-/// Longest socket path the kernel accepts, minus a margin.
-const MAX_SOCKET_PATH: usize = 100;
 
 /// A worker that has connected and said hello, and has no session yet.
 pub(crate) struct Started {
@@ -79,27 +76,16 @@ pub(crate) async fn start(
     let run_dir = rt.home.run_dir().join(name);
     std::fs::create_dir_all(&run_dir)
         .map_err(|e| RuntimeError::io("cannot create", &run_dir, e))?;
-    let socket = run_dir.join("w.sock");
-    if socket.as_os_str().len() > MAX_SOCKET_PATH {
-        return Err(unavailable(format!(
-            "socket path {} is too long for a Unix socket; use a shorter SERVICE_HOME",
-            socket.display()
-        )));
-    }
-    let _ = std::fs::remove_file(&socket);
-    let fs_name = socket
-        .as_path()
-        .to_fs_name::<GenericFilePath>()
-        .map_err(|e| unavailable(format!("bad socket path: {e}")))?;
-    let listener = ListenerOptions::new()
-        .name(fs_name)
-        .create_tokio()
-        .map_err(|e| unavailable(format!("cannot listen on {}: {e}", socket.display())))?;
-
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| unavailable(format!("cannot make the worker's socket pair: {e}")))?;
+    // With SO_PASSCRED the kernel attaches the sender's pid to what the worker writes: that is how the supervisor
+    // learns the worker's pid (for its cgroups) without trusting anything the worker says.
+    nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::PassCred, &true)
+        .map_err(|e| unavailable(format!("cannot set up the worker's socket: {e}")))?;
     let launch = rt.launcher.prepare(&LaunchSpec {
         session_id: name,
         exe: &rt.options.worker_exe,
-        socket: &socket,
+        ipc_fd: theirs.as_raw_fd(),
         bundle_root: &bundle.root,
         workspace: host_workspace,
         sandbox: &bundle.manifest.sandbox,
@@ -110,12 +96,13 @@ pub(crate) async fn start(
     command
         .kill_on_drop(true)
         .stdin(std::process::Stdio::null());
-    let mut child = command.spawn().map_err(|e| {
+    let mut child = spawn_with_fd(&mut command, theirs.as_fd()).map_err(|e| {
         unavailable(format!(
             "cannot start {}: {e}",
             rt.options.worker_exe.display()
         ))
     })?;
+    drop(theirs);
 
     // The cgroups are made on a blocking thread while bwrap starts; the worker enters them once it has connected,
     // while the handshake runs. The worker gets no frame after the handshake (so no turn or command) before they
@@ -139,35 +126,34 @@ pub(crate) async fn start(
     };
 
     let timeout = rt.options.handshake_timeout;
-    let accepted = tokio::select! {
-        a = tokio::time::timeout(timeout, listener.accept()) => a,
+    let stream = ours
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixStream::from_std(ours))
+        .map_err(|e| unavailable(format!("cannot set up the worker's socket: {e}")))?;
+    let first = tokio::select! {
+        p = tokio::time::timeout(timeout, sender_pid(&stream)) => p,
         status = child.wait() => {
-            return Err(unavailable(format!("the worker exited before connecting ({})", worker::describe_exit(status.ok()))));
+            return Err(unavailable(format!("the worker exited before saying hello ({})", worker::describe_exit(status.ok()))));
         }
     };
-    let stream = match accepted {
-        Ok(Ok(s)) => s,
+    let pid = match first {
+        Ok(Ok(pid)) => pid,
         Ok(Err(e)) => {
             return Err(unavailable(format!(
-                "accepting the worker connection failed: {e}"
+                "reading the worker's hello failed: {e}"
             )))
         }
         Err(_) => {
             return Err(unavailable(format!(
-                "the worker did not connect within {timeout:?}"
+                "the worker did not say hello within {timeout:?}"
             )))
         }
     };
-    drop(listener);
+    let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::PassCred, &false);
     if let Some(pid_tx) = worker_pid {
-        let pid = stream
-            .peer_creds()
-            .ok()
-            .and_then(|c| c.pid())
-            .and_then(|p| u32::try_from(p).ok())
-            .ok_or_else(|| {
-                unavailable("cannot tell the worker's process id from its connection, so its limits cannot be applied".into())
-            })?;
+        let pid = pid.ok_or_else(|| {
+            unavailable("cannot tell the worker's process id from its connection, so its limits cannot be applied".into())
+        })?;
         // The receiver lives until the blocking thread has the pid; a send can only fail if that thread panicked,
         // which `confining` reports.
         let _ = pid_tx.send(pid);
@@ -242,6 +228,63 @@ fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<Worker
         history: session.history()?,
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
     })
+}
+
+/// Serialises spawns that pass a descriptor: it is made inheritable only for the spawn, and no other worker's spawn
+/// may run meanwhile, or that worker's sandbox would inherit this one's socket.
+static SPAWN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Spawns `command` with `fd` inherited at its current number (and no other descriptor of ours).
+fn spawn_with_fd(
+    command: &mut tokio::process::Command,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<tokio::process::Child> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
+    let spawned = command.spawn();
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    spawned
+}
+
+/// Waits for the worker's first bytes and returns the pid the kernel stamped on them (in our pid namespace), without
+/// consuming them. None when the kernel sent no credentials.
+async fn sender_pid(stream: &tokio::net::UnixStream) -> std::io::Result<Option<u32>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixCredentials};
+    loop {
+        stream.readable().await?;
+        let peeked = stream.try_io(tokio::io::Interest::READABLE, || {
+            let mut byte = [0u8; 1];
+            let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+            let mut space = nix::cmsg_space!(UnixCredentials);
+            let msg = recvmsg::<()>(
+                stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_PEEK,
+            )
+            .map_err(std::io::Error::from)?;
+            if msg.bytes == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the worker closed its socket",
+                ));
+            }
+            let pid = msg
+                .cmsgs()
+                .map_err(std::io::Error::from)?
+                .find_map(|c| match c {
+                    ControlMessageOwned::ScmCredentials(creds) => u32::try_from(creds.pid()).ok(),
+                    _ => None,
+                });
+            Ok(pid)
+        });
+        match peeked {
+            Ok(pid) => return Ok(pid),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The worker's first frame: its hello, in our protocol version.

@@ -5,6 +5,12 @@
 //! requests through the providers, routes permission requests to the approval store, and finishes turns and commands.
 //! When the worker exits, hangs (no heartbeat) or breaks the protocol, the actor kills it and fails whatever was
 //! running with a `worker_died` error; the next turn spawns a new worker.
+//!
+//! The worker is untrusted: it shares its sandbox with the commands it runs, and they may have taken it over. Every
+//! frame is checked against the supervisor's own state before it has any effect (see `frame_guard`): events only of
+//! the kinds a worker may emit and only for the running turn or a running operator command; model requests only for
+//! the running turn, served with the model the supervisor chose for it; bounded output per command and a journal
+//! quota per session. A frame that breaks these rules ends the worker.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::approvals::Pending;
 use super::error::{Result, RuntimeError};
+use super::frame_guard::{self, Guard};
 use super::session::{Session, TurnEnd};
 use super::spawn::Started;
 use super::Inner;
@@ -100,8 +107,7 @@ impl WorkerHandle {
     }
 }
 
-pub(super) type Conn =
-    Framed<interprocess::local_socket::tokio::Stream, FrameCodec<ToSupervisor, ToWorker>>;
+pub(super) type Conn = Framed<tokio::net::UnixStream, FrameCodec<ToSupervisor, ToWorker>>;
 
 /// Hands a configured worker to its actor and returns the handle on it.
 pub(super) fn run(
@@ -164,6 +170,7 @@ pub(super) fn run(
         pending: Vec::new(),
         run_dir,
         limits,
+        guard: Guard::default(),
     };
     tokio::spawn(actor.run(conn, child, rx, kill, exited_tx));
     handle
@@ -181,6 +188,8 @@ struct Actor {
     run_dir: PathBuf,
     /// Its limits, released when it ends.
     limits: Option<Arc<Limits>>,
+    /// Output accounting of its commands.
+    guard: Guard,
 }
 
 /// Why the actor stopped.
@@ -189,6 +198,10 @@ enum End {
     Hung(Duration),
     Killed,
     Protocol(String),
+    /// A frame broke the rules a worker must keep (see `frame_guard`).
+    Violation(String),
+    /// The session's journal reached its quota.
+    Quota(u64),
 }
 
 impl Actor {
@@ -232,7 +245,10 @@ impl Actor {
                         let mut broken = None;
                         while let Some(frame) = next.take() {
                             trace.record("to_supervisor", &frame);
-                            self.handle(frame);
+                            if let Err(why) = self.handle(frame) {
+                                broken = Some(End::Violation(why));
+                                break;
+                            }
                             handled += 1;
                             if handled < MAX_BATCH {
                                 match frames.next().now_or_never() {
@@ -243,7 +259,12 @@ impl Actor {
                                 }
                             }
                         }
-                        self.commit();
+                        if broken.is_none() {
+                            self.commit();
+                        }
+                        if broken.is_none() && self.session.journal.bytes() >= self.rt.options.journal_quota {
+                            broken = Some(End::Quota(self.rt.options.journal_quota));
+                        }
                         if let Some(end) = broken {
                             break end;
                         }
@@ -265,6 +286,8 @@ impl Actor {
         if !matches!(end, End::Closed) {
             let _ = child.start_kill();
         }
+        let end_pending = std::mem::take(&mut self.pending);
+        drop(end_pending);
         let status = match tokio::time::timeout(Duration::from_secs(3), child.wait()).await {
             Ok(s) => s.ok(),
             Err(_) => {
@@ -272,12 +295,23 @@ impl Actor {
                 child.wait().await.ok()
             }
         };
+        let code = match end {
+            End::Quota(_) => "journal_quota",
+            End::Violation(_) => "worker_violation",
+            _ => "worker_died",
+        };
         let cause = match end {
             End::Closed => describe_exit(status),
             End::Hung(t) => format!("it sent no heartbeat for {t:?} and was killed"),
             End::Killed => "it was stopped by the supervisor".to_string(),
             End::Protocol(e) => format!("it broke the protocol ({e}) and was killed"),
+            End::Violation(e) => format!("it sent a frame it may not send ({e}) and was killed"),
+            End::Quota(q) => format!("the session's journal reached its quota of {q} bytes"),
         };
+
+        if code != "worker_died" {
+            tracing::warn!(session = %self.session.id, "worker ended: {cause}");
+        }
         if let Some(limits) = &self.limits {
             limits.release(CGROUP_RELEASE).await;
         }
@@ -288,10 +322,11 @@ impl Actor {
         self.session.drop_commands();
         if let Some(turn_id) = self.session.active_turn() {
             self.rt.approvals.drop_turn(&turn_id);
-            self.session.fail_active_turn(
-                "worker_died",
-                &format!("the session worker ended during the turn: {cause}; the next turn starts a new worker"),
-            );
+            let message = match code {
+                "journal_quota" => format!("{cause}; the turn was stopped. Delete the session and start a new one"),
+                _ => format!("the session worker ended during the turn: {cause}; the next turn starts a new worker"),
+            };
+            self.session.fail_active_turn(code, &message);
         }
         let _ = exited.send(true);
     }
@@ -303,14 +338,34 @@ impl Actor {
         }
     }
 
-    fn handle(&mut self, frame: ToSupervisor) {
+    /// Acts on one frame, or says which rule it broke.
+    fn handle(&mut self, frame: ToSupervisor) -> std::result::Result<(), String> {
         if !matches!(frame, ToSupervisor::Event(_)) {
             // Whatever this frame does (finish a turn, request approval) comes after the events before it.
             self.commit();
         }
         match frame {
-            ToSupervisor::Event(payload) => self.pending.push(payload),
-            ToSupervisor::ModelRequest(request) => self.serve_model(request),
+            ToSupervisor::Event(payload) => {
+                if let Some(payload) = self.guard.event(&self.session, payload)? {
+                    self.pending.push(payload);
+                }
+            }
+            ToSupervisor::ModelRequest(query) => {
+                let model = self.session.turn_model(&query.turn_id).ok_or_else(|| {
+                    format!(
+                        "a model request for turn {}, which is not running",
+                        query.turn_id
+                    )
+                })?;
+                self.model_tasks.retain(|_, t| !t.is_finished());
+                if self.model_tasks.len() >= frame_guard::MAX_MODEL_REQUESTS {
+                    return Err(format!(
+                        "more than {} model requests at once",
+                        frame_guard::MAX_MODEL_REQUESTS
+                    ));
+                }
+                self.serve_model(ModelRequest::new(model, query));
+            }
             ToSupervisor::CancelModel { request_id } => {
                 if let Some(task) = self.model_tasks.remove(&request_id) {
                     task.abort();
@@ -324,14 +379,16 @@ impl Actor {
                 key,
                 rule,
             } => {
+                frame_guard::running_turn(&self.session, &turn_id)?;
+                frame_guard::permission_request(&self.session, &request_id, tool, &key)?;
                 if self.session.allowed_always(tool, &key) {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
                         request_id,
                         decision: service_ipc::ApprovalDecision::AllowAlways,
                     });
-                    return;
+                    return Ok(());
                 }
-                self.rt.approvals.insert(
+                if !self.rt.approvals.insert(
                     request_id.clone(),
                     Pending {
                         session_id: self.session.id.clone(),
@@ -340,7 +397,9 @@ impl Actor {
                         key: key.clone(),
                         worker: self.tx.clone(),
                     },
-                );
+                ) {
+                    return Err(format!("approval request id {request_id} was used before"));
+                }
                 self.session.emit(EventPayload::PermissionRequested {
                     turn_id,
                     request_id,
@@ -358,6 +417,14 @@ impl Actor {
                 usage,
                 error,
             } => {
+                // A turn the supervisor already ended (interrupted while the worker was slow) may still report; it
+                // changes nothing. Any other turn id is a forgery.
+                if self.session.active_turn().as_deref() != Some(turn_id.as_str()) {
+                    if self.session.knows_turn(&turn_id) {
+                        return Ok(());
+                    }
+                    return Err(format!("finished turn {turn_id}, which it was never given"));
+                }
                 self.rt.approvals.drop_turn(&turn_id);
                 self.session.finish_turn(TurnEnd {
                     turn_id,
@@ -365,20 +432,25 @@ impl Actor {
                     final_message,
                     messages,
                     usage,
-                    error,
+                    error: error.map(frame_guard::turn_error),
                 });
             }
             ToSupervisor::CommandFinished { exec_id, exit_code } => {
+                self.guard.command_finished(&exec_id);
                 self.session.finish_command(&exec_id, exit_code)
             }
-            ToSupervisor::Heartbeat | ToSupervisor::Hello { .. } | ToSupervisor::Ready => {}
+            ToSupervisor::Heartbeat => {}
+            ToSupervisor::Hello { .. } | ToSupervisor::Ready => {
+                return Err("a handshake frame after the handshake".into())
+            }
         }
+        Ok(())
     }
 
     fn serve_model(&mut self, request: ModelRequest) {
         self.model_tasks.retain(|_, t| !t.is_finished());
         let request_id = request.request_id.clone();
-        let mut chunks = providers::stream(&self.session.bundle, request);
+        let mut chunks = providers::stream(&self.session.bundle, &self.rt.options.keys, request);
         let tx = self.tx.clone();
         let rid = request_id.clone();
         let task = tokio::spawn(async move {

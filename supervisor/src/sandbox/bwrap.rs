@@ -2,15 +2,18 @@
 //! vector, so the whole vector can be checked in a test.
 //!
 //! Mount order (bwrap applies arguments in order, and a later mount may sit inside an earlier one):
-//! 1. namespaces and lifecycle: `--die-with-parent --new-session --unshare-all [--share-net] --cap-drop ALL`;
+//! 1. namespaces and lifecycle: `--die-with-parent --new-session --unshare-all --unshare-user --uid 1000 --gid 1000
+//!    [--share-net] --cap-drop ALL`. The sandbox user is uid [`SANDBOX_UID`], never 0: the worker gives every command
+//!    a user and pid namespace of its own, and a user namespace may map its creator's uid onto itself only when that
+//!    uid is not 0 (mapping root needs `CAP_SETFCAP`, which the sandbox drops);
 //! 2. environment: `--clearenv` and the minimal variables;
 //! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
 //! 6. the bundle, read-only, at [`BUNDLE_DIR`];
 //! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write;
-//! 8. the IPC socket directory at [`SOCKET_DIR`] (read-write, so the worker can connect);
-//! 9. `--chdir` into the workspace, then the worker command.
+//! 8. `--chdir` into the workspace, then the worker command with its inherited socket descriptor (`--ipc-fd`):
+//!    no host directory is bound for the IPC, so nothing host-backed is writable in `read_only`.
 //!
 //! Anything not mounted does not exist inside: the host home, `$SERVICE_HOME`, other sessions, `/var`, `/root`.
 
@@ -21,12 +24,12 @@ use super::profile::Mount;
 
 /// The worker binary inside the sandbox.
 pub const WORKER_EXE: &str = "/run/service/service-rs";
-/// The socket directory inside the sandbox.
-pub const SOCKET_DIR: &str = "/run/service/ipc";
 /// The bundle inside the sandbox.
 pub const BUNDLE_DIR: &str = "/bundle";
 /// The workspace inside the sandbox.
 pub const WORKSPACE_DIR: &str = "/workspace";
+/// The uid and gid of everything in the sandbox (the host user, or root, mapped onto it).
+pub const SANDBOX_UID: &str = "1000";
 /// The worker's PATH inside the sandbox.
 pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
@@ -35,10 +38,10 @@ pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/us
 pub struct HostPaths {
     /// The `service-rs` binary.
     pub exe: PathBuf,
-    /// Directory holding the worker socket.
-    pub socket_dir: PathBuf,
-    /// File name of the socket in it.
-    pub socket_name: String,
+    /// The worker's inherited socket descriptor.
+    pub ipc_fd: i32,
+    /// The session or spare it serves, shown in process listings.
+    pub label: String,
     /// Bundle root.
     pub bundle: PathBuf,
     /// Session workspace.
@@ -75,7 +78,16 @@ pub fn args(
     let mut a: Vec<OsString> = Vec::new();
     push(
         &mut a,
-        &["--die-with-parent", "--new-session", "--unshare-all"],
+        &[
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-all",
+            "--unshare-user",
+            "--uid",
+            SANDBOX_UID,
+            "--gid",
+            SANDBOX_UID,
+        ],
     );
     if perms.share_net {
         push(&mut a, &["--share-net"]);
@@ -116,7 +128,6 @@ pub fn args(
         "--ro-bind"
     };
     push_mount(&mut a, ws_flag, &paths.workspace, Path::new(WORKSPACE_DIR));
-    push_mount(&mut a, "--bind", &paths.socket_dir, Path::new(SOCKET_DIR));
     push(
         &mut a,
         &[
@@ -125,10 +136,12 @@ pub fn args(
             "--",
             WORKER_EXE,
             "worker",
-            "--socket",
+            "--ipc-fd",
         ],
     );
-    a.push(Path::new(SOCKET_DIR).join(&paths.socket_name).into());
+    a.push(paths.ipc_fd.to_string().into());
+    a.push("--label".into());
+    a.push(paths.label.clone().into());
     a
 }
 
@@ -140,8 +153,8 @@ mod tests {
     fn paths() -> HostPaths {
         HostPaths {
             exe: "/opt/bin/service-rs".into(),
-            socket_dir: "/home/u/.service/run/s1".into(),
-            socket_name: "w.sock".into(),
+            ipc_fd: 7,
+            label: "s1".into(),
             bundle: "/home/u/.service/bundles/installs/local/hello/0.1.0".into(),
             workspace: "/home/u/.service/sessions/s1/workspace".into(),
         }
@@ -177,6 +190,11 @@ mod tests {
             "--die-with-parent",
             "--new-session",
             "--unshare-all",
+            "--unshare-user",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
             "--cap-drop",
             "ALL",
             "--clearenv",
@@ -216,16 +234,15 @@ mod tests {
             "--ro-bind",
             "/home/u/.service/sessions/s1/workspace",
             "/workspace",
-            "--bind",
-            "/home/u/.service/run/s1",
-            "/run/service/ipc",
             "--chdir",
             "/workspace",
             "--",
             "/run/service/service-rs",
             "worker",
-            "--socket",
-            "/run/service/ipc/w.sock",
+            "--ipc-fd",
+            "7",
+            "--label",
+            "s1",
         ];
         assert_eq!(
             strings(args(&mounts, &paths(), perms, "C.UTF-8", "dumb")),
@@ -241,11 +258,16 @@ mod tests {
         };
         let a = strings(args(&[], &paths(), perms, "C", "xterm"));
         assert_eq!(
-            &a[..6],
+            &a[..10],
             [
                 "--die-with-parent",
                 "--new-session",
                 "--unshare-all",
+                "--unshare-user",
+                "--uid",
+                "1000",
+                "--gid",
+                "1000",
                 "--share-net",
                 "--cap-drop",
                 "ALL"

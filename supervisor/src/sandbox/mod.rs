@@ -14,7 +14,7 @@ pub mod etc_snapshot;
 pub mod limits;
 pub mod profile;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::runtime::error::{Result, RuntimeError};
@@ -81,12 +81,8 @@ impl Launcher for SandboxLauncher {
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
         let paths = bwrap::HostPaths {
             exe,
-            socket_dir: spec.socket.parent().unwrap_or(Path::new("/")).to_path_buf(),
-            socket_name: spec
-                .socket
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
+            ipc_fd: spec.ipc_fd,
+            label: spec.session_id.to_string(),
             bundle: spec.bundle_root.to_path_buf(),
             workspace: spec.workspace.to_path_buf(),
         };

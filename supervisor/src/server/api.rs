@@ -181,6 +181,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::SessionNotFound(_) => (S::NOT_FOUND, "session_not_found"),
             RuntimeError::TurnInProgress { .. } => (S::CONFLICT, "turn_in_progress"),
             RuntimeError::NoTurnRunning(_) => (S::CONFLICT, "no_turn_running"),
+            RuntimeError::JournalQuota { .. } => (S::CONFLICT, "journal_quota"),
             RuntimeError::InvalidRequest(_) => (S::UNPROCESSABLE_ENTITY, "invalid_request"),
             RuntimeError::ApprovalNotFound(_) => (S::NOT_FOUND, "approval_not_found"),
             RuntimeError::ApprovalNotPending(_) => (S::CONFLICT, "approval_not_pending"),

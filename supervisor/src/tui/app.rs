@@ -201,6 +201,15 @@ impl App {
                     output.push_str(chunk);
                 }
             }
+            EventPayload::ExecCommandOutputTruncated {
+                exec_id,
+                limit_bytes,
+                ..
+            } => {
+                if let Some(Entry::Exec { output, .. }) = self.exec_mut(exec_id) {
+                    output.push_str(&format!("\n[output past {limit_bytes} bytes not shown]\n"));
+                }
+            }
             EventPayload::ExecCommandEnd {
                 exec_id, exit_code, ..
             } => {

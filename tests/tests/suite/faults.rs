@@ -256,7 +256,7 @@ async fn a_worker_killed_mid_model_stream_fails_the_turn_and_the_next_turn_works
             break;
         }
     }
-    let workers = pids_with(&["worker --socket", &id]);
+    let workers = pids_with(&["worker --ipc-fd", &id]);
     assert_eq!(workers.len(), 1, "{workers:?}");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(workers[0]),

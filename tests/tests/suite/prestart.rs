@@ -93,8 +93,8 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
     assert!(run.join(&third).exists());
 
     wait_for_a_spare(&rt).await;
-    let spare = format!("{}/run/spare-", home.path().display());
-    assert!(processes_with(&spare) > 0, "no process of the spare");
+    let spare = "--label spare-";
+    assert!(processes_with(spare) > 0, "no process of the spare");
     let spare_cgroups: Vec<_> = entries(&run, "spare-")
         .iter()
         .flat_map(|name| cgroups_of(name))
@@ -110,7 +110,7 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
         let left = (
             entries(&run, "spare-"),
             entries(&run.join("workspaces"), "spare-"),
-            processes_with(&spare),
+            processes_with(spare),
         );
         if left == (vec![], vec![], 0) {
             break;

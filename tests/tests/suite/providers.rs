@@ -105,7 +105,12 @@ fn openai_stream_with_reasoning_and_a_bash_round_trip() {
         openai_text("The command said ü-ok.").split_every(5),
     ]);
     bundle(&env, "oa", "openai", "gpt-test", local(&server));
-    let (out, events) = run_json(&env, "./oa", &[("OPENAI_API_KEY", "sk-test-key")], &[]);
+    // The operator points the provider at the server; only then does the key go there.
+    let envs = [
+        ("OPENAI_API_KEY", "sk-test-key"),
+        ("OPENAI_BASE_URL", &server.base),
+    ];
+    let (out, events) = run_json(&env, "./oa", &envs, &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -219,7 +224,11 @@ fn anthropic_stream_with_thinking_sections_and_a_bash_round_trip() {
         anthropic_text("Done: anthropic-ok"),
     ]);
     bundle(&env, "an", "anthropic", "claude-test", local(&server));
-    let (out, events) = run_json(&env, "./an", &[("ANTHROPIC_API_KEY", "sk-ant-test")], &[]);
+    let envs = [
+        ("ANTHROPIC_API_KEY", "sk-ant-test"),
+        ("ANTHROPIC_BASE_URL", &server.base),
+    ];
+    let (out, events) = run_json(&env, "./an", &envs, &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -363,11 +372,17 @@ fn broken_streams_fail_the_turn_with_a_clear_message() {
     for (name, reply, provider, expected) in cases {
         let server = ProviderServer::start(vec![reply]);
         bundle(&env, name, provider, "m", local(&server));
-        let err = env
-            .run(&["run", &format!("./{name}"), "--prompt", "go"])
-            .failed()
-            .to_string();
-        assert!(err.contains(expected), "{name}: {err}");
+        let out = env
+            .command(&["run", &format!("./{name}"), "--prompt", "go"])
+            .env("OPENAI_BASE_URL", &server.base)
+            .env("ANTHROPIC_BASE_URL", &server.base)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expected),
+            "{name}: {err}"
+        );
     }
 }
 
@@ -403,6 +418,7 @@ fn the_key_reaches_neither_the_worker_environment_nor_the_ipc_traffic() {
     let run = env
         .command(&["run", "./snoop", "--prompt", "go"])
         .env("OPENAI_API_KEY", "sk-SECRET-789")
+        .env("OPENAI_BASE_URL", &server.base)
         .env("SERVICE_IPC_TRACE", &trace)
         .output()
         .unwrap();
@@ -493,4 +509,78 @@ async fn the_first_delta_reaches_a_subscriber_before_the_provider_has_finished()
         "turn ended after {finished:?}, before the provider finished"
     );
     rt.shutdown("test over").await;
+}
+
+#[test]
+fn a_base_url_named_by_a_bundle_gets_no_key_and_the_error_says_how_to_configure_it() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![openai_text("keyless ok")]);
+    bundle(&env, "harvest", "openai", "gpt-test", local(&server));
+    let run = env
+        .command(&["run", "./harvest", "--prompt", "go"])
+        .env("OPENAI_API_KEY", "sk-HARVEST-ME")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let reqs = server.recorded();
+    assert_eq!(
+        reqs[0].header("authorization"),
+        None,
+        "the key went to a bundle's URL"
+    );
+
+    // A server that wants a key says so, and the error names the two ways to configure one.
+    let refusing = ProviderServer::start(vec![Reply::status(
+        401,
+        r#"{"error": {"message": "missing key"}}"#,
+        None,
+    )]);
+    bundle(&env, "harvest2", "openai", "gpt-test", local(&refusing));
+    let run = env
+        .command(&["run", "./harvest2", "--prompt", "go"])
+        .env("OPENAI_API_KEY", "sk-HARVEST-ME")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("it was sent no key")
+            && err.contains("OPENAI_BASE_URL")
+            && err.contains("config.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_endpoint_in_config_toml_gets_the_key_from_its_own_variable() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![openai_text("configured ok")]);
+    bundle(&env, "conf", "openai", "gpt-test", local(&server));
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        format!(
+            "[providers.lab]\ntype = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"LAB_KEY\"\n",
+            server.base
+        ),
+    )
+    .unwrap();
+    let run = env
+        .command(&["run", "./conf", "--prompt", "go"])
+        .env("LAB_KEY", "sk-lab-1")
+        .env("OPENAI_API_KEY", "sk-not-this-one")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        server.recorded()[0].header("authorization"),
+        Some("Bearer sk-lab-1")
+    );
 }

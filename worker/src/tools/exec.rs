@@ -27,6 +27,9 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 const OPERATOR_TIMEOUT: Duration = Duration::from_secs(600);
 /// Output kept for the model; the rest still streams as events but is cut from the result.
 const OUTPUT_CAP: usize = 64 * 1024;
+/// Output streamed as events per command; past it one `exec_command_output_truncated` event is sent and the rest is
+/// read and dropped, so a flood neither fills the journal nor blocks the command on a full pipe.
+pub const LIVE_OUTPUT_CAP: usize = 1024 * 1024;
 
 #[derive(Deserialize)]
 pub struct BashArgs {
@@ -63,6 +66,10 @@ pub struct ExecOutcome {
     pub output: String,
     /// Bytes cut from `output`.
     pub omitted: usize,
+    /// Bytes sent as output events.
+    pub streamed: usize,
+    /// Set once the live output passed [`LIVE_OUTPUT_CAP`].
+    pub truncated: bool,
     /// Why it could not start, if it could not.
     pub spawn_error: Option<String>,
 }
@@ -166,6 +173,8 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         interrupted: false,
         output: String::new(),
         omitted: 0,
+        streamed: 0,
+        truncated: false,
         spawn_error: None,
     };
     let spawned = match spare_shell::take(&req.command, &req.cwd).await {
@@ -173,8 +182,7 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         None => {
             let mut command = tokio::process::Command::new(shell());
             command.arg("-c").arg(&req.command).current_dir(&req.cwd);
-            configure(&mut command);
-            command.spawn()
+            configure(&mut command).and_then(|()| command.spawn())
         }
     };
     spare_shell::refill(shell(), configure);
@@ -204,8 +212,9 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
 }
 
 /// Everything about a command's shell but its arguments and directory: stdin from /dev/null, stdout and stderr
-/// piped, its own process group, killed with the worker.
-fn configure(command: &mut tokio::process::Command) {
+/// piped, its own process group, killed with the worker, and confined (see `confine`): its own pid namespace and
+/// the seccomp filter.
+fn configure(command: &mut tokio::process::Command) -> std::io::Result<()> {
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -221,6 +230,7 @@ fn configure(command: &mut tokio::process::Command) {
                 .map_err(std::io::Error::from)
         });
     }
+    crate::confine::confine(command, crate::confine::strictness()).map_err(std::io::Error::other)
 }
 
 async fn supervise(
@@ -289,6 +299,23 @@ async fn emit_output(
     if text.is_empty() {
         return;
     }
+    if outcome.truncated {
+        outcome.omitted += text.len();
+        return;
+    }
+    let mut text = text;
+    let mut just_truncated = false;
+    if outcome.streamed + text.len() > LIVE_OUTPUT_CAP {
+        let mut cut = LIVE_OUTPUT_CAP - outcome.streamed;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        outcome.omitted += text.len() - cut;
+        text.truncate(cut);
+        outcome.truncated = true;
+        just_truncated = true;
+    }
+    outcome.streamed += text.len();
     let room = OUTPUT_CAP.saturating_sub(outcome.output.len());
     if room >= text.len() {
         outcome.output.push_str(&text);
@@ -300,13 +327,23 @@ async fn emit_output(
         outcome.output.push_str(&text[..cut]);
         outcome.omitted += text.len() - cut;
     }
-    out.event(EventPayload::ExecCommandOutputDelta {
-        turn_id: req.turn_id.clone(),
-        exec_id: req.exec_id.clone(),
-        stream,
-        chunk: text,
-    })
-    .await;
+    if !text.is_empty() {
+        out.event(EventPayload::ExecCommandOutputDelta {
+            turn_id: req.turn_id.clone(),
+            exec_id: req.exec_id.clone(),
+            stream,
+            chunk: text,
+        })
+        .await;
+    }
+    if just_truncated {
+        out.event(EventPayload::ExecCommandOutputTruncated {
+            turn_id: req.turn_id.clone(),
+            exec_id: req.exec_id.clone(),
+            limit_bytes: LIVE_OUTPUT_CAP as u64,
+        })
+        .await;
+    }
 }
 
 fn kill_group(pgid: Option<nix::unistd::Pid>) {

@@ -4,6 +4,9 @@
 //! 0.85 ms for `/usr/bin/true`), more than everything else the runner does for a short command. From a session's
 //! first command on, the worker keeps spare bashes waiting on their stdin; the next command is handed to one as its
 //! directory and text (NUL-terminated), and the spare `cd`s there, points stdin at `/dev/null` and `eval`s the text.
+//! Their stdin is one end of a socket pair, not a pipe: a pipe can be reopened through `/proc/<pid>/fd/0` by any
+//! process of the same user, which would let a command write the next command into a spare; a socket cannot be
+//! opened that way. Each spare is confined like any command (its own pid namespace, so `$$` is 1).
 //! Exit status, output streams, process group, environment, `$0` and `$$` behave as with `bash -c`; the one visible
 //! difference is that a syntax error is reported as `bash: eval: line N` instead of `bash: -c: line N`. Sessions
 //! that never run a command never start a spare.
@@ -21,7 +24,9 @@ use std::process::Stdio;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Mutex, OnceLock};
 
-use tokio::io::AsyncWriteExt;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+
 use tokio::process::{Child, Command};
 
 /// What the spare runs: read the directory and the command, then become that command's shell. Before the
@@ -38,8 +43,11 @@ const MAX_HANDOVER: usize = 4096;
 /// How many spares a worker keeps.
 const SPARES: usize = 2;
 
+/// A started spare and our end of its stdin.
+type Spare = (Child, UnixStream);
+
 /// The spares of this worker, oldest first.
-static SPARES_READY: Mutex<VecDeque<Child>> = Mutex::new(VecDeque::new());
+static SPARES_READY: Mutex<VecDeque<Spare>> = Mutex::new(VecDeque::new());
 
 /// Hands `command` to the oldest live spare, to run in `cwd`; None when there is no live spare (or the command
 /// cannot be handed over), and the caller starts a shell as usual.
@@ -49,19 +57,19 @@ pub async fn take(command: &str, cwd: &Path) -> Option<Child> {
     {
         return None;
     }
-    let mut child = loop {
-        let mut child = SPARES_READY.lock().ok()?.pop_front()?;
+    let (child, mut stdin) = loop {
+        let (mut child, stdin) = SPARES_READY.lock().ok()?.pop_front()?;
         if matches!(child.try_wait(), Ok(None)) {
-            break child;
+            break (child, stdin);
         }
     };
-    let mut stdin = child.stdin.take()?;
     let mut payload = cwd.as_os_str().as_bytes().to_vec();
     payload.push(0);
     payload.extend_from_slice(command.as_bytes());
     payload.push(0);
-    // Dropping stdin after the write is the spare's end of input; a spare that died meanwhile fails the write.
-    stdin.write_all(&payload).await.ok()?;
+    // The payload fits the socket's buffer, so this blocking write does not wait. Dropping our end after it is the
+    // spare's end of input; a spare that died meanwhile fails the write.
+    stdin.write_all(&payload).ok()?;
     drop(stdin);
     Some(child)
 }
@@ -69,7 +77,7 @@ pub async fn take(command: &str, cwd: &Path) -> Option<Child> {
 /// Asks for spares to be started up to `SPARES`. The fork and exec happen on a thread of their own, so neither
 /// the command that just started nor the events of the runtime's thread wait for them, and the spare starts up on
 /// the other core while the current command runs.
-pub fn refill(shell: &'static str, configure: fn(&mut Command)) {
+pub fn refill(shell: &'static str, configure: Configure) {
     if !shell.ends_with("bash") {
         return;
     }
@@ -97,18 +105,26 @@ pub fn refill(shell: &'static str, configure: fn(&mut Command)) {
 
 /// Starts spares until there are `SPARES`. Only the spawner thread adds spares, so the count cannot overshoot; the
 /// lock is not held while a shell starts, so a command can take a ready spare meanwhile.
-fn start(shell: &'static str, configure: fn(&mut Command)) {
+fn start(shell: &'static str, configure: Configure) {
     while SPARES_READY.lock().is_ok_and(|ready| ready.len() < SPARES) {
+        let Ok((ours, theirs)) = UnixStream::pair() else {
+            return;
+        };
         let mut command = Command::new(shell);
         command.arg("-c").arg(HANDOVER).current_dir("/");
-        configure(&mut command);
-        command.stdin(Stdio::piped());
+        if configure(&mut command).is_err() {
+            return;
+        }
+        command.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
         let Ok(child) = command.spawn() else {
             return;
         };
         let Ok(mut ready) = SPARES_READY.lock() else {
             return;
         };
-        ready.push_back(child);
+        ready.push_back((child, ours));
     }
 }
+
+/// How the runner prepares a shell's command (pipes, process group, confinement).
+pub type Configure = fn(&mut Command) -> std::io::Result<()>;

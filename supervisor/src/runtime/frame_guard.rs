@@ -1,0 +1,172 @@
+//! The rules a worker's frames must keep before they have any effect. The worker shares its sandbox with the
+//! commands it runs, so a frame may be a forgery: every check here uses the supervisor's own state (the running
+//! turn, the running operator commands, the bundle's tools), never a field the worker could choose.
+
+use std::collections::HashMap;
+
+use service_ipc::{BuiltinTool, EventPayload};
+
+use super::session::Session;
+
+/// Model requests in flight at once (the react loop makes one at a time; cancelled ones may linger briefly).
+pub const MAX_MODEL_REQUESTS: usize = 4;
+/// Output bytes journaled per command; an honest worker stops at its own cap (1 MiB) and says so.
+pub const OUTPUT_PER_COMMAND: u64 = 1024 * 1024;
+/// Commands whose output is being counted at once.
+const MAX_COMMANDS: usize = 64;
+/// Longest error message a worker may give for a failed turn.
+const MAX_ERROR_MESSAGE: usize = 4096;
+/// Longest key argument of a permission request.
+const MAX_PERMISSION_KEY: usize = 64 * 1024;
+
+/// Per-worker accounting of command output.
+#[derive(Default)]
+pub struct Guard {
+    output: HashMap<String, u64>,
+}
+
+impl Guard {
+    /// Checks an event from the worker. `Ok(None)` drops it (output past the per-command cap); `Err` names the
+    /// broken rule.
+    pub fn event(
+        &mut self,
+        session: &Session,
+        payload: EventPayload,
+    ) -> Result<Option<EventPayload>, String> {
+        use EventPayload as E;
+        let kind = payload.kind();
+        match &payload {
+            E::AgentMessageDelta { .. }
+            | E::ReasoningDelta { .. }
+            | E::ReasoningSectionBreak { .. }
+            | E::ToolCallStarted { .. }
+            | E::ToolCallDelta { .. }
+            | E::ToolCallFinished { .. }
+            | E::PlanUpdate { .. }
+            | E::ExecCommandBegin { .. }
+            | E::ExecCommandOutputDelta { .. }
+            | E::ExecCommandOutputTruncated { .. }
+            | E::ExecCommandEnd { .. } => {}
+            E::TurnStarted { .. }
+            | E::TurnCompleted { .. }
+            | E::PermissionRequested { .. }
+            | E::ApprovalResolved { .. }
+            | E::Error { .. } => {
+                return Err(format!("a {kind} event, which only the supervisor emits"))
+            }
+        }
+        match payload.turn_id() {
+            Some(turn_id) => running_turn(session, turn_id)?,
+            None => {
+                let exec_id = exec_id(&payload).unwrap_or_default();
+                if !session.command_running(exec_id) {
+                    return Err(format!(
+                        "a {kind} event outside a turn for command {exec_id}, which is not running"
+                    ));
+                }
+            }
+        }
+        match &payload {
+            E::ExecCommandBegin { exec_id, .. } => {
+                if self.output.len() >= MAX_COMMANDS {
+                    return Err(format!("more than {MAX_COMMANDS} commands at once"));
+                }
+                self.output.insert(exec_id.clone(), 0);
+            }
+            E::ExecCommandOutputDelta { exec_id, chunk, .. } => {
+                let Some(used) = self.output.get_mut(exec_id) else {
+                    return Err(format!("output for command {exec_id}, which has not begun"));
+                };
+                *used += chunk.len() as u64;
+                if *used > OUTPUT_PER_COMMAND {
+                    return Ok(None);
+                }
+            }
+            E::ExecCommandEnd { exec_id, .. } => {
+                self.output.remove(exec_id);
+            }
+            _ => {}
+        }
+        Ok(Some(payload))
+    }
+
+    /// Forgets an operator command's accounting.
+    pub fn command_finished(&mut self, exec_id: &str) {
+        self.output.remove(exec_id);
+    }
+}
+
+fn exec_id(payload: &EventPayload) -> Option<&str> {
+    match payload {
+        EventPayload::ExecCommandBegin { exec_id, .. }
+        | EventPayload::ExecCommandOutputDelta { exec_id, .. }
+        | EventPayload::ExecCommandOutputTruncated { exec_id, .. }
+        | EventPayload::ExecCommandEnd { exec_id, .. } => Some(exec_id),
+        _ => None,
+    }
+}
+
+/// `turn_id` must be the session's running turn.
+pub fn running_turn(session: &Session, turn_id: &str) -> Result<(), String> {
+    match session.active_turn() {
+        Some(active) if active == turn_id => Ok(()),
+        _ => Err(format!("a frame for turn {turn_id}, which is not running")),
+    }
+}
+
+/// A permission request must name a tool the bundle offers, with a fresh UUID and a bounded key.
+pub fn permission_request(
+    session: &Session,
+    request_id: &str,
+    tool: BuiltinTool,
+    key: &str,
+) -> Result<(), String> {
+    if uuid::Uuid::parse_str(request_id).is_err() {
+        return Err(format!("approval request id {request_id:?} is not a UUID"));
+    }
+    if !session.bundle.manifest.tools.contains(&tool) {
+        return Err(format!(
+            "a permission request for {tool}, which the bundle does not offer"
+        ));
+    }
+    if key.len() > MAX_PERMISSION_KEY {
+        return Err("a permission request whose key argument is over 64 KiB".into());
+    }
+    Ok(())
+}
+
+/// The error a worker gives for a failed turn, bounded: a snake_case code of at most 64 characters (else
+/// `worker_error`) and a message of at most 4 KiB.
+pub fn turn_error((code, message): (String, String)) -> (String, String) {
+    let code_ok = !code.is_empty()
+        && code.len() <= 64
+        && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    let code = if code_ok { code } else { "worker_error".into() };
+    let mut message = message;
+    if message.len() > MAX_ERROR_MESSAGE {
+        let mut cut = MAX_ERROR_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    (code, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_error_keeps_a_plain_code_and_replaces_a_strange_one() {
+        assert_eq!(
+            turn_error(("max_steps_exceeded".into(), "m".into())),
+            ("max_steps_exceeded".to_string(), "m".to_string())
+        );
+        assert_eq!(
+            turn_error(("Evil Code\n".into(), "m".into())).0,
+            "worker_error"
+        );
+        assert_eq!(turn_error(("x".into(), "é".repeat(5000))).1.len(), 4096);
+    }
+}
