@@ -47,8 +47,26 @@ impl ServiceHome {
         self.root.join("sessions")
     }
 
-    /// `run`: worker sockets.
+    /// `run`: per-worker directories and prepared sandbox files.
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")
+    }
+
+    /// `serve.token`: the token a server generated (mode 0600), read by `--remote` clients.
+    pub fn token_file(&self) -> PathBuf {
+        self.root.join("serve.token")
+    }
+
+    /// The token of a local server: `SERVICE_TOKEN`, else the one a server stored in `serve.token`.
+    pub fn client_token(&self) -> Option<String> {
+        std::env::var("SERVICE_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string(self.token_file())
+                    .ok()
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+            })
     }
 }

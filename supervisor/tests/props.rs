@@ -102,6 +102,12 @@ mod http {
             rt,
             token: None,
             shutdown: Default::default(),
+            hosts: std::sync::Arc::new(service_supervisor::server::guard::AllowedHosts::new(
+                "127.0.0.1:8472".parse().unwrap(),
+                &[],
+            )),
+            policy: Default::default(),
+            streams: Default::default(),
         };
         (home, router(state))
     }
@@ -120,7 +126,7 @@ mod http {
             let (_home, app) = app();
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let resp = rt.block_on(async {
-                let req = Request::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
+                let req = Request::post(path).header("host", "127.0.0.1:8472").header("content-type", "application/json").body(Body::from(body)).unwrap();
                 app.oneshot(req).await.unwrap()
             });
             prop_assert!(resp.status() != StatusCode::INTERNAL_SERVER_ERROR);

@@ -63,17 +63,7 @@ enum Command {
     /// Chat with a bundle in the terminal.
     Tui(tui::TuiArgs),
     /// Start the HTTP server.
-    Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = service_supervisor::server::DEFAULT_BIND)]
-        bind: String,
-        /// Bearer token required by every endpoint but /healthz (required for a non-loopback bind).
-        #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Run every session worker on the host with no confinement.
-        #[arg(long)]
-        dangerous_sandbox_mode: bool,
-    },
+    Serve(serve::ServeArgs),
     /// List persisted sessions.
     Sessions {
         /// Print JSON instead of a table.
@@ -113,11 +103,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect { bundle_ref, json } => bundles::inspect(&home()?, &bundle_ref, json),
         Command::Bundles { json } => bundles::list(&home()?, json),
         Command::Run(args) => run::run(home()?, args),
-        Command::Serve {
-            bind,
-            token,
-            dangerous_sandbox_mode,
-        } => serve::serve(home()?, &bind, token, dangerous_sandbox_mode),
+        Command::Serve(args) => serve::serve(home()?, args),
         Command::Sessions { json } => sessions::list(home()?, json),
         Command::Tui(args) => tui::run(home()?, args),
         Command::Worker { ipc_fd, .. } => {

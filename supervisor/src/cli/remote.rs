@@ -19,14 +19,13 @@ pub struct Remote {
 }
 
 impl Remote {
-    /// A client of `base` (e.g. `http://127.0.0.1:8472`), sending `SERVICE_TOKEN` when set.
+    /// A client of `base` (e.g. `http://127.0.0.1:8472`), sending `SERVICE_TOKEN`, else the token a local server
+    /// stored in `$SERVICE_HOME/serve.token`.
     pub fn new(base: &str) -> Self {
         Remote {
             base: base.trim_end_matches('/').to_string(),
             client: reqwest::Client::new(),
-            token: std::env::var("SERVICE_TOKEN")
-                .ok()
-                .filter(|t| !t.is_empty()),
+            token: service_supervisor::ServiceHome::from_env().and_then(|h| h.client_token()),
         }
     }
 

@@ -1,35 +1,109 @@
 //! `service-rs serve`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
-use service_supervisor::server;
+use service_supervisor::server::{self, Auth, ServeOptions};
 use service_supervisor::ServiceHome;
 
-pub fn serve(
-    home: ServiceHome,
-    bind: &str,
+/// Arguments of `serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = server::DEFAULT_BIND)]
+    bind: String,
+    /// Bearer token every endpoint but /healthz requires; without one a token is generated, printed once and stored
+    /// in $SERVICE_HOME/serve.token (mode 0600).
+    #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    dangerous: bool,
-) -> anyhow::Result<ExitCode> {
-    let addr: SocketAddr = bind.parse().with_context(|| {
+    /// Serve without a token (loopback binds only).
+    #[arg(long, conflicts_with = "token")]
+    no_auth: bool,
+    /// Also answer requests addressed to this host name (the Host header); repeatable.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    allowed_host: Vec<String>,
+    /// Let clients name bundle directories under DIR as bundle_ref; repeatable.
+    #[arg(long, value_name = "DIR")]
+    allow_path: Vec<PathBuf>,
+    /// Let clients set a session cwd under DIR; repeatable (default: none, each session has its own workspace).
+    #[arg(long, value_name = "DIR")]
+    workspace_root: Vec<PathBuf>,
+    /// Let clients override a turn's model with this one (provider/name); repeatable.
+    #[arg(long, value_name = "PROVIDER/NAME")]
+    allow_model: Vec<String>,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds a client has to send a request's headers.
+    #[arg(long, default_value_t = 10.0)]
+    header_timeout: f64,
+    /// Event streams one client address may hold at once.
+    #[arg(long, default_value_t = 128)]
+    max_streams_per_client: usize,
+    /// Run every session worker on the host with no confinement, and accept danger_full_access bundles.
+    #[arg(long)]
+    dangerous_sandbox_mode: bool,
+}
+
+fn absolute(dirs: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PathBuf>> {
+    dirs.iter()
+        .map(|d| {
+            std::fs::canonicalize(d)
+                .ok()
+                .filter(|p| p.is_dir())
+                .with_context(|| format!("{flag} {}: not a directory", d.display()))
+        })
+        .collect()
+}
+
+pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let addr: SocketAddr = args.bind.parse().with_context(|| {
         format!(
-            "--bind takes host:port with a numeric host, e.g. {}; got \"{bind}\"",
-            server::DEFAULT_BIND
+            "--bind takes host:port with a numeric host, e.g. {}; got \"{}\"",
+            server::DEFAULT_BIND,
+            args.bind
         )
     })?;
-    if dangerous {
+    if args.dangerous_sandbox_mode {
         eprintln!("warning: --dangerous-sandbox-mode: every session worker runs on the host without confinement");
     }
-    let rt = super::runtime(home, dangerous, true)?;
-    let token = token.filter(|t| !t.is_empty());
+    for m in &args.allow_model {
+        if !m.contains('/') {
+            anyhow::bail!("--allow-model takes provider/name, e.g. openai/gpt-4o; got \"{m}\"");
+        }
+    }
+    let mut options = ServeOptions::new(addr);
+    options.auth = match (args.token.filter(|t| !t.is_empty()), args.no_auth) {
+        (Some(t), _) => Auth::Token(t),
+        (None, true) => Auth::None,
+        (None, false) => Auth::Generated,
+    };
+    options.allowed_hosts = args.allowed_host;
+    options.policy.allow_paths = absolute(&args.allow_path, "--allow-path")?;
+    options.policy.workspace_roots = absolute(&args.workspace_root, "--workspace-root")?;
+    options.policy.dangerous = args.dangerous_sandbox_mode;
+    options.policy.allowed_models = args.allow_model;
+    options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
+    options.limits.max_connections = args.max_connections.max(1);
+    options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
+    let token_file = home.token_file();
+    let rt = super::runtime(home, args.dangerous_sandbox_mode, true)?;
     super::tokio()?.block_on(async move {
         server::serve(
             rt,
-            addr,
-            token,
-            |bound| println!("service-rs listening on http://{bound}"),
+            options,
+            |bound, token| {
+                println!("service-rs listening on http://{bound}");
+                if let Some(token) = token {
+                    eprintln!(
+                        "token: {token} (stored in {}; --remote clients on this machine read it from there)",
+                        token_file.display()
+                    );
+                }
+            },
             stop_signal(),
         )
         .await

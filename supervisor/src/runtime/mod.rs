@@ -174,6 +174,16 @@ impl ServiceRuntime {
     /// Creates a session from a bundle reference; `cwd` defaults to the session's own workspace.
     pub fn create_session(&self, bundle_ref: &str, cwd: Option<&Path>) -> Result<SessionRecord> {
         let bundle = bundle::resolve(&self.inner.home, bundle_ref)?;
+        self.create_session_from(bundle, bundle_ref, cwd)
+    }
+
+    /// Creates a session of a bundle already resolved from `bundle_ref` (so a caller can check it first).
+    pub fn create_session_from(
+        &self,
+        bundle: bundle::Bundle,
+        bundle_ref: &str,
+        cwd: Option<&Path>,
+    ) -> Result<SessionRecord> {
         let session = Session::create(&self.inner.home, bundle, bundle_ref, cwd)?;
         let record = session.record();
         self.sessions().insert(session.id.clone(), session);

@@ -57,6 +57,7 @@ pub async fn inspect_bundle(
     State(st): State<AppState>,
     Path(reference): Path<String>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
+    super::policy::bundle_ref(&st.policy, &reference)?;
     let home = st.rt.home().clone();
     let info =
         tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference).map(|b| b.info()))
@@ -78,12 +79,17 @@ pub async fn create_session(
     State(st): State<AppState>,
     ApiJson(req): ApiJson<CreateSession>,
 ) -> ApiResult<impl IntoResponse> {
+    super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
+    let cwd = match req.cwd.as_deref() {
+        Some(c) => Some(super::policy::cwd(&st.policy, c)?),
+        None => None,
+    };
     let rt = st.rt.clone();
-    let record = tokio::task::spawn_blocking(move || {
-        rt.create_session(
-            &req.bundle_ref,
-            req.cwd.as_deref().map(std::path::Path::new),
-        )
+    let policy = st.policy.clone();
+    let record = tokio::task::spawn_blocking(move || -> ApiResult<_> {
+        let bundle = bundle::resolve(rt.home(), &req.bundle_ref)?;
+        super::policy::sandbox(&policy, &bundle)?;
+        Ok(rt.create_session_from(bundle, &req.bundle_ref, cwd.as_deref())?)
     })
     .await
     .map_err(|_| {
@@ -131,10 +137,8 @@ pub async fn run_sync(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<Json<TurnResult>> {
-    let outcome = st
-        .rt
-        .run_turn(&id, req.input, req.turn_context.unwrap_or_default())
-        .await?;
+    let overrides = checked_overrides(&st, &id, req.turn_context)?;
+    let outcome = st.rt.run_turn(&id, req.input, overrides).await?;
     Ok(Json(outcome.into()))
 }
 
@@ -146,10 +150,8 @@ pub async fn run_async(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<impl IntoResponse> {
-    let pending = st
-        .rt
-        .start_turn(&id, req.input, req.turn_context.unwrap_or_default())
-        .await?;
+    let overrides = checked_overrides(&st, &id, req.turn_context)?;
+    let pending = st.rt.start_turn(&id, req.input, overrides).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(Accepted {
@@ -157,6 +159,21 @@ pub async fn run_async(
             turn_id: pending.turn_id,
         }),
     ))
+}
+
+/// A client's per-turn overrides, if the operator's policy allows them. A `cwd` override stays relative to the
+/// session's directory (the runtime keeps it inside the sandboxed workspace).
+fn checked_overrides(
+    st: &AppState,
+    id: &str,
+    overrides: Option<service_ipc::TurnOverrides>,
+) -> ApiResult<service_ipc::TurnOverrides> {
+    let overrides = overrides.unwrap_or_default();
+    if let Some(model) = &overrides.model {
+        let bundle = st.rt.session_bundle(id)?;
+        super::policy::model(&st.policy, &bundle, model)?;
+    }
+    Ok(overrides)
 }
 
 /// Interrupts the running turn.
@@ -214,8 +231,26 @@ pub async fn events(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
+    client: Option<axum::Extension<super::listener::ClientAddr>>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let slot = match client {
+        Some(axum::Extension(addr)) => Some(
+            st.streams
+                .take(addr.0.ip(), st.policy.max_streams_per_client)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too_many_streams",
+                        format!(
+                            "this client already holds {} event streams; close one first",
+                            st.policy.max_streams_per_client
+                        ),
+                    )
+                })?,
+        ),
+        None => None,
+    };
     let last_event_id = match headers.get("last-event-id") {
         None => None,
         Some(v) => Some(
@@ -234,7 +269,11 @@ pub async fn events(
     let frames = st
         .rt
         .subscribe_sse(&id, last_event_id.or(q.after), SSE_KEEP_ALIVE)?
-        .map(Ok::<_, Infallible>)
+        .map(move |frame| {
+            // The slot lives as long as the stream.
+            let _held = &slot;
+            Ok::<_, Infallible>(frame)
+        })
         .take_until(st.shutdown.clone().cancelled_owned());
     Ok((
         [

@@ -8,16 +8,19 @@
 //! stops the workers.
 
 pub mod api;
+pub mod guard;
 pub mod handlers;
+pub mod listener;
+pub mod policy;
+mod token;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
@@ -68,15 +71,37 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
 )]
 pub struct ApiDoc;
 
+/// What the operator lets HTTP clients do beyond naming installed bundles.
+#[derive(Debug, Clone, Default)]
+pub struct ClientPolicy {
+    /// Directories under which a `bundle_ref` may be a directory (`--allow-path`).
+    pub allow_paths: Vec<std::path::PathBuf>,
+    /// Directories under which a session's `cwd` may lie (`--workspace-root`); none: every session gets its own
+    /// workspace.
+    pub workspace_roots: Vec<std::path::PathBuf>,
+    /// `danger_full_access` bundles are run (`--dangerous-sandbox-mode`).
+    pub dangerous: bool,
+    /// Models a request may name in `turn_context.model` besides the bundle's own (`--allow-model provider/name`).
+    pub allowed_models: Vec<String>,
+    /// Event streams one client address may hold at once.
+    pub max_streams_per_client: usize,
+}
+
 /// Shared by every handler.
 #[derive(Clone)]
 pub struct AppState {
     /// The runtime.
     pub rt: ServiceRuntime,
-    /// Bearer token every endpoint but /healthz requires, if set.
+    /// Bearer token every endpoint but /healthz requires; None only with `--no-auth`.
     pub token: Option<Arc<str>>,
     /// Cancelled at shutdown; ends the event streams.
     pub shutdown: CancellationToken,
+    /// The host names requests may address.
+    pub hosts: Arc<guard::AllowedHosts>,
+    /// What clients may ask for.
+    pub policy: Arc<ClientPolicy>,
+    /// Open event streams per client address.
+    pub streams: Arc<guard::StreamCounts>,
 }
 
 /// The whole application.
@@ -101,7 +126,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(handlers::openapi))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            require_token,
+            guard::require_token,
         ));
     Router::new()
         .route("/healthz", get(handlers::healthz))
@@ -114,6 +139,10 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::check_request,
+        ))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -125,37 +154,11 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(expected) = st.token.as_deref() else {
-        return next.run(req).await;
-    };
-    let given = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
-            next.run(req).await
-        }
-        _ => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send Authorization: Bearer <token> with the server's token",
-        )
-        .into_response(),
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// A non-loopback address without a token.
-    #[error("refusing to listen on {0} without a token: set --token or SERVICE_TOKEN, or bind a loopback address such as 127.0.0.1")]
+    /// `--no-auth` on a non-loopback address.
+    #[error("refusing --no-auth on {0}: without a token anyone who can reach it runs commands; bind a loopback address such as 127.0.0.1 or drop --no-auth")]
     InsecureBind(SocketAddr),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
@@ -165,31 +168,98 @@ pub enum ServeError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The token file could not be written.
+    #[error("cannot store the server token in {path}: {source}")]
+    Token {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
 }
 
-/// Binds `addr`, calls `ready` with the bound address, and serves until `stop` resolves; then ends running turns
-/// with an `error` event ("the server stopped"), closes the event streams and stops the workers.
+/// How requests are authenticated.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// This token (`--token` or `SERVICE_TOKEN`).
+    Token(String),
+    /// A token generated at start-up and stored in `$SERVICE_HOME/serve.token`.
+    Generated,
+    /// No token (`--no-auth`; loopback binds only).
+    None,
+}
+
+/// Everything `serve` is told.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to bind.
+    pub addr: SocketAddr,
+    /// Authentication.
+    pub auth: Auth,
+    /// Extra names for the `Host` check (`--allowed-host`).
+    pub allowed_hosts: Vec<String>,
+    /// What clients may ask for.
+    pub policy: ClientPolicy,
+    /// Connection bounds.
+    pub limits: listener::ConnLimits,
+}
+
+impl ServeOptions {
+    /// Defaults for `addr`: a generated token, loopback names only, 1024 connections, 10 s for headers, 128 event
+    /// streams per client address.
+    pub fn new(addr: SocketAddr) -> ServeOptions {
+        ServeOptions {
+            addr,
+            auth: Auth::Generated,
+            allowed_hosts: Vec::new(),
+            policy: ClientPolicy {
+                max_streams_per_client: 128,
+                ..ClientPolicy::default()
+            },
+            limits: listener::ConnLimits {
+                max_connections: 1024,
+                header_read_timeout: Duration::from_secs(10),
+            },
+        }
+    }
+}
+
+/// Binds the address, calls `ready` with the bound address and the token (when one was generated), and serves until
+/// `stop` resolves; then ends running turns with an `error` event ("the server stopped"), closes the event streams
+/// and stops the workers.
 pub async fn serve(
     rt: ServiceRuntime,
-    addr: SocketAddr,
-    token: Option<String>,
-    ready: impl FnOnce(SocketAddr),
+    options: ServeOptions,
+    ready: impl FnOnce(SocketAddr, Option<&str>),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    if !addr.ip().is_loopback() && token.is_none() {
+    let addr = options.addr;
+    if !addr.ip().is_loopback() && matches!(options.auth, Auth::None) {
         return Err(ServeError::InsecureBind(addr));
     }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
+    let (token, generated) = match options.auth {
+        Auth::Token(t) => (Some(t), false),
+        Auth::None => (None, false),
+        Auth::Generated => {
+            let t = token::generate();
+            token::store(rt.home(), &t)?;
+            (Some(t), true)
+        }
+    };
     let shutdown = CancellationToken::new();
     let state = AppState {
         rt: rt.clone(),
-        token: token.map(Arc::from),
+        token: token.as_deref().map(Arc::from),
         shutdown: shutdown.clone(),
+        hosts: Arc::new(guard::AllowedHosts::new(bound, &options.allowed_hosts)),
+        policy: Arc::new(options.policy),
+        streams: Arc::new(guard::StreamCounts::default()),
     };
-    ready(bound);
+    ready(bound, token.as_deref().filter(|_| generated));
     let app = router(state);
     let graceful = async move {
         stop.await;
@@ -198,11 +268,6 @@ pub async fn serve(
         tokio::time::sleep(Duration::from_millis(200)).await;
         shutdown.cancel();
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(graceful)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: bound,
-            source,
-        })
+    listener::serve(listener, app, options.limits, graceful).await;
+    Ok(())
 }

@@ -35,8 +35,8 @@ async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues
         "workspace_write",
     );
     let bundle = env.path("b").display().to_string();
-    let client = reqwest::Client::new();
     let mut server = Server::start(env.home.path(), &[], &[]);
+    let client = server.client();
     let session = post(
         &client,
         server.url("/sessions"),
@@ -72,6 +72,7 @@ async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues
     server.child.wait().unwrap();
 
     let server = Server::start(env.home.path(), &[], &[]);
+    let client = server.client();
     let record: Value = client
         .get(server.url(&format!("/sessions/{id}")))
         .send()
@@ -289,7 +290,7 @@ async fn fifty_sessions_times_ten_turns_over_http_with_every_event_delivered() {
     );
     let bundle = env.path("load").display().to_string();
     let server = Server::start(env.home.path(), &[], &[]);
-    let client = reqwest::Client::new();
+    let client = server.client();
     let mut ids = Vec::new();
     for _ in 0..50 {
         let s = post(

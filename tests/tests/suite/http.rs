@@ -40,9 +40,9 @@ struct Api {
 impl Api {
     fn new(server: Server) -> Api {
         Api {
-            server,
             client: reqwest::Client::new(),
-            token: None,
+            token: server.token.clone(),
+            server,
         }
     }
 
@@ -425,7 +425,9 @@ async fn every_error_status_has_the_error_shape() {
     );
     // Its own connection: the server answers 413 before reading the body, then closes the connection.
     let big = "x".repeat(2 * 1024 * 1024);
-    let resp = reqwest::Client::new()
+    let resp = api
+        .server
+        .client()
         .post(api.server.url(&format!("/sessions/{id}/run-sync")))
         .json(&json!({"input": task(&big)}))
         .send()
@@ -493,17 +495,41 @@ async fn a_token_guards_every_endpoint_but_healthz() {
     api.token = Some("s3cret".into());
     assert_eq!(api.get("/sessions").await.0, 200);
 
-    let open = Api::new(Server::start(home.path(), &[], &[]));
+    // The scheme is case-insensitive.
+    let lower = api
+        .client
+        .get(api.server.url("/sessions"))
+        .header("authorization", "bearer s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lower.status().as_u16(), 200);
+
+    // Without --token a token is generated, stored 0600 and required.
+    let mut generated = Api::new(Server::start(home.path(), &[], &[]));
+    let token = generated.token.clone().expect("serve.token written");
+    assert_eq!(token.len(), 64);
+    let mode = std::fs::metadata(home.path().join("serve.token"))
+        .unwrap()
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+    assert_eq!(generated.get("/sessions").await.0, 200);
+    generated.token = None;
+    assert_eq!(generated.get("/sessions").await.0, 401);
+
+    let open = Api::new(Server::start(home.path(), &["--no-auth"], &[]));
     assert_eq!(open.get("/sessions").await.0, 200);
 
     let refused = Env::new();
     let run = refused
-        .command(&["serve", "--bind", "0.0.0.0:0"])
+        .command(&["serve", "--bind", "0.0.0.0:0", "--no-auth"])
         .output()
         .unwrap();
     assert!(!run.status.success());
-    assert!(String::from_utf8_lossy(&run.stderr)
-        .contains("refusing to listen on 0.0.0.0:0 without a token"));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("refusing --no-auth on 0.0.0.0:0"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -234,16 +234,26 @@ pub fn kinds(events: &[service_ipc::EventMsg]) -> Vec<&'static str> {
 pub struct Server {
     pub child: std::process::Child,
     pub base: String,
+    /// The token the server generated (from `serve.token`), unless it was given one or none.
+    pub token: Option<String>,
 }
 
 impl Server {
-    /// Starts `serve --bind 127.0.0.1:0` (plus `args`) over `home`, with `envs`, and waits for its address.
+    /// Starts `serve --bind 127.0.0.1:0` (plus `args`) over `home`, with `envs`, and waits for its address. Unless
+    /// `args` set `--allow-path`, bundle directories under the temporary directory and the examples are allowed,
+    /// where the tests keep theirs.
     pub fn start(home: &Path, args: &[&str], envs: &[(&str, &str)]) -> Server {
         use std::io::BufRead;
         let mut cmd = Command::new(binary());
-        cmd.args(["serve", "--bind", "127.0.0.1:0"])
-            .args(args)
-            .env("SERVICE_HOME", home)
+        cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(args);
+        if !args.contains(&"--allow-path") {
+            let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+            cmd.arg("--allow-path")
+                .arg(std::env::temp_dir())
+                .arg("--allow-path")
+                .arg(examples);
+        }
+        cmd.env("SERVICE_HOME", home)
             .env_remove("SERVICE_TOKEN")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -268,7 +278,25 @@ impl Server {
             .strip_prefix("service-rs listening on ")
             .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
             .to_string();
-        Server { child, base }
+        let token = std::fs::read_to_string(home.join("serve.token"))
+            .ok()
+            .map(|t| t.trim().to_string());
+        Server { child, base, token }
+    }
+
+    /// A client that sends the server's token.
+    pub fn client(&self) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(t) = &self.token {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {t}").parse().expect("token header"),
+            );
+        }
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .expect("client")
     }
 
     /// The full URL of `path`.

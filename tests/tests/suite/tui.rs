@@ -191,8 +191,10 @@ fn the_tui_works_against_a_server_with_remote() {
         "workspace_write",
     );
     let server = super::support::Server::start(env.home.path(), &[], &[]);
+    // The TUI finds the server's token in the store the server wrote it to.
     let command = format!(
-        "{} --remote {} tui --bundle {}",
+        "SERVICE_HOME={} {} --remote {} tui --bundle {}",
+        env.home.path().display(),
         binary().display(),
         server.base,
         bundle.display()

@@ -1,0 +1,227 @@
+//! The checks every request passes before a handler sees it: the `Host` the client asked for (DNS rebinding), the
+//! `Origin` of a browser page (cross-site requests), the body's content type, and the bearer token.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::api::ApiError;
+use super::AppState;
+
+/// The host names a request may address: the bound address, the loopback names when bound to loopback, and the
+/// names the operator allowed with `--allowed-host`.
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts {
+    /// Lower-case `host` or `host:port` entries.
+    names: Vec<String>,
+    port: u16,
+}
+
+impl AllowedHosts {
+    /// The hosts of a server bound at `bound`, plus `extra` (each `name` or `name:port`).
+    pub fn new(bound: SocketAddr, extra: &[String]) -> AllowedHosts {
+        let port = bound.port();
+        let mut names = vec![match bound {
+            SocketAddr::V4(a) => a.ip().to_string(),
+            SocketAddr::V6(a) => format!("[{}]", a.ip()),
+        }];
+        if bound.ip().is_loopback() || bound.ip().is_unspecified() {
+            names.extend(["localhost", "127.0.0.1", "[::1]"].map(String::from));
+        }
+        names.extend(extra.iter().map(|h| h.to_ascii_lowercase()));
+        AllowedHosts { names, port }
+    }
+
+    /// True when `host` (a `Host` header value or an origin's authority) names this server.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        let Some((name, port)) = split_authority(&host) else {
+            return false;
+        };
+        self.names.iter().any(|allowed| {
+            *allowed == host || (*allowed == name && port.is_none_or(|p| p == self.port))
+        })
+    }
+}
+
+/// `name[:port]` or `[v6][:port]` into its name and port; None when the port is not a number.
+fn split_authority(host: &str) -> Option<(&str, Option<u16>)> {
+    let (name, rest) = match host.strip_prefix('[') {
+        Some(v6) => {
+            let end = v6.find(']')? + 2;
+            (&host[..end], &host[end..])
+        }
+        None => match host.split_once(':') {
+            Some((n, p)) => (n, &host[n.len()..][..p.len() + 1]),
+            None => (host, ""),
+        },
+    };
+    match rest.strip_prefix(':') {
+        None if rest.is_empty() => Some((name, None)),
+        None => None,
+        Some(p) => p.parse().ok().map(|p| (name, Some(p))),
+    }
+}
+
+fn refuse(status: StatusCode, code: &str, message: String) -> Response {
+    ApiError::new(status, code, message).into_response()
+}
+
+/// Refuses requests for another host, from a foreign page, or with a non-JSON body.
+pub async fn check_request(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !st.hosts.allows(host) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden_host",
+            format!("this server does not answer for host \"{host}\"; the operator can allow a name with --allowed-host"),
+        );
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("null");
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .unwrap_or("");
+        if authority.is_empty() || authority.contains('/') || !st.hosts.allows(authority) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "forbidden_origin",
+                format!("requests from pages of {origin} are refused"),
+            );
+        }
+    }
+    let has_body = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() != "0")
+        || headers.contains_key(header::TRANSFER_ENCODING);
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if has_body && !json {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send request bodies as JSON with content-type: application/json".into(),
+        );
+    }
+    next.run(req).await
+}
+
+/// Requires `Authorization: Bearer <token>` (the scheme in any case) unless the server runs with `--no-auth`.
+pub async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(expected) = st.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match given {
+        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => next.run(req).await,
+        _ => refuse(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send Authorization: Bearer <token> with the server's token (printed at start-up and stored in \
+             $SERVICE_HOME/serve.token)"
+                .into(),
+        ),
+    }
+}
+
+/// Compares two secrets in time that depends only on their lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Counts the event streams each client address holds, to cap them.
+#[derive(Debug, Default)]
+pub struct StreamCounts(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One open event stream; dropping it gives the slot back.
+pub struct StreamSlot {
+    counts: Arc<StreamCounts>,
+    ip: std::net::IpAddr,
+}
+
+impl StreamCounts {
+    /// Takes a slot for `ip`, or None when it already holds `max`.
+    pub fn take(self: &Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<StreamSlot> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = counts.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names_and_the_bound_port_are_allowed_and_others_are_not() {
+        let hosts = AllowedHosts::new("127.0.0.1:8472".parse().unwrap(), &["box.lan".into()]);
+        for ok in [
+            "127.0.0.1:8472",
+            "localhost:8472",
+            "LOCALHOST",
+            "[::1]:8472",
+            "box.lan:8472",
+            "box.lan",
+        ] {
+            assert!(hosts.allows(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8472",
+            "127.0.0.1:9999",
+            "localhost.evil.example",
+            "",
+            "box.lan:1",
+        ] {
+            assert!(!hosts.allows(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn stream_slots_are_capped_per_address_and_given_back() {
+        let counts = Arc::new(StreamCounts::default());
+        let ip = "127.0.0.1".parse().unwrap();
+        let a = counts.take(ip, 2).unwrap();
+        let _b = counts.take(ip, 2).unwrap();
+        assert!(counts.take(ip, 2).is_none());
+        drop(a);
+        assert!(counts.take(ip, 2).is_some());
+    }
+}
