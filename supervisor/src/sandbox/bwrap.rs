@@ -3,7 +3,8 @@
 //!
 //! Mount order (bwrap applies arguments in order, and a later mount may sit inside an earlier one):
 //! 1. namespaces and lifecycle: `--die-with-parent --new-session --unshare-all --unshare-user --uid 1000 --gid 1000
-//!    [--share-net] --cap-drop ALL`. The sandbox user is uid [`SANDBOX_UID`], never 0: the worker gives every command
+//!    --cap-drop ALL`. The network namespace is always the sandbox's own (loopback only): sharing the host's would
+//!    hand sandboxed code every loopback service of the host, this server's API among them. The sandbox user is uid [`SANDBOX_UID`], never 0: the worker gives every command
 //!    a user and pid namespace of its own, and a user namespace may map its creator's uid onto itself only when that
 //!    uid is not 0 (mapping root needs `CAP_SETFCAP`, which the sandbox drops);
 //! 2. environment: `--clearenv` and the minimal variables;
@@ -53,8 +54,6 @@ pub struct HostPaths {
 pub struct Permissions {
     /// Mount the workspace read-write.
     pub workspace_writable: bool,
-    /// Keep the host network namespace.
-    pub share_net: bool,
 }
 
 fn push(args: &mut Vec<OsString>, items: &[&str]) {
@@ -89,9 +88,6 @@ pub fn args(
             SANDBOX_UID,
         ],
     );
-    if perms.share_net {
-        push(&mut a, &["--share-net"]);
-    }
     push(&mut a, &["--cap-drop", "ALL"]);
     push(
         &mut a,
@@ -184,7 +180,6 @@ mod tests {
         ];
         let perms = Permissions {
             workspace_writable: false,
-            share_net: false,
         };
         let expected: Vec<&str> = vec![
             "--die-with-parent",
@@ -251,10 +246,9 @@ mod tests {
     }
 
     #[test]
-    fn workspace_write_with_network_binds_read_write_and_shares_the_network() {
+    fn workspace_write_binds_read_write_and_never_shares_the_network() {
         let perms = Permissions {
             workspace_writable: true,
-            share_net: true,
         };
         let a = strings(args(&[], &paths(), perms, "C", "xterm"));
         assert_eq!(
@@ -268,7 +262,6 @@ mod tests {
                 "1000",
                 "--gid",
                 "1000",
-                "--share-net",
                 "--cap-drop",
                 "ALL"
             ]

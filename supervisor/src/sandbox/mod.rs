@@ -88,7 +88,6 @@ impl Launcher for SandboxLauncher {
         };
         let perms = bwrap::Permissions {
             workspace_writable: mode.workspace_writable,
-            share_net: sandbox.permissions.network_enabled(),
         };
         let lang = std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into());
         let term = std::env::var("TERM").unwrap_or_else(|_| "dumb".into());

@@ -1,0 +1,336 @@
+//! The escape suite of the trust boundary: each case runs a real attack from Bash inside a real bubblewrap sandbox
+//! (or from a hostile HTTP client) and shows that it fails. Grown from the security review's findings; every new
+//! capability adds its probes here.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use super::support::{processes_with, wait_until, Env, Server};
+
+/// A bundle at `work/<name>` whose scripted model runs `command` with Bash, then answers with its output.
+fn bundle(env: &Env, name: &str, mode: &str, command: &str) {
+    let dir = env.path(name);
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        format!(r#"{{ manifest_version: "service.bundle/v1", id: "{name}", version: "1.0.0", tools: ["Bash"], sandbox: {{ mode: "{mode}", permissions: {{ network: ["*"] }} }} }}"#),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("agent.yaml"),
+        "model: { provider: scripted, name: s, config: { script: resources/script.json5 } }\n",
+    )
+    .unwrap();
+    let script = serde_json::json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": command, "timeout_ms": 60000}}]},
+        {"text": "{{last_tool_output}}"},
+    ]}]});
+    std::fs::write(dir.join("resources/script.json5"), script.to_string()).unwrap();
+}
+
+/// Runs the attack and returns what it printed.
+fn attack(env: &Env, name: &str, mode: &str, command: &str) -> String {
+    bundle(env, name, mode, command);
+    env.run(&["run", &format!("./{name}"), "--prompt", "go"])
+        .ok()
+        .to_string()
+}
+
+/// Perl one-liners: perl is in every Debian base system, so the probes need no extra package.
+const FIND_WORKER: &str = r#"W=$(for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/run/service/service-rs worker --ipc-fd' && basename $p; done | head -1); echo "worker=$W";"#;
+
+#[test]
+fn a_command_cannot_ptrace_steal_descriptors_or_read_the_memory_of_the_worker() {
+    let env = Env::new();
+    let probe = format!(
+        r#"{FIND_WORKER}
+perl -e '$r = syscall(101, 16, $ARGV[0], 0, 0); print "ptrace: ", ($r == -1 ? "denied $!" : "ATTACHED"), "\n"' $W
+perl -e '$fd = syscall(434, $ARGV[0], 0); print "pidfd_open: ", ($fd == -1 ? "denied $!" : "OPENED"), "\n"' $W
+perl -e '$r = syscall(438, 0, 3, 0); print "pidfd_getfd: ", ($r == -1 ? "denied $!" : "STOLEN"), "\n"'
+head -c 16 /proc/$W/mem >/dev/null 2>&1 && echo "mem: READ" || echo "mem: denied"
+readlink /proc/$W/fd/0 >/dev/null 2>&1 && echo "fds: OPENED" || echo "fds: denied"
+cat /proc/$W/environ >/dev/null 2>&1 && echo "environ: READ" || echo "environ: denied"
+sleep 31 & K=$!; sleep 0.1
+S=$(for p in /proc/[0-9]*; do [ "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" = "sleep 31 " ] && basename $p; done | head -1)
+readlink /proc/$S/fd/0 >/dev/null 2>&1 && echo "sibling fds: opened"; kill $K"#
+    );
+    let out = attack(&env, "ptrace", "read_only", &probe);
+    assert!(
+        !out.contains("worker=\n"),
+        "the probe found no worker: {out}"
+    );
+    for line in [
+        "ptrace: denied Operation not permitted",
+        "pidfd_open: denied Operation not permitted",
+        "pidfd_getfd: denied Operation not permitted",
+        "mem: denied",
+        "fds: denied",
+        "environ: denied",
+        // The same /proc probe works against a dumpable process, so the denials above are not vacuous.
+        "sibling fds: opened",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn a_spare_shell_cannot_be_fed_a_command_through_proc() {
+    let env = Env::new();
+    let probe = r#"sleep 0.5
+for p in /proc/[0-9]*; do
+  # A waiting spare: the hand-over script in another pid namespace than this command's.
+  if tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q __service_dir && [ "$(readlink $p/ns/pid 2>/dev/null)" != "$(readlink /proc/self/ns/pid)" ]; then
+    (printf '/\0touch /workspace/pwned\0' > $p/fd/0) 2>/dev/null && echo "spare: INJECTED" || echo "spare: refused"
+  fi
+done
+sleep 0.5; test -e /workspace/pwned && echo "pwned: yes" || echo "pwned: no""#;
+    let out = attack(&env, "inject", "workspace_write", probe);
+    assert!(out.contains("spare: refused"), "no spare was probed: {out}");
+    assert!(
+        !out.contains("INJECTED") && out.contains("pwned: no"),
+        "{out}"
+    );
+}
+
+#[test]
+fn nothing_a_command_started_outlives_it_setsid_or_not() {
+    let env = Env::new();
+    let probe = "setsid sleep 3171 & (sleep 3172 &); nohup sleep 3173 >/dev/null 2>&1 & \
+                 (setsid sh -c 'sleep 3174' &); sleep 0.2; echo started";
+    let out = attack(&env, "leftovers", "read_only", probe);
+    assert!(out.contains("started"), "{out}");
+    wait_until(
+        Duration::from_secs(5),
+        || processes_with("sleep 317") == 0,
+        || format!("{} leftovers still run", processes_with("sleep 317")),
+    );
+}
+
+#[test]
+fn no_host_backed_mount_is_writable_in_read_only() {
+    let env = Env::new();
+    // Mount point, options and filesystem type of every mount; kernel filesystems and the sandbox's own tmpfs hold
+    // no host file.
+    let probe = r#"awk '{ for (i = 7; $i != "-"; i++); print $5, $6, $(i+1) }' /proc/self/mountinfo
+touch /workspace/x 2>/dev/null && echo "workspace: WRITTEN" || echo "workspace: refused""#;
+    let out = attack(&env, "mounts", "read_only", probe);
+    assert!(out.contains("workspace: refused"), "{out}");
+    let mut checked = 0;
+    for line in out.lines().filter(|l| l.starts_with('/')) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [point, options, fstype] = f[..] else {
+            continue;
+        };
+        let kernel = ["tmpfs", "proc", "devtmpfs", "devpts", "mqueue", "sysfs"].contains(&fstype);
+        let device = point.starts_with("/dev/");
+        if kernel || device {
+            continue;
+        }
+        checked += 1;
+        assert!(
+            options.split(',').any(|o| o == "ro"),
+            "{point} ({fstype}) is writable: {line}"
+        );
+    }
+    assert!(checked >= 3, "too few host mounts seen: {out}");
+}
+
+#[test]
+fn a_flood_of_output_is_cut_at_the_live_cap_and_the_journal_stays_small() {
+    let env = Env::new();
+    let out = attack(
+        &env,
+        "flood",
+        "read_only",
+        "head -c 100000000 /dev/zero | tr '\\0' a; echo; echo flood-done",
+    );
+    assert!(
+        out.contains("bytes of output omitted"),
+        "{}",
+        &out[out.len().saturating_sub(300)..]
+    );
+    let sessions = env.home.path().join("sessions");
+    let session = std::fs::read_dir(&sessions)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let journal = std::fs::read_to_string(session.join("events.jsonl")).unwrap();
+    assert!(
+        journal.len() < 3 * 1024 * 1024,
+        "journal grew to {} bytes",
+        journal.len()
+    );
+    assert_eq!(
+        journal.matches("\"exec_command_output_truncated\"").count(),
+        1
+    );
+}
+
+#[test]
+fn with_network_star_the_server_api_on_host_loopback_is_unreachable() {
+    let env = Env::new();
+    let server = Server::start(env.home.path(), &["--no-auth"], &[]);
+    let port = server.base.rsplit(':').next().unwrap().to_string();
+    let probe = format!(
+        "(exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET /sessions HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3) 2>&1 | head -3; echo probe-done"
+    );
+    let other = Env::new();
+    let out = attack(&other, "api", "workspace_write", &probe);
+    assert!(
+        out.contains("probe-done") && !out.contains("HTTP/1"),
+        "{out}"
+    );
+}
+
+/// Sends raw request bytes and returns the status line.
+fn raw(server: &Server, request: &str) -> String {
+    let addr = server.base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.lines().next().unwrap_or("").to_string()
+}
+
+#[test]
+fn foreign_hosts_origins_and_non_json_bodies_are_refused() {
+    let env = Env::new();
+    let server = Server::start(env.home.path(), &[], &[]);
+    let token = server.token.clone().unwrap();
+    let rebinding = format!("GET /sessions HTTP/1.1\r\nHost: evil.example:8472\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n");
+    assert!(
+        raw(&server, &rebinding).contains("403"),
+        "a foreign Host was answered"
+    );
+    let port = server.base.rsplit(':').next().unwrap();
+    let cross = format!("POST /sessions/x/interrupt HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://evil.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    assert!(
+        raw(&server, &cross).contains("403"),
+        "a foreign Origin was answered"
+    );
+    let plain = format!("POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi");
+    assert!(
+        raw(&server, &plain).contains("415"),
+        "a text/plain body was accepted"
+    );
+    let same = format!("GET /sessions HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: http://localhost:{port}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n");
+    assert!(
+        raw(&server, &same).contains("200"),
+        "the server's own origin was refused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_name_server_directories_host_cwds_dangerous_bundles_or_other_models() {
+    let env = Env::new();
+    let allowed = env.path("allowed");
+    std::fs::create_dir_all(&allowed).unwrap();
+    super::support::write_bundle(
+        &allowed.join("b"),
+        "{turns: [{replies: [{text: 'hi'}]}]}",
+        "",
+        "workspace_write",
+    );
+    let danger = allowed.join("danger");
+    super::support::write_bundle(
+        &danger,
+        "{turns: [{replies: [{text: 'hi'}]}]}",
+        "",
+        "danger_full_access",
+    );
+    let server = Server::start(
+        env.home.path(),
+        &["--allow-path", allowed.to_str().unwrap()],
+        &[],
+    );
+    let client = server.client();
+    let post = |path: &str, body: serde_json::Value| {
+        let req = client.post(server.url(path)).json(&body);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, body) = post("/sessions", serde_json::json!({"bundle_ref": "/etc"})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("bundle_path_refused"))
+    );
+    let (status, body) = post(
+        "/sessions",
+        serde_json::json!({"bundle_ref": "/nonexistent/x"}),
+    )
+    .await;
+    assert_eq!(
+        status, 403,
+        "an absent directory must look the same as a present one: {body}"
+    );
+    let (status, _) = post(
+        "/sessions",
+        serde_json::json!({"bundle_ref": allowed.join("b").to_str().unwrap(), "cwd": "/"}),
+    )
+    .await;
+    assert_eq!(status, 403, "a host cwd was accepted");
+    let (status, body) = post(
+        "/sessions",
+        serde_json::json!({"bundle_ref": danger.to_str().unwrap()}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("dangerous_bundle_refused"))
+    );
+    let (status, record) = post(
+        "/sessions",
+        serde_json::json!({"bundle_ref": allowed.join("b").to_str().unwrap()}),
+    )
+    .await;
+    assert_eq!(status, 201, "{record}");
+    let id = record["id"].as_str().unwrap();
+    let task =
+        serde_json::json!({"prompt": "x", "submission_id": "6f1c1c2e-8f1a-4c59-9d0e-4f4a4f7f0a11"});
+    let (status, body) = post(
+        &format!("/sessions/{id}/run-sync"),
+        serde_json::json!({"input": task, "turn_context": {"model": {"provider": "openai", "name": "gpt-x", "config": {"base_url": "http://evil.example/v1"}}}}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("model_refused"))
+    );
+}
+
+#[test]
+fn half_open_connections_are_closed_after_the_header_time_out() {
+    let env = Env::new();
+    let server = Server::start(env.home.path(), &["--header-timeout", "1"], &[]);
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut held: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            s
+        })
+        .collect();
+    // The server still answers others meanwhile.
+    assert!(raw(
+        &server,
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .contains("200"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut closed = 0;
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut buf = [0u8; 256];
+        if matches!(s.read(&mut buf), Ok(_)) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, held.len(), "slowloris connections still open");
+}
