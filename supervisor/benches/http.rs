@@ -146,11 +146,14 @@ fn main() -> BenchResult<()> {
         let stopper = stop.clone();
         let server_rt = rt.clone();
         let server = tokio::spawn(async move {
+            // No token: the bench measures the server's own work per request, as before.
+            let mut options =
+                server::ServeOptions::new(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+            options.auth = server::Auth::None;
             server::serve(
                 server_rt,
-                std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-                None,
-                |a| {
+                options,
+                |a, _| {
                     let _ = addr_tx.send(a);
                 },
                 async move { stopper.cancelled().await },

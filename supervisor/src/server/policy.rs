@@ -76,7 +76,7 @@ pub fn model(policy: &ClientPolicy, bundle: &Bundle, model: &ModelRef) -> Result
     let own = bundle.agent.model.to_ref();
     let name = format!("{}/{}", model.provider, model.name);
     if (own.provider == model.provider && own.name == model.name)
-        || policy.allowed_models.iter().any(|m| *m == name)
+        || policy.allowed_models.contains(&name)
     {
         return Ok(());
     }

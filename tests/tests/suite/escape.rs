@@ -328,7 +328,7 @@ fn half_open_connections_are_closed_after_the_header_time_out() {
         s.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let mut buf = [0u8; 256];
-        if matches!(s.read(&mut buf), Ok(_)) {
+        if s.read(&mut buf).is_ok() {
             closed += 1;
         }
     }
