@@ -7,25 +7,10 @@ use std::time::Duration;
 
 use super::support::{processes_with, wait_until, Env, Server};
 
-/// A bundle at `work/<name>` whose scripted model runs `command` with Bash, then answers with its output.
+/// A bundle at `work/<name>` whose scripted model runs `command` with Bash in sandbox `mode`, with `network: ["*"]`.
 fn bundle(env: &Env, name: &str, mode: &str, command: &str) {
-    let dir = env.path(name);
-    std::fs::create_dir_all(dir.join("resources")).unwrap();
-    std::fs::write(
-        dir.join("service.bundle.json5"),
-        format!(r#"{{ manifest_version: "service.bundle/v1", id: "{name}", version: "1.0.0", tools: ["Bash"], sandbox: {{ mode: "{mode}", permissions: {{ network: ["*"] }} }} }}"#),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("agent.yaml"),
-        "model: { provider: scripted, name: s, config: { script: resources/script.json5 } }\n",
-    )
-    .unwrap();
-    let script = serde_json::json!({"turns": [{"replies": [
-        {"tool_calls": [{"name": "Bash", "arguments": {"command": command, "timeout_ms": 60000}}]},
-        {"text": "{{last_tool_output}}"},
-    ]}]});
-    std::fs::write(dir.join("resources/script.json5"), script.to_string()).unwrap();
+    let sandbox = format!(r#"{{ mode: "{mode}", permissions: {{ network: ["*"] }} }}"#);
+    super::sandbox::bundle(env, name, &sandbox, command);
 }
 
 /// Runs the attack and returns what it printed.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::support::{processes_with, wait_until, Env};
 
 /// Writes a bundle at `work/<name>` whose model runs `command` with Bash, then answers with the tool output.
-fn bundle(env: &Env, name: &str, sandbox: &str, command: &str) {
+pub(super) fn bundle(env: &Env, name: &str, sandbox: &str, command: &str) {
     let dir = env.path(name);
     std::fs::create_dir_all(dir.join("resources")).unwrap();
     std::fs::write(
