@@ -241,7 +241,9 @@ fn host_processes_are_invisible() {
     );
     assert!(out.contains("hidden"), "{out}");
     let count: usize = out.lines().nth(1).unwrap().trim().parse().unwrap();
-    assert!(count < 10, "{count} processes visible: {out}");
+    // The sandbox's own: bwrap's init, the worker, this command and two spare shells (each with its reaper, see
+    // the worker's `confine`) and the pipeline; the host has hundreds.
+    assert!(count < 20, "{count} processes visible: {out}");
 }
 
 #[test]
