@@ -28,6 +28,14 @@ pub struct Permissions {
     /// Rules, first match wins.
     #[serde(default)]
     pub rules: Vec<PermissionRule>,
+    /// What a connection to a host that `sandbox.permissions.network` does not list resolves to: `deny`, or
+    /// `ask` to route it to an operator. Decided by the supervisor's egress proxy, never by the worker.
+    #[serde(default = "default_network")]
+    pub network: PermissionAction,
+}
+
+fn default_network() -> PermissionAction {
+    PermissionAction::Deny
 }
 
 fn default_action() -> PermissionAction {
@@ -39,6 +47,7 @@ impl Default for Permissions {
         Permissions {
             default: PermissionAction::Allow,
             rules: Vec::new(),
+            network: default_network(),
         }
     }
 }
@@ -83,4 +92,8 @@ pub struct WorkerConfig {
     pub history: Vec<ChatMessage>,
     /// How often the worker sends a heartbeat.
     pub heartbeat_ms: u64,
+    /// The supervisor's egress proxy socket as the worker sees it, when the sandbox may reach hosts through it:
+    /// the worker forwards a loopback port to it and points every command's proxy variables at that port.
+    #[serde(default)]
+    pub egress_proxy: Option<String>,
 }

@@ -60,6 +60,16 @@ pub enum TurnStatus {
     Interrupted,
 }
 
+/// What the egress proxy did with a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkDecision {
+    /// Let through.
+    Allow,
+    /// Refused with a 403 that names the host.
+    Deny,
+}
+
 /// State of one plan step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -227,6 +237,57 @@ pub enum EventPayload {
         /// The decision.
         decision: ApprovalDecision,
     },
+    /// The egress proxy decided on a connection from the sandbox.
+    NetworkAccess {
+        /// The turn running when it was opened; null outside turns (operator commands).
+        turn_id: Option<String>,
+        /// Id that ties the decision to its `network_closed`.
+        connection_id: String,
+        /// Host as the client named it (CONNECT authority or absolute URL).
+        host: String,
+        /// Port.
+        port: u16,
+        /// `allow` or `deny`.
+        decision: NetworkDecision,
+        /// The manifest entry or approval that decided, e.g. `"*.pythonhosted.org"`, `"approval"`; null when no
+        /// rule allowed it.
+        rule: Option<String>,
+        /// Why it was refused; null when allowed.
+        reason: Option<String>,
+    },
+    /// An allowed connection ended.
+    NetworkClosed {
+        /// The turn running when it was opened; null outside turns.
+        turn_id: Option<String>,
+        /// The `network_access` it closes.
+        connection_id: String,
+        /// Host.
+        host: String,
+        /// Port.
+        port: u16,
+        /// Bytes from the sandbox to the host.
+        bytes_sent: u64,
+        /// Bytes from the host to the sandbox.
+        bytes_received: u64,
+        /// How long it was open.
+        duration_ms: u64,
+    },
+    /// `permissions.network: ask` and a host not on the list: a decision is needed before the connection opens.
+    NetworkPermissionRequested {
+        /// Turn id.
+        turn_id: String,
+        /// Id to answer with (`POST /approvals/{id}`).
+        request_id: String,
+        /// Host.
+        host: String,
+        /// Port.
+        port: u16,
+        /// What the supervisor resolved it to; an approval lets the connection reach exactly these.
+        addresses: Vec<String>,
+        /// True when one of them is loopback, private or link-local: approving exposes a service on the host's
+        /// side rather than the internet.
+        internal: bool,
+    },
     /// The plan changed.
     PlanUpdate {
         /// Turn id.
@@ -265,6 +326,9 @@ impl EventPayload {
             EventPayload::ExecCommandEnd { .. } => "exec_command_end",
             EventPayload::PermissionRequested { .. } => "permission_requested",
             EventPayload::ApprovalResolved { .. } => "approval_resolved",
+            EventPayload::NetworkAccess { .. } => "network_access",
+            EventPayload::NetworkClosed { .. } => "network_closed",
+            EventPayload::NetworkPermissionRequested { .. } => "network_permission_requested",
             EventPayload::PlanUpdate { .. } => "plan_update",
             EventPayload::Error { .. } => "error",
         }
@@ -283,11 +347,14 @@ impl EventPayload {
             | EventPayload::ToolCallFinished { turn_id, .. }
             | EventPayload::PermissionRequested { turn_id, .. }
             | EventPayload::ApprovalResolved { turn_id, .. }
+            | EventPayload::NetworkPermissionRequested { turn_id, .. }
             | EventPayload::PlanUpdate { turn_id, .. } => Some(turn_id),
             EventPayload::ExecCommandBegin { turn_id, .. }
             | EventPayload::ExecCommandOutputDelta { turn_id, .. }
             | EventPayload::ExecCommandOutputTruncated { turn_id, .. }
             | EventPayload::ExecCommandEnd { turn_id, .. }
+            | EventPayload::NetworkAccess { turn_id, .. }
+            | EventPayload::NetworkClosed { turn_id, .. }
             | EventPayload::Error { turn_id, .. } => turn_id.as_deref(),
         }
     }
@@ -300,4 +367,15 @@ impl EventPayload {
             _ => false,
         }
     }
+}
+
+/// How a network permission request reads to an operator: `host:port (addresses)`, with a warning when one of them
+/// is on the host's side (loopback, private or link-local).
+pub fn network_summary(host: &str, port: u16, addresses: &[String], internal: bool) -> String {
+    let warning = if internal {
+        ", an internal address: approving opens a service on the supervisor's side, not the internet"
+    } else {
+        ""
+    };
+    format!("{host}:{port} ({}{warning})", addresses.join(", "))
 }

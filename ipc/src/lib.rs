@@ -26,7 +26,8 @@ pub use chat::{
 pub use codec::{CodecError, FrameCodec, MAX_FRAME_LEN};
 pub use config::{PermissionRule, Permissions, SkillInfo, WorkerConfig};
 pub use event::{
-    EventMsg, EventPayload, ExecStream, PlanItem, PlanStatus, ToolCallStatus, TurnStatus,
+    network_summary, EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus,
+    ToolCallStatus, TurnStatus,
 };
 pub use message::{ToSupervisor, ToWorker};
 pub use names::{
@@ -36,4 +37,4 @@ pub use names::{
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;

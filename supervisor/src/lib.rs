@@ -5,6 +5,7 @@
 //! - [`home`]: the local store root (`$SERVICE_HOME`) and its paths.
 //! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
+//! - [`egress`]: the proxy that is a sandbox's only way out, host by host.
 //! - [`providers`]: model providers, serving the workers' model requests.
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
 //! - [`server`]: the HTTP API and event stream over the runtime.
@@ -14,6 +15,7 @@
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
 pub mod bundle;
+pub mod egress;
 pub mod event_source;
 pub mod hardening;
 pub mod home;

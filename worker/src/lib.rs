@@ -12,10 +12,12 @@
 //! - [`memory`]: the sliding-window memory.
 //! - [`permissions`]: evaluating agent.yaml permission rules.
 //! - [`tools`]: the builtin tools and the subprocess runner shared with operator commands.
+//! - [`egress`]: the loopback port that leads to the supervisor's egress proxy.
 //! - [`confine`]: what every tool process runs under (its own pid namespace, a seccomp filter).
 
 pub mod confine;
 pub mod conn;
+pub mod egress;
 pub mod error;
 pub mod memory;
 pub mod permissions;

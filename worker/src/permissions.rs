@@ -61,6 +61,7 @@ mod tests {
                 rule(BuiltinTool::Bash, None, PermissionAction::Deny),
                 rule(BuiltinTool::Write, Some("/etc/**"), PermissionAction::Deny),
             ],
+            ..Permissions::default()
         };
         assert_eq!(
             evaluate(&perms, BuiltinTool::Bash, "git status --short"),

@@ -93,6 +93,13 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
             crate::confine::Strictness::Required
         },
     );
+    if let Some(socket) = config.egress_proxy.clone() {
+        // Without the forwarder every command would find its proxy variables pointing nowhere; the sandbox still
+        // has no other way out, so this only costs the session its network.
+        if let Err(e) = crate::egress::start(socket).await {
+            eprintln!("service-rs worker: cannot open the loopback port to the egress proxy: {e}");
+        }
+    }
     let heartbeat = tokio::spawn(heartbeat(
         outbox.clone(),
         Duration::from_millis(config.heartbeat_ms.max(10)),

@@ -248,9 +248,11 @@ fn every_to_worker() -> Vec<ToWorker> {
                     pattern: Some("git *".into()),
                     action: PermissionAction::Allow,
                 }],
+                network: PermissionAction::Ask,
             },
             history: vec![ChatMessage::text(ChatRole::User, "earlier")],
             heartbeat_ms: 1000,
+            egress_proxy: Some("/run/service/egress.sock".into()),
         }),
         ToWorker::RunTurn {
             turn_id: "t".into(),

@@ -152,6 +152,14 @@ impl AgentSpec {
         if self.memory.window < 2 {
             return bad("memory.window", "must keep at least 2 messages".into());
         }
+        if self.permissions.network == service_ipc::PermissionAction::Allow {
+            return bad(
+                "permissions.network",
+                "\"allow\" is not accepted here; use \"deny\" or \"ask\", and list the hosts to allow in \
+                 service.bundle.json5 sandbox.permissions.network (\"*\" for any public host)"
+                    .into(),
+            );
+        }
         for (i, rule) in self.permissions.rules.iter().enumerate() {
             if let Some(pattern) = &rule.pattern {
                 if let Err(e) = globset::Glob::new(pattern) {

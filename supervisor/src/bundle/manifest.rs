@@ -59,7 +59,8 @@ pub struct SandboxSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxPermissions {
-    /// `["*"]` for full network access, `[]` for none.
+    /// Hosts the sandbox may reach through the egress proxy: `"pypi.org"`, `"*.pythonhosted.org"`,
+    /// `"api.github.com:443"`, `"*"` for any public host; `[]` (the default) for none.
     #[serde(default)]
     pub network: Vec<String>,
 }
@@ -111,9 +112,19 @@ impl Default for Resources {
 }
 
 impl SandboxPermissions {
-    /// True when commands may use the network.
+    /// True when commands may reach some host (through the egress proxy).
     pub fn network_enabled(&self) -> bool {
-        self.network.iter().any(|h| h == "*")
+        !self.network.is_empty()
+    }
+
+    /// The parsed host patterns; the error carries the index of the first malformed entry.
+    pub fn hosts(
+        &self,
+    ) -> std::result::Result<
+        Vec<crate::egress::HostPattern>,
+        (usize, crate::egress::policy::PatternError),
+    > {
+        crate::egress::policy::parse_all(&self.network)
     }
 }
 
@@ -157,16 +168,8 @@ impl Manifest {
                 return bad(&format!("tools[{i}]"), format!("{tool} is listed twice"));
             }
         }
-        let network = &self.sandbox.permissions.network;
-        let all_or_nothing = network.is_empty() || network.as_slice() == ["*"];
-        if !all_or_nothing {
-            return bad(
-                "sandbox.permissions.network",
-                format!(
-                    "{network:?} is not supported; host filtering does not exist yet, so use [\"*\"] for full \
-                     network access or [] for none"
-                ),
-            );
+        if let Err((i, e)) = self.sandbox.permissions.hosts() {
+            return bad(&format!("sandbox.permissions.network[{i}]"), e.to_string());
         }
         if self.sandbox.resources.cpu == 0 {
             return bad("sandbox.resources.cpu", "must be at least 1".into());

@@ -86,7 +86,8 @@ fn manifest_text(id: &str) -> String {
     // read_only | workspace_write | danger_full_access
     mode: "read_only",
     permissions: {{
-      // ["*"] lets bundle commands use the network; [] cuts it off.
+      // Hosts commands may reach, through the supervisor's egress proxy: "pypi.org", "*.pythonhosted.org",
+      // "api.github.com:443". ["*"] is any public host (never the host's loopback or LAN); [] is no network.
       network: ["*"],
     }},
     // explicit | standard | all
@@ -112,6 +113,7 @@ system_prompt: |
   and keep answers short.
 permissions:
   default: allow               # allow | deny | ask, for calls no rule matches
+  network: deny                # deny | ask, for hosts that sandbox.permissions.network does not list
   rules:
     - { tool: Bash, match: "rm *", action: ask }
     - { tool: Write, match: "/etc/**", action: deny }

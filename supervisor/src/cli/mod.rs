@@ -140,11 +140,13 @@ fn local_only(command: &str) -> anyhow::Error {
 
 /// A runtime whose workers are this very binary; `dangerous` runs them all on the host. `long_running` (serve, the
 /// TUI) keeps a sandboxed worker started ahead for the next session of each bundle in use, and removes the cgroups
-/// a killed supervisor left (on a thread of its own; a one-shot command would only pay for it).
+/// a killed supervisor left (on a thread of its own; a one-shot command would only pay for it). `resolve` are the
+/// `--resolve HOST:PORT:ADDR` entries of the egress proxy.
 fn runtime(
     home: ServiceHome,
     dangerous: bool,
     long_running: bool,
+    resolve: &[String],
 ) -> anyhow::Result<service_supervisor::ServiceRuntime> {
     let exe = std::env::current_exe()
         .context("cannot find the service-rs binary to start workers from")?;
@@ -152,6 +154,8 @@ fn runtime(
     options.dangerous_sandbox_mode = dangerous;
     options.prestart_sandboxes = long_running;
     options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
+    options.resolver =
+        std::sync::Arc::new(service_supervisor::egress::Resolver::from_entries(resolve)?);
     if long_running && !dangerous {
         service_supervisor::sandbox::limits::sweep_stale();
     }

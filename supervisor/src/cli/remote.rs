@@ -100,6 +100,11 @@ pub async fn run(remote: &Remote, args: &RunArgs) -> anyhow::Result<ExitCode> {
     if args.dangerous_sandbox_mode {
         return Err(anyhow!("--dangerous-sandbox-mode is the server's choice: start `service-rs serve` with it instead"));
     }
+    if !args.resolve.is_empty() {
+        return Err(anyhow!(
+            "--resolve is the server's choice: start `service-rs serve` with it instead"
+        ));
+    }
     let cwd = args.cwd.as_ref().map(|c| c.display().to_string());
     let session = remote
         .call(

@@ -32,6 +32,10 @@ pub struct RunArgs {
     /// Run the worker on the host with no confinement.
     #[arg(long)]
     pub(super) dangerous_sandbox_mode: bool,
+    /// Fixed address for a host the sandbox reaches through the egress proxy, as curl's --resolve: HOST:PORT:ADDR
+    /// (repeatable).
+    #[arg(long, value_name = "HOST:PORT:ADDR")]
+    pub(super) resolve: Vec<String>,
     /// Allow every permission request of this run without asking.
     #[arg(long, conflicts_with = "deny")]
     pub(super) approve: bool,
@@ -67,19 +71,28 @@ impl Answer {
         self,
         payload: &EventPayload,
     ) -> Option<(String, ApprovalDecision)> {
-        let EventPayload::PermissionRequested {
-            request_id,
-            tool,
-            summary,
-            ..
-        } = payload
-        else {
-            return None;
+        let (request_id, what, summary) = match payload {
+            EventPayload::PermissionRequested {
+                request_id,
+                tool,
+                summary,
+                ..
+            } => (request_id, tool.as_str(), summary.clone()),
+            EventPayload::NetworkPermissionRequested {
+                request_id,
+                host,
+                port,
+                addresses,
+                internal,
+                ..
+            } => (
+                request_id,
+                "network access to",
+                service_ipc::network_summary(host, *port, addresses, *internal),
+            ),
+            _ => return None,
         };
-        Some((
-            request_id.clone(),
-            self.decide(tool.as_str(), summary).await,
-        ))
+        Some((request_id.clone(), self.decide(what, &summary).await))
     }
 
     async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
@@ -125,7 +138,7 @@ fn ask(question: &str) -> ApprovalDecision {
 }
 
 pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let rt = super::runtime(home, args.dangerous_sandbox_mode, false)?;
+    let rt = super::runtime(home, args.dangerous_sandbox_mode, false, &args.resolve)?;
     super::tokio()?.block_on(async move {
         let result = one_turn(&rt, &args).await;
         rt.shutdown("the run ended").await;
@@ -250,6 +263,41 @@ fn describe(msg: &EventMsg) {
         EventPayload::PermissionRequested { tool, summary, .. } => {
             format!("permission needed: {tool} {summary}")
         }
+        EventPayload::NetworkPermissionRequested {
+            host,
+            port,
+            addresses,
+            internal,
+            ..
+        } => format!(
+            "permission needed: network {}",
+            service_ipc::network_summary(host, *port, addresses, *internal)
+        ),
+        EventPayload::NetworkAccess {
+            host,
+            port,
+            decision: service_ipc::NetworkDecision::Allow,
+            rule,
+            ..
+        } => format!(
+            "network: {host}:{port} allowed by {}",
+            rule.as_deref().unwrap_or("?")
+        ),
+        EventPayload::NetworkAccess {
+            host, port, reason, ..
+        } => format!(
+            "network: {host}:{port} refused: {}",
+            reason.as_deref().unwrap_or("?")
+        ),
+        EventPayload::NetworkClosed {
+            host,
+            port,
+            bytes_sent,
+            bytes_received,
+            ..
+        } => format!(
+            "network: {host}:{port} closed ({bytes_sent} B sent, {bytes_received} B received)"
+        ),
         EventPayload::PlanUpdate { plan, .. } => format!("plan: {} steps", plan.len()),
         EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
         _ => return,

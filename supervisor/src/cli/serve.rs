@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// Run every session worker on the host with no confinement, and accept danger_full_access bundles.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
+    /// Fixed address for a host the sandbox reaches through the egress proxy, as curl's --resolve: HOST:PORT:ADDR
+    /// (repeatable).
+    #[arg(long, value_name = "HOST:PORT:ADDR")]
+    resolve: Vec<String>,
 }
 
 fn absolute(dirs: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PathBuf>> {
@@ -90,7 +94,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     let token_file = home.token_file();
-    let rt = super::runtime(home, args.dangerous_sandbox_mode, true)?;
+    let rt = super::runtime(home, args.dangerous_sandbox_mode, true, &args.resolve)?;
     super::tokio()?.block_on(async move {
         server::serve(
             rt,

@@ -6,7 +6,10 @@ use service_supervisor::runtime::SessionRecord;
 use service_supervisor::ServiceHome;
 
 pub fn list(home: ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
-    print_list(&super::runtime(home, false, false)?.list_sessions()?, json)
+    print_list(
+        &super::runtime(home, false, false, &[])?.list_sessions()?,
+        json,
+    )
 }
 
 /// A table of sessions, or JSON.

@@ -37,6 +37,10 @@ pub struct TuiArgs {
     /// Run the session worker on the host with no confinement.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
+    /// Fixed address for a host the sandbox reaches through the egress proxy, as curl's --resolve: HOST:PORT:ADDR
+    /// (repeatable).
+    #[arg(long, value_name = "HOST:PORT:ADDR")]
+    resolve: Vec<String>,
 }
 
 /// Restores the terminal when dropped.
@@ -58,7 +62,7 @@ fn restore() {
 }
 
 pub fn run(home: ServiceHome, args: TuiArgs) -> anyhow::Result<ExitCode> {
-    let rt = super::runtime(home, args.dangerous_sandbox_mode, true)?;
+    let rt = super::runtime(home, args.dangerous_sandbox_mode, true, &args.resolve)?;
     super::tokio()?.block_on(async move {
         let result = session_loop(Backend::Local(rt.clone()), &args).await;
         rt.shutdown("the TUI closed").await;

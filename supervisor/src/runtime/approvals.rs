@@ -3,10 +3,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use service_ipc::{BuiltinTool, ToWorker};
+use service_ipc::{ApprovalDecision, ToWorker};
 use tokio::sync::mpsc;
 
 use super::error::{Result, RuntimeError};
+use super::session::Grant;
 
 /// Answered or dropped ids remembered, to tell "already resolved" from "never existed".
 const REMEMBERED: usize = 4096;
@@ -18,12 +19,19 @@ pub struct Pending {
     pub session_id: String,
     /// Turn of the request.
     pub turn_id: String,
-    /// The paused tool.
-    pub tool: BuiltinTool,
-    /// Its key argument.
-    pub key: String,
+    /// What an `allow_always` answer grants.
+    pub grant: Grant,
     /// Where to send the decision.
-    pub worker: mpsc::Sender<ToWorker>,
+    pub reply: Reply,
+}
+
+/// Who waits for a decision.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A worker's paused tool call.
+    Worker(mpsc::Sender<ToWorker>),
+    /// A connection held by the egress proxy.
+    Network(mpsc::Sender<ApprovalDecision>),
 }
 
 /// Pending requests and recently closed ids.

@@ -51,6 +51,9 @@ impl Guard {
             | E::TurnCompleted { .. }
             | E::PermissionRequested { .. }
             | E::ApprovalResolved { .. }
+            | E::NetworkAccess { .. }
+            | E::NetworkClosed { .. }
+            | E::NetworkPermissionRequested { .. }
             | E::Error { .. } => {
                 return Err(format!("a {kind} event, which only the supervisor emits"))
             }

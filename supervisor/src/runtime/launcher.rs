@@ -26,6 +26,8 @@ pub struct LaunchSpec<'a> {
     pub sandbox: &'a SandboxSpec,
     /// A directory the launcher may keep prepared files in across sessions (`$SERVICE_HOME/run/sandbox`).
     pub cache_dir: &'a Path,
+    /// The egress proxy's socket, to bind into the sandbox, when the sandbox may reach hosts.
+    pub egress_socket: Option<&'a Path>,
 }
 
 /// A prepared worker command and the paths as the worker sees them.

@@ -10,6 +10,7 @@
 //! - [`approvals`]: the in-memory approval store.
 
 pub mod approvals;
+mod egress_sink;
 pub mod error;
 mod frame_guard;
 pub mod journal;
@@ -68,6 +69,8 @@ pub struct RuntimeOptions {
     pub journal_quota: u64,
     /// Where provider keys may be sent besides the official endpoints (`$SERVICE_HOME/config.toml`).
     pub keys: crate::providers::keys::KeyPolicy,
+    /// Fixed names for the egress proxy (`--resolve HOST:PORT:ADDR`), before the host's resolver.
+    pub resolver: Arc<crate::egress::Resolver>,
 }
 
 impl RuntimeOptions {
@@ -90,6 +93,7 @@ impl RuntimeOptions {
                 .unwrap_or(DEFAULT_JOURNAL_QUOTA_MB)
                 .saturating_mul(1024 * 1024),
             keys: Default::default(),
+            resolver: Default::default(),
         }
     }
 }
@@ -428,7 +432,7 @@ impl ServiceRuntime {
             .session(&pending.session_id)
             .map_err(|_| RuntimeError::ApprovalSessionGone(request_id.to_string()))?;
         if decision == ApprovalDecision::AllowAlways {
-            session.grant_always(pending.tool, &pending.key);
+            session.grant_always(pending.grant);
         }
         // The event first: the worker acts on the decision at once, and its tool events must come after it.
         session.emit(EventPayload::ApprovalResolved {
@@ -436,18 +440,23 @@ impl ServiceRuntime {
             request_id: request_id.to_string(),
             decision,
         });
-        pending
-            .worker
-            .send(ToWorker::ApprovalDecision {
-                request_id: request_id.to_string(),
-                decision,
-            })
-            .await
-            .map_err(|_| {
-                RuntimeError::WorkerUnavailable(
-                    "the worker waiting for this decision has exited".into(),
-                )
-            })
+        let sent = match pending.reply {
+            approvals::Reply::Worker(worker) => worker
+                .send(ToWorker::ApprovalDecision {
+                    request_id: request_id.to_string(),
+                    decision,
+                })
+                .await
+                .is_ok(),
+            approvals::Reply::Network(connection) => connection.send(decision).await.is_ok(),
+        };
+        if sent {
+            Ok(())
+        } else {
+            Err(RuntimeError::WorkerUnavailable(
+                "the worker or connection waiting for this decision has gone".into(),
+            ))
+        }
     }
 
     /// Runs an operator command in the session sandbox: `exec_command_*` events only, not stored as a turn.

@@ -70,7 +70,16 @@ pub struct Session {
     pub(super) worker: tokio::sync::Mutex<Option<WorkerHandle>>,
     active: Mutex<Option<ActiveTurn>>,
     commands: Mutex<HashMap<String, oneshot::Sender<Option<i32>>>>,
-    allow_always: Mutex<HashSet<(BuiltinTool, String)>>,
+    allow_always: Mutex<HashSet<Grant>>,
+}
+
+/// What an `allow_always` decision allows for the rest of the session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Grant {
+    /// A tool with this key argument.
+    Tool(BuiltinTool, String),
+    /// Connections to this host and port through the egress proxy, while it resolves to these addresses.
+    Host(String, u16, Vec<String>),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -391,13 +400,13 @@ impl Session {
         lock(&self.commands).clear();
     }
 
-    /// True when the operator allowed this tool and key argument for the rest of the session.
-    pub fn allowed_always(&self, tool: BuiltinTool, key: &str) -> bool {
-        lock(&self.allow_always).contains(&(tool, key.to_string()))
+    /// True when the operator allowed this for the rest of the session.
+    pub fn allowed_always(&self, grant: &Grant) -> bool {
+        lock(&self.allow_always).contains(grant)
     }
 
     /// Remembers an allow_always grant, in memory only.
-    pub fn grant_always(&self, tool: BuiltinTool, key: &str) {
-        lock(&self.allow_always).insert((tool, key.to_string()));
+    pub fn grant_always(&self, grant: Grant) {
+        lock(&self.allow_always).insert(grant);
     }
 }

@@ -19,6 +19,7 @@ use super::session::Session;
 use super::worker::{self, Conn, WorkerHandle};
 use super::Inner;
 use crate::bundle::Bundle;
+use crate::egress::{self, Egress};
 use crate::sandbox::limits::Limits;
 use service_ipc::FrameCodec;
 
@@ -38,6 +39,8 @@ pub(crate) struct Started {
     pub(super) workspace: PathBuf,
     /// The mode that confines it.
     pub(super) confinement: SandboxMode,
+    /// Its egress proxy, when the sandbox may reach hosts.
+    pub(super) egress: Option<Egress>,
 }
 
 impl Started {
@@ -82,6 +85,7 @@ pub(crate) async fn start(
     // learns the worker's pid (for its cgroups) without trusting anything the worker says.
     nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::PassCred, &true)
         .map_err(|e| unavailable(format!("cannot set up the worker's socket: {e}")))?;
+    let egress = egress_for(rt, bundle, &run_dir)?;
     let launch = rt.launcher.prepare(&LaunchSpec {
         session_id: name,
         exe: &rt.options.worker_exe,
@@ -90,7 +94,10 @@ pub(crate) async fn start(
         workspace: host_workspace,
         sandbox: &bundle.manifest.sandbox,
         cache_dir: &rt.home.run_dir().join("sandbox"),
+        egress_socket: egress.as_ref().map(|e| e.socket()),
     })?;
+    // A worker on the host has the host's network; a proxy would only be a detour it need not take.
+    let egress = egress.filter(|_| launch.confinement != SandboxMode::DangerFullAccess);
     let limits = launch.limits;
     let mut command = launch.command;
     command
@@ -171,7 +178,29 @@ pub(crate) async fn start(
         bundle_dir: launch.bundle_dir,
         workspace: launch.workspace,
         confinement: launch.confinement,
+        egress,
     })
+}
+
+/// The egress proxy of a worker for `bundle`, bound in `run_dir`; None when its sandbox may reach no host.
+fn egress_for(rt: &Inner, bundle: &Bundle, run_dir: &Path) -> Result<Option<Egress>> {
+    // The manifest was validated when the bundle was built; a failure here means the store was edited since.
+    let patterns = bundle
+        .manifest
+        .sandbox
+        .permissions
+        .hosts()
+        .map_err(|(i, e)| {
+            RuntimeError::WorkerUnavailable(format!("sandbox.permissions.network[{i}]: {e}"))
+        })?;
+    let ask = bundle.agent.permissions.network == service_ipc::PermissionAction::Ask;
+    let Some(policy) = egress::Policy::new(patterns, ask) else {
+        return Ok(None);
+    };
+    let socket = run_dir.join("egress.sock");
+    Egress::start(&socket, policy, rt.options.resolver.clone())
+        .map(Some)
+        .map_err(|e| RuntimeError::io("cannot start the egress proxy at", &socket, e))
 }
 
 /// Configures a started worker for `session` and hands it to its actor; a worker that cannot be configured is
@@ -195,6 +224,11 @@ pub(crate) async fn attach(
     if let Err(e) = configured {
         started.discard().await;
         return Err(e);
+    }
+    if let Some(egress) = &started.egress {
+        egress.attach(Arc::new(super::egress_sink::SessionSink::new(
+            &rt, &session,
+        )));
     }
     let host_workspace = PathBuf::from(session.record().cwd);
     Ok(worker::run(rt, session, started, host_workspace))
@@ -227,6 +261,10 @@ fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<Worker
         permissions: agent.permissions.clone(),
         history: session.history()?,
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
+        egress_proxy: started
+            .egress
+            .as_ref()
+            .map(|_| egress::SOCKET_IN_SANDBOX.to_string()),
     })
 }
 

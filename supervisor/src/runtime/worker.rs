@@ -23,9 +23,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
-use super::approvals::Pending;
+use super::approvals::{Pending, Reply};
 use super::error::{Result, RuntimeError};
 use super::frame_guard::{self, Guard};
+use super::session::Grant;
 use super::session::{Session, TurnEnd};
 use super::spawn::Started;
 use super::Inner;
@@ -125,6 +126,7 @@ pub(super) fn run(
         run_dir,
         workspace,
         confinement,
+        egress,
         ..
     } = started;
     let confined = match confining {
@@ -171,6 +173,7 @@ pub(super) fn run(
         run_dir,
         limits,
         guard: Guard::default(),
+        _egress: egress,
     };
     tokio::spawn(actor.run(conn, child, rx, kill, exited_tx));
     handle
@@ -190,6 +193,8 @@ struct Actor {
     limits: Option<Arc<Limits>>,
     /// Output accounting of its commands.
     guard: Guard,
+    /// Its egress proxy, stopped when it ends.
+    _egress: Option<crate::egress::Egress>,
 }
 
 /// Why the actor stopped.
@@ -381,7 +386,8 @@ impl Actor {
             } => {
                 frame_guard::running_turn(&self.session, &turn_id)?;
                 frame_guard::permission_request(&self.session, &request_id, tool, &key)?;
-                if self.session.allowed_always(tool, &key) {
+                let grant = Grant::Tool(tool, key.clone());
+                if self.session.allowed_always(&grant) {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
                         request_id,
                         decision: service_ipc::ApprovalDecision::AllowAlways,
@@ -393,9 +399,8 @@ impl Actor {
                     Pending {
                         session_id: self.session.id.clone(),
                         turn_id: turn_id.clone(),
-                        tool,
-                        key: key.clone(),
-                        worker: self.tx.clone(),
+                        grant,
+                        reply: Reply::Worker(self.tx.clone()),
                     },
                 ) {
                     return Err(format!("approval request id {request_id} was used before"));

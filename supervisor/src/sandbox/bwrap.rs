@@ -11,7 +11,8 @@
 //! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
-//! 6. the bundle, read-only, at [`BUNDLE_DIR`];
+//! 6. the bundle, read-only, at [`BUNDLE_DIR`], and the egress proxy's socket, read-only (connecting to a socket
+//!    needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
 //! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write;
 //! 8. `--chdir` into the workspace, then the worker command with its inherited socket descriptor (`--ipc-fd`):
 //!    no host directory is bound for the IPC, so nothing host-backed is writable in `read_only`.
@@ -47,6 +48,8 @@ pub struct HostPaths {
     pub bundle: PathBuf,
     /// Session workspace.
     pub workspace: PathBuf,
+    /// The egress proxy's socket, when the sandbox may reach hosts through it.
+    pub egress: Option<PathBuf>,
 }
 
 /// What the sandbox allows beyond its mounts.
@@ -118,6 +121,14 @@ pub fn args(
     }
     push_mount(&mut a, "--ro-bind", &paths.exe, Path::new(WORKER_EXE));
     push_mount(&mut a, "--ro-bind", &paths.bundle, Path::new(BUNDLE_DIR));
+    if let Some(socket) = &paths.egress {
+        push_mount(
+            &mut a,
+            "--ro-bind",
+            socket,
+            Path::new(crate::egress::SOCKET_IN_SANDBOX),
+        );
+    }
     let ws_flag = if perms.workspace_writable {
         "--bind"
     } else {
@@ -153,6 +164,7 @@ mod tests {
             label: "s1".into(),
             bundle: "/home/u/.service/bundles/installs/local/hello/0.1.0".into(),
             workspace: "/home/u/.service/sessions/s1/workspace".into(),
+            egress: None,
         }
     }
 

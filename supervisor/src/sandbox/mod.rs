@@ -85,6 +85,7 @@ impl Launcher for SandboxLauncher {
             label: spec.session_id.to_string(),
             bundle: spec.bundle_root.to_path_buf(),
             workspace: spec.workspace.to_path_buf(),
+            egress: spec.egress_socket.map(|p| p.to_path_buf()),
         };
         let perms = bwrap::Permissions {
             workspace_writable: mode.workspace_writable,

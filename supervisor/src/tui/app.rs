@@ -2,7 +2,9 @@
 //! approval, the plan and the status line. Pure data and pure updates, so rendering and input handling can be
 //! tested without a terminal.
 
-use service_ipc::{ApprovalDecision, EventMsg, EventPayload, PlanItem, ToolCallStatus};
+use service_ipc::{
+    ApprovalDecision, EventMsg, EventPayload, NetworkDecision, PlanItem, ToolCallStatus,
+};
 
 /// One entry of the transcript.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,6 +231,39 @@ impl App {
                     summary: summary.clone(),
                 });
             }
+            EventPayload::NetworkPermissionRequested {
+                request_id,
+                host,
+                port,
+                addresses,
+                internal,
+                ..
+            } => {
+                self.approval = Some(Approval {
+                    request_id: request_id.clone(),
+                    tool: "network".into(),
+                    summary: service_ipc::network_summary(host, *port, addresses, *internal),
+                });
+            }
+            EventPayload::NetworkAccess {
+                host,
+                port,
+                decision,
+                rule,
+                reason,
+                ..
+            } => match decision {
+                NetworkDecision::Allow => self.info(format!(
+                    "network: {host}:{port} allowed by {}",
+                    rule.as_deref().unwrap_or("?")
+                )),
+                NetworkDecision::Deny => self.info(format!(
+                    "network: {host}:{port} refused: {}",
+                    reason.as_deref().unwrap_or("?")
+                )),
+            },
+            // The opening line already says where it went.
+            EventPayload::NetworkClosed { .. } => {}
             EventPayload::ApprovalResolved {
                 request_id,
                 decision,

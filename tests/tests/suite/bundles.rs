@@ -263,7 +263,15 @@ fn bad_bundles_fail_with_clear_errors_and_write_nothing() {
         (manifest, "version: \"0.1.0\"", "version: \"1.0\"", "service.bundle.json5: version: invalid semantic version"),
         (manifest, "tools: [\"Read\"", "tools: [\"Reed\"", "service.bundle.json5: tools[0]: unknown value \"Reed\""),
         (manifest, "name: \"bad\"", "nmae: \"bad\"", "service.bundle.json5: nmae: unknown field `nmae`"),
-        (manifest, "network: [\"*\"]", "network: [\"example.com\"]", "host filtering does not exist yet"),
+        (
+            manifest,
+            "network: [\"*\"]",
+            "network: [\"pypi.org\", \"https://example.com\"]",
+            "service.bundle.json5: sandbox.permissions.network[1]: \"https://example.com\" is not a host pattern: write \
+             the host without a scheme; e.g. [\"pypi.org\", \"*.pythonhosted.org\", \"api.github.com:443\"]",
+        ),
+        (manifest, "network: [\"*\"]", "network: [\"pypi.*.org\"]", "sandbox.permissions.network[0]: \"pypi.*.org\""),
+        (agent, "network: deny", "network: allow", "agent.yaml: permissions.network: \"allow\" is not accepted here"),
         (manifest, "\"service.bundle/v1\"", "\"service.bundle/v9\"", "manifest_version: unsupported value"),
         (manifest, "id: \"bad\",", "id: \"bad\"", "service.bundle.json5: syntax error"),
         (agent, "provider: anthropic", "provider: antropic", "agent.yaml: model.provider: unknown value \"antropic\""),

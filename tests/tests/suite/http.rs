@@ -10,7 +10,7 @@ use tempfile::TempDir;
 
 use super::support::{write_bundle, Env, Server};
 
-fn task(prompt: &str) -> Value {
+pub(super) fn task(prompt: &str) -> Value {
     json!({"prompt": prompt, "submission_id": uuid(), "completed": false})
 }
 
@@ -31,14 +31,14 @@ fn uuid() -> String {
     )
 }
 
-struct Api {
+pub(super) struct Api {
     server: Server,
     client: reqwest::Client,
     token: Option<String>,
 }
 
 impl Api {
-    fn new(server: Server) -> Api {
+    pub(super) fn new(server: Server) -> Api {
         Api {
             client: reqwest::Client::new(),
             token: server.token.clone(),
@@ -68,22 +68,22 @@ impl Api {
         )
     }
 
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(super) async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
-    async fn get(&self, path: &str) -> (u16, Value) {
+    pub(super) async fn get(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::GET, path, None).await
     }
 
-    async fn session(&self, bundle: &str) -> String {
+    pub(super) async fn session(&self, bundle: &str) -> String {
         let (status, body) = self.post("/sessions", json!({"bundle_ref": bundle})).await;
         assert_eq!(status, 201, "{body}");
         body["id"].as_str().unwrap().to_string()
     }
 
     /// An SSE subscription to a session's events (after `after`, or live).
-    async fn events(&self, id: &str, last_event_id: Option<&str>) -> Sse {
+    pub(super) async fn events(&self, id: &str, last_event_id: Option<&str>) -> Sse {
         let mut r = self.req(reqwest::Method::GET, &format!("/sessions/{id}/events"));
         if let Some(last) = last_event_id {
             r = r.header("Last-Event-ID", last);
@@ -110,11 +110,11 @@ type SseStream = std::pin::Pin<
             > + Send,
     >,
 >;
-struct Sse(SseStream);
+pub(super) struct Sse(SseStream);
 
 impl Sse {
     /// The next event: (SSE id, parsed EventMsg).
-    async fn next(&mut self) -> (String, Value) {
+    pub(super) async fn next(&mut self) -> (String, Value) {
         let ev = tokio::time::timeout(Duration::from_secs(20), self.0.next())
             .await
             .unwrap()
@@ -124,7 +124,7 @@ impl Sse {
     }
 
     /// Events until (and with) the first of `kind`.
-    async fn until(&mut self, kind: &str) -> Vec<(String, Value)> {
+    pub(super) async fn until(&mut self, kind: &str) -> Vec<(String, Value)> {
         let mut out = Vec::new();
         loop {
             let e = self.next().await;

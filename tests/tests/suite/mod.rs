@@ -1,6 +1,7 @@
 mod approvals;
 mod bundles;
 mod commands;
+mod egress;
 mod escape;
 mod faults;
 mod http;

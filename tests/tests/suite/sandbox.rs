@@ -11,6 +11,17 @@ use super::support::{processes_with, wait_until, Env};
 
 /// Writes a bundle at `work/<name>` whose model runs `command` with Bash, then answers with the tool output.
 pub(super) fn bundle(env: &Env, name: &str, sandbox: &str, command: &str) {
+    bundle_with_agent(env, name, sandbox, "", command);
+}
+
+/// As [`bundle`], with `agent_extra` appended to agent.yaml.
+pub(super) fn bundle_with_agent(
+    env: &Env,
+    name: &str,
+    sandbox: &str,
+    agent_extra: &str,
+    command: &str,
+) {
     let dir = env.path(name);
     std::fs::create_dir_all(dir.join("resources")).unwrap();
     std::fs::write(
@@ -20,7 +31,7 @@ pub(super) fn bundle(env: &Env, name: &str, sandbox: &str, command: &str) {
     .unwrap();
     std::fs::write(
         dir.join("agent.yaml"),
-        "model: { provider: scripted, name: s, config: { script: resources/script.json5 } }\n",
+        format!("model: {{ provider: scripted, name: s, config: {{ script: resources/script.json5 }} }}\n{agent_extra}"),
     )
     .unwrap();
     let script = serde_json::json!({"turns": [{"replies": [

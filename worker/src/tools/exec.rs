@@ -220,7 +220,8 @@ fn configure(command: &mut tokio::process::Command) -> std::io::Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true);
+        .kill_on_drop(true)
+        .envs(crate::egress::env().iter().map(|(k, v)| (k, v)));
     #[cfg(target_os = "linux")]
     // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe. It makes the shell die with a worker killed outright
     // (its own group is killed by us on every other path).

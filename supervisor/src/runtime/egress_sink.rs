@@ -1,0 +1,93 @@
+//! The egress proxy's view of a session: where its events go, which turn is running, and how an unlisted host is
+//! put to the operator (the approval routing tools use: `network_permission_requested`, then `POST
+//! /approvals/{id}`).
+
+use std::sync::{Arc, Weak};
+
+use futures::future::BoxFuture;
+use service_ipc::{ApprovalDecision, EventPayload};
+use tokio::sync::mpsc;
+
+use super::approvals::{Pending, Reply};
+use super::session::{Grant, Session};
+use super::Inner;
+use crate::egress::{Answer, Sink};
+
+/// A session, held weakly: the proxy lives inside the session's worker and must not keep it alive.
+pub(super) struct SessionSink {
+    session: Weak<Session>,
+    rt: Weak<Inner>,
+}
+
+impl SessionSink {
+    /// The sink of `session`.
+    pub fn new(rt: &Arc<Inner>, session: &Arc<Session>) -> Self {
+        SessionSink {
+            session: Arc::downgrade(session),
+            rt: Arc::downgrade(rt),
+        }
+    }
+}
+
+impl Sink for SessionSink {
+    fn record(&self, payload: EventPayload) {
+        if let Some(session) = self.session.upgrade() {
+            session.emit(payload);
+        }
+    }
+
+    fn turn(&self) -> Option<String> {
+        self.session.upgrade()?.active_turn()
+    }
+
+    fn ask(
+        &self,
+        turn_id: String,
+        host: String,
+        port: u16,
+        addresses: Vec<std::net::IpAddr>,
+    ) -> BoxFuture<'static, Answer> {
+        let (session, rt) = (self.session.upgrade(), self.rt.upgrade());
+        Box::pin(async move {
+            let (Some(session), Some(rt)) = (session, rt) else {
+                return Answer::Deny("its session has ended".into());
+            };
+            let mut shown: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+            shown.sort();
+            // The grant is for these addresses: if the name later resolves elsewhere, the operator is asked again.
+            let grant = Grant::Host(host.clone(), port, shown.clone());
+            if session.allowed_always(&grant) {
+                return Answer::Allow("approval");
+            }
+            let request_id = uuid::Uuid::new_v4().to_string();
+            let (tx, mut rx) = mpsc::channel(1);
+            rt.approvals.insert(
+                request_id.clone(),
+                Pending {
+                    session_id: session.id.clone(),
+                    turn_id: turn_id.clone(),
+                    grant,
+                    reply: Reply::Network(tx),
+                },
+            );
+            session.emit(EventPayload::NetworkPermissionRequested {
+                turn_id,
+                request_id,
+                host,
+                port,
+                addresses: shown,
+                internal: addresses
+                    .iter()
+                    .any(|a| crate::egress::resolve::is_internal(*a)),
+            });
+            drop(session);
+            match rx.recv().await {
+                Some(ApprovalDecision::AllowOnce | ApprovalDecision::AllowAlways) => {
+                    Answer::Allow("approval")
+                }
+                Some(ApprovalDecision::Deny) => Answer::Deny("the operator denied it".into()),
+                None => Answer::Deny("its turn ended before anyone decided".into()),
+            }
+        })
+    }
+}

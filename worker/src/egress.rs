@@ -1,0 +1,48 @@
+//! The sandbox's end of the egress path. The sandbox has loopback only; the supervisor's proxy is a Unix socket
+//! bound into it. The worker listens on a loopback port, forwards each connection to that socket, and gives every
+//! command the proxy variables that point at the port, so curl, pip, npm, git and cargo use it unconfigured.
+//! Nothing is decided here: the proxy checks every connection, and code that skips the port can reach the socket
+//! just as well.
+
+use std::sync::OnceLock;
+
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+
+/// The variables every command gets once the forwarder runs.
+static PROXY_ENV: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
+
+/// The proxy variables for commands; empty when the sandbox has no way out.
+pub fn env() -> &'static [(&'static str, String)] {
+    PROXY_ENV.get().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// Listens on a loopback port, forwards it to the proxy `socket`, and sets [`env`].
+pub async fn start(socket: String) -> std::io::Result<u16> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let port = listener.local_addr()?.port();
+    let url = format!("http://127.0.0.1:{port}");
+    let no_proxy = "localhost,127.0.0.1".to_string();
+    let _ = PROXY_ENV.set(vec![
+        ("HTTP_PROXY", url.clone()),
+        ("HTTPS_PROXY", url.clone()),
+        ("ALL_PROXY", url.clone()),
+        ("http_proxy", url.clone()),
+        ("https_proxy", url.clone()),
+        ("all_proxy", url),
+        ("NO_PROXY", no_proxy.clone()),
+        ("no_proxy", no_proxy),
+    ]);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(forward(client, socket.clone()));
+        }
+    });
+    Ok(port)
+}
+
+async fn forward(mut client: TcpStream, socket: String) {
+    let _ = client.set_nodelay(true);
+    if let Ok(mut proxy) = UnixStream::connect(&socket).await {
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut proxy).await;
+    }
+}
