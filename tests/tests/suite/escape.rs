@@ -319,3 +319,68 @@ fn half_open_connections_are_closed_after_the_header_time_out() {
     }
     assert_eq!(closed, held.len(), "slowloris connections still open");
 }
+
+/// The turn outcome and every event kind of a session whose worker is the hostile one, playing `attack`.
+async fn hostile_turn(attack: &str) -> (Option<(String, String)>, Vec<&'static str>) {
+    let env = Env::new();
+    let sandbox = r#"{ mode: "workspace_write", permissions: { network: [] } }"#;
+    super::sandbox::bundle(&env, attack, sandbox, "true");
+    std::fs::write(env.path(attack).join("resources/attack.txt"), attack).unwrap();
+    let exe = super::support::binary().with_file_name("hostile-worker");
+    assert!(
+        exe.is_file(),
+        "{} is missing: cargo build --workspace --bins",
+        exe.display()
+    );
+    let rt = service_supervisor::ServiceRuntime::new(
+        service_supervisor::ServiceHome::new(env.home.path()),
+        service_supervisor::RuntimeOptions::new(exe),
+    );
+    let id = rt
+        .create_session(env.path(attack).to_str().unwrap(), None)
+        .unwrap()
+        .id;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        rt.run_turn(&id, service_ipc::Task::new("go"), Default::default()),
+    )
+    .await;
+    let mut events = rt.subscribe_session_from(&id, 0).unwrap();
+    let mut kinds = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(
+        Duration::from_millis(200),
+        futures::StreamExt::next(&mut events),
+    )
+    .await
+    {
+        kinds.push(msg.payload.kind());
+    }
+    let outcome = outcome
+        .unwrap_or_else(|_| {
+            panic!(
+                "{attack}: the turn did not end; events {kinds:?}, processes {:?}",
+                super::support::pids_with(&format!("--label {id}"))
+            )
+        })
+        .expect("an outcome");
+    rt.shutdown("test done").await;
+    (outcome.error, kinds)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_requests() {
+    for attack in [
+        "approval_resolved",
+        "turn_completed",
+        "network_access",
+        "other_turn",
+        "model_for_other_turn",
+        "unlisted_tool",
+    ] {
+        let (error, kinds) = hostile_turn(attack).await;
+        let (code, message) = error.unwrap_or_else(|| panic!("{attack}: the turn did not fail"));
+        assert_eq!(code, "worker_violation", "{attack}: {message}");
+        // Only the supervisor's own events are journaled: the turn's start and the error that ended it.
+        assert_eq!(kinds, ["turn_started", "error"], "{attack}: {message}");
+    }
+}

@@ -338,6 +338,11 @@ pub fn wait_until(
 
 /// Host processes whose command line (arguments joined by spaces) contains `marker`.
 pub fn processes_with(marker: &str) -> usize {
+    pids_with(marker).len()
+}
+
+/// The host pids of the processes whose command line contains `marker`.
+pub fn pids_with(marker: &str) -> Vec<i32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -350,7 +355,8 @@ pub fn processes_with(marker: &str) -> usize {
                 })
                 .unwrap_or(false)
         })
-        .count()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
 /// This process's cgroup directory of each cgroup v1 controller, as `(controller, directory)`.
