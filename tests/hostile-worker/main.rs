@@ -40,6 +40,17 @@ fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
             turn_id: "not-the-running-turn".into(),
             delta: "forged".into(),
         }),
+        // The bundle's max_steps is 20 (the default): one request more than the react loop could make.
+        "model_flood" => (0..21)
+            .map(|i| {
+                ToSupervisor::ModelRequest(ModelQuery {
+                    request_id: format!("flood-{i}"),
+                    turn_id: turn.clone(),
+                    messages: Vec::new(),
+                    tools: Vec::new(),
+                })
+            })
+            .collect(),
         "model_for_other_turn" => vec![ToSupervisor::ModelRequest(ModelQuery {
             request_id: "m".into(),
             turn_id: "not-the-running-turn".into(),

@@ -23,9 +23,26 @@ const MAX_PERMISSION_KEY: usize = 64 * 1024;
 #[derive(Default)]
 pub struct Guard {
     output: HashMap<String, u64>,
+    /// Model requests of the running turn: (turn id, count).
+    model_calls: Option<(String, u32)>,
 }
 
 impl Guard {
+    /// Counts a model request of `turn_id`; more than `max_steps` in one turn (the react loop's own bound, from
+    /// agent.yaml) is a worker spending the operator's provider budget on its own.
+    pub fn model_request(&mut self, turn_id: &str, max_steps: u32) -> Result<(), String> {
+        match &mut self.model_calls {
+            Some((turn, count)) if turn == turn_id => *count += 1,
+            slot => *slot = Some((turn_id.to_string(), 1)),
+        }
+        match &self.model_calls {
+            Some((_, count)) if *count > max_steps => Err(format!(
+                "more model requests in turn {turn_id} than max_steps ({max_steps}) allows"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks an event from the worker. `Ok(None)` drops it (output past the per-command cap); `Err` names the
     /// broken rule.
     pub fn event(

@@ -362,6 +362,8 @@ impl Actor {
                         query.turn_id
                     )
                 })?;
+                self.guard
+                    .model_request(&query.turn_id, self.session.bundle.agent.max_steps)?;
                 self.model_tasks.retain(|_, t| !t.is_finished());
                 if self.model_tasks.len() >= frame_guard::MAX_MODEL_REQUESTS {
                     return Err(format!(

@@ -375,6 +375,7 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "network_access",
         "other_turn",
         "model_for_other_turn",
+        "model_flood",
         "unlisted_tool",
     ] {
         let (error, kinds) = hostile_turn(attack).await;
