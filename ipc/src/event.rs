@@ -368,14 +368,3 @@ impl EventPayload {
         }
     }
 }
-
-/// How a network permission request reads to an operator: `host:port (addresses)`, with a warning when one of them
-/// is on the host's side (loopback, private or link-local).
-pub fn network_summary(host: &str, port: u16, addresses: &[String], internal: bool) -> String {
-    let warning = if internal {
-        ", an internal address: approving opens a service on the supervisor's side, not the internet"
-    } else {
-        ""
-    };
-    format!("{host}:{port} ({}{warning})", addresses.join(", "))
-}

@@ -26,8 +26,8 @@ pub use chat::{
 pub use codec::{CodecError, FrameCodec, MAX_FRAME_LEN};
 pub use config::{PermissionRule, Permissions, SkillInfo, WorkerConfig};
 pub use event::{
-    network_summary, EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus,
-    ToolCallStatus, TurnStatus,
+    EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus, ToolCallStatus,
+    TurnStatus,
 };
 pub use message::{ToSupervisor, ToWorker};
 pub use names::{

@@ -71,28 +71,13 @@ impl Answer {
         self,
         payload: &EventPayload,
     ) -> Option<(String, ApprovalDecision)> {
-        let (request_id, what, summary) = match payload {
-            EventPayload::PermissionRequested {
-                request_id,
-                tool,
-                summary,
-                ..
-            } => (request_id, tool.as_str(), summary.clone()),
-            EventPayload::NetworkPermissionRequested {
-                request_id,
-                host,
-                port,
-                addresses,
-                internal,
-                ..
-            } => (
-                request_id,
-                "network access to",
-                service_ipc::network_summary(host, *port, addresses, *internal),
-            ),
-            _ => return None,
+        let asked = service_supervisor::runtime::approvals::asked(payload)?;
+        let what = match asked.tool.as_str() {
+            "network" => "network access to",
+            tool => tool,
         };
-        Some((request_id.clone(), self.decide(what, &summary).await))
+        let decision = self.decide(what, &asked.summary).await;
+        Some((asked.request_id, decision))
     }
 
     async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
@@ -271,7 +256,9 @@ fn describe(msg: &EventMsg) {
             ..
         } => format!(
             "permission needed: network {}",
-            service_ipc::network_summary(host, *port, addresses, *internal)
+            service_supervisor::runtime::approvals::network_summary(
+                host, *port, addresses, *internal
+            )
         ),
         EventPayload::NetworkAccess {
             host,

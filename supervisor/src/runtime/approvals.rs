@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use service_ipc::{ApprovalDecision, ToWorker};
+use service_ipc::{ApprovalDecision, EventPayload, ToWorker};
 use tokio::sync::mpsc;
 
 use super::error::{Result, RuntimeError};
@@ -124,4 +124,54 @@ impl ApprovalStore {
         self.lock()
             .close_where(Closed::SessionGone, |p| p.session_id == session_id);
     }
+}
+
+/// A pending request as an operator reads it, from its event: the TUI and `run` ask with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Asked {
+    /// Request id to answer.
+    pub request_id: String,
+    /// The tool, or `network` for a host.
+    pub tool: String,
+    /// The key argument, or `host:port (addresses)` with a warning for internal ones.
+    pub summary: String,
+}
+
+/// The request a `permission_requested` or `network_permission_requested` event asks about; None for others.
+pub fn asked(payload: &EventPayload) -> Option<Asked> {
+    match payload {
+        EventPayload::PermissionRequested {
+            request_id,
+            tool,
+            summary,
+            ..
+        } => Some(Asked {
+            request_id: request_id.clone(),
+            tool: tool.to_string(),
+            summary: summary.clone(),
+        }),
+        EventPayload::NetworkPermissionRequested {
+            request_id,
+            host,
+            port,
+            addresses,
+            internal,
+            ..
+        } => Some(Asked {
+            request_id: request_id.clone(),
+            tool: "network".into(),
+            summary: network_summary(host, *port, addresses, *internal),
+        }),
+        _ => None,
+    }
+}
+
+/// `host:port (addresses)`, with a warning when one of them is on the supervisor's side.
+pub fn network_summary(host: &str, port: u16, addresses: &[String], internal: bool) -> String {
+    let warning = if internal {
+        ", an internal address: approving opens a service on the supervisor's side, not the internet"
+    } else {
+        ""
+    };
+    format!("{host}:{port} ({}{warning})", addresses.join(", "))
 }

@@ -46,15 +46,7 @@ pub enum Entry {
 }
 
 /// A permission request waiting for the operator.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Approval {
-    /// Request id.
-    pub request_id: String,
-    /// Tool name.
-    pub tool: String,
-    /// Key argument.
-    pub summary: String,
-}
+pub use crate::runtime::approvals::Asked as Approval;
 
 /// Whether a turn is running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,31 +211,9 @@ impl App {
                     *exit = Some(*exit_code);
                 }
             }
-            EventPayload::PermissionRequested {
-                request_id,
-                tool,
-                summary,
-                ..
-            } => {
-                self.approval = Some(Approval {
-                    request_id: request_id.clone(),
-                    tool: tool.to_string(),
-                    summary: summary.clone(),
-                });
-            }
-            EventPayload::NetworkPermissionRequested {
-                request_id,
-                host,
-                port,
-                addresses,
-                internal,
-                ..
-            } => {
-                self.approval = Some(Approval {
-                    request_id: request_id.clone(),
-                    tool: "network".into(),
-                    summary: service_ipc::network_summary(host, *port, addresses, *internal),
-                });
+            EventPayload::PermissionRequested { .. }
+            | EventPayload::NetworkPermissionRequested { .. } => {
+                self.approval = crate::runtime::approvals::asked(&msg.payload);
             }
             EventPayload::NetworkAccess {
                 host,
