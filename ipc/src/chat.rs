@@ -77,20 +77,36 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
-/// Token counts reported by a provider.
+/// Token counts reported by a provider; `None` (null on the wire) when the server reported none, which is not 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Prompt tokens.
-    pub input_tokens: u64,
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
     /// Completion tokens.
-    pub output_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
 }
 
 impl Usage {
-    /// Adds another call's usage to this one.
+    /// Counts as reported: both known.
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens: Some(input_tokens),
+            output_tokens: Some(output_tokens),
+        }
+    }
+
+    /// Adds another call's usage to this one; a count stays `None` only while no call reported it.
     pub fn add(&mut self, other: Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
+        fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+            }
+        }
+        self.input_tokens = sum(self.input_tokens, other.input_tokens);
+        self.output_tokens = sum(self.output_tokens, other.output_tokens);
     }
 }
 

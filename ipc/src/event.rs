@@ -297,6 +297,20 @@ pub enum EventPayload {
         /// The whole plan.
         plan: Vec<PlanItem>,
     },
+    /// A model call failed before any output and will be tried again; journaled by the supervisor, which makes
+    /// the call.
+    ModelRetry {
+        /// Turn id.
+        turn_id: String,
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        /// Attempts allowed for this kind of failure.
+        max_attempts: u32,
+        /// Wait before the next attempt.
+        delay_ms: u64,
+        /// What failed, with the URL tried, e.g. "HTTP 503 from http://127.0.0.1:8080/v1/chat/completions: busy".
+        reason: String,
+    },
     /// The turn failed (or, with a null turn id, the session hit a problem outside a turn).
     Error {
         /// Turn id, when the error ended a turn.
@@ -330,6 +344,7 @@ impl EventPayload {
             EventPayload::NetworkClosed { .. } => "network_closed",
             EventPayload::NetworkPermissionRequested { .. } => "network_permission_requested",
             EventPayload::PlanUpdate { .. } => "plan_update",
+            EventPayload::ModelRetry { .. } => "model_retry",
             EventPayload::Error { .. } => "error",
         }
     }
@@ -348,7 +363,8 @@ impl EventPayload {
             | EventPayload::PermissionRequested { turn_id, .. }
             | EventPayload::ApprovalResolved { turn_id, .. }
             | EventPayload::NetworkPermissionRequested { turn_id, .. }
-            | EventPayload::PlanUpdate { turn_id, .. } => Some(turn_id),
+            | EventPayload::PlanUpdate { turn_id, .. }
+            | EventPayload::ModelRetry { turn_id, .. } => Some(turn_id),
             EventPayload::ExecCommandBegin { turn_id, .. }
             | EventPayload::ExecCommandOutputDelta { turn_id, .. }
             | EventPayload::ExecCommandOutputTruncated { turn_id, .. }

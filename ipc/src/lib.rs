@@ -37,4 +37,4 @@ pub use names::{
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;

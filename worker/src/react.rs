@@ -104,6 +104,15 @@ impl Turn<'_> {
                 tool_call_id: None,
             });
             if reply.calls.is_empty() {
+                if reply.text.trim().is_empty() {
+                    return Err(Stop::Failed {
+                        code: "empty_response".into(),
+                        message: "the model ended its answer with no text and no tool call; try again, or check \
+                                  max_tokens and stop in agent.yaml model.config (a small local model may also need \
+                                  a plainer system prompt)"
+                            .into(),
+                    });
+                }
                 return Ok(reply.text);
             }
             for (i, call) in reply.calls.iter().enumerate() {

@@ -48,10 +48,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
             EventPayload::TurnCompleted {
                 turn_id: t(),
                 final_message: "done".into(),
-                usage: Usage {
-                    input_tokens: 3,
-                    output_tokens: 4,
-                },
+                usage: Usage::new(3, 4),
             },
             json!({"type": "turn_completed", "payload": {
                 "turn_id": "t1", "final_message": "done", "usage": {"input_tokens": 3, "output_tokens": 4}}}),

@@ -125,6 +125,15 @@ impl AgentSpec {
         if self.model.name.trim().is_empty() {
             return bad("model.name", "must not be empty".into());
         }
+        if let Err(e) = crate::model_config::parse(&self.model.provider, self.model.config.as_ref())
+        {
+            let key = if e.key.is_empty() {
+                "model.config".to_string()
+            } else {
+                format!("model.config.{}", e.key)
+            };
+            return bad(&key, e.message);
+        }
         if self.model.provider == "scripted" {
             match self.script_path() {
                 Some(path) if is_safe_relative(path) => {}

@@ -227,6 +227,9 @@ pub(super) fn show(msg: &EventMsg, json: bool, verbose: bool) {
         println!("{}", serde_json::to_string(msg).unwrap_or_default());
     } else if verbose {
         describe(msg);
+    } else if let EventPayload::ModelRetry { .. } = &msg.payload {
+        // A wait the user would otherwise sit through in silence.
+        describe(msg);
     }
 }
 
@@ -286,6 +289,13 @@ fn describe(msg: &EventMsg) {
             "network: {host}:{port} closed ({bytes_sent} B sent, {bytes_received} B received)"
         ),
         EventPayload::PlanUpdate { plan, .. } => format!("plan: {} steps", plan.len()),
+        EventPayload::ModelRetry {
+            attempt,
+            max_attempts,
+            delay_ms,
+            reason,
+            ..
+        } => service_supervisor::providers::retry_line(*attempt, *max_attempts, *delay_ms, reason),
         EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
         _ => return,
     };

@@ -15,13 +15,14 @@ use tokio::sync::mpsc;
 
 use super::http::{self, Endpoint};
 use super::keys::KeyPolicy;
-use super::ChunkStream;
+use super::{ChunkStream, OnRetry};
+use crate::model_config::{ModelSettings, ToolChoice};
 
 /// API version header value.
 const API_VERSION: &str = "2023-06-01";
 
-/// The request body for `request`.
-pub fn body(request: &ModelRequest) -> Value {
+/// The request body for `request`, with the model settings applied.
+pub fn body(request: &ModelRequest, settings: &ModelSettings) -> Value {
     let mut system = String::new();
     let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
     for m in &request.messages {
@@ -57,29 +58,29 @@ pub fn body(request: &ModelRequest) -> Value {
             _ => messages.push((role.to_string(), blocks)),
         }
     }
-    let max_tokens = request
-        .model
-        .config
-        .as_ref()
-        .and_then(|c| c.get("max_tokens"))
-        .and_then(Value::as_u64)
-        .unwrap_or(8192);
     let mut body = json!({
         "model": request.model.name,
-        "max_tokens": max_tokens,
+        "max_tokens": settings.max_tokens.unwrap_or(8192),
         "stream": true,
         "messages": messages.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect::<Vec<_>>(),
     });
     if !system.is_empty() {
         body["system"] = json!(system);
     }
-    if let Some(thinking) = request
-        .model
-        .config
-        .as_ref()
-        .and_then(|c| c.get("thinking"))
-    {
+    if let Some(thinking) = &settings.thinking {
         body["thinking"] = thinking.clone();
+    }
+    if let Some(t) = settings.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(p) = settings.top_p {
+        body["top_p"] = json!(p);
+    }
+    if let Some(k) = settings.top_k {
+        body["top_k"] = json!(k);
+    }
+    if let Some(stop) = &settings.stop {
+        body["stop_sequences"] = json!(stop.to_vec());
     }
     if !request.tools.is_empty() {
         body["tools"] = request
@@ -87,14 +88,27 @@ pub fn body(request: &ModelRequest) -> Value {
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
             .collect();
+        let choice = settings
+            .tool_choice
+            .as_ref()
+            .filter(|c| !c.forces() || http::first_call_of_turn(request));
+        if let Some(choice) = choice {
+            body["tool_choice"] = match choice {
+                ToolChoice::Auto => json!({"type": "auto"}),
+                ToolChoice::None => json!({"type": "none"}),
+                ToolChoice::Required => json!({"type": "any"}),
+                ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+            };
+        }
     }
+    http::merge_extra_body(&mut body, settings);
     body
 }
 
 /// Streams the completion of `request`.
-pub fn stream(request: ModelRequest, keys: KeyPolicy) -> ChunkStream {
+pub fn stream(request: ModelRequest, keys: KeyPolicy, on_retry: OnRetry) -> ChunkStream {
     http::spawn_stream(move |tx| async move {
-        let end = run(&request, &keys, &tx).await;
+        let end = run(&request, &keys, on_retry, &tx).await;
         let _ = tx.send(end).await;
     })
 }
@@ -113,24 +127,27 @@ enum Block {
 async fn run(
     request: &ModelRequest,
     keys: &KeyPolicy,
+    on_retry: OnRetry,
     tx: &mpsc::Sender<ModelChunk>,
 ) -> ModelChunk {
-    let ep = match Endpoint::resolve(
+    let (ep, settings) = match Endpoint::resolve(
         "anthropic",
         "ANTHROPIC",
         "https://api.anthropic.com",
         "/v1/messages",
         &request.model,
         keys,
+        on_retry,
     ) {
-        Ok(ep) => ep,
+        Ok(resolved) => resolved,
         Err(failed) => return failed,
     };
-    let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
+    let mut own = vec![("anthropic-version".to_string(), API_VERSION.to_string())];
     if let Some(key) = &ep.key {
-        headers.push(("x-api-key", key.clone()));
+        own.push(("x-api-key".to_string(), key.clone()));
     }
-    let resp = match http::send(&ep, &headers, &body(request)).await {
+    let headers = http::headers(own, &settings);
+    let resp = match http::send(&ep, &headers, &body(request, &settings)).await {
         Ok(r) => r,
         Err(failed) => return failed,
     };
@@ -151,8 +168,8 @@ async fn run(
         let index = v["index"].as_u64().unwrap_or(0);
         let chunk = match kind.as_str() {
             "message_start" => {
-                usage.input_tokens = v["message"]["usage"]["input_tokens"].as_u64().unwrap_or(0);
-                usage.output_tokens = v["message"]["usage"]["output_tokens"].as_u64().unwrap_or(0);
+                usage.input_tokens = v["message"]["usage"]["input_tokens"].as_u64();
+                usage.output_tokens = v["message"]["usage"]["output_tokens"].as_u64();
                 None
             }
             "content_block_start" => {
@@ -206,17 +223,20 @@ async fn run(
             },
             "message_delta" => {
                 if let Some(out) = v["usage"]["output_tokens"].as_u64() {
-                    usage.output_tokens = out;
+                    usage.output_tokens = Some(out);
                 }
                 None
             }
             "message_stop" => return ModelChunk::Done { usage },
             "error" => {
+                if let Some(overflow) = http::context_overflow(&ep, &ev.data) {
+                    return overflow;
+                }
                 let kind = v["error"]["type"].as_str().unwrap_or("error");
                 let message = v["error"]["message"].as_str().unwrap_or("unknown error");
                 return ModelChunk::Failed {
                     code: "provider_error".into(),
-                    message: format!("the anthropic stream reported {kind}: {message}"),
+                    message: format!("the stream from {} reported {kind}: {message}", ep.url),
                 };
             }
             _ => None, // ping, and event kinds added later
@@ -229,6 +249,6 @@ async fn run(
     }
     ModelChunk::Failed {
         code: "provider_protocol".into(),
-        message: "the anthropic stream ended before message_stop".into(),
+        message: format!("the stream from {} ended before message_stop", ep.url),
     }
 }

@@ -17,6 +17,30 @@ use crate::bundle::Bundle;
 /// A stream of model chunks ending with `done` or `failed`.
 pub type ChunkStream = BoxStream<'static, ModelChunk>;
 
+/// A model call that failed before any output and will be tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    /// The attempt that failed, from 1.
+    pub attempt: u32,
+    /// Attempts allowed for this kind of failure.
+    pub max_attempts: u32,
+    /// Wait before the next attempt.
+    pub delay: std::time::Duration,
+    /// What failed, with the URL tried.
+    pub reason: String,
+}
+
+/// How a `model_retry` event reads to a person, for the CLI and the TUI.
+pub fn retry_line(attempt: u32, max_attempts: u32, delay_ms: u64, reason: &str) -> String {
+    format!(
+        "model call failed (attempt {attempt} of {max_attempts}), retrying in {:.1} s: {reason}",
+        delay_ms as f64 / 1000.0
+    )
+}
+
+/// Told of each retry before its wait, so the runtime can journal it.
+pub type OnRetry = std::sync::Arc<dyn Fn(Retry) + Send + Sync>;
+
 /// Checks that a model named in an override can be served; the error says what is available.
 pub fn check_model(model: &ModelRef) -> Result<(), String> {
     if !KNOWN_PROVIDERS.contains(&model.provider.as_str()) {
@@ -29,15 +53,23 @@ pub fn check_model(model: &ModelRef) -> Result<(), String> {
     if model.name.trim().is_empty() {
         return Err("the model name is empty".into());
     }
-    Ok(())
+    crate::model_config::parse(&model.provider, model.config.as_ref())
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
-/// Serves one model request for a session of `bundle`; keys go only where `keys` allows.
-pub fn stream(bundle: &Bundle, keys: &keys::KeyPolicy, request: ModelRequest) -> ChunkStream {
+/// Serves one model request for a session of `bundle`; keys go only where `keys` allows; `on_retry` hears of
+/// each retry.
+pub fn stream(
+    bundle: &Bundle,
+    keys: &keys::KeyPolicy,
+    request: ModelRequest,
+    on_retry: OnRetry,
+) -> ChunkStream {
     match request.model.provider.as_str() {
         "scripted" => scripted::stream(bundle, request),
-        "openai" => openai::stream(request, keys.clone()),
-        "anthropic" => anthropic::stream(request, keys.clone()),
+        "openai" => openai::stream(request, keys.clone(), on_retry),
+        "anthropic" => anthropic::stream(request, keys.clone(), on_retry),
         other => futures::stream::once(futures::future::ready(ModelChunk::Failed {
             code: "provider_unavailable".into(),
             message: format!(

@@ -10,10 +10,14 @@ use tokio::sync::mpsc;
 
 use super::http::{self, Endpoint};
 use super::keys::KeyPolicy;
-use super::ChunkStream;
+use super::{ChunkStream, OnRetry};
+use crate::model_config::{ModelSettings, ToolChoice};
 
-/// The request body for `request`.
-pub fn body(request: &ModelRequest) -> Value {
+/// The official API, which wants `max_completion_tokens` where compatible servers take `max_tokens`.
+const OFFICIAL: &str = "https://api.openai.com/";
+
+/// The request body for `request`, with the model settings applied; `url` is where it goes.
+pub fn body(request: &ModelRequest, settings: &ModelSettings, url: &str) -> Value {
     let messages: Vec<Value> = request.messages.iter().map(message).collect();
     let mut body = json!({
         "model": request.model.name,
@@ -27,7 +31,43 @@ pub fn body(request: &ModelRequest) -> Value {
             .iter()
             .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
             .collect();
+        let choice = settings
+            .tool_choice
+            .as_ref()
+            .filter(|c| !c.forces() || http::first_call_of_turn(request));
+        if let Some(choice) = choice {
+            body["tool_choice"] = match choice {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+            };
+        }
+        if let Some(p) = settings.parallel_tool_calls {
+            body["parallel_tool_calls"] = json!(p);
+        }
     }
+    if let Some(n) = settings.max_tokens {
+        let key = if url.starts_with(OFFICIAL) {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[key] = json!(n);
+    }
+    if let Some(t) = settings.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(p) = settings.top_p {
+        body["top_p"] = json!(p);
+    }
+    if let Some(stop) = &settings.stop {
+        body["stop"] = json!(stop.to_vec());
+    }
+    if let Some(seed) = settings.seed {
+        body["seed"] = json!(seed);
+    }
+    http::merge_extra_body(&mut body, settings);
     body
 }
 
@@ -39,7 +79,8 @@ fn message(m: &ChatMessage) -> Value {
             json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
         }
         ChatRole::Assistant => {
-            let mut v = json!({"role": "assistant", "content": if m.content.is_empty() { Value::Null } else { json!(m.content) }});
+            // "" rather than null: llama.cpp-based servers reject a null content, and OpenAI accepts both.
+            let mut v = json!({"role": "assistant", "content": m.content});
             if !m.tool_calls.is_empty() {
                 v["tool_calls"] = m
                     .tool_calls
@@ -53,9 +94,9 @@ fn message(m: &ChatMessage) -> Value {
 }
 
 /// Streams the completion of `request`.
-pub fn stream(request: ModelRequest, keys: KeyPolicy) -> ChunkStream {
+pub fn stream(request: ModelRequest, keys: KeyPolicy, on_retry: OnRetry) -> ChunkStream {
     http::spawn_stream(move |tx| async move {
-        let end = run(&request, &keys, &tx).await;
+        let end = run(&request, &keys, on_retry, &tx).await;
         let _ = tx.send(end).await;
     })
 }
@@ -63,39 +104,86 @@ pub fn stream(request: ModelRequest, keys: KeyPolicy) -> ChunkStream {
 /// A tool call being assembled from its pieces.
 #[derive(Default)]
 struct Partial {
+    index: u64,
     id: String,
     name: String,
     arguments: String,
 }
 
+/// The tool calls of one answer, assembled from deltas the way servers send them: the id and the name count once
+/// (llama.cpp-based servers repeat the name in every delta), the arguments are appended. A delta with a new id at
+/// an index already in use starts another call, for servers that send every call at index 0.
+#[derive(Default)]
+struct Calls(Vec<Partial>);
+
+impl Calls {
+    fn merge(&mut self, piece: &Value) {
+        let index = piece["index"].as_u64().unwrap_or(0);
+        let id = piece["id"].as_str().filter(|s| !s.is_empty());
+        let position = self.0.iter().rposition(|c| c.index == index);
+        let call = match position {
+            Some(p)
+                if id.is_none() || self.0[p].id.is_empty() || Some(self.0[p].id.as_str()) == id =>
+            {
+                &mut self.0[p]
+            }
+            _ => {
+                self.0.push(Partial {
+                    index,
+                    ..Partial::default()
+                });
+                let last = self.0.len() - 1;
+                &mut self.0[last]
+            }
+        };
+        if let Some(id) = id.filter(|_| call.id.is_empty()) {
+            call.id = id.into();
+        }
+        if let Some(name) = piece["function"]["name"]
+            .as_str()
+            .filter(|_| call.name.is_empty())
+        {
+            call.name = name.into();
+        }
+        if let Some(args) = piece["function"]["arguments"].as_str() {
+            call.arguments.push_str(args);
+        }
+    }
+}
+
 async fn run(
     request: &ModelRequest,
     keys: &KeyPolicy,
+    on_retry: OnRetry,
     tx: &mpsc::Sender<ModelChunk>,
 ) -> ModelChunk {
-    let ep = match Endpoint::resolve(
+    let (ep, settings) = match Endpoint::resolve(
         "openai",
         "OPENAI",
         "https://api.openai.com/v1",
         "/chat/completions",
         &request.model,
         keys,
+        on_retry,
     ) {
-        Ok(ep) => ep,
+        Ok(resolved) => resolved,
         Err(failed) => return failed,
     };
-    let mut headers = vec![];
+    let mut own = vec![];
     if let Some(key) = &ep.key {
-        headers.push(("authorization", format!("Bearer {key}")));
+        own.push(("authorization".to_string(), format!("Bearer {key}")));
     }
-    let resp = match http::send(&ep, &headers, &body(request)).await {
+    let body = body(request, &settings, &ep.url);
+    let headers = http::headers(own, &settings);
+    let resp = match http::send(&ep, &headers, &body).await {
         Ok(r) => r,
         Err(failed) => return failed,
     };
     let mut events = std::pin::pin!(http::events(&ep, resp));
-    let mut calls: Vec<Partial> = Vec::new();
+    let mut calls = Calls::default();
     let mut usage = Usage::default();
     let mut finished = false;
+    let mut output = false;
     while let Some(ev) = events.next().await {
         let ev = match ev {
             Ok(ev) => ev,
@@ -108,19 +196,19 @@ async fn run(
             Ok(v) => v,
             Err(failed) => return failed,
         };
-        if let Some(err) = v.get("error") {
-            let message = err["message"]
-                .as_str()
-                .unwrap_or("unknown error")
-                .to_string();
-            return ModelChunk::Failed {
-                code: "provider_error".into(),
-                message: format!("the openai stream reported: {message}"),
-            };
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            if let Some(overflow) = http::context_overflow(&ep, &ev.data) {
+                return overflow;
+            }
+            let message = err["message"].as_str().unwrap_or("unknown error");
+            return http::failed(
+                "provider_error",
+                format!("the stream from {} reported: {message}", ep.url),
+            );
         }
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-            usage.input_tokens = u["prompt_tokens"].as_u64().unwrap_or(0);
-            usage.output_tokens = u["completion_tokens"].as_u64().unwrap_or(0);
+            usage.input_tokens = u["prompt_tokens"].as_u64();
+            usage.output_tokens = u["completion_tokens"].as_u64();
         }
         let Some(choice) = v["choices"].get(0) else {
             continue;
@@ -128,6 +216,7 @@ async fn run(
         let delta = &choice["delta"];
         for key in ["reasoning_content", "reasoning"] {
             if let Some(text) = delta[key].as_str().filter(|t| !t.is_empty()) {
+                output = true;
                 if tx
                     .send(ModelChunk::ReasoningDelta { text: text.into() })
                     .await
@@ -138,6 +227,7 @@ async fn run(
             }
         }
         if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            output = true;
             if tx
                 .send(ModelChunk::TextDelta { text: text.into() })
                 .await
@@ -147,20 +237,8 @@ async fn run(
             }
         }
         for piece in delta["tool_calls"].as_array().into_iter().flatten() {
-            let index = piece["index"].as_u64().unwrap_or(0) as usize;
-            if calls.len() <= index {
-                calls.resize_with(index + 1, Partial::default);
-            }
-            let call = &mut calls[index];
-            if let Some(id) = piece["id"].as_str() {
-                call.id = id.into();
-            }
-            if let Some(name) = piece["function"]["name"].as_str() {
-                call.name.push_str(name);
-            }
-            if let Some(args) = piece["function"]["arguments"].as_str() {
-                call.arguments.push_str(args);
-            }
+            output = true;
+            calls.merge(piece);
         }
         if choice["finish_reason"].is_string() {
             finished = true;
@@ -170,14 +248,29 @@ async fn run(
         // Some compatible servers end the stream without [DONE] after a finish reason.
         return done(calls, usage, tx).await;
     }
-    ModelChunk::Failed {
-        code: "provider_protocol".into(),
-        message: "the openai stream ended before the response was complete".into(),
+    if !output {
+        // Some servers (llama-cpp-python) fail a streamed request by closing the stream; the same request without
+        // streaming gets the real error, typically a context overflow, and costs nothing when it fails early.
+        let mut once = body.clone();
+        once["stream"] = json!(false);
+        if let Some(map) = once.as_object_mut() {
+            map.remove("stream_options");
+        }
+        if let Some(why) = http::probe(&ep, &headers, &once).await {
+            return why;
+        }
     }
+    http::failed(
+        "provider_protocol",
+        format!(
+            "the stream from {} ended before the response was complete",
+            ep.url
+        ),
+    )
 }
 
-async fn done(calls: Vec<Partial>, usage: Usage, tx: &mpsc::Sender<ModelChunk>) -> ModelChunk {
-    for (i, c) in calls.into_iter().enumerate() {
+async fn done(calls: Calls, usage: Usage, tx: &mpsc::Sender<ModelChunk>) -> ModelChunk {
+    for (i, c) in calls.0.into_iter().enumerate() {
         let call = ToolCall {
             id: if c.id.is_empty() {
                 format!("call_{i}")

@@ -244,10 +244,7 @@ fn plan(
     out.push((
         0,
         ModelChunk::Done {
-            usage: Usage {
-                input_tokens: (input_chars / 4) as u64,
-                output_tokens: output_words,
-            },
+            usage: Usage::new((input_chars / 4) as u64, output_words),
         },
     ));
     Ok(out)

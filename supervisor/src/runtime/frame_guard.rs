@@ -71,6 +71,7 @@ impl Guard {
             | E::NetworkAccess { .. }
             | E::NetworkClosed { .. }
             | E::NetworkPermissionRequested { .. }
+            | E::ModelRetry { .. }
             | E::Error { .. } => {
                 return Err(format!("a {kind} event, which only the supervisor emits"))
             }

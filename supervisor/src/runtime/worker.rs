@@ -457,7 +457,25 @@ impl Actor {
     fn serve_model(&mut self, request: ModelRequest) {
         self.model_tasks.retain(|_, t| !t.is_finished());
         let request_id = request.request_id.clone();
-        let mut chunks = providers::stream(&self.session.bundle, &self.rt.options.keys, request);
+        let session = self.session.clone();
+        let turn_id = request.turn_id.clone();
+        // The supervisor makes the call, so it journals the retries; the worker only sees the chunks.
+        let on_retry: providers::OnRetry = Arc::new(move |r: providers::Retry| {
+            tracing::info!(session = %session.id, attempt = r.attempt, delay_ms = r.delay.as_millis() as u64, "model call retried: {}", r.reason);
+            session.emit(EventPayload::ModelRetry {
+                turn_id: turn_id.clone(),
+                attempt: r.attempt,
+                max_attempts: r.max_attempts,
+                delay_ms: u64::try_from(r.delay.as_millis()).unwrap_or(u64::MAX),
+                reason: r.reason,
+            });
+        });
+        let mut chunks = providers::stream(
+            &self.session.bundle,
+            &self.rt.options.keys,
+            request,
+            on_retry,
+        );
         let tx = self.tx.clone();
         let rid = request_id.clone();
         let task = tokio::spawn(async move {

@@ -234,6 +234,18 @@ impl App {
             },
             // The opening line already says where it went.
             EventPayload::NetworkClosed { .. } => {}
+            EventPayload::ModelRetry {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+                ..
+            } => self.info(crate::providers::retry_line(
+                *attempt,
+                *max_attempts,
+                *delay_ms,
+                reason,
+            )),
             EventPayload::ApprovalResolved {
                 request_id,
                 decision,

@@ -141,7 +141,10 @@ fn a_provider_that_hangs_fails_the_turn_when_the_time_out_fires() {
         "the time-out did not fire"
     );
     assert!(
-        err.contains("(provider_timeout): the openai stream stalled for 700ms"),
+        err.contains(&format!(
+            "(provider_timeout): the stream from {}/chat/completions stalled for 700ms",
+            server.base
+        )),
         "{err}"
     );
 }

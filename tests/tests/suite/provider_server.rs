@@ -153,9 +153,34 @@ pub struct ProviderServer {
     pub requests: Arc<Mutex<Vec<Recorded>>>,
 }
 
+/// Checks a request body before the next scripted reply; `Some(reply)` answers instead, as a server that
+/// rejects the request would.
+pub type Check = fn(&Value) -> Option<Reply>;
+
+/// llama-cpp-python's check: an assistant message whose `content` is null or missing fails its chat template,
+/// and it answers HTTP 500.
+pub fn llama_cpp_check(body: &Value) -> Option<Reply> {
+    let messages = body["messages"].as_array()?;
+    let bad = messages
+        .iter()
+        .any(|m| m["role"] == "assistant" && !m["content"].is_string());
+    bad.then(|| {
+        Reply::status(
+            500,
+            r#"{"error": {"message": "1 validation error for ChatCompletionRequestAssistantMessage content: Input should be a valid string", "type": "internal_server_error"}}"#,
+            None,
+        )
+    })
+}
+
 impl ProviderServer {
     /// Serves `replies` in order, one per request; a request beyond them gets a 500.
     pub fn start(replies: Vec<Reply>) -> ProviderServer {
+        ProviderServer::start_checked(replies, |_| None)
+    }
+
+    /// Like `start`, but a request that `check` rejects gets its answer and keeps the scripted reply for later.
+    pub fn start_checked(replies: Vec<Reply>, check: Check) -> ProviderServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -166,7 +191,7 @@ impl ProviderServer {
                 let Ok(conn) = conn else { return };
                 let (recorded, queue) = (recorded.clone(), queue.clone());
                 std::thread::spawn(move || {
-                    let _ = serve_one(conn, &recorded, &queue);
+                    let _ = serve_one(conn, &recorded, &queue, check);
                 });
             }
         });
@@ -182,6 +207,7 @@ fn serve_one(
     mut conn: std::net::TcpStream,
     recorded: &Mutex<Vec<Recorded>>,
     queue: &Mutex<std::collections::VecDeque<Reply>>,
+    check: Check,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
@@ -205,12 +231,15 @@ fn serve_one(
     }
     let mut body = vec![0u8; length];
     reader.read_exact(&mut body)?;
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let rejected = check(&body);
     recorded.lock().unwrap().push(Recorded {
         path,
         headers,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        body,
     });
-    let reply = queue.lock().unwrap().pop_front().unwrap_or_else(|| {
+    let scripted = || queue.lock().unwrap().pop_front();
+    let reply = rejected.or_else(scripted).unwrap_or_else(|| {
         Reply::status(
             500,
             "{\"error\":{\"message\":\"no more scripted replies\"}}",

@@ -9,7 +9,7 @@ use super::provider_server::{ProviderServer, Reply};
 use super::support::{events_of_turn, runtime, Env};
 
 /// Writes a bundle using `provider` at `base_url` into `work/<name>`.
-fn bundle(env: &Env, name: &str, provider: &str, model: &str, config: Value) {
+pub(super) fn bundle(env: &Env, name: &str, provider: &str, model: &str, config: Value) {
     let dir = env.path(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -25,16 +25,16 @@ fn bundle(env: &Env, name: &str, provider: &str, model: &str, config: Value) {
     .unwrap();
 }
 
-fn local(server: &ProviderServer) -> Value {
+pub(super) fn local(server: &ProviderServer) -> Value {
     json!({"base_url": server.base, "retry_base_ms": 5, "max_retries": 2, "timeout_ms": 10000})
 }
 
-fn oa(delta: Value, finish: Value) -> Value {
+pub(super) fn oa(delta: Value, finish: Value) -> Value {
     json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-test",
            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 }
 
-fn openai_text(text: &str) -> Reply {
+pub(super) fn openai_text(text: &str) -> Reply {
     let mut chunks = vec![oa(json!({"role": "assistant", "content": ""}), Value::Null)];
     for piece in text.split_inclusive(' ') {
         chunks.push(oa(json!({"content": piece}), Value::Null));
@@ -43,7 +43,7 @@ fn openai_text(text: &str) -> Reply {
     Reply::openai(&chunks)
 }
 
-fn openai_tool_call(command: &str) -> Reply {
+pub(super) fn openai_tool_call(command: &str) -> Reply {
     let args = json!({"command": command}).to_string();
     let (a, b) = args.split_at(args.len() / 2);
     Reply::openai(&[
@@ -69,7 +69,7 @@ fn openai_tool_call(command: &str) -> Reply {
     ])
 }
 
-fn run_json(
+pub(super) fn run_json(
     env: &Env,
     name: &str,
     envs: &[(&str, &str)],
@@ -89,7 +89,7 @@ fn run_json(
     (out, events)
 }
 
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(super) fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events
         .iter()
         .filter(|e| e["payload"]["type"] == kind)
@@ -293,9 +293,18 @@ fn a_429_is_retried_and_a_500_storm_fails_the_turn_after_bounded_retries() {
         openai_text("after retry"),
     ]);
     bundle(&env, "retry", "openai", "gpt-test", local(&server));
-    let run = env.run(&["run", "./retry", "--prompt", "go"]);
-    assert_eq!(run.ok().trim(), "after retry");
+    let (out, events) = run_json(&env, "./retry", &[], &[]);
+    assert!(out.status.success());
     assert_eq!(server.recorded().len(), 2);
+    let retry = &of_type(&events, "model_retry")[0];
+    assert_eq!(
+        (&retry["attempt"], &retry["max_attempts"]),
+        (&json!(1), &json!(3))
+    );
+    assert!(
+        retry["reason"].as_str().unwrap().contains("HTTP 429"),
+        "{retry}"
+    );
 
     let storm = ProviderServer::start(vec![
         Reply::status(
@@ -312,7 +321,10 @@ fn a_429_is_retried_and_a_500_storm_fails_the_turn_after_bounded_retries() {
         .failed()
         .to_string();
     assert!(
-        err.contains("(provider_unavailable): the openai API failed 3 times; last: HTTP 500: boom"),
+        err.contains(&format!(
+            "(provider_unavailable): the openai request failed 3 times; last: HTTP 500 from {}/chat/completions: boom",
+            storm.base
+        )),
         "{err}"
     );
     assert_eq!(storm.recorded().len(), 3, "max_retries 2 means 3 attempts");
