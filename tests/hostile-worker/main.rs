@@ -36,6 +36,13 @@ fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
             rule: Some("*".into()),
             reason: None,
         }),
+        "model_retry" => event(EventPayload::ModelRetry {
+            turn_id: turn,
+            attempt: 1,
+            max_attempts: 3,
+            delay_ms: 1,
+            reason: "forged".into(),
+        }),
         "other_turn" => event(EventPayload::AgentMessageDelta {
             turn_id: "not-the-running-turn".into(),
             delta: "forged".into(),

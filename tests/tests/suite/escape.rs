@@ -373,6 +373,7 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "approval_resolved",
         "turn_completed",
         "network_access",
+        "model_retry",
         "other_turn",
         "model_for_other_turn",
         "model_flood",
