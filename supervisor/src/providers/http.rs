@@ -140,14 +140,22 @@ enum Cause {
 /// The kind of a transport failure and its root cause, from the error's source chain.
 fn transport_cause(e: &reqwest::Error) -> (Cause, String) {
     let mut chain: Vec<String> = vec![e.to_string()];
-    let mut source = std::error::Error::source(e);
-    let mut refused = false;
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
+    let (mut refused, mut tls) = (false, false);
+    let mut next = std::error::Error::source(e);
+    while let Some(s) = next {
         chain.push(s.to_string());
-        source = s.source();
+        tls |= s.is::<rustls::Error>();
+        next = match s.downcast_ref::<std::io::Error>() {
+            Some(io) => {
+                refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+                // An io::Error's source() skips the error it wraps, which is where rustls puts its own.
+                match io.get_ref() {
+                    Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                    None => std::error::Error::source(io),
+                }
+            }
+            None => s.source(),
+        };
     }
     let all = chain.join(": ").to_ascii_lowercase();
     let root = chain.last().cloned().unwrap_or_default();
@@ -155,7 +163,7 @@ fn transport_cause(e: &reqwest::Error) -> (Cause, String) {
         Cause::Refused
     } else if all.contains("dns error") || all.contains("failed to lookup address") {
         Cause::Dns
-    } else if all.contains("certificate") || all.contains("tls") || all.contains("handshake") {
+    } else if tls || all.contains("certificate") || all.contains("tls handshake") {
         Cause::Tls
     } else if e.is_timeout() {
         Cause::Timeout

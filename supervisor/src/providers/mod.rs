@@ -32,9 +32,13 @@ pub struct Retry {
 
 /// How a `model_retry` event reads to a person, for the CLI and the TUI.
 pub fn retry_line(attempt: u32, max_attempts: u32, delay_ms: u64, reason: &str) -> String {
+    let delay = if delay_ms < 1000 {
+        format!("{delay_ms} ms")
+    } else {
+        format!("{:.1} s", delay_ms as f64 / 1000.0)
+    };
     format!(
-        "model call failed (attempt {attempt} of {max_attempts}), retrying in {:.1} s: {reason}",
-        delay_ms as f64 / 1000.0
+        "model call failed (attempt {attempt} of {max_attempts}), retrying in {delay}: {reason}"
     )
 }
 

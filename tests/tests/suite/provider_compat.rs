@@ -320,3 +320,26 @@ fn usage_the_server_did_not_report_is_null_not_zero() {
     let usage = &of_type(&events, "turn_completed")[0]["usage"];
     assert_eq!(usage, &json!({"input_tokens": null, "output_tokens": null}));
 }
+
+#[test]
+fn a_tls_failure_is_named_and_not_retried() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![openai_text("never read")]);
+    let mut config = local(&server);
+    config["base_url"] = json!(server.base.replace("http://", "https://"));
+    bundle(&env, "tls", "openai", "m", config);
+    let (out, events) = run_json(&env, "./tls", &[], &[]);
+    assert!(!out.status.success());
+    assert!(
+        of_type(&events, "model_retry").is_empty(),
+        "a TLS failure will not heal by itself"
+    );
+    let message = of_type(&events, "error")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("TLS failed") && message.contains("https://127.0.0.1"),
+        "{message}"
+    );
+}
