@@ -1,5 +1,7 @@
 //! What the supervisor tells a worker right after the handshake.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::chat::ChatMessage;
@@ -9,8 +11,8 @@ use crate::names::{BuiltinTool, PermissionAction, SandboxMode};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionRule {
-    /// The tool the rule applies to.
-    pub tool: BuiltinTool,
+    /// The tool the rule applies to: a builtin name (`Bash`) or a glob over MCP tool names (`mcp__git__*`).
+    pub tool: String,
     /// Glob over the key argument (command, path or pattern); absent matches every call.
     #[serde(default, rename = "match")]
     pub pattern: Option<String>,
@@ -96,4 +98,39 @@ pub struct WorkerConfig {
     /// the worker forwards a loopback port to it and points every command's proxy variables at that port.
     #[serde(default)]
     pub egress_proxy: Option<String>,
+    /// MCP servers from `agent.yaml`, by name; the worker starts them in its sandbox.
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServer>,
+}
+
+/// How a session reaches one MCP server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "transport", rename_all = "snake_case")]
+pub enum McpServer {
+    /// A process the worker starts in the sandbox, speaking JSON-RPC on its stdin and stdout.
+    Stdio {
+        /// Program.
+        command: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// Its whole environment besides the sandbox's base variables (the supervisor resolved `env_from_host`).
+        env: BTreeMap<String, String>,
+        /// Working directory; the workspace when absent.
+        cwd: Option<String>,
+        /// Time allowed for start-up and the tool list.
+        startup_timeout_ms: u64,
+        /// Time allowed for one tool call.
+        tool_timeout_ms: u64,
+    },
+    /// A streamable-HTTP server, reached through the session's network policy.
+    Http {
+        /// Endpoint URL.
+        url: String,
+        /// Extra request headers.
+        headers: BTreeMap<String, String>,
+        /// Time allowed for start-up and the tool list.
+        startup_timeout_ms: u64,
+        /// Time allowed for one tool call.
+        tool_timeout_ms: u64,
+    },
 }

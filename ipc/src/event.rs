@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::Usage;
-use crate::names::{ApprovalDecision, BuiltinTool};
+use crate::chat::{ToolSpec, Usage};
+use crate::names::ApprovalDecision;
 use crate::task::TurnContext;
 
 /// One session event as journaled and streamed: `{id, session_id, created_at, payload: {type, payload}}`.
@@ -221,8 +221,8 @@ pub enum EventPayload {
         request_id: String,
         /// The paused tool call.
         call_id: String,
-        /// Tool name.
-        tool: BuiltinTool,
+        /// Tool name: a builtin, or `mcp__<server>__<tool>`.
+        tool: String,
         /// The key argument (command, path or pattern).
         summary: String,
         /// The rule that asked, as written in agent.yaml; null for the default.
@@ -297,6 +297,31 @@ pub enum EventPayload {
         /// The whole plan.
         plan: Vec<PlanItem>,
     },
+    /// An MCP server started and offered these tools (named as the model sees them, `mcp__<server>__<tool>`).
+    McpServerStarted {
+        /// Server name from agent.yaml.
+        server: String,
+        /// Its tools.
+        tools: Vec<ToolSpec>,
+        /// Time from spawn to the tool list.
+        startup_ms: u64,
+    },
+    /// An MCP server changed its tool list (`notifications/tools/list_changed`); the next model call sees this one.
+    McpToolsChanged {
+        /// Server name.
+        server: String,
+        /// Its tools now.
+        tools: Vec<ToolSpec>,
+    },
+    /// An MCP server failed to start or died; its tools are gone for the rest of the worker's life.
+    McpServerFailed {
+        /// Server name.
+        server: String,
+        /// What happened.
+        message: String,
+        /// The last lines it wrote to stderr.
+        stderr_tail: String,
+    },
     /// A model call failed before any output and will be tried again; journaled by the supervisor, which makes
     /// the call.
     ModelRetry {
@@ -345,6 +370,9 @@ impl EventPayload {
             EventPayload::NetworkPermissionRequested { .. } => "network_permission_requested",
             EventPayload::PlanUpdate { .. } => "plan_update",
             EventPayload::ModelRetry { .. } => "model_retry",
+            EventPayload::McpServerStarted { .. } => "mcp_server_started",
+            EventPayload::McpToolsChanged { .. } => "mcp_tools_changed",
+            EventPayload::McpServerFailed { .. } => "mcp_server_failed",
             EventPayload::Error { .. } => "error",
         }
     }
@@ -372,6 +400,9 @@ impl EventPayload {
             | EventPayload::NetworkAccess { turn_id, .. }
             | EventPayload::NetworkClosed { turn_id, .. }
             | EventPayload::Error { turn_id, .. } => turn_id.as_deref(),
+            EventPayload::McpServerStarted { .. }
+            | EventPayload::McpToolsChanged { .. }
+            | EventPayload::McpServerFailed { .. } => None,
         }
     }
 

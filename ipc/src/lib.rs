@@ -24,7 +24,7 @@ pub use chat::{
     ChatMessage, ChatRole, ModelChunk, ModelQuery, ModelRequest, ToolCall, ToolSpec, Usage,
 };
 pub use codec::{CodecError, FrameCodec, MAX_FRAME_LEN};
-pub use config::{PermissionRule, Permissions, SkillInfo, WorkerConfig};
+pub use config::{McpServer, PermissionRule, Permissions, SkillInfo, WorkerConfig};
 pub use event::{
     EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus, ToolCallStatus,
     TurnStatus,
@@ -37,4 +37,4 @@ pub use names::{
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;

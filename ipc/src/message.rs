@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::chat::{ChatMessage, ModelChunk, ModelQuery, Usage};
 use crate::config::WorkerConfig;
 use crate::event::{EventPayload, TurnStatus};
-use crate::names::{ApprovalDecision, BuiltinTool};
+use crate::names::ApprovalDecision;
 use crate::task::{Task, TurnContext};
 
 /// Frames from the supervisor to a worker.
@@ -89,8 +89,8 @@ pub enum ToSupervisor {
         turn_id: String,
         /// The paused call.
         call_id: String,
-        /// The tool.
-        tool: BuiltinTool,
+        /// The tool: a builtin, or `mcp__<server>__<tool>`.
+        tool: String,
         /// The key argument (command, path or pattern).
         key: String,
         /// The rule that asked; null for the default action.

@@ -9,8 +9,7 @@ use std::path::Path;
 
 use futures::StreamExt;
 use service_ipc::{
-    ApprovalDecision, BuiltinTool, EventPayload, ModelQuery, NetworkDecision, ToSupervisor,
-    ToWorker, Usage,
+    ApprovalDecision, EventPayload, ModelQuery, NetworkDecision, ToSupervisor, ToWorker, Usage,
 };
 
 fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
@@ -68,7 +67,7 @@ fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
             request_id: "00000000-0000-4000-8000-000000000002".into(),
             turn_id: turn,
             call_id: "c".into(),
-            tool: BuiltinTool::Write,
+            tool: "Write".into(),
             key: "/etc/passwd".into(),
             rule: None,
         }],

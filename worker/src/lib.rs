@@ -8,7 +8,10 @@
 //! Layout:
 //! - [`conn`]: connecting, the handshake, and the outbox every task writes frames through.
 //! - [`session`]: the dispatch loop that routes supervisor frames to turns, commands, model streams and approvals.
+//! - [`state`]: what the turns share: configuration, outbox, conversation, tool registry, routes.
 //! - [`react`]: the react executor, one turn at a time.
+//! - [`registry`]: the one tool registry the react loop calls, over the builtin tools and the MCP servers.
+//! - [`mcp`]: the session's MCP servers, confined in the sandbox like commands.
 //! - [`memory`]: the sliding-window memory.
 //! - [`permissions`]: evaluating agent.yaml permission rules.
 //! - [`tools`]: the builtin tools and the subprocess runner shared with operator commands.
@@ -19,10 +22,13 @@ pub mod confine;
 pub mod conn;
 pub mod egress;
 pub mod error;
+pub mod mcp;
 pub mod memory;
 pub mod permissions;
 pub mod react;
+pub mod registry;
 pub mod session;
+pub mod state;
 pub mod tools;
 
 pub use error::{Result, WorkerError};

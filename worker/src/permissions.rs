@@ -1,20 +1,26 @@
 //! Evaluating the permission rules of agent.yaml: first match wins, else the default action.
 
 use globset::Glob;
-use service_ipc::{BuiltinTool, PermissionAction, PermissionRule, Permissions};
+use service_ipc::{PermissionAction, PermissionRule, Permissions};
 
-/// The action for one call and a description of the rule that decided it (None when the default did).
-pub fn evaluate(
-    perms: &Permissions,
-    tool: BuiltinTool,
-    key: &str,
-) -> (PermissionAction, Option<String>) {
+/// The action for one call of the tool named `tool` and a description of the rule that decided it (None when the
+/// default did).
+pub fn evaluate(perms: &Permissions, tool: &str, key: &str) -> (PermissionAction, Option<String>) {
     for (i, rule) in perms.rules.iter().enumerate() {
-        if rule.tool == tool && matches(rule, key) {
+        if names(rule, tool) && matches(rule, key) {
             return (rule.action, Some(describe(i, rule)));
         }
     }
     (perms.default, None)
+}
+
+/// A rule's `tool` is a builtin name or a glob over MCP tool names (`mcp__git__*`).
+fn names(rule: &PermissionRule, tool: &str) -> bool {
+    rule.tool == tool
+        || (rule.tool.contains(['*', '?', '['])
+            && Glob::new(&rule.tool)
+                .map(|g| g.compile_matcher().is_match(tool))
+                .unwrap_or(false))
 }
 
 fn matches(rule: &PermissionRule, key: &str) -> bool {
@@ -40,9 +46,9 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
-    fn rule(tool: BuiltinTool, pattern: Option<&str>, action: PermissionAction) -> PermissionRule {
+    fn rule(tool: &str, pattern: Option<&str>, action: PermissionAction) -> PermissionRule {
         PermissionRule {
-            tool,
+            tool: tool.into(),
             pattern: pattern.map(Into::into),
             action,
         }
@@ -53,38 +59,52 @@ mod tests {
         let perms = Permissions {
             default: PermissionAction::Ask,
             rules: vec![
-                rule(
-                    BuiltinTool::Bash,
-                    Some("git status*"),
-                    PermissionAction::Allow,
-                ),
-                rule(BuiltinTool::Bash, None, PermissionAction::Deny),
-                rule(BuiltinTool::Write, Some("/etc/**"), PermissionAction::Deny),
+                rule("Bash", Some("git status*"), PermissionAction::Allow),
+                rule("Bash", None, PermissionAction::Deny),
+                rule("Write", Some("/etc/**"), PermissionAction::Deny),
             ],
             ..Permissions::default()
         };
         assert_eq!(
-            evaluate(&perms, BuiltinTool::Bash, "git status --short"),
+            evaluate(&perms, "Bash", "git status --short"),
             (
                 PermissionAction::Allow,
                 Some("rules[0]: Bash \"git status*\" -> allow".into())
             )
         );
         assert_eq!(
-            evaluate(&perms, BuiltinTool::Bash, "rm -rf /").0,
+            evaluate(&perms, "Bash", "rm -rf /").0,
             PermissionAction::Deny
         );
         assert_eq!(
-            evaluate(&perms, BuiltinTool::Write, "/etc/passwd").0,
+            evaluate(&perms, "Write", "/etc/passwd").0,
             PermissionAction::Deny
         );
         assert_eq!(
-            evaluate(&perms, BuiltinTool::Write, "/tmp/x"),
+            evaluate(&perms, "Write", "/tmp/x"),
             (PermissionAction::Ask, None)
         );
         assert_eq!(
-            evaluate(&perms, BuiltinTool::Read, "/etc/passwd"),
+            evaluate(&perms, "Read", "/etc/passwd"),
             (PermissionAction::Ask, None)
         );
+    }
+
+    #[test]
+    fn a_glob_over_tool_names_matches_a_servers_mcp_tools_only() {
+        let perms = Permissions {
+            default: PermissionAction::Allow,
+            rules: vec![rule("mcp__git__*", None, PermissionAction::Ask)],
+            ..Permissions::default()
+        };
+        assert_eq!(
+            evaluate(&perms, "mcp__git__git_status", "{}").0,
+            PermissionAction::Ask
+        );
+        assert_eq!(
+            evaluate(&perms, "mcp__time__now", "{}").0,
+            PermissionAction::Allow
+        );
+        assert_eq!(evaluate(&perms, "Bash", "ls").0, PermissionAction::Allow);
     }
 }

@@ -14,8 +14,9 @@ use service_ipc::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::session::Shared;
-use crate::tools::{self, ToolCtx, ToolResult};
+use crate::registry::Tool;
+use crate::state::Shared;
+use crate::tools::{ToolCtx, ToolResult};
 use crate::{memory, permissions};
 
 /// Why a turn stopped early.
@@ -93,10 +94,11 @@ impl Turn<'_> {
     ) -> Result<String, Stop> {
         let config = &self.shared.config;
         let system = system_prompt(config);
-        let specs = tools::specs(&config.tools);
         for _ in 0..config.max_steps {
             let messages = memory::prompt(&system, history, config.memory_window);
-            let reply = self.call_model(messages, specs.clone(), usage).await?;
+            // Listed per call: an MCP server may have changed its tools, or died, since the last one.
+            let specs = self.shared.registry.specs().await;
+            let reply = self.call_model(messages, specs, usage).await?;
             history.push(ChatMessage {
                 role: ChatRole::Assistant,
                 content: reply.text.clone(),
@@ -230,7 +232,7 @@ impl Turn<'_> {
                 .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone())),
         })
         .await;
-        let result = match (self.offered(&call.name), arguments) {
+        let result = match (self.shared.registry.find(&call.name), arguments) {
             (Err(message), _) => ToolResult::error(message),
             (Ok(_), Err(e)) => ToolResult::error(format!(
                 "arguments of {} are not valid JSON: {e}",
@@ -249,40 +251,27 @@ impl Turn<'_> {
         result
     }
 
-    /// The builtin tool named `name`, if the manifest offers it.
-    fn offered(&self, name: &str) -> Result<BuiltinTool, String> {
-        let tools = &self.shared.config.tools;
-        match name.parse::<BuiltinTool>() {
-            Ok(tool) if tools.contains(&tool) => Ok(tool),
-            _ => {
-                let names: Vec<&str> = tools.iter().map(|t| t.as_str()).collect();
-                Err(format!(
-                    "tool \"{name}\" is not available; available tools: {}",
-                    names.join(", ")
-                ))
-            }
-        }
-    }
-
     async fn permitted_run(
         &self,
-        tool: BuiltinTool,
+        tool: Tool,
         call: &ToolCall,
         args: serde_json::Value,
     ) -> ToolResult {
-        let key = tools::key_argument(tool, &args, &self.cwd);
-        let (action, rule) = permissions::evaluate(&self.shared.config.permissions, tool, &key);
+        let registry = &self.shared.registry;
+        let key = registry.key_argument(&tool, &args, &self.cwd);
+        let name = tool.name();
+        let (action, rule) = permissions::evaluate(&self.shared.config.permissions, name, &key);
         match action {
             PermissionAction::Allow => {}
             PermissionAction::Deny => {
                 let by = rule.unwrap_or_else(|| "the default action".into());
                 return ToolResult::denied(format!(
-                    "{tool} {key:?} was denied by agent.yaml ({by})"
+                    "{name} {key:?} was denied by agent.yaml ({by})"
                 ));
             }
-            PermissionAction::Ask => match self.ask(tool, call, &key, rule).await {
+            PermissionAction::Ask => match self.ask(name, call, &key, rule).await {
                 Some(service_ipc::ApprovalDecision::Deny) => {
-                    return ToolResult::denied(format!("{tool} {key:?} was denied by the operator"))
+                    return ToolResult::denied(format!("{name} {key:?} was denied by the operator"))
                 }
                 Some(_) => {}
                 None => {
@@ -293,20 +282,21 @@ impl Turn<'_> {
             },
         }
         let ctx = ToolCtx {
-            shared: self.shared,
+            config: &self.shared.config,
+            outbox: &self.shared.outbox,
             turn_id: self.turn_id,
             call_id: &call.id,
             cwd: &self.cwd,
             cancel: self.cancel,
         };
-        out_delta(&ctx, tools::describe(tool, &args, &key)).await;
-        tools::run(tool, args, &ctx).await
+        out_delta(&ctx, registry.describe(&tool, &args, &key)).await;
+        registry.run(&tool, args, &ctx).await
     }
 
     /// Asks the supervisor for a decision; None when the turn was interrupted or the connection is gone.
     async fn ask(
         &self,
-        tool: BuiltinTool,
+        tool: &str,
         call: &ToolCall,
         key: &str,
         rule: Option<String>,
@@ -320,7 +310,7 @@ impl Turn<'_> {
                 request_id: request_id.clone(),
                 turn_id: self.turn_id.to_string(),
                 call_id: call.id.clone(),
-                tool,
+                tool: tool.to_string(),
                 key: key.to_string(),
                 rule,
             })
@@ -339,8 +329,7 @@ impl Turn<'_> {
 }
 
 async fn out_delta(ctx: &ToolCtx<'_>, delta: String) {
-    ctx.shared
-        .outbox
+    ctx.outbox
         .event(EventPayload::ToolCallDelta {
             turn_id: ctx.turn_id.to_string(),
             call_id: ctx.call_id.to_string(),

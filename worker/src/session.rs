@@ -1,73 +1,18 @@
 //! The worker's dispatch loop: routes supervisor frames to the running turn, operator commands, model streams and
 //! pending approvals, and sends heartbeats.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use service_ipc::{
-    ApprovalDecision, ChatMessage, ModelChunk, ToSupervisor, ToWorker, TurnStatus, Usage,
-    WorkerConfig,
-};
-use tokio::sync::{mpsc, oneshot};
+use service_ipc::{ToSupervisor, ToWorker, TurnStatus, Usage};
 use tokio_util::sync::CancellationToken;
 
 use crate::conn::{self, Outbox};
 use crate::error::Result;
-use crate::{react, tools};
-
-/// Chunks buffered per model stream before the reader waits for the turn to catch up.
-const MODEL_STREAM_CAPACITY: usize = 256;
-
-/// State shared by the dispatch loop and the tasks it starts.
-pub struct Shared {
-    /// Configuration from the handshake.
-    pub config: WorkerConfig,
-    /// Frames to the supervisor.
-    pub outbox: Outbox,
-    /// The conversation so far; a turn holds the lock while it runs.
-    pub history: tokio::sync::Mutex<Vec<ChatMessage>>,
-    model_streams: Mutex<HashMap<String, mpsc::Sender<ModelChunk>>>,
-    approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
-}
-
-impl Shared {
-    /// Registers a model stream; chunks for `request_id` arrive on the returned receiver.
-    pub fn open_model_stream(&self, request_id: &str) -> mpsc::Receiver<ModelChunk> {
-        let (tx, rx) = mpsc::channel(MODEL_STREAM_CAPACITY);
-        lock(&self.model_streams).insert(request_id.to_string(), tx);
-        rx
-    }
-
-    /// Forgets a model stream; later chunks for it are dropped.
-    pub fn close_model_stream(&self, request_id: &str) {
-        lock(&self.model_streams).remove(request_id);
-    }
-
-    /// Registers a pending approval; the decision arrives on the returned receiver.
-    pub fn open_approval(&self, request_id: &str) -> oneshot::Receiver<ApprovalDecision> {
-        let (tx, rx) = oneshot::channel();
-        lock(&self.approvals).insert(request_id.to_string(), tx);
-        rx
-    }
-
-    /// Forgets a pending approval (the turn was interrupted).
-    pub fn close_approval(&self, request_id: &str) {
-        lock(&self.approvals).remove(request_id);
-    }
-
-    /// The session workspace, the default working directory.
-    pub fn workspace(&self) -> PathBuf {
-        PathBuf::from(&self.config.workspace)
-    }
-}
-
-/// Locks a std mutex; a poisoned lock still holds consistent maps (no code panics while holding these).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::registry::Registry;
+use crate::state::Shared;
+use crate::{mcp, react, tools};
 
 struct RunningTurn {
     turn_id: String,
@@ -104,13 +49,14 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
         outbox.clone(),
         Duration::from_millis(config.heartbeat_ms.max(10)),
     ));
-    let shared = Arc::new(Shared {
-        history: tokio::sync::Mutex::new(config.history.clone()),
-        config,
-        outbox,
-        model_streams: Mutex::new(HashMap::new()),
-        approvals: Mutex::new(HashMap::new()),
-    });
+    // MCP servers start now, in the background; the first model call waits for them.
+    let servers = mcp::Servers::start(
+        &config.mcp_servers,
+        outbox.clone(),
+        std::path::Path::new(&config.workspace),
+    );
+    let registry = Registry::new(config.tools.clone(), servers);
+    let shared = Arc::new(Shared::new(config, outbox, registry));
     let stop = CancellationToken::new();
     let mut turn: Option<RunningTurn> = None;
     let mut result = Ok(());
@@ -148,26 +94,20 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 });
             }
             ToWorker::ModelChunk { request_id, chunk } => {
-                let tx = lock(&shared.model_streams).get(&request_id).cloned();
-                if let Some(tx) = tx {
-                    let _ = tx.send(chunk).await;
-                }
+                shared.deliver_chunk(&request_id, chunk).await;
             }
             ToWorker::ApprovalDecision {
                 request_id,
                 decision,
-            } => {
-                if let Some(tx) = lock(&shared.approvals).remove(&request_id) {
-                    let _ = tx.send(decision);
-                }
-            }
+            } => shared.deliver_decision(&request_id, decision),
             ToWorker::RunCommand {
                 exec_id,
                 command,
                 cwd,
             } => {
                 tokio::spawn(tools::exec::operator_command(
-                    shared.clone(),
+                    shared.outbox.clone(),
+                    shared.workspace(),
                     exec_id,
                     command,
                     cwd,

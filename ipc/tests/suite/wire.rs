@@ -146,7 +146,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 turn_id: t(),
                 request_id: "r1".into(),
                 call_id: "c1".into(),
-                tool: BuiltinTool::Bash,
+                tool: "Bash".into(),
                 summary: "rm -rf x".into(),
                 rule: Some("Bash rm*: ask".into()),
             },
@@ -241,7 +241,7 @@ fn every_to_worker() -> Vec<ToWorker> {
             permissions: Permissions {
                 default: PermissionAction::Ask,
                 rules: vec![PermissionRule {
-                    tool: BuiltinTool::Bash,
+                    tool: "Bash".into(),
                     pattern: Some("git *".into()),
                     action: PermissionAction::Allow,
                 }],
@@ -250,6 +250,18 @@ fn every_to_worker() -> Vec<ToWorker> {
             history: vec![ChatMessage::text(ChatRole::User, "earlier")],
             heartbeat_ms: 1000,
             egress_proxy: Some("/run/service/egress.sock".into()),
+            mcp_servers: [(
+                "git".to_string(),
+                service_ipc::McpServer::Stdio {
+                    command: "uvx".into(),
+                    args: vec!["mcp-server-git".into()],
+                    env: [("GIT_AUTHOR_NAME".to_string(), "x".to_string())].into(),
+                    cwd: None,
+                    startup_timeout_ms: 10_000,
+                    tool_timeout_ms: 60_000,
+                },
+            )]
+            .into(),
         }),
         ToWorker::RunTurn {
             turn_id: "t".into(),
@@ -311,7 +323,7 @@ fn every_to_supervisor() -> Vec<ToSupervisor> {
             request_id: "r".into(),
             turn_id: "t".into(),
             call_id: "c".into(),
-            tool: BuiltinTool::Write,
+            tool: "Write".into(),
             key: "/etc/passwd".into(),
             rule: None,
         },

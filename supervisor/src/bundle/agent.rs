@@ -33,6 +33,9 @@ pub struct AgentSpec {
     /// Tool permission rules.
     #[serde(default)]
     pub permissions: Permissions,
+    /// MCP servers the session runs, by name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_servers: std::collections::BTreeMap<String, super::mcp::McpServerSpec>,
 }
 
 /// `model` of agent.yaml.
@@ -169,7 +172,30 @@ impl AgentSpec {
                     .into(),
             );
         }
+        for (name, server) in &self.mcp_servers {
+            if let Err((key, message)) = server.validate(name) {
+                return bad(&key, message);
+            }
+        }
         for (i, rule) in self.permissions.rules.iter().enumerate() {
+            let tool = &rule.tool;
+            if tool.starts_with("mcp__") {
+                if let Err(e) = globset::Glob::new(tool) {
+                    return bad(
+                        &format!("permissions.rules[{i}].tool"),
+                        format!("invalid glob \"{tool}\": {e}"),
+                    );
+                }
+            } else if tool.parse::<service_ipc::BuiltinTool>().is_err() {
+                return bad(
+                    &format!("permissions.rules[{i}].tool"),
+                    format!(
+                        "unknown tool \"{tool}\"; expected a builtin tool ({}) or an MCP tool name or glob such as \
+                         mcp__git__*",
+                        service_ipc::BuiltinTool::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                );
+            }
             if let Some(pattern) = &rule.pattern {
                 if let Err(e) = globset::Glob::new(pattern) {
                     return bad(

@@ -11,6 +11,7 @@ pub mod agent;
 pub mod archive;
 pub mod error;
 pub mod manifest;
+pub mod mcp;
 pub mod oci;
 pub(crate) mod parse;
 pub mod reference;

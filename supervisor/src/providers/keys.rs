@@ -104,6 +104,17 @@ impl KeyPolicy {
         Ok(KeyPolicy { endpoints })
     }
 
+    /// Every environment variable that may hold a provider key: the official ones and those `config.toml` names.
+    /// Nothing a bundle asks for (an MCP server's `env_from_host`) may read them.
+    pub fn key_variables(&self) -> Vec<String> {
+        let mut vars: Vec<String> = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SERVICE_TOKEN"]
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
+        vars.extend(self.endpoints.iter().filter_map(|e| e.api_key_env.clone()));
+        vars
+    }
+
     /// Resolves the target of a `kind` call: the model's `config.base_url` if given, else `$<PREFIX>_BASE_URL`, else
     /// the official `default_base`. The key variable is `$<PREFIX>_API_KEY` for the official and the environment's
     /// base URL, the configured variable for a `config.toml` endpoint, and none for any other URL.

@@ -18,6 +18,11 @@ const MAX_COMMANDS: usize = 64;
 const MAX_ERROR_MESSAGE: usize = 4096;
 /// Longest key argument of a permission request.
 const MAX_PERMISSION_KEY: usize = 64 * 1024;
+/// Longest tool name in a permission request.
+const MAX_TOOL_NAME: usize = 256;
+/// MCP server events journaled per worker (start, failure and tool-list changes); later ones are dropped, so a
+/// server that keeps changing its list cannot fill the journal.
+const MAX_MCP_EVENTS: u32 = 256;
 
 /// Per-worker accounting of command output.
 #[derive(Default)]
@@ -25,6 +30,8 @@ pub struct Guard {
     output: HashMap<String, u64>,
     /// Model requests of the running turn: (turn id, count).
     model_calls: Option<(String, u32)>,
+    /// MCP server events so far.
+    mcp_events: u32,
 }
 
 impl Guard {
@@ -52,6 +59,18 @@ impl Guard {
     ) -> Result<Option<EventPayload>, String> {
         use EventPayload as E;
         let kind = payload.kind();
+        if let E::McpServerStarted { server, .. }
+        | E::McpToolsChanged { server, .. }
+        | E::McpServerFailed { server, .. } = &payload
+        {
+            if !session.bundle.agent.mcp_servers.contains_key(server) {
+                return Err(format!(
+                    "a {kind} event for MCP server {server:?}, which agent.yaml does not declare"
+                ));
+            }
+            self.mcp_events += 1;
+            return Ok((self.mcp_events <= MAX_MCP_EVENTS).then_some(payload));
+        }
         match &payload {
             E::AgentMessageDelta { .. }
             | E::ReasoningDelta { .. }
@@ -64,6 +83,8 @@ impl Guard {
             | E::ExecCommandOutputDelta { .. }
             | E::ExecCommandOutputTruncated { .. }
             | E::ExecCommandEnd { .. } => {}
+            // Checked above.
+            E::McpServerStarted { .. } | E::McpToolsChanged { .. } | E::McpServerFailed { .. } => {}
             E::TurnStarted { .. }
             | E::TurnCompleted { .. }
             | E::PermissionRequested { .. }
@@ -139,13 +160,13 @@ pub fn running_turn(session: &Session, turn_id: &str) -> Result<(), String> {
 pub fn permission_request(
     session: &Session,
     request_id: &str,
-    tool: BuiltinTool,
+    tool: &str,
     key: &str,
 ) -> Result<(), String> {
     if uuid::Uuid::parse_str(request_id).is_err() {
         return Err(format!("approval request id {request_id:?} is not a UUID"));
     }
-    if !session.bundle.manifest.tools.contains(&tool) {
+    if !offers(session, tool) {
         return Err(format!(
             "a permission request for {tool}, which the bundle does not offer"
         ));
@@ -154,6 +175,21 @@ pub fn permission_request(
         return Err("a permission request whose key argument is over 64 KiB".into());
     }
     Ok(())
+}
+
+/// True when the bundle offers `tool`: a builtin its manifest lists, or a tool of an MCP server agent.yaml
+/// declares (the worker learns their tools; the supervisor knows the servers).
+fn offers(session: &Session, tool: &str) -> bool {
+    if let Ok(builtin) = tool.parse::<BuiltinTool>() {
+        return session.bundle.manifest.tools.contains(&builtin);
+    }
+    tool.len() <= MAX_TOOL_NAME
+        && tool
+            .strip_prefix("mcp__")
+            .and_then(|rest| rest.split_once("__"))
+            .is_some_and(|(server, name)| {
+                !name.is_empty() && session.bundle.agent.mcp_servers.contains_key(server)
+            })
 }
 
 /// The error a worker gives for a failed turn, bounded: a snake_case code of at most 64 characters (else

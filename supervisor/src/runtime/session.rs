@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use service_ipc::{BuiltinTool, ChatMessage, EventPayload, ModelRef, TurnStatus, Usage};
+use service_ipc::{ChatMessage, EventPayload, ModelRef, TurnStatus, Usage};
 use tokio::sync::oneshot;
 
 use super::error::{Result, RuntimeError};
@@ -76,8 +76,8 @@ pub struct Session {
 /// What an `allow_always` decision allows for the rest of the session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Grant {
-    /// A tool with this key argument.
-    Tool(BuiltinTool, String),
+    /// A tool (builtin or `mcp__<server>__<tool>`) with this key argument.
+    Tool(String, String),
     /// Connections to this host and port through the egress proxy, while it resolves to these addresses.
     Host(String, u16, Vec<String>),
 }

@@ -265,7 +265,31 @@ fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<Worker
             .egress
             .as_ref()
             .map(|_| egress::SOCKET_IN_SANDBOX.to_string()),
+        mcp_servers: mcp_servers(rt, session),
     })
+}
+
+/// The worker's form of the bundle's MCP servers. `env_from_host` is read here, from the supervisor's environment,
+/// except the variables that hold provider keys or the server token, which never enter a sandbox.
+fn mcp_servers(
+    rt: &Inner,
+    session: &Session,
+) -> std::collections::BTreeMap<String, service_ipc::McpServer> {
+    let secrets = rt.options.keys.key_variables();
+    let host = |name: &str| {
+        if secrets.iter().any(|s| s == name) {
+            tracing::warn!(session = %session.id, "mcp_servers env_from_host names {name}, which holds a key; not passed");
+            return None;
+        }
+        std::env::var(name).ok()
+    };
+    session
+        .bundle
+        .agent
+        .mcp_servers
+        .iter()
+        .map(|(name, spec)| (name.clone(), spec.to_worker(host)))
+        .collect()
 }
 
 /// Serialises spawns that pass a descriptor: it is made inheritable only for the spawn, and no other worker's spawn

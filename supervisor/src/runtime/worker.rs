@@ -387,8 +387,8 @@ impl Actor {
                 rule,
             } => {
                 frame_guard::running_turn(&self.session, &turn_id)?;
-                frame_guard::permission_request(&self.session, &request_id, tool, &key)?;
-                let grant = Grant::Tool(tool, key.clone());
+                frame_guard::permission_request(&self.session, &request_id, &tool, &key)?;
+                let grant = Grant::Tool(tool.clone(), key.clone());
                 if self.session.allowed_always(&grant) {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
                         request_id,

@@ -234,6 +234,16 @@ impl App {
             },
             // The opening line already says where it went.
             EventPayload::NetworkClosed { .. } => {}
+            EventPayload::McpServerStarted { server, tools, .. } => {
+                self.info(format!("MCP server {server}: {} tools", tools.len()))
+            }
+            EventPayload::McpToolsChanged { server, tools } => self.info(format!(
+                "MCP server {server} changed its tools: {} now",
+                tools.len()
+            )),
+            EventPayload::McpServerFailed {
+                server, message, ..
+            } => self.error(format!("MCP server {server}: {message}")),
             EventPayload::ModelRetry {
                 attempt,
                 max_attempts,

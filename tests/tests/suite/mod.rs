@@ -6,6 +6,7 @@ mod escape;
 mod faults;
 mod http;
 mod llama_server;
+mod mcp;
 mod prestart;
 mod provider_compat;
 mod provider_server;

@@ -36,7 +36,8 @@ pub(super) fn bundle_with_agent(
     .unwrap();
     let script = serde_json::json!({"turns": [{"replies": [
         {"tool_calls": [{"name": "Bash", "arguments": {"command": command}}]},
-        {"text": "{{last_tool_output}}"},
+        // A trailing line, so a command that prints nothing still gets an answer (an empty one is an error).
+        {"text": "{{last_tool_output}}\n[done]"},
     ]}]});
     std::fs::write(dir.join("resources/script.json5"), script.to_string()).unwrap();
 }

@@ -16,8 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{resolve, spare_shell, ToolCtx, ToolResult};
 use crate::conn::Outbox;
-use crate::session::Shared;
-use std::sync::Arc;
 
 /// Bash time-out when the model gives none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -89,7 +87,7 @@ pub async fn bash(args: BashArgs, ctx: &ToolCtx<'_>) -> ToolResult {
         cwd: ctx.cwd.to_path_buf(),
         timeout,
     };
-    let o = run(&ctx.shared.outbox, req, ctx.cancel).await;
+    let o = run(&ctx.outbox, req, ctx.cancel).await;
     if let Some(e) = o.spawn_error {
         return ToolResult::error(e);
     }
@@ -120,13 +118,13 @@ pub async fn bash(args: BashArgs, ctx: &ToolCtx<'_>) -> ToolResult {
 
 /// An operator command: `exec_command_*` events only, then `CommandFinished`.
 pub async fn operator_command(
-    shared: Arc<Shared>,
+    outbox: Outbox,
+    workspace: PathBuf,
     exec_id: String,
     command: String,
     cwd: Option<String>,
     cancel: CancellationToken,
 ) {
-    let workspace = shared.workspace();
     let cwd = cwd.map(|c| resolve(&workspace, &c)).unwrap_or(workspace);
     let req = ExecRequest {
         turn_id: None,
@@ -136,9 +134,8 @@ pub async fn operator_command(
         cwd,
         timeout: OPERATOR_TIMEOUT,
     };
-    let outcome = run(&shared.outbox, req, &cancel).await;
-    shared
-        .outbox
+    let outcome = run(&outbox, req, &cancel).await;
+    outbox
         .send(ToSupervisor::CommandFinished {
             exec_id,
             exit_code: outcome.exit_code,
@@ -212,13 +209,20 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
 }
 
 /// Everything about a command's shell but its arguments and directory: stdin from /dev/null, stdout and stderr
-/// piped, its own process group, killed with the worker, and confined (see `confine`): its own pid namespace and
-/// the seccomp filter.
+/// piped, and [`confine_process`].
 fn configure(command: &mut tokio::process::Command) -> std::io::Result<()> {
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    confine_process(command)
+}
+
+/// What every process the worker starts for the session gets (commands and MCP servers alike): its own process
+/// group, death with the worker, the egress proxy variables, and the confinement of `confine` (its own pid
+/// namespace and the seccomp filter).
+pub fn confine_process(command: &mut tokio::process::Command) -> std::io::Result<()> {
+    command
         .process_group(0)
         .kill_on_drop(true)
         .envs(crate::egress::env().iter().map(|(k, v)| (k, v)));

@@ -17,15 +17,17 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use service_ipc::{BuiltinTool, ToolCallStatus, ToolSpec};
+use service_ipc::{BuiltinTool, ToolCallStatus, ToolSpec, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::session::Shared;
+use crate::conn::Outbox;
 
-/// What a tool needs to know about the call it serves.
+/// What a tool needs to know about the call it serves; tools see nothing else of the session.
 pub struct ToolCtx<'a> {
-    /// Session state (configuration, outbox).
-    pub shared: &'a Shared,
+    /// The worker's configuration (skills, workspace).
+    pub config: &'a WorkerConfig,
+    /// Frames to the supervisor, for live events.
+    pub outbox: &'a Outbox,
     /// Turn id.
     pub turn_id: &'a str,
     /// Call id.

@@ -14,8 +14,7 @@ pub struct PlanArgs {
 /// Emits the plan and confirms it to the model.
 pub async fn update(args: PlanArgs, ctx: &ToolCtx<'_>) -> ToolResult {
     let steps = args.plan.len();
-    ctx.shared
-        .outbox
+    ctx.outbox
         .event(EventPayload::PlanUpdate {
             turn_id: ctx.turn_id.to_string(),
             explanation: args.explanation,

@@ -11,7 +11,7 @@ pub struct SkillArgs {
 
 /// The body of the named skill.
 pub fn load(args: SkillArgs, ctx: &ToolCtx<'_>) -> ToolResult {
-    let skills = &ctx.shared.config.skills;
+    let skills = &ctx.config.skills;
     let Some(skill) = skills.iter().find(|s| s.name == args.name) else {
         let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
         return ToolResult::error(format!(

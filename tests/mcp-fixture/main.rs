@@ -1,0 +1,142 @@
+//! An MCP server on stdio, built on rmcp, for the failure cases a third-party server rarely shows on demand. The
+//! first argument picks the behaviour:
+//! - `ok`: tools `echo {text}`, `whoami` (uid, cwd, environment names), `die` (exits mid-call), `sleep {ms}`,
+//!   `huge` (20 MB of text), `grow` (adds the tool `late` and says so with `notifications/tools/list_changed`);
+//! - `crash`: writes a line to stderr and exits before the handshake;
+//! - `silent`: never answers the handshake.
+
+// A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+
+#[derive(Clone, Default)]
+struct Fixture {
+    grown: Arc<AtomicBool>,
+}
+
+fn tool(name: &str, description: &str, schema: Value) -> Tool {
+    let Value::Object(schema) = schema else {
+        unreachable!()
+    };
+    Tool::new(name.to_string(), description.to_string(), schema)
+}
+
+fn text(t: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
+    Ok(CallToolResponse::Complete(CallToolResult::success(vec![
+        ContentBlock::text(t.into()),
+    ])))
+}
+
+impl ServerHandler for Fixture {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::default();
+        info.capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let obj = json!({"type": "object", "properties": {}});
+        let mut tools = vec![
+            tool(
+                "echo",
+                "Echo the text back",
+                json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            ),
+            tool("whoami", "Where the server runs", obj.clone()),
+            tool("die", "Exit in the middle of the call", obj.clone()),
+            tool(
+                "sleep",
+                "Wait ms milliseconds",
+                json!({"type": "object", "properties": {"ms": {"type": "integer"}}}),
+            ),
+            tool("huge", "20 MB of text", obj.clone()),
+            tool("grow", "Add the tool late", obj.clone()),
+        ];
+        if self.grown.load(Ordering::SeqCst) {
+            tools.push(tool("late", "Added by grow", obj));
+        }
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        match request.name.as_ref() {
+            "echo" => text(format!(
+                "echo: {}",
+                args["text"].as_str().unwrap_or_default()
+            )),
+            "whoami" => {
+                let env: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
+                text(
+                    json!({
+                        "uid": std::fs::read_to_string("/proc/self/status").unwrap_or_default().lines().find(|l| l.starts_with("Uid:")).unwrap_or_default().to_string(),
+                        "pid": std::process::id(),
+                        "cwd": std::env::current_dir().unwrap().display().to_string(),
+                        "env": env,
+                        "home_visible": std::path::Path::new("/root").exists(),
+                    })
+                    .to_string(),
+                )
+            }
+            "die" => {
+                eprintln!("fixture: dying mid-call as asked");
+                std::process::exit(3)
+            }
+            "sleep" => {
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    args["ms"].as_u64().unwrap_or(0),
+                ))
+                .await;
+                text("slept")
+            }
+            "huge" => text("x".repeat(20 * 1024 * 1024)),
+            "grow" => {
+                self.grown.store(true, Ordering::SeqCst);
+                let _ = context.peer.notify_tool_list_changed().await;
+                text("grown")
+            }
+            "late" => text("late tool here"),
+            other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    match std::env::args().nth(1).as_deref().unwrap_or("ok") {
+        "crash" => {
+            eprintln!("fixture: cannot start: missing configuration file /etc/fixture.toml");
+            std::process::exit(2);
+        }
+        "silent" => loop {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        },
+        _ => {}
+    }
+    let server = Fixture::default()
+        .serve(rmcp::transport::stdio())
+        .await
+        .expect("the MCP handshake");
+    let _ = server.waiting().await;
+}

@@ -1,0 +1,377 @@
+//! MCP servers in the session sandbox, with the in-repo fixture server (`tests/mcp-fixture`) for the cases a
+//! real server does not show on demand: a crash at start, a handshake that never comes, death mid-call, a hang,
+//! 20 MB of output, a tool list that changes. After each test no server process remains.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::providers::of_type;
+use super::support::{pids_with, Env};
+
+/// A bundle `name` whose MCP server `fx` is the fixture in `mode`, and whose scripted model makes `calls` (tool
+/// name and arguments, one model call each) and then answers with the last tool output.
+fn bundle(
+    env: &Env,
+    name: &str,
+    mode: &str,
+    server_extra: Value,
+    agent_extra: Value,
+    calls: &[(&str, Value)],
+) -> String {
+    let dir = env.path(name);
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    let ws = env.path("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let fixture = super::support::binary().with_file_name("mcp-fixture");
+    std::fs::copy(&fixture, ws.join("mcp-fixture")).unwrap();
+    // A marker in the server's command line, to find its processes.
+    let marker = format!("marker-{name}-{}", std::process::id());
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        format!(r#"{{ manifest_version: "service.bundle/v1", id: "{name}", version: "1.0.0", tools: ["Bash"], sandbox: {{ mode: "workspace_write", permissions: {{ network: [] }} }} }}"#),
+    )
+    .unwrap();
+    let mut server = json!({"command": "/workspace/mcp-fixture", "args": [mode, marker], "startup_timeout_ms": 5000});
+    server
+        .as_object_mut()
+        .unwrap()
+        .extend(server_extra.as_object().unwrap().clone());
+    let mut agent = json!({
+        "model": {"provider": "scripted", "name": "s", "config": {"script": "resources/script.json5"}},
+        "mcp_servers": {"fx": server},
+    });
+    agent
+        .as_object_mut()
+        .unwrap()
+        .extend(agent_extra.as_object().unwrap().clone());
+    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+    let mut replies: Vec<Value> = calls
+        .iter()
+        .map(|(tool, args)| json!({"tool_calls": [{"name": tool, "arguments": args}]}))
+        .collect();
+    replies.push(json!({"text": "answer: {{last_tool_output}}"}));
+    std::fs::write(
+        dir.join("resources/script.json5"),
+        json!({"turns": [{"replies": replies}]}).to_string(),
+    )
+    .unwrap();
+    marker
+}
+
+/// Runs the bundle's turn in `ws` with `--json`: the process output and the events.
+fn run(env: &Env, name: &str, envs: &[(&str, &str)]) -> (std::process::Output, Vec<Value>) {
+    let mut cmd = env.command(&[
+        "run",
+        &format!("./{name}"),
+        "--prompt",
+        "go",
+        "--cwd",
+        "ws",
+        "--json",
+    ]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (out, events)
+}
+
+/// The outputs of the turn's tool calls, in order.
+fn outputs(events: &[Value]) -> Vec<(String, String)> {
+    of_type(events, "tool_call_finished")
+        .iter()
+        .map(|e| {
+            (
+                e["status"].as_str().unwrap().to_string(),
+                e["output"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn assert_gone(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !pids_with(marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "MCP server processes remain: {:?}",
+            pids_with(marker)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "confined",
+        "ok",
+        json!({"env": {"GREETING": "hi"}, "env_from_host": ["TEAM_TOKEN", "OPENAI_API_KEY"]}),
+        json!({}),
+        &[
+            ("mcp__fx__echo", json!({"text": "hello"})),
+            ("mcp__fx__whoami", json!({})),
+        ],
+    );
+    let (out, events) = run(
+        &env,
+        "confined",
+        &[
+            ("TEAM_TOKEN", "t0k"),
+            ("OPENAI_API_KEY", "sk-secret"),
+            ("HOST_ONLY", "x"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = &of_type(&events, "mcp_server_started")[0];
+    let names: Vec<&str> = started["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"mcp__fx__echo") && names.contains(&"mcp__fx__whoami"),
+        "{names:?}"
+    );
+    let results = outputs(&events);
+    assert_eq!(results[0], ("ok".to_string(), "echo: hello".to_string()));
+    let who: Value = serde_json::from_str(&results[1].1).unwrap();
+    assert!(
+        who["uid"].as_str().unwrap().contains("1000"),
+        "the sandbox user: {who}"
+    );
+    assert_eq!(who["cwd"], "/workspace");
+    assert_eq!(
+        who["home_visible"], false,
+        "the host's home is not in the sandbox"
+    );
+    let env_names: Vec<&str> = who["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        env_names.contains(&"GREETING") && env_names.contains(&"TEAM_TOKEN"),
+        "{env_names:?}"
+    );
+    assert!(
+        !env_names.contains(&"HOST_ONLY"),
+        "nothing else of the host environment enters: {env_names:?}"
+    );
+    assert!(
+        !env_names.contains(&"OPENAI_API_KEY"),
+        "a provider key never enters: {env_names:?}"
+    );
+    assert_gone(&marker);
+}
+
+#[test]
+fn permission_rules_match_mcp_tool_names_with_globs() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "denied",
+        "ok",
+        json!({}),
+        json!({"permissions": {"rules": [{"tool": "mcp__fx__*", "match": "*secret*", "action": "deny"}]}}),
+        &[
+            ("mcp__fx__echo", json!({"text": "a secret"})),
+            ("mcp__fx__echo", json!({"text": "fine"})),
+        ],
+    );
+    let (out, events) = run(&env, "denied", &[]);
+    assert!(out.status.success());
+    let results = outputs(&events);
+    assert_eq!(results[0].0, "denied", "{results:?}");
+    assert!(results[0].1.contains("mcp__fx__echo"), "{results:?}");
+    assert_eq!(results[1], ("ok".to_string(), "echo: fine".to_string()));
+    assert_gone(&marker);
+}
+
+#[test]
+fn servers_that_crash_or_never_answer_at_start_are_reported_and_the_session_keeps_working() {
+    let env = Env::new();
+    for (mode, expected, stderr) in [
+        (
+            "crash",
+            "the MCP handshake failed",
+            "missing configuration file",
+        ),
+        (
+            "silent",
+            "did not finish the MCP handshake within 800 ms",
+            "",
+        ),
+    ] {
+        let name = format!("start-{mode}");
+        let marker = bundle(
+            &env,
+            &name,
+            mode,
+            json!({"startup_timeout_ms": 800}),
+            json!({}),
+            &[("Bash", json!({"command": "echo still-here"}))],
+        );
+        let (out, events) = run(&env, &name, &[]);
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let failed = &of_type(&events, "mcp_server_failed")[0];
+        assert_eq!(failed["server"], "fx");
+        assert!(
+            failed["message"].as_str().unwrap().contains(expected),
+            "{mode}: {failed}"
+        );
+        assert!(
+            failed["stderr_tail"].as_str().unwrap().contains(stderr),
+            "{mode}: {failed}"
+        );
+        assert!(outputs(&events)[0].1.contains("still-here"));
+        assert_gone(&marker);
+    }
+}
+
+#[test]
+fn a_server_that_dies_mid_call_fails_that_call_and_its_tools_disappear() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "dies",
+        "ok",
+        json!({}),
+        json!({}),
+        &[
+            ("mcp__fx__die", json!({})),
+            ("mcp__fx__echo", json!({"text": "after"})),
+        ],
+    );
+    let (out, events) = run(&env, "dies", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = outputs(&events);
+    assert_eq!(results[0].0, "error", "{results:?}");
+    assert_eq!(results[1].0, "error");
+    assert!(results[1].1.contains("not available"), "{results:?}");
+    let failed = &of_type(&events, "mcp_server_failed")[0];
+    assert!(
+        failed["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .contains("dying mid-call"),
+        "{failed}"
+    );
+    assert_gone(&marker);
+}
+
+#[test]
+fn a_call_past_tool_timeout_ms_returns_an_error_and_does_not_hang_the_turn() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "hangs",
+        "ok",
+        json!({"tool_timeout_ms": 500}),
+        json!({}),
+        &[("mcp__fx__sleep", json!({"ms": 60000}))],
+    );
+    let started = Instant::now();
+    let (out, events) = run(&env, "hangs", &[]);
+    assert!(out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let results = outputs(&events);
+    assert_eq!(results[0].0, "error");
+    assert!(
+        results[0].1.contains("within 500 ms (tool_timeout_ms)"),
+        "{results:?}"
+    );
+    assert_gone(&marker);
+}
+
+#[test]
+fn an_oversized_result_is_cut_with_a_marker() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "huge",
+        "ok",
+        json!({}),
+        json!({}),
+        &[("mcp__fx__huge", json!({}))],
+    );
+    let (out, events) = run(&env, "huge", &[]);
+    assert!(out.status.success());
+    let output = &outputs(&events)[0].1;
+    assert!(output.len() < 70 * 1024, "{}", output.len());
+    assert!(
+        output.ends_with("bytes of output omitted]"),
+        "{}",
+        &output[output.len() - 60..]
+    );
+    assert_gone(&marker);
+}
+
+#[test]
+fn a_changed_tool_list_reaches_the_next_model_call() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "grows",
+        "ok",
+        json!({}),
+        json!({}),
+        &[("mcp__fx__grow", json!({})), ("mcp__fx__late", json!({}))],
+    );
+    let (out, events) = run(&env, "grows", &[]);
+    assert!(out.status.success());
+    let changed = &of_type(&events, "mcp_tools_changed")[0];
+    assert!(
+        changed["tools"].to_string().contains("mcp__fx__late"),
+        "{changed}"
+    );
+    assert_eq!(
+        outputs(&events)[1],
+        ("ok".to_string(), "late tool here".to_string())
+    );
+    assert_gone(&marker);
+}
+
+#[test]
+fn bad_mcp_server_entries_fail_the_build_naming_the_key() {
+    let env = Env::new();
+    for (server, key) in [
+        (json!({"args": ["x"]}), "mcp_servers.fx.command"),
+        (json!({"command": "x", "colour": "red"}), "colour"),
+        (json!({"url": "ftp://h/mcp"}), "mcp_servers.fx.url"),
+    ] {
+        let dir = env.path("bad");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("service.bundle.json5"),
+            r#"{ manifest_version: "service.bundle/v1", id: "bad", version: "1.0.0", tools: [] }"#,
+        )
+        .unwrap();
+        let agent =
+            json!({"model": {"provider": "openai", "name": "m"}, "mcp_servers": {"fx": server}});
+        std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+        let err = env.run(&["build", "./bad"]).failed().to_string();
+        assert!(err.contains(key), "{key}: {err}");
+    }
+}

@@ -1,0 +1,97 @@
+//! The one tool registry the react loop calls: the builtin tools the manifest lists and the tools of the session's
+//! MCP servers. It answers what is offered, what a call's permission key is, and runs the call.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+use service_ipc::{BuiltinTool, ToolSpec};
+
+use crate::mcp::Servers;
+use crate::tools::{self, ToolCtx, ToolResult};
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tool {
+    /// A builtin tool.
+    Builtin(BuiltinTool),
+    /// A tool of an MCP server, by its model-facing name.
+    Mcp(String),
+}
+
+impl Tool {
+    /// The name the model and the permission rules use.
+    pub fn name(&self) -> &str {
+        match self {
+            Tool::Builtin(t) => t.as_str(),
+            Tool::Mcp(name) => name,
+        }
+    }
+}
+
+/// The tools of one worker.
+pub struct Registry {
+    builtins: Vec<BuiltinTool>,
+    mcp: Arc<Servers>,
+}
+
+impl Registry {
+    /// A registry of `builtins` and the tools of `mcp`.
+    pub fn new(builtins: Vec<BuiltinTool>, mcp: Arc<Servers>) -> Registry {
+        Registry { builtins, mcp }
+    }
+
+    /// The specs to offer the next model call: the builtins in manifest order, then the MCP tools.
+    pub async fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs = tools::specs(&self.builtins);
+        specs.extend(self.mcp.specs().await);
+        specs
+    }
+
+    /// The tool called `name`, or the message the model gets when there is none.
+    pub fn find(&self, name: &str) -> Result<Tool, String> {
+        if let Ok(tool) = name.parse::<BuiltinTool>() {
+            if self.builtins.contains(&tool) {
+                return Ok(Tool::Builtin(tool));
+            }
+        }
+        if self.mcp.offers(name) {
+            return Ok(Tool::Mcp(name.to_string()));
+        }
+        let names: Vec<&str> = self.builtins.iter().map(|t| t.as_str()).collect();
+        Err(format!(
+            "tool \"{name}\" is not available; available tools: {}{}",
+            names.join(", "),
+            if name.starts_with(crate::mcp::PREFIX) {
+                ", and the MCP tools listed in the request"
+            } else {
+                ""
+            }
+        ))
+    }
+
+    /// The argument permission rules match against: a builtin's command, path or pattern; an MCP call's
+    /// arguments as compact JSON.
+    pub fn key_argument(&self, tool: &Tool, args: &Value, cwd: &Path) -> String {
+        match tool {
+            Tool::Builtin(t) => tools::key_argument(*t, args, cwd),
+            Tool::Mcp(_) => args.to_string(),
+        }
+    }
+
+    /// One line saying what the call is about to do, for `tool_call_delta`.
+    pub fn describe(&self, tool: &Tool, args: &Value, key: &str) -> String {
+        match tool {
+            Tool::Builtin(t) => tools::describe(*t, args, key),
+            Tool::Mcp(name) => format!("calling {name}"),
+        }
+    }
+
+    /// Runs one call.
+    pub async fn run(&self, tool: &Tool, args: Value, ctx: &ToolCtx<'_>) -> ToolResult {
+        match tool {
+            Tool::Builtin(t) => tools::run(*t, args, ctx).await,
+            Tool::Mcp(name) => self.mcp.call(name, args, ctx.cancel).await,
+        }
+    }
+}
