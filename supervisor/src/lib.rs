@@ -6,6 +6,7 @@
 //! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
 //! - [`egress`]: the proxy that is a sandbox's only way out, host by host.
+//! - [`mcp_server`]: `service-rs mcp serve`, the installed bundles as MCP tools.
 //! - [`model_config`]: the documented keys of `model.config` and their validation.
 //! - [`providers`]: model providers, serving the workers' model requests.
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
@@ -20,6 +21,7 @@ pub mod egress;
 pub mod event_source;
 pub mod hardening;
 pub mod home;
+pub mod mcp_server;
 pub mod model_config;
 pub mod providers;
 pub mod runtime;

@@ -358,7 +358,7 @@ async fn run(
             (
                 tokio::time::timeout(startup, handler.serve(transport))
                     .await
-                    .map(|r| r.map(|s| (s, child))),
+                    .map(|r| r.map(|s| (s, child)).map_err(|e| e.to_string())),
                 startup,
             )
         }

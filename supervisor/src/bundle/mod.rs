@@ -158,6 +158,9 @@ pub struct BundleInfo {
     pub sandbox: SandboxSpec,
     /// Skill names.
     pub skills: Vec<String>,
+    /// MCP servers, by name, as agent.yaml declares them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_servers: std::collections::BTreeMap<String, mcp::McpServerSpec>,
 }
 
 impl Bundle {
@@ -192,6 +195,7 @@ impl Bundle {
             tools: self.manifest.tools.clone(),
             sandbox: self.manifest.sandbox.clone(),
             skills: self.skills.iter().map(|s| s.name.clone()).collect(),
+            mcp_servers: self.agent.mcp_servers.clone(),
         }
     }
 }

@@ -155,5 +155,18 @@ fn describe(i: &BundleInfo) -> String {
             i.skills.join(", ")
         },
     );
+    let servers: Vec<String> = i
+        .mcp_servers
+        .iter()
+        .map(|(name, spec)| format!("{name} ({})", spec.summary()))
+        .collect();
+    field(
+        "mcp servers",
+        if servers.is_empty() {
+            "none".into()
+        } else {
+            servers.join(", ")
+        },
+    );
     out
 }

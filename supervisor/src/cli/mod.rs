@@ -1,6 +1,7 @@
 //! The command line: clap definitions and one function per command. Errors end up here and are printed once.
 
 mod bundles;
+mod mcp;
 mod remote;
 mod run;
 mod serve;
@@ -64,6 +65,9 @@ enum Command {
     Tui(tui::TuiArgs),
     /// Start the HTTP server.
     Serve(serve::ServeArgs),
+    /// MCP: list a bundle's MCP tools, or serve the installed bundles as an MCP server.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// List persisted sessions.
     Sessions {
         /// Print JSON instead of a table.
@@ -105,6 +109,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(home()?, args),
         Command::Serve(args) => serve::serve(home()?, args),
         Command::Sessions { json } => sessions::list(home()?, json),
+        Command::Mcp(command) => mcp::run(home()?, command),
         Command::Tui(args) => tui::run(home()?, args),
         Command::Worker { ipc_fd, .. } => {
             service_worker::main(ipc_fd)?;
@@ -126,6 +131,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Init { .. } => Err(local_only("init")),
         Command::Build { .. } => Err(local_only("build")),
         Command::Serve { .. } => Err(local_only("serve")),
+        Command::Mcp(_) => Err(local_only("mcp")),
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Worker { .. } => Err(local_only("worker")),
     }

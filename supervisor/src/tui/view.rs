@@ -477,7 +477,7 @@ mod tests {
             turn_id: "t".into(),
             request_id: "r".into(),
             call_id: "c".into(),
-            tool: service_ipc::BuiltinTool::Write,
+            tool: "Write".into(),
             summary: "/workspace/out.txt".into(),
             rule: None,
         }));

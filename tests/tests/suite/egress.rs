@@ -378,7 +378,7 @@ fn without_hosts_there_is_no_proxy_at_all() {
         "env | grep -ci proxy; test -e /run/service/egress.sock && echo socket || echo no-socket";
     bundle_with_agent(&env, "none", &sandbox(&[]), "", cmd);
     let (out, events) = run(&env, "./none", &[]);
-    assert_eq!(out.trim(), "0\nno-socket");
+    assert_eq!(out.trim(), "0\nno-socket\n[done]");
     assert!(network(&events).is_empty());
 }
 

@@ -375,3 +375,100 @@ fn bad_mcp_server_entries_fail_the_build_naming_the_key() {
         assert!(err.contains(key), "{key}: {err}");
     }
 }
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn parent(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    rest.split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until `pids_with(marker)` is not empty: the server has started.
+fn wait_running(marker: &str) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = pids_with(marker);
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(Instant::now() < deadline, "the MCP server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_live_with_the_session_and_die_with_it_after_an_interrupt_a_deletion_or_a_worker_crash(
+) {
+    use service_ipc::{Task, TurnOverrides};
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "life",
+        "ok",
+        json!({}),
+        json!({}),
+        &[("mcp__fx__sleep", json!({"ms": 60000}))],
+    );
+    let rt = super::support::runtime(env.home.path());
+    let ws = env.path("ws");
+
+    // An interrupt ends the call, not the server; deleting the session ends the server.
+    let id = rt
+        .create_session(env.path("life").to_str().unwrap(), Some(&ws))
+        .unwrap()
+        .id;
+    let pending = rt
+        .start_turn(&id, Task::new("go"), TurnOverrides::default())
+        .await
+        .unwrap();
+    let before = wait_running(&marker);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rt.interrupt(&id).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), pending.outcome)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.status, service_ipc::TurnStatus::Interrupted);
+    assert_eq!(
+        pids_with(&marker),
+        before,
+        "the server outlives an interrupted turn"
+    );
+    rt.delete_session(&id).await.unwrap();
+    assert_gone(&marker);
+
+    // A worker killed outright (not its bwrap) takes its servers with it.
+    let id = rt
+        .create_session(env.path("life").to_str().unwrap(), Some(&ws))
+        .unwrap()
+        .id;
+    rt.start_worker(&id).await.unwrap();
+    wait_running(&marker);
+    let worker: Vec<i32> = pids_with(&format!("--label {id}"))
+        .into_iter()
+        .filter(|pid| comm(*pid) == "service-rs" && comm(parent(*pid)) == "bwrap")
+        .collect();
+    assert_eq!(
+        worker.len(),
+        1,
+        "one worker process (the others are the servers' reapers, forked from it)"
+    );
+    for pid in worker {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert_gone(&marker);
+    rt.shutdown("test done").await;
+}

@@ -87,7 +87,7 @@ pub async fn bash(args: BashArgs, ctx: &ToolCtx<'_>) -> ToolResult {
         cwd: ctx.cwd.to_path_buf(),
         timeout,
     };
-    let o = run(&ctx.outbox, req, ctx.cancel).await;
+    let o = run(ctx.outbox, req, ctx.cancel).await;
     if let Some(e) = o.spawn_error {
         return ToolResult::error(e);
     }
