@@ -7,6 +7,7 @@ mod faults;
 mod http;
 mod llama_server;
 mod mcp;
+mod mcp_real;
 mod prestart;
 mod provider_compat;
 mod provider_server;
