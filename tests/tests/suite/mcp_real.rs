@@ -22,9 +22,20 @@ fn mcp_dir(test: &str) -> Option<PathBuf> {
 /// sandbox shows.
 fn into_workspace(from: &Path, ws: &Path) {
     std::fs::create_dir_all(ws).unwrap();
-    let linked = std::process::Command::new("cp").arg("-al").arg(from).arg(ws).status().unwrap();
+    let linked = std::process::Command::new("cp")
+        .arg("-al")
+        .arg(from)
+        .arg(ws)
+        .status()
+        .unwrap();
     if !linked.success() {
-        assert!(std::process::Command::new("cp").arg("-a").arg(from).arg(ws).status().unwrap().success());
+        assert!(std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(ws)
+            .status()
+            .unwrap()
+            .success());
     }
 }
 
@@ -42,25 +53,51 @@ fn bundle(env: &Env, name: &str, mode: &str, server: Value, calls: &[(&str, Valu
         "mcp_servers": {name: server},
     });
     std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
-    let mut replies: Vec<Value> =
-        calls.iter().map(|(tool, args)| json!({"tool_calls": [{"name": tool, "arguments": args}]})).collect();
+    let mut replies: Vec<Value> = calls
+        .iter()
+        .map(|(tool, args)| json!({"tool_calls": [{"name": tool, "arguments": args}]}))
+        .collect();
     replies.push(json!({"text": "answer: {{last_tool_output}}"}));
-    std::fs::write(dir.join("resources/script.json5"), json!({"turns": [{"replies": replies}]}).to_string()).unwrap();
+    std::fs::write(
+        dir.join("resources/script.json5"),
+        json!({"turns": [{"replies": replies}]}).to_string(),
+    )
+    .unwrap();
 }
 
 fn run(env: &Env, name: &str) -> Vec<Value> {
     let out = env
-        .command(&["run", &format!("./{name}"), "--prompt", "go", "--cwd", "ws", "--json"])
+        .command(&[
+            "run",
+            &format!("./{name}"),
+            "--prompt",
+            "go",
+            "--cwd",
+            "ws",
+            "--json",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 fn results(events: &[Value]) -> Vec<(String, String)> {
     of_type(events, "tool_call_finished")
         .iter()
-        .map(|e| (e["status"].as_str().unwrap().to_string(), e["output"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (
+                e["status"].as_str().unwrap().to_string(),
+                e["output"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -74,24 +111,48 @@ fn mcp_server_time_from_pypi_answers_a_tool_call_from_inside_the_sandbox() {
         "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
         "env": {"PYTHONPATH": "/workspace/py"},
     });
-    bundle(&env, "time", "read_only", server, &[("mcp__time__get_current_time", json!({"timezone": "Europe/Paris"}))]);
+    bundle(
+        &env,
+        "time",
+        "read_only",
+        server,
+        &[(
+            "mcp__time__get_current_time",
+            json!({"timezone": "Europe/Paris"}),
+        )],
+    );
     let events = run(&env, "time");
     let out = results(&events);
     assert_eq!(out[0].0, "ok", "{out:?}");
-    assert!(out[0].1.contains("Europe/Paris") && out[0].1.contains("datetime"), "{out:?}");
-    let answer = of_type(&events, "turn_completed")[0]["final_message"].as_str().unwrap().to_string();
-    assert!(answer.contains("Europe/Paris"), "the result reaches the answer: {answer}");
+    assert!(
+        out[0].1.contains("Europe/Paris") && out[0].1.contains("datetime"),
+        "{out:?}"
+    );
+    let answer = of_type(&events, "turn_completed")[0]["final_message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        answer.contains("Europe/Paris"),
+        "the result reaches the answer: {answer}"
+    );
     // Only this test runs this server.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !pids_with("mcp_server_time").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the server outlived the run");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server outlived the run"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
 #[test]
-fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_write_in_read_only_mode() {
-    let Some(dir) = mcp_dir("filesystem") else { return };
+fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_write_in_read_only_mode(
+) {
+    let Some(dir) = mcp_dir("filesystem") else {
+        return;
+    };
     let env = Env::new();
     into_workspace(&dir.join("node"), &env.path("ws"));
     let store = env.home.path().display().to_string();
@@ -107,18 +168,35 @@ fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_wr
         &[
             ("mcp__fs__list_directory", json!({"path": "/"})),
             ("mcp__fs__list_directory", json!({"path": store})),
-            ("mcp__fs__write_file", json!({"path": "/workspace/new.txt", "content": "x"})),
-            ("mcp__fs__write_file", json!({"path": "/etc/service-rs-test", "content": "x"})),
+            (
+                "mcp__fs__write_file",
+                json!({"path": "/workspace/new.txt", "content": "x"}),
+            ),
+            (
+                "mcp__fs__write_file",
+                json!({"path": "/etc/service-rs-test", "content": "x"}),
+            ),
         ],
     );
     let events = run(&env, "fs");
     let out = results(&events);
     let root = &out[0].1;
     assert!(root.contains("usr") && root.contains("workspace"), "{root}");
-    assert!(!root.contains("root") && !root.contains("home"), "no host home in the sandbox: {root}");
-    assert_eq!(out[1].0, "error", "the store is not in the sandbox: {:?}", out[1]);
+    assert!(
+        !root.contains("root") && !root.contains("home"),
+        "no host home in the sandbox: {root}"
+    );
+    assert_eq!(
+        out[1].0, "error",
+        "the store is not in the sandbox: {:?}",
+        out[1]
+    );
     for (i, target) in [(2, "the workspace"), (3, "/etc")] {
-        assert_eq!(out[i].0, "error", "a write to {target} fails in read_only mode: {:?}", out[i]);
+        assert_eq!(
+            out[i].0, "error",
+            "a write to {target} fails in read_only mode: {:?}",
+            out[i]
+        );
     }
     assert!(!env.path("ws/new.txt").exists());
     assert!(!Path::new("/etc/service-rs-test").exists());
@@ -153,7 +231,9 @@ async fn mcp_serve_runs_bundles_for_the_rmcp_client_and_continues_a_session() {
     let env = Env::new();
     greeter(&env);
     let mut cmd = tokio::process::Command::new(binary());
-    cmd.args(["mcp", "serve", "--approve"]).env("SERVICE_HOME", env.home.path()).kill_on_drop(true);
+    cmd.args(["mcp", "serve", "--approve"])
+        .env("SERVICE_HOME", env.home.path())
+        .kill_on_drop(true);
     let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
     let client = ().serve(transport).await.unwrap();
     let tools = client.list_all_tools().await.unwrap();
@@ -164,21 +244,45 @@ async fn mcp_serve_runs_bundles_for_the_rmcp_client_and_continues_a_session() {
         p.arguments = args.as_object().cloned();
         p
     };
-    let listed = client.call_tool(call("list_bundles", json!({}))).await.unwrap();
+    let listed = client
+        .call_tool(call("list_bundles", json!({})))
+        .await
+        .unwrap();
     let listed = serde_json::to_value(&listed).unwrap();
-    assert_eq!(listed["structuredContent"]["bundles"][0]["reference"], "local/greeter:1.0.0");
-    let ran = client.call_tool(call("run_bundle", json!({"bundle": "greeter", "prompt": "world"}))).await.unwrap();
+    assert_eq!(
+        listed["structuredContent"]["bundles"][0]["reference"],
+        "local/greeter:1.0.0"
+    );
+    let ran = client
+        .call_tool(call(
+            "run_bundle",
+            json!({"bundle": "greeter", "prompt": "world"}),
+        ))
+        .await
+        .unwrap();
     let ran = serde_json::to_value(&ran).unwrap();
     let text = ran["content"][0]["text"].as_str().unwrap();
-    assert!(text.starts_with("Hello, world! (from-bash"), "--approve allowed the Bash call: {ran}");
-    let session = ran["structuredContent"]["session_id"].as_str().unwrap().to_string();
+    assert!(
+        text.starts_with("Hello, world! (from-bash"),
+        "--approve allowed the Bash call: {ran}"
+    );
+    let session = ran["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let again = client
-        .call_tool(call("run_bundle", json!({"bundle": "greeter", "prompt": "again", "session_id": session})))
+        .call_tool(call(
+            "run_bundle",
+            json!({"bundle": "greeter", "prompt": "again", "session_id": session}),
+        ))
         .await
         .unwrap();
     let again = serde_json::to_value(&again).unwrap();
     assert_eq!(again["structuredContent"]["session_id"], session.as_str());
-    let missing = client.call_tool(call("run_bundle", json!({"bundle": "nope", "prompt": "x"}))).await.unwrap();
+    let missing = client
+        .call_tool(call("run_bundle", json!({"bundle": "nope", "prompt": "x"})))
+        .await
+        .unwrap();
     let missing = serde_json::to_value(&missing).unwrap();
     assert_eq!(missing["isError"], true, "{missing}");
     client.cancel().await.unwrap();
@@ -186,7 +290,9 @@ async fn mcp_serve_runs_bundles_for_the_rmcp_client_and_continues_a_session() {
 
 #[test]
 fn mcp_serve_answers_the_official_python_sdk_client_and_says_why_requests_were_denied() {
-    let Some(dir) = mcp_dir("python-sdk") else { return };
+    let Some(dir) = mcp_dir("python-sdk") else {
+        return;
+    };
     let env = Env::new();
     greeter(&env);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mcp_client.py");
@@ -198,12 +304,28 @@ fn mcp_serve_answers_the_official_python_sdk_client_and_says_why_requests_were_d
         .env("SERVICE_HOME", env.home.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tools"], json!(["list_bundles", "run_bundle"]));
-    assert!(v["list_bundles"].as_str().unwrap().contains("local/greeter:1.0.0"), "{v}");
+    assert!(
+        v["list_bundles"]
+            .as_str()
+            .unwrap()
+            .contains("local/greeter:1.0.0"),
+        "{v}"
+    );
     let text = v["run_bundle"]["text"].as_str().unwrap();
     assert!(text.contains("was denied by the operator"), "{text}");
-    assert!(text.contains("service-rs mcp serve --approve"), "the answer says how to allow it: {text}");
-    assert_eq!(v["run_bundle"]["structured"]["denied"], json!(["Bash echo from-bash"]));
+    assert!(
+        text.contains("service-rs mcp serve --approve"),
+        "the answer says how to allow it: {text}"
+    );
+    assert_eq!(
+        v["run_bundle"]["structured"]["denied"],
+        json!(["Bash echo from-bash"])
+    );
 }
