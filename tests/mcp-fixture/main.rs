@@ -88,9 +88,18 @@ impl ServerHandler for Fixture {
             )),
             "whoami" => {
                 let env: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
+                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                let field = |name: &str| {
+                    status
+                        .lines()
+                        .find(|l| l.starts_with(name))
+                        .unwrap_or_default()
+                        .to_string()
+                };
                 text(
                     json!({
-                        "uid": std::fs::read_to_string("/proc/self/status").unwrap_or_default().lines().find(|l| l.starts_with("Uid:")).unwrap_or_default().to_string(),
+                        "uid": field("Uid:"),
+                        "seccomp": field("Seccomp:"),
                         "pid": std::process::id(),
                         "cwd": std::env::current_dir().unwrap().display().to_string(),
                         "env": env,

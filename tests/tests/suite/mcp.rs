@@ -154,6 +154,14 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
     );
     assert_eq!(who["cwd"], "/workspace");
     assert_eq!(
+        who["pid"], 1,
+        "pid 1 of a namespace of its own: the worker is out of its sight"
+    );
+    assert!(
+        who["seccomp"].as_str().unwrap().ends_with('2'),
+        "under the seccomp filter: {who}"
+    );
+    assert_eq!(
         who["home_visible"], false,
         "the host's home is not in the sandbox"
     );
