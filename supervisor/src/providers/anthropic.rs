@@ -160,7 +160,7 @@ async fn run(
             Ok(ev) => ev,
             Err(failed) => return failed,
         };
-        let v = match http::parse_json("anthropic", &ev.data) {
+        let v = match http::parse_json(&ep, &ev.data) {
             Ok(v) => v,
             Err(failed) => return failed,
         };

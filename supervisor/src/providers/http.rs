@@ -458,12 +458,13 @@ pub fn first_call_of_turn(request: &service_ipc::ModelRequest) -> bool {
 }
 
 /// Parses one JSON data payload, or the chunk that fails the turn.
-pub fn parse_json(provider: &str, data: &str) -> Result<serde_json::Value, ModelChunk> {
+pub fn parse_json(ep: &Endpoint, data: &str) -> Result<serde_json::Value, ModelChunk> {
     serde_json::from_str(data).map_err(|e| {
         failed(
             "provider_protocol",
             format!(
-                "the {provider} stream carried malformed JSON ({e}): {}",
+                "the stream from {} carried malformed JSON ({e}): {}",
+                ep.url,
                 data.chars().take(200).collect::<String>()
             ),
         )

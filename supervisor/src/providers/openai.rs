@@ -192,7 +192,7 @@ async fn run(
         if ev.data.trim() == "[DONE]" {
             return done(calls, usage, tx).await;
         }
-        let v = match http::parse_json("openai", &ev.data) {
+        let v = match http::parse_json(&ep, &ev.data) {
             Ok(v) => v,
             Err(failed) => return failed,
         };
