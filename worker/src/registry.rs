@@ -10,6 +10,9 @@ use service_ipc::{BuiltinTool, ToolSpec};
 use crate::mcp::Servers;
 use crate::tools::{self, ToolCtx, ToolResult};
 
+/// Longest permission key of an MCP call.
+const MAX_MCP_KEY: usize = 16 * 1024;
+
 /// A tool the model may call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tool {
@@ -71,11 +74,22 @@ impl Registry {
     }
 
     /// The argument permission rules match against: a builtin's command, path or pattern; an MCP call's
-    /// arguments as compact JSON.
+    /// arguments as compact JSON, cut at 16 KiB (the supervisor refuses a permission request over 64 KiB).
     pub fn key_argument(&self, tool: &Tool, args: &Value, cwd: &Path) -> String {
         match tool {
             Tool::Builtin(t) => tools::key_argument(*t, args, cwd),
-            Tool::Mcp(_) => args.to_string(),
+            Tool::Mcp(_) => {
+                let mut key = args.to_string();
+                if key.len() > MAX_MCP_KEY {
+                    let mut end = MAX_MCP_KEY;
+                    while !key.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    key.truncate(end);
+                    key.push_str("...");
+                }
+                key
+            }
         }
     }
 
