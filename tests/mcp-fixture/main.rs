@@ -1,9 +1,11 @@
 //! An MCP server on stdio, built on rmcp, for the failure cases a third-party server rarely shows on demand. The
 //! first argument picks the behaviour:
 //! - `ok`: tools `echo {text}`, `whoami` (uid, cwd, environment names), `die` (exits mid-call), `sleep {ms}`,
-//!   `huge` (20 MB of text), `grow` (adds the tool `late` and says so with `notifications/tools/list_changed`);
+//!   `huge` (20 MB of text), `grow` (adds the tool `late` and says so with `notifications/tools/list_changed`),
+//!   `rich` (text, an image and structured content);
 //! - `crash`: writes a line to stderr and exits before the handshake;
-//! - `silent`: never answers the handshake.
+//! - `silent`: never answers the handshake;
+//! - `http`: the `ok` tools over streamable HTTP on 127.0.0.1 at `/mcp`; prints the port on stdout.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -68,6 +70,7 @@ impl ServerHandler for Fixture {
             ),
             tool("huge", "20 MB of text", obj.clone()),
             tool("grow", "Add the tool late", obj.clone()),
+            tool("rich", "Text, an image and structured content", obj.clone()),
         ];
         if self.grown.load(Ordering::SeqCst) {
             tools.push(tool("late", "Added by grow", obj));
@@ -126,6 +129,14 @@ impl ServerHandler for Fixture {
                 text("grown")
             }
             "late" => text("late tool here"),
+            "rich" => {
+                let mut result = CallToolResult::success(vec![
+                    ContentBlock::text("a chart:".to_string()),
+                    ContentBlock::image("aGVsbG8=".to_string(), "image/png".to_string()),
+                ]);
+                result.structured_content = Some(json!({"points": [1, 2, 3]}));
+                Ok(CallToolResponse::Complete(result))
+            }
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
     }
@@ -141,6 +152,22 @@ async fn main() {
         "silent" => loop {
             tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
         },
+        "http" => {
+            use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+            use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+            let service = StreamableHttpService::new(
+                || Ok(Fixture::default()),
+                Arc::new(LocalSessionManager::default()),
+                StreamableHttpServerConfig::default(),
+            );
+            let router = axum::Router::new().nest_service("/mcp", service);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("a port");
+            println!("{}", listener.local_addr().expect("its address").port());
+            axum::serve(listener, router).await.expect("serving");
+            return;
+        }
         _ => {}
     }
     let server = Fixture::default()

@@ -16,6 +16,15 @@ pub fn env() -> &'static [(&'static str, String)] {
     PROXY_ENV.get().map(Vec::as_slice).unwrap_or(&[])
 }
 
+/// The forwarder as an HTTP proxy URL, for the worker's own HTTP clients (MCP servers); None when the sandbox has
+/// no way out.
+pub fn proxy_url() -> Option<&'static str> {
+    env()
+        .iter()
+        .find(|(k, _)| *k == "HTTP_PROXY")
+        .map(|(_, v)| v.as_str())
+}
+
 /// Listens on a loopback port, forwards it to the proxy `socket`, and sets [`env`].
 pub async fn start(socket: String) -> std::io::Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;

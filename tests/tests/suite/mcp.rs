@@ -210,6 +210,127 @@ fn permission_rules_match_mcp_tool_names_with_globs() {
 }
 
 #[test]
+fn an_ask_rule_routes_an_mcp_call_to_the_operator() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "asks",
+        "ok",
+        json!({}),
+        json!({"permissions": {"rules": [{"tool": "mcp__fx__echo", "action": "ask"}]}}),
+        &[("mcp__fx__echo", json!({"text": "may I"}))],
+    );
+    let out = env
+        .command(&[
+            "run",
+            "./asks",
+            "--prompt",
+            "go",
+            "--cwd",
+            "ws",
+            "--json",
+            "--approve",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let asked = &of_type(&events, "permission_requested")[0];
+    assert_eq!(asked["tool"], "mcp__fx__echo");
+    assert_eq!(
+        asked["summary"], r#"{"text":"may I"}"#,
+        "the key is the arguments as JSON"
+    );
+    assert_eq!(
+        of_type(&events, "approval_resolved")[0]["decision"],
+        "allow_once"
+    );
+    assert_eq!(
+        outputs(&events)[0],
+        ("ok".to_string(), "echo: may I".to_string())
+    );
+    assert_gone(&marker);
+}
+
+#[test]
+fn a_result_keeps_its_text_notes_images_and_adds_structured_content_as_json() {
+    let env = Env::new();
+    let marker = bundle(
+        &env,
+        "rich",
+        "ok",
+        json!({}),
+        json!({}),
+        &[("mcp__fx__rich", json!({}))],
+    );
+    let (out, events) = run(&env, "rich", &[]);
+    assert!(out.status.success());
+    let output = &outputs(&events)[0].1;
+    assert!(
+        output.starts_with("a chart:\n[image omitted: image/png"),
+        "{output}"
+    );
+    assert!(output.ends_with(r#"{"points":[1,2,3]}"#), "{output}");
+    assert_gone(&marker);
+}
+
+#[test]
+fn inspect_lists_the_servers_and_mcp_tools_starts_them_and_lists_their_tools() {
+    let env = Env::new();
+    let marker = bundle(&env, "looked", "ok", json!({}), json!({}), &[]);
+    let inspect = env.run(&["inspect", "./looked"]);
+    assert!(
+        inspect
+            .ok()
+            .contains("mcp servers  fx (stdio /workspace/mcp-fixture ok"),
+        "{}",
+        inspect.ok()
+    );
+    let tools = env.run(&["mcp", "tools", "./looked", "--cwd", "ws"]);
+    assert!(
+        tools
+            .ok()
+            .starts_with("fx: 7 tools\n  mcp__fx__echo  Echo the text back"),
+        "{}",
+        tools.ok()
+    );
+    let json = env
+        .run(&["mcp", "tools", "./looked", "--cwd", "ws", "--json"])
+        .json();
+    assert_eq!(
+        json["fx"]["tools"][0]["parameters"]["required"],
+        json!(["text"]),
+        "schemas under --json"
+    );
+    assert_gone(&marker);
+    assert!(
+        env.run(&["sessions", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "its session is deleted"
+    );
+    // A server that fails makes the command fail, with the reason.
+    let crashed = bundle(&env, "crashing", "crash", json!({}), json!({}), &[]);
+    let run = env.run(&["mcp", "tools", "./crashing", "--cwd", "ws"]);
+    run.failed();
+    assert!(
+        run.stdout.contains("fx: failed") && run.stdout.contains("missing configuration file"),
+        "{}",
+        run.stdout
+    );
+    assert_gone(&crashed);
+}
+
+#[test]
 fn servers_that_crash_or_never_answer_at_start_are_reported_and_the_session_keeps_working() {
     let env = Env::new();
     for (mode, expected, stderr) in [
@@ -479,4 +600,93 @@ async fn servers_live_with_the_session_and_die_with_it_after_an_interrupt_a_dele
     }
     assert_gone(&marker);
     rt.shutdown("test done").await;
+}
+
+/// A bundle whose only MCP server `web` is the streamable-HTTP endpoint `url`, in a sandbox that may reach `hosts`.
+fn http_bundle(env: &Env, name: &str, url: &str, hosts: Value) {
+    let dir = env.path(name);
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::create_dir_all(env.path("ws")).unwrap();
+    let manifest = json!({
+        "manifest_version": "service.bundle/v1", "id": name, "version": "1.0.0", "tools": ["Bash"],
+        "sandbox": {"mode": "workspace_write", "permissions": {"network": hosts}},
+    });
+    std::fs::write(dir.join("service.bundle.json5"), manifest.to_string()).unwrap();
+    let agent = json!({
+        "model": {"provider": "scripted", "name": "s", "config": {"script": "resources/script.json5"}},
+        "mcp_servers": {"web": {"url": url, "startup_timeout_ms": 5000}},
+    });
+    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+    let script = json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "mcp__web__echo", "arguments": {"text": "over http"}}]},
+        {"text": "answer: {{last_tool_output}}"},
+    ]}]});
+    std::fs::write(dir.join("resources/script.json5"), script.to_string()).unwrap();
+}
+
+#[test]
+fn a_streamable_http_server_is_reached_through_the_egress_proxy_only_when_the_manifest_lists_it() {
+    use std::io::BufRead;
+    let env = Env::new();
+    let mut server =
+        std::process::Command::new(super::support::binary().with_file_name("mcp-fixture"))
+            .arg("http")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+
+    http_bundle(&env, "listed", &url, json!([format!("127.0.0.1:{port}")]));
+    let (out, events) = run(&env, "listed", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        of_type(&events, "mcp_server_failed").is_empty(),
+        "{:?}",
+        of_type(&events, "mcp_server_failed")
+    );
+    assert_eq!(
+        outputs(&events)[0],
+        ("ok".to_string(), "echo: over http".to_string())
+    );
+    let access = of_type(&events, "network_access");
+    assert!(
+        access
+            .iter()
+            .all(|a| a["decision"] == "allow" && a["port"] == port),
+        "{access:?}"
+    );
+    assert!(!access.is_empty(), "the connection went through the proxy");
+
+    for (name, hosts) in [
+        ("nohosts", json!([])),
+        ("otherhost", json!(["example.com"])),
+    ] {
+        http_bundle(&env, name, &url, hosts);
+        let (out, events) = run(&env, name, &[]);
+        assert!(
+            out.status.success(),
+            "{name}: the session goes on without the server"
+        );
+        let failed = &of_type(&events, "mcp_server_failed")[0];
+        assert!(
+            failed["message"].as_str().unwrap().contains(&url),
+            "{name}: {failed}"
+        );
+        assert_eq!(
+            outputs(&events)[0].0,
+            "error",
+            "{name}: its tool is not there"
+        );
+    }
+    let _ = server.kill();
+    let _ = server.wait();
 }

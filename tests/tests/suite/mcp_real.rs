@@ -200,6 +200,15 @@ fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_wr
     }
     assert!(!env.path("ws/new.txt").exists());
     assert!(!Path::new("/etc/service-rs-test").exists());
+    // Only this test runs this server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !pids_with("server-filesystem/dist/index.js").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server outlived the run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// Installs the greeter bundle: a Bash call that asks for approval, then an answer naming the prompt.

@@ -1,6 +1,7 @@
 //! The session's MCP servers, as clients of rmcp. A stdio server is a child of the worker, so it lives in the
 //! session's sandbox under the same confinement as a Bash command (its own pid namespace, the seccomp filter, the
-//! egress proxy variables) and dies with the worker. Its tools are offered as `mcp__<server>__<tool>`.
+//! egress proxy variables) and dies with the worker. A streamable-HTTP server is reached through the egress
+//! forwarder ([`http`]). Tools are offered as `mcp__<server>__<tool>`.
 //!
 //! Everything a server says is untrusted: its tool list is capped (count, description and schema size), a call
 //! is bounded by `tool_timeout_ms` and the turn's interrupt, and its output is cut like a command's.
@@ -28,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conn::Outbox;
 use crate::tools::ToolResult;
+
+mod http;
 
 /// Prefix of every MCP tool name the model sees.
 pub const PREFIX: &str = "mcp__";
@@ -158,10 +161,12 @@ impl Servers {
             tokio::spawn(async move {
                 let running = run(&server, config, &outbox, &workspace).await;
                 count.send_modify(|n| *n = n.saturating_sub(1));
-                if let Some((running, mut child)) = running {
+                if let Some((running, child)) = running {
                     // The server lives until its transport closes: it exited, crashed or broke the protocol.
                     let reason = running.waiting().await;
-                    let _ = child.kill().await;
+                    if let Some(mut child) = child {
+                        let _ = child.kill().await;
+                    }
                     let message = format!(
                         "the server stopped ({reason:?}); its tools are gone for this session"
                     );
@@ -296,14 +301,17 @@ impl Servers {
     }
 }
 
-/// Starts one server and lists its tools; None (after a `mcp_server_failed`) when it could not. The child is
-/// the worker's to kill; dropping it kills it (`kill_on_drop`), and its reaper takes the namespace down.
+/// Starts one server and lists its tools; None (after a `mcp_server_failed`) when it could not. A stdio server's
+/// child is the worker's to kill; dropping it kills it (`kill_on_drop`), and its reaper takes the namespace down.
 async fn run(
     server: &Server,
     config: McpServer,
     outbox: &Outbox,
     workspace: &Path,
-) -> Option<(RunningService<RoleClient, Handler>, tokio::process::Child)> {
+) -> Option<(
+    RunningService<RoleClient, Handler>,
+    Option<tokio::process::Child>,
+)> {
     let started = Instant::now();
     let handler = Handler {
         stale: server.stale.clone(),
@@ -358,18 +366,48 @@ async fn run(
             (
                 tokio::time::timeout(startup, handler.serve(transport))
                     .await
-                    .map(|r| r.map(|s| (s, child)).map_err(|e| e.to_string())),
+                    .map(|r| r.map(|s| (s, Some(child))).map_err(|e| plain(&e))),
                 startup,
             )
         }
-        McpServer::Http { url, .. } => {
-            fail(
-                server,
-                outbox,
-                format!("{url}: streamable-HTTP MCP servers are not supported by this worker yet; run the server over stdio"),
+        McpServer::Http {
+            url,
+            headers,
+            startup_timeout_ms,
+            ..
+        } => {
+            let startup = Duration::from_millis(startup_timeout_ms);
+            if crate::egress::proxy_url().is_none()
+                && crate::confine::strictness() == crate::confine::Strictness::Required
+            {
+                let host = http::authority(&url);
+                fail(
+                    server,
+                    outbox,
+                    format!(
+                        "{url}: this sandbox has no network; add \"{host}\" to sandbox.permissions.network in \
+                         service.bundle.json5"
+                    ),
+                )
+                .await;
+                return None;
+            }
+            let transport = match http::transport(&url, &headers) {
+                Ok(t) => t,
+                Err(e) => {
+                    fail(server, outbox, format!("{url}: {e}")).await;
+                    return None;
+                }
+            };
+            (
+                tokio::time::timeout(startup, handler.serve(transport))
+                    .await
+                    .map(|r| {
+                        r.map(|s| (s, None))
+                            .map_err(|e| format!("{url}: {}", plain(&e)))
+                    }),
+                startup,
             )
-            .await;
-            return None;
         }
     };
     let running = match running {
@@ -425,6 +463,19 @@ async fn run(
         })
         .await;
     Some((running, child))
+}
+
+/// An rmcp error without the transport's Rust type name that rmcp puts in the middle of it.
+fn plain(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let inner = text
+        .split_once("] error: ")
+        .map(|(_, rest)| rest)
+        .unwrap_or(&text);
+    inner
+        .trim_end_matches(", when send initialize request")
+        .trim()
+        .to_string()
 }
 
 /// The variables every server gets besides its own: the worker's (which bwrap cleared to PATH, HOME, LANG and
