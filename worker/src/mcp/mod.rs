@@ -36,6 +36,8 @@ mod http;
 pub const PREFIX: &str = "mcp__";
 /// Tools kept per server; the rest are dropped, so a server cannot flood the prompt.
 const MAX_TOOLS: usize = 128;
+/// Longest model-facing tool name; a tool whose `mcp__<server>__<tool>` is longer is not offered.
+const MAX_NAME: usize = 64;
 /// Longest tool description kept.
 const MAX_DESCRIPTION: usize = 2048;
 /// Largest input schema kept (serialized); a larger one is replaced by an open object schema.
@@ -500,7 +502,8 @@ fn offered(server: &str, listed: Vec<rmcp::model::Tool>) -> Vec<Offered> {
         let v = serde_json::to_value(&tool).unwrap_or(Value::Null);
         let original = v["name"].as_str().unwrap_or_default().to_string();
         let name = tool_name(server, &original);
-        if original.is_empty() || out.iter().any(|t| t.spec.name == name) {
+        // OpenAI-compatible servers refuse function names over 64 characters.
+        if original.is_empty() || name.len() > MAX_NAME || out.iter().any(|t| t.spec.name == name) {
             continue;
         }
         let description: String = v["description"]
