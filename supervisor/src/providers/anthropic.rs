@@ -70,17 +70,9 @@ pub fn body(request: &ModelRequest, settings: &ModelSettings) -> Value {
     if let Some(thinking) = &settings.thinking {
         body["thinking"] = thinking.clone();
     }
-    if let Some(t) = settings.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(p) = settings.top_p {
-        body["top_p"] = json!(p);
-    }
+    http::sampling(&mut body, settings, "stop_sequences");
     if let Some(k) = settings.top_k {
         body["top_k"] = json!(k);
-    }
-    if let Some(stop) = &settings.stop {
-        body["stop_sequences"] = json!(stop.to_vec());
     }
     if !request.tools.is_empty() {
         body["tools"] = request
@@ -88,11 +80,7 @@ pub fn body(request: &ModelRequest, settings: &ModelSettings) -> Value {
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
             .collect();
-        let choice = settings
-            .tool_choice
-            .as_ref()
-            .filter(|c| !c.forces() || http::first_call_of_turn(request));
-        if let Some(choice) = choice {
+        if let Some(choice) = http::tool_choice(settings, request) {
             body["tool_choice"] = match choice {
                 ToolChoice::Auto => json!({"type": "auto"}),
                 ToolChoice::None => json!({"type": "none"}),

@@ -448,13 +448,34 @@ pub fn merge_extra_body(body: &mut Value, settings: &ModelSettings) {
     }
 }
 
-/// True when the last message is the user's: the first model call of a turn, the only one a forcing
-/// `tool_choice` applies to.
-pub fn first_call_of_turn(request: &service_ipc::ModelRequest) -> bool {
-    request
+/// Sets the sampling settings both wire formats share: `temperature`, `top_p`, and the stop sequences under
+/// `stop_key` (`stop` for OpenAI, `stop_sequences` for Anthropic).
+pub fn sampling(body: &mut Value, settings: &ModelSettings, stop_key: &str) {
+    if let Some(t) = settings.temperature {
+        body["temperature"] = serde_json::json!(t);
+    }
+    if let Some(p) = settings.top_p {
+        body["top_p"] = serde_json::json!(p);
+    }
+    if let Some(stop) = &settings.stop {
+        body[stop_key] = serde_json::json!(stop.to_vec());
+    }
+}
+
+/// The `tool_choice` for `request`: a choice that forces a call applies only to the first model call of a turn
+/// (the last message is the user's), or the model could never give its final answer.
+pub fn tool_choice<'a>(
+    settings: &'a ModelSettings,
+    request: &service_ipc::ModelRequest,
+) -> Option<&'a crate::model_config::ToolChoice> {
+    let first_call = request
         .messages
         .last()
-        .is_some_and(|m| m.role == service_ipc::ChatRole::User)
+        .is_some_and(|m| m.role == service_ipc::ChatRole::User);
+    settings
+        .tool_choice
+        .as_ref()
+        .filter(|c| !c.forces() || first_call)
 }
 
 /// Parses one JSON data payload, or the chunk that fails the turn.

@@ -31,11 +31,7 @@ pub fn body(request: &ModelRequest, settings: &ModelSettings, url: &str) -> Valu
             .iter()
             .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
             .collect();
-        let choice = settings
-            .tool_choice
-            .as_ref()
-            .filter(|c| !c.forces() || http::first_call_of_turn(request));
-        if let Some(choice) = choice {
+        if let Some(choice) = http::tool_choice(settings, request) {
             body["tool_choice"] = match choice {
                 ToolChoice::Auto => json!("auto"),
                 ToolChoice::None => json!("none"),
@@ -55,15 +51,7 @@ pub fn body(request: &ModelRequest, settings: &ModelSettings, url: &str) -> Valu
         };
         body[key] = json!(n);
     }
-    if let Some(t) = settings.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(p) = settings.top_p {
-        body["top_p"] = json!(p);
-    }
-    if let Some(stop) = &settings.stop {
-        body["stop"] = json!(stop.to_vec());
-    }
+    http::sampling(&mut body, settings, "stop");
     if let Some(seed) = settings.seed {
         body["seed"] = json!(seed);
     }

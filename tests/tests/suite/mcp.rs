@@ -6,40 +6,25 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::providers::of_type;
+use super::providers::{of_type, run_json};
 use super::support::{pids_with, Env};
 
-/// A bundle `name` whose MCP server `fx` is the fixture in `mode`, and whose scripted model makes `calls` (tool
-/// name and arguments, one model call each) and then answers with the last tool output.
-fn bundle(
+/// Writes the bundle `name`: `manifest` as its service.bundle.json5, and an agent with a scripted model that makes
+/// `calls` (tool name and arguments, one model call each) and then answers with the last tool output, plus
+/// `agent_extra` (its `mcp_servers`, `permissions`).
+pub(super) fn write_bundle(
     env: &Env,
     name: &str,
-    mode: &str,
-    server_extra: Value,
+    manifest: Value,
     agent_extra: Value,
     calls: &[(&str, Value)],
-) -> String {
+) {
     let dir = env.path(name);
     std::fs::create_dir_all(dir.join("resources")).unwrap();
-    let ws = env.path("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let fixture = super::support::binary().with_file_name("mcp-fixture");
-    std::fs::copy(&fixture, ws.join("mcp-fixture")).unwrap();
-    // A marker in the server's command line, to find its processes.
-    let marker = format!("marker-{name}-{}", std::process::id());
-    std::fs::write(
-        dir.join("service.bundle.json5"),
-        format!(r#"{{ manifest_version: "service.bundle/v1", id: "{name}", version: "1.0.0", tools: ["Bash"], sandbox: {{ mode: "workspace_write", permissions: {{ network: [] }} }} }}"#),
-    )
-    .unwrap();
-    let mut server = json!({"command": "/workspace/mcp-fixture", "args": [mode, marker], "startup_timeout_ms": 5000});
-    server
-        .as_object_mut()
-        .unwrap()
-        .extend(server_extra.as_object().unwrap().clone());
+    std::fs::create_dir_all(env.path("ws")).unwrap();
+    std::fs::write(dir.join("service.bundle.json5"), manifest.to_string()).unwrap();
     let mut agent = json!({
         "model": {"provider": "scripted", "name": "s", "config": {"script": "resources/script.json5"}},
-        "mcp_servers": {"fx": server},
     });
     agent
         .as_object_mut()
@@ -56,33 +41,56 @@ fn bundle(
         json!({"turns": [{"replies": replies}]}).to_string(),
     )
     .unwrap();
+}
+
+/// A manifest `name` with the Bash tool in a `mode` sandbox that may reach `hosts`.
+pub(super) fn manifest(name: &str, mode: &str, hosts: Value) -> Value {
+    json!({
+        "manifest_version": "service.bundle/v1", "id": name, "version": "1.0.0", "tools": ["Bash"],
+        "sandbox": {"mode": mode, "permissions": {"network": hosts}},
+    })
+}
+
+/// A bundle `name` whose MCP server `fx` is the fixture in `mode`, copied into the workspace; returns a marker in
+/// the server's command line, to find its processes.
+fn bundle(
+    env: &Env,
+    name: &str,
+    mode: &str,
+    server_extra: Value,
+    agent_extra: Value,
+    calls: &[(&str, Value)],
+) -> String {
+    let marker = format!("marker-{name}-{}", std::process::id());
+    let mut server = json!({"command": "/workspace/mcp-fixture", "args": [mode, marker], "startup_timeout_ms": 5000});
+    server
+        .as_object_mut()
+        .unwrap()
+        .extend(server_extra.as_object().unwrap().clone());
+    let mut agent = json!({"mcp_servers": {"fx": server}});
+    agent
+        .as_object_mut()
+        .unwrap()
+        .extend(agent_extra.as_object().unwrap().clone());
+    write_bundle(
+        env,
+        name,
+        manifest(name, "workspace_write", json!([])),
+        agent,
+        calls,
+    );
+    let fixture = super::support::binary().with_file_name("mcp-fixture");
+    std::fs::copy(&fixture, env.path("ws/mcp-fixture")).unwrap();
     marker
 }
 
 /// Runs the bundle's turn in `ws` with `--json`: the process output and the events.
 fn run(env: &Env, name: &str, envs: &[(&str, &str)]) -> (std::process::Output, Vec<Value>) {
-    let mut cmd = env.command(&[
-        "run",
-        &format!("./{name}"),
-        "--prompt",
-        "go",
-        "--cwd",
-        "ws",
-        "--json",
-    ]);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    let events = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    (out, events)
+    run_json(env, &format!("./{name}"), envs, &["--cwd", "ws"])
 }
 
 /// The outputs of the turn's tool calls, in order.
-fn outputs(events: &[Value]) -> Vec<(String, String)> {
+pub(super) fn outputs(events: &[Value]) -> Vec<(String, String)> {
     of_type(events, "tool_call_finished")
         .iter()
         .map(|e| {
@@ -94,7 +102,8 @@ fn outputs(events: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn assert_gone(marker: &str) {
+/// Waits up to 5 s for every process whose command line holds `marker` to be gone.
+pub(super) fn assert_gone(marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !pids_with(marker).is_empty() {
         assert!(
@@ -220,28 +229,12 @@ fn an_ask_rule_routes_an_mcp_call_to_the_operator() {
         json!({"permissions": {"rules": [{"tool": "mcp__fx__echo", "action": "ask"}]}}),
         &[("mcp__fx__echo", json!({"text": "may I"}))],
     );
-    let out = env
-        .command(&[
-            "run",
-            "./asks",
-            "--prompt",
-            "go",
-            "--cwd",
-            "ws",
-            "--json",
-            "--approve",
-        ])
-        .output()
-        .unwrap();
+    let (out, events) = run_json(&env, "./asks", &[], &["--cwd", "ws", "--approve"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
     let asked = &of_type(&events, "permission_requested")[0];
     assert_eq!(asked["tool"], "mcp__fx__echo");
     assert_eq!(
@@ -604,24 +597,13 @@ async fn servers_live_with_the_session_and_die_with_it_after_an_interrupt_a_dele
 
 /// A bundle whose only MCP server `web` is the streamable-HTTP endpoint `url`, in a sandbox that may reach `hosts`.
 fn http_bundle(env: &Env, name: &str, url: &str, hosts: Value) {
-    let dir = env.path(name);
-    std::fs::create_dir_all(dir.join("resources")).unwrap();
-    std::fs::create_dir_all(env.path("ws")).unwrap();
-    let manifest = json!({
-        "manifest_version": "service.bundle/v1", "id": name, "version": "1.0.0", "tools": ["Bash"],
-        "sandbox": {"mode": "workspace_write", "permissions": {"network": hosts}},
-    });
-    std::fs::write(dir.join("service.bundle.json5"), manifest.to_string()).unwrap();
-    let agent = json!({
-        "model": {"provider": "scripted", "name": "s", "config": {"script": "resources/script.json5"}},
-        "mcp_servers": {"web": {"url": url, "startup_timeout_ms": 5000}},
-    });
-    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
-    let script = json!({"turns": [{"replies": [
-        {"tool_calls": [{"name": "mcp__web__echo", "arguments": {"text": "over http"}}]},
-        {"text": "answer: {{last_tool_output}}"},
-    ]}]});
-    std::fs::write(dir.join("resources/script.json5"), script.to_string()).unwrap();
+    write_bundle(
+        env,
+        name,
+        manifest(name, "workspace_write", hosts),
+        json!({"mcp_servers": {"web": {"url": url, "startup_timeout_ms": 5000}}}),
+        &[("mcp__web__echo", json!({"text": "over http"}))],
+    );
 }
 
 #[test]

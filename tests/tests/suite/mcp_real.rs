@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::providers::of_type;
-use super::support::{binary, pids_with, Env};
+use super::mcp::{assert_gone, manifest, outputs, write_bundle};
+use super::providers::{of_type, run_json};
+use super::support::{binary, Env};
 
 fn mcp_dir(test: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("SERVICE_TEST_MCP_DIR").map(PathBuf::from);
@@ -39,66 +40,20 @@ fn into_workspace(from: &Path, ws: &Path) {
     }
 }
 
-/// A bundle with one MCP server and a scripted model that makes `calls` and answers with the last output.
+/// A bundle with one MCP server, named as the bundle, and a scripted model that makes `calls`.
 fn bundle(env: &Env, name: &str, mode: &str, server: Value, calls: &[(&str, Value)]) {
-    let dir = env.path(name);
-    std::fs::create_dir_all(dir.join("resources")).unwrap();
-    std::fs::write(
-        dir.join("service.bundle.json5"),
-        format!(r#"{{ manifest_version: "service.bundle/v1", id: "{name}", version: "1.0.0", tools: [], sandbox: {{ mode: "{mode}" }} }}"#),
-    )
-    .unwrap();
-    let agent = json!({
-        "model": {"provider": "scripted", "name": "s", "config": {"script": "resources/script.json5"}},
-        "mcp_servers": {name: server},
-    });
-    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
-    let mut replies: Vec<Value> = calls
-        .iter()
-        .map(|(tool, args)| json!({"tool_calls": [{"name": tool, "arguments": args}]}))
-        .collect();
-    replies.push(json!({"text": "answer: {{last_tool_output}}"}));
-    std::fs::write(
-        dir.join("resources/script.json5"),
-        json!({"turns": [{"replies": replies}]}).to_string(),
-    )
-    .unwrap();
+    let agent = json!({"mcp_servers": {name: server}});
+    write_bundle(env, name, manifest(name, mode, json!([])), agent, calls);
 }
 
 fn run(env: &Env, name: &str) -> Vec<Value> {
-    let out = env
-        .command(&[
-            "run",
-            &format!("./{name}"),
-            "--prompt",
-            "go",
-            "--cwd",
-            "ws",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let (out, events) = run_json(env, &format!("./{name}"), &[], &["--cwd", "ws"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-fn results(events: &[Value]) -> Vec<(String, String)> {
-    of_type(events, "tool_call_finished")
-        .iter()
-        .map(|e| {
-            (
-                e["status"].as_str().unwrap().to_string(),
-                e["output"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    events
 }
 
 #[test]
@@ -122,7 +77,7 @@ fn mcp_server_time_from_pypi_answers_a_tool_call_from_inside_the_sandbox() {
         )],
     );
     let events = run(&env, "time");
-    let out = results(&events);
+    let out = outputs(&events);
     assert_eq!(out[0].0, "ok", "{out:?}");
     assert!(
         out[0].1.contains("Europe/Paris") && out[0].1.contains("datetime"),
@@ -137,14 +92,7 @@ fn mcp_server_time_from_pypi_answers_a_tool_call_from_inside_the_sandbox() {
         "the result reaches the answer: {answer}"
     );
     // Only this test runs this server.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !pids_with("mcp_server_time").is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server outlived the run"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert_gone("mcp_server_time");
 }
 
 #[test]
@@ -179,7 +127,7 @@ fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_wr
         ],
     );
     let events = run(&env, "fs");
-    let out = results(&events);
+    let out = outputs(&events);
     let root = &out[0].1;
     assert!(root.contains("usr") && root.contains("workspace"), "{root}");
     assert!(
@@ -201,14 +149,7 @@ fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_wr
     assert!(!env.path("ws/new.txt").exists());
     assert!(!Path::new("/etc/service-rs-test").exists());
     // Only this test runs this server.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !pids_with("server-filesystem/dist/index.js").is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server outlived the run"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert_gone("server-filesystem/dist/index.js");
 }
 
 /// Installs the greeter bundle: a Bash call that asks for approval, then an answer naming the prompt.
