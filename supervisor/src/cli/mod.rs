@@ -74,6 +74,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script: `service-rs completions bash > ~/.local/share/bash-completion/completions/service-rs`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// The session worker entry point, started by the supervisor (not for direct use).
     #[command(hide = true)]
     Worker {
@@ -110,6 +115,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::serve(home()?, args),
         Command::Sessions { json } => sessions::list(home()?, json),
         Command::Mcp(command) => mcp::run(home()?, command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "service-rs",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Tui(args) => tui::run(home()?, args),
         Command::Worker { ipc_fd, .. } => {
             service_worker::main(ipc_fd)?;
@@ -132,6 +147,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Build { .. } => Err(local_only("build")),
         Command::Serve { .. } => Err(local_only("serve")),
         Command::Mcp(_) => Err(local_only("mcp")),
+        Command::Completions { .. } => Err(local_only("completions")),
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Worker { .. } => Err(local_only("worker")),
     }

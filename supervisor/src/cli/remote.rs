@@ -105,6 +105,7 @@ pub async fn run(remote: &Remote, args: &RunArgs) -> anyhow::Result<ExitCode> {
             "--resolve is the server's choice: start `service-rs serve` with it instead"
         ));
     }
+    let prompt = args.prompt_text()?;
     let cwd = args.cwd.as_ref().map(|c| c.display().to_string());
     let session = remote
         .call(
@@ -140,9 +141,7 @@ pub async fn run(remote: &Remote, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .call(
             reqwest::Method::POST,
             &format!("/sessions/{id}/run"),
-            Some(
-                json!({"input": Task::new(args.prompt.clone()), "turn_context": {"model": model}}),
-            ),
+            Some(json!({"input": Task::new(prompt), "turn_context": {"model": model}})),
         )
         .await?;
     let turn_id = started["turn_id"].as_str().unwrap_or_default().to_string();

@@ -9,14 +9,39 @@ use service_ipc::{
 };
 use service_supervisor::ServiceHome;
 
+impl RunArgs {
+    /// The prompt: `--prompt TEXT`, or stdin for `--prompt -` and for a piped run without `--prompt`.
+    pub(super) fn prompt_text(&self) -> anyhow::Result<String> {
+        use std::io::{IsTerminal, Read};
+        match self.prompt.as_deref() {
+            Some(p) if p != "-" => return Ok(p.to_string()),
+            None if std::io::stdin().is_terminal() => anyhow::bail!(
+                "no prompt: pass --prompt TEXT, or pipe it on stdin (echo hi | service-rs run {})",
+                self.bundle_ref
+            ),
+            _ => {}
+        }
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| anyhow::anyhow!("cannot read the prompt from stdin: {e}"))?;
+        let text = text.trim_end_matches(['\n', '\r']).to_string();
+        if text.trim().is_empty() {
+            anyhow::bail!("the prompt on stdin is empty: pipe some text, or pass --prompt TEXT");
+        }
+        Ok(text)
+    }
+}
+
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory.
     pub(super) bundle_ref: String,
-    /// The prompt.
+    /// The prompt; `-` reads it from stdin, which is also where it comes from when this is absent and stdin is not
+    /// a terminal (`echo hi | service-rs run b`).
     #[arg(long)]
-    pub(super) prompt: String,
+    pub(super) prompt: Option<String>,
     /// Stream every event as a JSON line on stdout instead of printing the answer.
     #[arg(long)]
     pub(super) json: bool,
@@ -158,6 +183,8 @@ async fn one_turn(
     rt: &service_supervisor::ServiceRuntime,
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
+    // Read first: a run without a prompt leaves no session behind.
+    let prompt = args.prompt_text()?;
     let record = rt.create_session(&args.bundle_ref, args.cwd.as_deref())?;
     // The bundle the session resolved, not a second read of it.
     let info = rt.session_bundle(&record.id)?;
@@ -168,7 +195,7 @@ async fn one_turn(
         model: model_override(args.model.as_deref(), info.agent.model.to_ref())?,
     };
     let pending = rt
-        .start_turn(&record.id, Task::new(args.prompt.clone()), overrides)
+        .start_turn(&record.id, Task::new(prompt), overrides)
         .await?;
     let turn_id = pending.turn_id.clone();
     let (json, verbose) = (args.json, args.verbose);

@@ -105,3 +105,78 @@ fn run_with_an_unknown_bundle_or_model_says_what_is_wrong() {
         .to_string();
     assert!(err.contains("unknown model provider \"acme\""), "{err}");
 }
+
+/// `run` with `args` and `stdin` piped in.
+fn run_with_stdin(env: &Env, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = env
+        .command(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_prompt_piped_on_stdin_or_given_as_a_dash_is_run_and_an_empty_one_leaves_no_session() {
+    let env = Env::new();
+    let example = repo_example();
+    for args in [
+        vec!["run", &example],
+        vec!["run", &example, "--prompt", "-"],
+    ] {
+        let out = run_with_stdin(&env, &args, "from a pipe\n");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.starts_with("You asked: \"from a pipe\""), "{text}");
+    }
+    let before = env
+        .run(&["sessions", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .len();
+    let out = run_with_stdin(&env, &["run", &example], "  \n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the prompt on stdin is empty"));
+    let after = env
+        .run(&["sessions", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(before, after, "a run without a prompt creates no session");
+}
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish() {
+    let env = Env::new();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef service-rs"),
+        ("fish", "complete -c service-rs"),
+    ] {
+        let out = env.run(&["completions", shell]).ok().to_string();
+        assert!(
+            out.contains(marker) && out.contains("mcp"),
+            "{shell}: {}",
+            &out[..out.len().min(200)]
+        );
+    }
+    assert!(env
+        .run(&["completions", "tcsh"])
+        .failed()
+        .contains("invalid value"));
+}
