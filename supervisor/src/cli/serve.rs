@@ -64,9 +64,14 @@ fn absolute(dirs: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let addr: SocketAddr = args.bind.parse().with_context(|| {
+    // `localhost` means IPv4 loopback, without asking a resolver that might answer ::1 or something else.
+    let bind = match args.bind.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => args.bind.clone(),
+    };
+    let addr: SocketAddr = bind.parse().with_context(|| {
         format!(
-            "--bind takes host:port with a numeric host, e.g. {}; got \"{}\"",
+            "--bind takes host:port with a numeric host or localhost, e.g. {}; got \"{}\"",
             server::DEFAULT_BIND,
             args.bind
         )

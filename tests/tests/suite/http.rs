@@ -530,6 +530,25 @@ async fn a_token_guards_every_endpoint_but_healthz() {
         .unwrap();
     assert!(!run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("refusing --no-auth on 0.0.0.0:0"));
+
+    // `localhost` is IPv4 loopback, so --no-auth is accepted there too.
+    use std::io::BufRead;
+    let mut local = refused
+        .command(&["serve", "--bind", "localhost:0", "--no-auth"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(local.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = local.kill();
+    let _ = local.wait();
+    assert!(
+        line.starts_with("service-rs listening on http://127.0.0.1:"),
+        "{line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
