@@ -88,6 +88,8 @@ pub struct App {
     pub turn: TurnState,
     /// Set by /quit or Ctrl-C.
     pub quit: bool,
+    /// Draw without colours (`NO_COLOR` is set); emphasis such as bold and reverse stays.
+    pub no_color: bool,
 }
 
 impl App {
@@ -108,6 +110,8 @@ impl App {
             session_id: session_id.into(),
             turn: TurnState::Idle,
             quit: false,
+            // https://no-color.org: any non-empty value.
+            no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
         }
     }
 

@@ -40,6 +40,11 @@ pub fn render(frame: &mut Frame, app: &App) {
     }
     input_box(frame, input, app);
     status_line(frame, status, app);
+    if app.no_color {
+        for cell in frame.buffer_mut().content.iter_mut() {
+            cell.set_fg(Color::Reset).set_bg(Color::Reset);
+        }
+    }
 }
 
 fn dim() -> Style {
@@ -373,6 +378,31 @@ mod tests {
             "scripted/demo",
             "read_only",
         )
+    }
+
+    #[test]
+    fn no_color_draws_every_cell_in_the_terminal_default_colours() {
+        let mut app = app();
+        app.no_color = false;
+        app.apply(&started("hi"));
+        let draw = |app: &App| {
+            let mut terminal = Terminal::new(TestBackend::new(60, 14)).unwrap();
+            terminal.draw(|f| render(f, app)).unwrap();
+            terminal.backend().buffer().clone()
+        };
+        let coloured = |b: &ratatui::buffer::Buffer| {
+            b.content
+                .iter()
+                .any(|c| c.fg != Color::Reset || c.bg != Color::Reset)
+        };
+        assert!(coloured(&draw(&app)), "the default has colours");
+        app.no_color = true;
+        let plain = draw(&app);
+        assert!(!coloured(&plain));
+        assert!(
+            screen(&app).iter().any(|l| l.contains("hi")),
+            "the text is all there"
+        );
     }
 
     #[test]
