@@ -97,8 +97,13 @@ struct Ui {
 
 impl Ui {
     /// Switches to session `id`: a fresh view that replays its journal.
+    /// Attaches to the session whose id is or starts with `id`.
     async fn attach(&mut self, id: &str) -> anyhow::Result<()> {
-        let record = self.backend.session(id).await?;
+        let records = self.backend.sessions().await?;
+        let record = service_supervisor::runtime::record::by_id_prefix(&records, id)
+            .map_err(anyhow::Error::msg)?
+            .clone();
+        let id = record.id.as_str();
         let bundle = self.backend.bundle(&record.bundle.reference).await?;
         let label = format!("{}@{}", record.bundle.id, record.bundle.version);
         let model = format!("{}/{}", bundle.model.provider, bundle.model.name);
@@ -202,7 +207,8 @@ impl Ui {
             }
             Slash::Resume(id) => {
                 self.attach(&id).await?;
-                self.app.info(format!("resumed session {id}"));
+                self.app
+                    .info(format!("resumed session {}", self.app.session_id));
             }
             Slash::Model(spec) => {
                 let (provider, name) = spec

@@ -37,16 +37,6 @@ impl Backend {
         }
     }
 
-    pub async fn session(&self, id: &str) -> anyhow::Result<SessionRecord> {
-        match self {
-            Backend::Local(rt) => Ok(rt.get_session(id)?),
-            Backend::Remote(r) => Ok(serde_json::from_value(
-                r.call(reqwest::Method::GET, &format!("/sessions/{id}"), None)
-                    .await?,
-            )?),
-        }
-    }
-
     pub async fn sessions(&self) -> anyhow::Result<Vec<SessionRecord>> {
         match self {
             Backend::Local(rt) => Ok(rt.list_sessions()?),

@@ -125,3 +125,76 @@ impl SessionRecord {
             .map_err(|e| RuntimeError::io("cannot replace", path, e.error))
     }
 }
+
+/// The one record whose id starts with `prefix` (a whole id matches itself); the error says whether none or
+/// several did, naming those.
+pub fn by_id_prefix<'a>(
+    records: &'a [SessionRecord],
+    prefix: &str,
+) -> Result<&'a SessionRecord, String> {
+    let prefix = prefix.trim();
+    if prefix.is_empty() {
+        return Err("give a session id or the start of one".into());
+    }
+    if let Some(exact) = records.iter().find(|r| r.id == prefix) {
+        return Ok(exact);
+    }
+    let found: Vec<&SessionRecord> = records
+        .iter()
+        .filter(|r| r.id.starts_with(prefix))
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!("no session id starts with \"{prefix}\"; list them with /sessions or `service-rs sessions`")),
+        many => Err(format!(
+            "\"{prefix}\" starts {} session ids ({}); give more of the id",
+            many.len(),
+            many.iter().take(5).map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> SessionRecord {
+        SessionRecord {
+            id: id.into(),
+            bundle_ref: "b".into(),
+            bundle: BundleRecord {
+                reference: "local/b:1.0.0".into(),
+                id: "b".into(),
+                version: "1.0.0".into(),
+                digest: "sha256:0".into(),
+            },
+            created_at: now(),
+            updated_at: now(),
+            cwd: "/tmp".into(),
+            status: SessionStatus::Idle,
+            active_turn: None,
+            turn_count: 0,
+            last_turn: None,
+        }
+    }
+
+    #[test]
+    fn an_id_prefix_names_a_session_only_when_it_is_unambiguous() {
+        let records = [record("abc123"), record("abd456"), record("ab")];
+        assert_eq!(by_id_prefix(&records, "abc").unwrap().id, "abc123");
+        assert_eq!(
+            by_id_prefix(&records, "ab").unwrap().id,
+            "ab",
+            "a whole id matches itself"
+        );
+        let many = by_id_prefix(&records[..2], "ab").unwrap_err();
+        assert!(
+            many.contains("starts 2 session ids") && many.contains("abc123"),
+            "{many}"
+        );
+        assert!(by_id_prefix(&records, "zz")
+            .unwrap_err()
+            .contains("no session id starts with"));
+        assert!(by_id_prefix(&records, " ").is_err());
+    }
+}

@@ -39,7 +39,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("/help", "show this help"),
     ("/new", "start a new session of the same bundle"),
     ("/sessions", "list sessions"),
-    ("/resume <id>", "switch to an existing session"),
+    (
+        "/resume <id>",
+        "switch to an existing session (the start of its id is enough)",
+    ),
     ("/bundle <ref>", "start a new session of another bundle"),
     (
         "/model <provider/name>",
