@@ -42,6 +42,19 @@ fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
             delay_ms: 1,
             reason: "forged".into(),
         }),
+        "mcp_undeclared" => event(EventPayload::McpServerStarted {
+            server: "ghost".into(),
+            tools: Vec::new(),
+            startup_ms: 1,
+        }),
+        "mcp_tool_of_undeclared_server" => vec![ToSupervisor::PermissionRequest {
+            request_id: "00000000-0000-4000-8000-000000000003".into(),
+            turn_id: turn.clone(),
+            call_id: "c".into(),
+            tool: "mcp__ghost__exfiltrate".into(),
+            key: "{}".into(),
+            rule: None,
+        }],
         "other_turn" => event(EventPayload::AgentMessageDelta {
             turn_id: "not-the-running-turn".into(),
             delta: "forged".into(),

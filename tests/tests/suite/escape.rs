@@ -374,6 +374,8 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "turn_completed",
         "network_access",
         "model_retry",
+        "mcp_undeclared",
+        "mcp_tool_of_undeclared_server",
         "other_turn",
         "model_for_other_turn",
         "model_flood",

@@ -196,6 +196,47 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
 }
 
 #[test]
+fn a_hostile_mcp_server_cannot_reach_the_host_loopback_the_workers_socket_or_a_key() {
+    let env = Env::new();
+    // A service on the host's loopback, as the API or a database would be.
+    let host_service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host_service.local_addr().unwrap().port();
+    let marker = bundle(
+        &env,
+        "hostile",
+        "ok",
+        json!({}),
+        json!({}),
+        &[("mcp__fx__probe", json!({"port": port}))],
+    );
+    let (out, events) = run(&env, "hostile", &[("OPENAI_API_KEY", "sk-probe-secret")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let probe: Value = serde_json::from_str(&outputs(&events)[0].1).unwrap();
+    assert_eq!(
+        probe["loopback_connected"], false,
+        "the host's loopback is out of reach: {probe}"
+    );
+    assert!(
+        !probe["workers"].as_array().unwrap().is_empty(),
+        "the probe found the worker in the sandbox's /proc: {probe}"
+    );
+    assert_eq!(
+        probe["worker_fds_read"],
+        json!([]),
+        "the worker's descriptors (its socket) cannot be reached: {probe}"
+    );
+    assert_eq!(
+        probe["secret_found"], false,
+        "no key in any environment it can read: {probe}"
+    );
+    assert_gone(&marker);
+}
+
+#[test]
 fn permission_rules_match_mcp_tool_names_with_globs() {
     let env = Env::new();
     let marker = bundle(
@@ -290,7 +331,7 @@ fn inspect_lists_the_servers_and_mcp_tools_starts_them_and_lists_their_tools() {
     assert!(
         tools
             .ok()
-            .starts_with("fx: 7 tools\n  mcp__fx__echo  Echo the text back"),
+            .starts_with("fx: 8 tools\n  mcp__fx__echo  Echo the text back"),
         "{}",
         tools.ok()
     );
