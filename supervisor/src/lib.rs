@@ -5,6 +5,7 @@
 //! - [`home`]: the local store root (`$SERVICE_HOME`) and its paths.
 //! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
+//! - [`doctor`]: the checks of `service-rs doctor`.
 //! - [`egress`]: the proxy that is a sandbox's only way out, host by host.
 //! - [`mcp_server`]: `service-rs mcp serve`, the installed bundles as MCP tools.
 //! - [`model_config`]: the documented keys of `model.config` and their validation.
@@ -17,6 +18,7 @@
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
 pub mod bundle;
+pub mod doctor;
 pub mod egress;
 pub mod event_source;
 pub mod hardening;

@@ -7,14 +7,87 @@ use service_ipc::BuiltinTool;
 use super::error::{BundleError, Result};
 use super::manifest::check_id;
 
-/// Default model of a new bundle.
-pub const TEMPLATE_PROVIDER: &str = "anthropic";
-/// Default model name of a new bundle.
-pub const TEMPLATE_MODEL: &str = "claude-sonnet-4-5";
+/// The model a starter bundle is written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Starter {
+    /// Anthropic's API (key in ANTHROPIC_API_KEY).
+    #[default]
+    Anthropic,
+    /// OpenAI's API (key in OPENAI_API_KEY), or any OpenAI-compatible server.
+    Openai,
+    /// An OpenAI-compatible server on this machine, at Ollama's address.
+    Local,
+    /// An offline scripted model that answers from a script in resources/.
+    Scripted,
+}
 
-/// Writes the starter bundle into `dir` (created if absent). Refuses a non-empty `dir` unless `force`.
-/// Returns the bundle id chosen from the directory name.
-pub fn init(dir: &Path, force: bool) -> Result<String> {
+impl Starter {
+    /// The `provider/name` the bundle is written with.
+    pub fn model(self) -> &'static str {
+        match self {
+            Starter::Anthropic => "anthropic/claude-sonnet-4-5",
+            Starter::Openai => "openai/gpt-4o-mini",
+            Starter::Local => "openai/qwen2.5:7b",
+            Starter::Scripted => "scripted/starter",
+        }
+    }
+
+    /// The environment variable holding the key the model needs, if any.
+    pub fn key_variable(self) -> Option<&'static str> {
+        match self {
+            Starter::Anthropic => Some("ANTHROPIC_API_KEY"),
+            Starter::Openai => Some("OPENAI_API_KEY"),
+            Starter::Local | Starter::Scripted => None,
+        }
+    }
+
+    fn model_yaml(self) -> &'static str {
+        match self {
+            Starter::Anthropic => {
+                r#"model:
+  # Anthropic's API. The key comes from ANTHROPIC_API_KEY in the environment of service-rs, never from a
+  # bundle file. Other choices: `service-rs init --provider openai|local|scripted`.
+  provider: anthropic
+  name: claude-sonnet-4-5
+"#
+            }
+            Starter::Openai => {
+                r#"model:
+  # OpenAI's API; the key comes from OPENAI_API_KEY in the environment of service-rs. For another
+  # OpenAI-compatible server, add `config: { base_url: ... }` with its /v1 root: llama.cpp's llama-server
+  # http://127.0.0.1:8080/v1, vLLM http://127.0.0.1:8000/v1, Ollama http://127.0.0.1:11434/v1.
+  provider: openai
+  name: gpt-4o-mini
+"#
+            }
+            Starter::Local => {
+                r#"model:
+  # An OpenAI-compatible server on this machine, here Ollama's address (run `ollama pull qwen2.5:7b` first).
+  # llama.cpp's llama-server listens on http://127.0.0.1:8080/v1, vLLM on http://127.0.0.1:8000/v1; the name
+  # is the model the server serves. No key is sent to a base URL the operator has not configured.
+  provider: openai
+  name: qwen2.5:7b
+  config:
+    base_url: http://127.0.0.1:11434/v1
+"#
+            }
+            Starter::Scripted => {
+                r#"model:
+  # An offline scripted model: it replays resources/script.json5, so the bundle answers with no server and
+  # no key. Edit the script, or switch to a real model (see `service-rs init --help`).
+  provider: scripted
+  name: starter
+  config:
+    script: resources/script.json5
+"#
+            }
+        }
+    }
+}
+
+/// Writes the starter bundle into `dir` (created if absent), with `starter`'s model. Refuses a non-empty `dir`
+/// unless `force`. Returns the bundle id chosen from the directory name.
+pub fn init(dir: &Path, force: bool, starter: Starter) -> Result<String> {
     if dir.exists() {
         let mut entries =
             std::fs::read_dir(dir).map_err(|e| BundleError::io("cannot read", dir, e))?;
@@ -23,12 +96,18 @@ pub fn init(dir: &Path, force: bool) -> Result<String> {
         }
     }
     let id = id_from_dir(dir);
-    let files = [
+    let mut files = vec![
         ("service.bundle.json5", manifest_text(&id)),
-        ("agent.yaml", AGENT_YAML.to_string()),
+        (
+            "agent.yaml",
+            format!("{AGENT_HEAD}{}{AGENT_TAIL}", starter.model_yaml()),
+        ),
         ("README.md", readme_text(&id)),
         ("skills/getting-started/SKILL.md", SKILL_MD.to_string()),
     ];
+    if starter == Starter::Scripted {
+        files.push(("resources/script.json5", SCRIPT.to_string()));
+    }
     for sub in ["skills/getting-started", "resources"] {
         let path = dir.join(sub);
         std::fs::create_dir_all(&path).map_err(|e| BundleError::io("cannot create", &path, e))?;
@@ -83,7 +162,8 @@ fn manifest_text(id: &str) -> String {
   // Builtin tools offered to the model. Remove the ones this agent should not have.
   tools: [{tools}],
   sandbox: {{
-    // read_only | workspace_write | danger_full_access
+    // read_only: commands may read the workspace but not change it, so Write and Edit fail. workspace_write
+    // lets the agent change files in its workspace; danger_full_access runs it unconfined on the host.
     mode: "read_only",
     permissions: {{
       // Hosts commands may reach, through the supervisor's egress proxy: "pypi.org", "*.pythonhosted.org",
@@ -99,11 +179,9 @@ fn manifest_text(id: &str) -> String {
     )
 }
 
-const AGENT_YAML: &str = r#"# Agent definition: default model, executor, memory and tool permissions.
-model:
-  provider: anthropic          # reads the key from ANTHROPIC_API_KEY
-  name: claude-sonnet-4-5
-executor: react
+const AGENT_HEAD: &str = "# Agent definition: default model, executor, memory and tool permissions.\n";
+
+const AGENT_TAIL: &str = r#"executor: react
 memory:
   provider: sliding_window
   window: 40                   # messages kept besides the system prompt
@@ -117,6 +195,28 @@ permissions:
   rules:
     - { tool: Bash, match: "rm *", action: ask }
     - { tool: Write, match: "/etc/**", action: deny }
+"#;
+
+const SCRIPT: &str = r#"// The replies of the scripted model. The first turn entry whose `when` occurs in the prompt answers it (an
+// entry without `when` answers any prompt); the n-th model call of a turn gets replies[n]. In text,
+// {{prompt}} is the prompt and {{last_tool_output}} the latest tool result.
+{
+  turns: [
+    {
+      when: "hello",
+      replies: [{ text: "Hello! I am a scripted starter agent; ask me what is in this workspace." }],
+    },
+    {
+      replies: [
+        {
+          reasoning: "I should look at the workspace before I answer.",
+          tool_calls: [{ name: "Bash", arguments: { command: "echo \"files: $(ls -A | wc -l)\"; ls -A | head -20" } }],
+        },
+        { text: "You asked: \"{{prompt}}\". I looked in the workspace:\n{{last_tool_output}}" },
+      ],
+    },
+  ],
+}
 "#;
 
 const SKILL_MD: &str = r#"---
@@ -140,7 +240,8 @@ An agent bundle for service-rs.
 - `resources/`: files the agent can read at run time.
 
 The template is a development starting point, not a hardened policy: it allows the network and every builtin
-tool. Tighten `sandbox` and `permissions` before you share it.
+tool. Tighten `sandbox` and `permissions` before you share it. Under `sandbox.mode: read_only` the Write and Edit
+tools fail; set `workspace_write` to let the agent change its workspace.
 
 ```sh
 service-rs build .                    # install into the local store

@@ -6,10 +6,26 @@ use std::process::ExitCode;
 use service_supervisor::bundle::{self, oci, store, template, BundleInfo};
 use service_supervisor::ServiceHome;
 
-pub fn init(dir: &Path, force: bool) -> anyhow::Result<ExitCode> {
-    let id = template::init(dir, force)?;
-    println!("Created bundle \"{id}\" in {}", dir.display());
-    println!("Next: service-rs build {}", dir.display());
+pub fn init(dir: &Path, force: bool, starter: template::Starter) -> anyhow::Result<ExitCode> {
+    let id = template::init(dir, force, starter)?;
+    println!(
+        "Created bundle \"{id}\" in {} (model {})",
+        dir.display(),
+        starter.model()
+    );
+    if let Some(var) = starter
+        .key_variable()
+        .filter(|v| std::env::var_os(v).is_none())
+    {
+        println!(
+            "Note: {var} is not set; export it before you run the bundle, or start from an offline one with \
+             `service-rs init --provider scripted`."
+        );
+    }
+    if starter == template::Starter::Local {
+        println!("Note: the model is served by an OpenAI-compatible server at http://127.0.0.1:11434/v1 (Ollama's); agent.yaml says how to point it elsewhere.");
+    }
+    println!("Next:\n  service-rs build {}\n  service-rs run {id} --prompt \"What is in this workspace?\"", dir.display());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,13 +1,16 @@
 //! The command line: clap definitions and one function per command. Errors end up here and are printed once.
 
+mod backend;
 mod bundles;
+mod doctor;
 mod mcp;
+mod progress;
 mod remote;
 mod run;
 mod serve;
 mod sessions;
 mod tui;
-mod tui_backend;
+
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +39,10 @@ enum Command {
         /// Write into a non-empty directory, overwriting the template's files.
         #[arg(long)]
         force: bool,
+        /// The model to start with: anthropic, openai, local (an OpenAI-compatible server such as Ollama or
+        /// llama.cpp on this machine) or scripted (offline, answers from a script).
+        #[arg(long, value_enum, default_value_t)]
+        provider: service_supervisor::bundle::template::Starter,
     },
     /// Validate a bundle project and install it into the local store, or write an OCI layout with --output.
     Build {
@@ -59,7 +66,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run one prompt in a fresh session and print the final answer.
+    /// Run one prompt in a new session (or a continued one) and print the answer.
     Run(run::RunArgs),
     /// Chat with a bundle in the terminal.
     Tui(tui::TuiArgs),
@@ -68,12 +75,11 @@ enum Command {
     /// MCP: list a bundle's MCP tools, or serve the installed bundles as an MCP server.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
-    /// List persisted sessions.
-    Sessions {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    /// List, show, delete and prune sessions.
+    Sessions(sessions::SessionsArgs),
+    /// Check that this machine runs confined sessions, that the store is writable, and that a bundle's model
+    /// answers.
+    Doctor(doctor::DoctorArgs),
     /// Print a shell completion script: `service-rs completions bash > ~/.local/share/bash-completion/completions/service-rs`.
     Completions {
         /// The shell.
@@ -96,10 +102,27 @@ pub fn run(cli: Cli) -> ExitCode {
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", message(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, each said once: many errors already quote their cause in their own
+/// message, and `{:#}` would repeat it.
+fn message(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -107,13 +130,20 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         return dispatch_remote(base, cli.command);
     }
     match cli.command {
-        Command::Init { dir, force } => bundles::init(&dir, force),
+        Command::Init {
+            dir,
+            force,
+            provider,
+        } => bundles::init(&dir, force, provider),
         Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
         Command::Inspect { bundle_ref, json } => bundles::inspect(&home()?, &bundle_ref, json),
         Command::Bundles { json } => bundles::list(&home()?, json),
         Command::Run(args) => run::run(home()?, args),
         Command::Serve(args) => serve::serve(home()?, args),
-        Command::Sessions { json } => sessions::list(home()?, json),
+        Command::Sessions(args) => sessions::run(
+            backend::Backend::Local(runtime(home()?, false, false, &[])?),
+            args,
+        ),
         Command::Mcp(command) => mcp::run(home()?, command),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -126,6 +156,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tui(args) => tui::run(home()?, args),
+        Command::Doctor(args) => doctor::run(home()?, args),
         Command::Worker { ipc_fd, .. } => {
             service_worker::main(ipc_fd)?;
             Ok(ExitCode::SUCCESS)
@@ -138,16 +169,17 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
     let rt = tokio()?;
     match command {
         Command::Bundles { json } => rt.block_on(remote::bundles(&remote, json)),
-        Command::Sessions { json } => rt.block_on(remote::sessions(&remote, json)),
+        Command::Sessions(args) => sessions::run(backend::Backend::Remote(remote), args),
         Command::Inspect { bundle_ref, json } => {
             rt.block_on(remote::inspect(&remote, &bundle_ref, json))
         }
-        Command::Run(args) => rt.block_on(remote::run(&remote, &args)),
+        Command::Run(args) => run::run_remote(remote, args),
         Command::Init { .. } => Err(local_only("init")),
         Command::Build { .. } => Err(local_only("build")),
         Command::Serve { .. } => Err(local_only("serve")),
         Command::Mcp(_) => Err(local_only("mcp")),
         Command::Completions { .. } => Err(local_only("completions")),
+        Command::Doctor(_) => Err(local_only("doctor")),
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Worker { .. } => Err(local_only("worker")),
     }

@@ -3,11 +3,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::io::IsTerminal;
+
 use futures::StreamExt;
-use service_ipc::{
-    ApprovalDecision, EventMsg, EventPayload, ModelRef, Task, TurnOverrides, TurnStatus,
-};
+use service_ipc::{ApprovalDecision, EventMsg, EventPayload, ModelRef, Task, TurnOverrides};
+use service_supervisor::runtime::{EventStream, SessionRecord};
 use service_supervisor::ServiceHome;
+
+use super::backend::Backend;
+use super::progress::Progress;
+use super::remote::Remote;
 
 impl RunArgs {
     /// The prompt: `--prompt TEXT`, or stdin for `--prompt -` and for a piped run without `--prompt`.
@@ -17,7 +22,7 @@ impl RunArgs {
             Some(p) if p != "-" => return Ok(p.to_string()),
             None if std::io::stdin().is_terminal() => anyhow::bail!(
                 "no prompt: pass --prompt TEXT, or pipe it on stdin (echo hi | service-rs run {})",
-                self.bundle_ref
+                self.bundle_ref.as_deref().unwrap_or("<bundle>")
             ),
             _ => {}
         }
@@ -36,8 +41,16 @@ impl RunArgs {
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory.
-    pub(super) bundle_ref: String,
+    /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory. With --continue, it
+    /// picks the last session of that bundle.
+    #[arg(required_unless_present_any = ["session", "continue_last"])]
+    pub(super) bundle_ref: Option<String>,
+    /// Continue this session (its id, or the start of one) instead of creating one.
+    #[arg(long, short = 's', conflicts_with_all = ["bundle_ref", "continue_last"])]
+    pub(super) session: Option<String>,
+    /// Continue the most recently used session (of the bundle, when one is named).
+    #[arg(long = "continue", short = 'c')]
+    pub(super) continue_last: bool,
     /// The prompt; `-` reads it from stdin, which is also where it comes from when this is absent and stdin is not
     /// a terminal (`echo hi | service-rs run b`).
     #[arg(long)]
@@ -48,7 +61,8 @@ pub struct RunArgs {
     /// Describe events on stderr as they happen.
     #[arg(long, short)]
     pub(super) verbose: bool,
-    /// Working directory of the session (default: a fresh workspace under the session).
+    /// Working directory of the session (default: a fresh workspace under the session); of this turn only when
+    /// continuing one.
     #[arg(long)]
     pub(super) cwd: Option<PathBuf>,
     /// Model override as provider/name, e.g. scripted/demo.
@@ -91,21 +105,12 @@ impl Answer {
         }
     }
 
-    /// For a permission request, the request id and this run's answer to it; None for any other event.
-    pub(super) async fn respond(
-        self,
-        payload: &EventPayload,
-    ) -> Option<(String, ApprovalDecision)> {
-        let asked = service_supervisor::runtime::approvals::asked(payload)?;
-        let what = match asked.tool.as_str() {
+    /// This run's answer to a request for `tool` (or "network"), asking on the terminal when it may.
+    pub(super) async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
+        let tool = match tool {
             "network" => "network access to",
             tool => tool,
         };
-        let decision = self.decide(what, &asked.summary).await;
-        Some((asked.request_id, decision))
-    }
-
-    async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
         match self {
             Answer::Approve => ApprovalDecision::AllowOnce,
             Answer::Deny => ApprovalDecision::Deny,
@@ -149,29 +154,49 @@ fn ask(question: &str) -> ApprovalDecision {
 
 pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
     let rt = super::runtime(home, args.dangerous_sandbox_mode, false, &args.resolve)?;
-    super::tokio()?.block_on(async move {
-        let result = one_turn(&rt, &args).await;
+    let backend = Backend::Local(rt.clone());
+    let tokio = super::tokio()?;
+    let result = tokio.block_on(async {
+        let result = session_run(&backend, &args).await;
         rt.shutdown("the run ended").await;
         result
-    })
+    });
+    // After Ctrl-C at a question, a blocking read of stdin is still pending: do not wait for it.
+    tokio.shutdown_background();
+    result
+}
+
+/// `run --remote`: the same run against a server.
+pub fn run_remote(remote: Remote, args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.dangerous_sandbox_mode {
+        anyhow::bail!("--dangerous-sandbox-mode is the server's choice: start `service-rs serve` with it instead");
+    }
+    if !args.resolve.is_empty() {
+        anyhow::bail!("--resolve is the server's choice: start `service-rs serve` with it instead");
+    }
+    let tokio = super::tokio()?;
+    let result = tokio.block_on(session_run(&Backend::Remote(remote), &args));
+    tokio.shutdown_background();
+    result
 }
 
 pub(super) fn model_override(
     spec: Option<&str>,
-    default: ModelRef,
+    default: Option<ModelRef>,
 ) -> anyhow::Result<Option<ModelRef>> {
     let Some(spec) = spec else { return Ok(None) };
-    let (provider, name) = spec.split_once('/').ok_or_else(|| {
-        anyhow::anyhow!(
-            "--model takes provider/name, e.g. anthropic/claude-sonnet-4-5; got \"{spec}\""
-        )
-    })?;
+    let (provider, name) = spec
+        .split_once('/')
+        .filter(|(p, n)| !p.is_empty() && !n.is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--model takes provider/name, e.g. anthropic/claude-sonnet-4-5 or scripted/demo; got \"{spec}\""
+            )
+        })?;
     // Keep the bundle's provider settings (base URL, script) when the provider stays the same.
-    let config = if provider == default.provider {
-        default.config
-    } else {
-        None
-    };
+    let config = default
+        .filter(|d| d.provider == provider)
+        .and_then(|d| d.config);
     Ok(Some(ModelRef {
         provider: provider.into(),
         name: name.into(),
@@ -179,89 +204,188 @@ pub(super) fn model_override(
     }))
 }
 
-async fn one_turn(
-    rt: &service_supervisor::ServiceRuntime,
-    args: &RunArgs,
-) -> anyhow::Result<ExitCode> {
+/// The session a run continues (`--session`, `--continue`), or a new one; true when this run created it.
+async fn pick_session(backend: &Backend, args: &RunArgs) -> anyhow::Result<(SessionRecord, bool)> {
+    if let Some(prefix) = &args.session {
+        return Ok((backend.find_session(prefix).await?, false));
+    }
+    if args.continue_last {
+        let records = backend.sessions().await?;
+        let last = records
+            .into_iter()
+            .filter(|r| {
+                args.bundle_ref
+                    .as_deref()
+                    .is_none_or(|b| r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b)
+            })
+            .max_by(|a, b| a.updated_at.cmp(&b.updated_at));
+        return match (last, &args.bundle_ref) {
+            (Some(r), _) => Ok((r, false)),
+            (None, Some(b)) => Err(anyhow::anyhow!(
+                "--continue: no session of bundle {b} yet; start one with `service-rs run {b} --prompt TEXT`"
+            )),
+            (None, None) => Err(anyhow::anyhow!(
+                "--continue: there is no session yet; start one with `service-rs run <bundle> --prompt TEXT`"
+            )),
+        };
+    }
+    let bundle_ref = args.bundle_ref.as_deref().ok_or_else(|| {
+        anyhow::anyhow!("name a bundle (service-rs run <bundle>), or continue a session with --session ID or --continue")
+    })?;
+    Ok((backend.create_session(bundle_ref, args.cwd.as_deref()).await?, true))
+}
+
+/// One turn in a new or continued session; the answer on stdout, progress on stderr.
+async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCode> {
     // Read first: a run without a prompt leaves no session behind.
     let prompt = args.prompt_text()?;
-    let record = rt.create_session(&args.bundle_ref, args.cwd.as_deref())?;
-    // The bundle the session resolved, not a second read of it.
-    let info = rt.session_bundle(&record.id)?;
-    super::warn_unconfined(&info.manifest, args.dangerous_sandbox_mode);
-    let mut events = rt.subscribe_session(&record.id)?;
-    let overrides = TurnOverrides {
-        cwd: None,
-        model: model_override(args.model.as_deref(), info.agent.model.to_ref())?,
+    // From here on Ctrl-C is this run's to handle: it interrupts the turn rather than killing the process.
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C: {e}"))?;
+    let (record, created) = pick_session(backend, args).await?;
+    if args.verbose || std::io::stderr().is_terminal() {
+        eprintln!("session: {}", record.id);
+    }
+    // A session this run made but never started a turn in is not worth keeping.
+    let started = start(backend, args, &record, prompt).await;
+    let (events, turn_id) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            if created {
+                let _ = backend.delete(&record.id).await;
+            }
+            return Err(e);
+        }
     };
-    let pending = rt
+    follow(backend, args, &record.id, events, &turn_id, &mut sigint).await
+}
+
+async fn start(
+    backend: &Backend,
+    args: &RunArgs,
+    record: &SessionRecord,
+    prompt: String,
+) -> anyhow::Result<(EventStream, String)> {
+    let default = match backend {
+        Backend::Local(rt) => {
+            let bundle = rt.session_bundle(&record.id)?;
+            super::warn_unconfined(&bundle.manifest, args.dangerous_sandbox_mode);
+            Some(bundle.agent.model.to_ref())
+        }
+        // The server keeps its bundles' provider settings to itself.
+        Backend::Remote(_) => None,
+    };
+    let overrides = TurnOverrides {
+        // A new session already runs in --cwd; a continued one takes it for this turn.
+        cwd: match (&args.session, args.continue_last) {
+            (None, false) => None,
+            _ => args.cwd.as_ref().map(|c| c.display().to_string()),
+        },
+        model: model_override(args.model.as_deref(), default)?,
+    };
+    // Subscribe before starting the turn, so no event is missed.
+    let events = backend.events_after(&record.id, None).await?;
+    let turn_id = backend
         .start_turn(&record.id, Task::new(prompt), overrides)
         .await?;
-    let turn_id = pending.turn_id.clone();
-    let (json, verbose) = (args.json, args.verbose);
+    Ok((events, turn_id))
+}
+
+/// Shows the turn's events until it ends; answers permission requests; Ctrl-C interrupts, twice quits.
+async fn follow(
+    backend: &Backend,
+    args: &RunArgs,
+    session_id: &str,
+    mut events: EventStream,
+    turn_id: &str,
+    sigint: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<ExitCode> {
     let answer = Answer::from_args(args);
-    let approver = rt.clone();
-    let printer = tokio::spawn(async move {
-        while let Some(msg) = events.next().await {
-            show(&msg, json, verbose);
-            if let Some((request_id, decision)) = answer.respond(&msg.payload).await {
-                if let Err(e) = approver.resolve_approval(&request_id, decision).await {
-                    eprintln!("warning: could not answer the permission request: {e}");
+    let mut progress = Progress::new(args.json);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    let mut interrupted = false;
+    let end = loop {
+        let msg = tokio::select! {
+            msg = events.next() => msg,
+            _ = sigint.recv() => {
+                progress.interject();
+                if interrupted {
+                    eprintln!("stopped");
+                    return Ok(ExitCode::from(130));
                 }
+                interrupted = true;
+                eprintln!("interrupting… (Ctrl-C again quits now)");
+                if let Err(e) = backend.interrupt(session_id).await {
+                    eprintln!("warning: could not interrupt the turn: {e:#}");
+                }
+                continue;
             }
-            if msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id.as_str()) {
-                return;
+            _ = tick.tick(), if progress.spinning() => {
+                progress.tick();
+                continue;
+            }
+        };
+        let Some(msg) = msg else {
+            progress.interject();
+            anyhow::bail!("the event stream ended before the turn did (session {session_id})");
+        };
+        progress.event(&msg.payload);
+        show(&msg, args.json, args.verbose, &mut progress);
+        if let Some(asked) = service_supervisor::runtime::approvals::asked(&msg.payload) {
+            progress.pause();
+            let decision = tokio::select! {
+                d = answer.decide(&asked.tool, &asked.summary) => d,
+                _ = sigint.recv() => {
+                    // Nothing more will be asked: end the turn and leave with the conventional code.
+                    eprintln!();
+                    let _ = backend.interrupt(session_id).await;
+                    return Ok(ExitCode::from(130));
+                }
+            };
+            progress.resume();
+            if let Err(e) = backend.resolve(&asked.request_id, decision).await {
+                progress.interject();
+                eprintln!("warning: could not answer the permission request: {e:#}");
             }
         }
-    });
-    let mut outcome = pending.outcome;
-    let mut interrupted = false;
-    let outcome = tokio::select! {
-        o = &mut outcome => o,
-        _ = tokio::signal::ctrl_c() => {
-            interrupted = true;
-            eprintln!("interrupting...");
-            let _ = rt.interrupt(&record.id).await;
-            outcome.await
+        if msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id) {
+            break msg.payload;
         }
     };
-    let _ = printer.await;
-    let outcome = outcome.map_err(|_| anyhow::anyhow!("the turn ended without an outcome"))?;
-    match outcome.status {
-        TurnStatus::Completed => {
+    progress.pause();
+    match end {
+        EventPayload::TurnCompleted { final_message, .. } => {
             if !args.json {
-                println!("{}", outcome.final_message);
+                progress.finish(&final_message);
             }
             Ok(ExitCode::SUCCESS)
         }
-        _ => {
-            let (code, message) = outcome
-                .error
-                .unwrap_or_else(|| ("failed".into(), "the turn failed".into()));
-            eprintln!("error: turn {} failed ({code}): {message}", outcome.turn_id);
-            Ok(if interrupted {
+        EventPayload::Error { code, message, .. } => {
+            eprintln!("error: turn {turn_id} failed ({code}): {message}");
+            Ok(if interrupted || code == "interrupted" {
                 ExitCode::from(130)
             } else {
                 ExitCode::FAILURE
             })
         }
+        _ => Ok(ExitCode::FAILURE),
     }
 }
 
 /// Prints an event as a JSON line (`--json`) or a description on stderr (`--verbose`).
-pub(super) fn show(msg: &EventMsg, json: bool, verbose: bool) {
+fn show(msg: &EventMsg, json: bool, verbose: bool, progress: &mut Progress) {
     if json {
         println!("{}", serde_json::to_string(msg).unwrap_or_default());
     } else if verbose {
-        describe(msg);
-    } else if let EventPayload::ModelRetry { .. } = &msg.payload {
-        // A wait the user would otherwise sit through in silence.
-        describe(msg);
+        describe(msg, progress);
+    } else if let (EventPayload::ModelRetry { .. }, false) = (&msg.payload, progress.spinning()) {
+        // A wait the user would otherwise sit through in silence (the spinner says it on a terminal).
+        describe(msg, progress);
     }
 }
 
 /// One line on stderr per event, for --verbose.
-fn describe(msg: &EventMsg) {
+fn describe(msg: &EventMsg, progress: &mut Progress) {
     let line = match &msg.payload {
         EventPayload::TurnStarted { context, .. } => format!(
             "turn started: model {}/{}, sandbox {}, cwd {}",
@@ -326,5 +450,6 @@ fn describe(msg: &EventMsg) {
         EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
         _ => return,
     };
+    progress.interject();
     eprintln!("[{}] {line}", msg.id);
 }

@@ -1,15 +1,82 @@
-//! `service-rs sessions`.
+//! `service-rs sessions`: list, show, delete and prune sessions, of this machine or of a server (`--remote`).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
+use service_ipc::{EventMsg, EventPayload};
 use service_supervisor::runtime::SessionRecord;
-use service_supervisor::ServiceHome;
 
-pub fn list(home: ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
-    print_list(
-        &super::runtime(home, false, false, &[])?.list_sessions()?,
-        json,
-    )
+use super::backend::Backend;
+
+/// Arguments of `sessions`; without a subcommand it lists them.
+#[derive(Debug, clap::Args)]
+pub struct SessionsArgs {
+    #[command(subcommand)]
+    command: Option<SessionsCommand>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SessionsCommand {
+    /// List sessions, oldest first.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a session's transcript: prompts, tool calls and answers.
+    Show {
+        /// Session id, or the start of one.
+        id: String,
+        /// Print every journaled event as a JSON line instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a session's worker and delete the session with its journal and workspace.
+    Delete {
+        /// Session ids, or the starts of them.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Delete the sessions that have not changed for a while; running ones are kept.
+    Prune {
+        /// Age of the last change, e.g. 7d, 12h, 30m.
+        #[arg(long, value_name = "AGE", value_parser = parse_age)]
+        older_than: Duration,
+        /// Only list what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// `7d`, `12h`, `30m`, `45s`, or a sum such as `1d12h`.
+fn parse_age(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e}; write an age such as 7d, 12h or 30m"))
+}
+
+pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
+    let tokio = super::tokio()?;
+    tokio.block_on(async move {
+        let result = match args.command {
+            None => print_list(&backend.sessions().await?, args.json),
+            Some(SessionsCommand::List { json }) => {
+                print_list(&backend.sessions().await?, json || args.json)
+            }
+            Some(SessionsCommand::Show { id, json }) => show(&backend, &id, json || args.json).await,
+            Some(SessionsCommand::Delete { ids }) => delete(&backend, &ids).await,
+            Some(SessionsCommand::Prune {
+                older_than,
+                dry_run,
+            }) => prune(&backend, older_than, dry_run).await,
+        };
+        if let Backend::Local(rt) = &backend {
+            rt.shutdown("the command ended").await;
+        }
+        result
+    })
 }
 
 /// A table of sessions, or JSON.
@@ -30,13 +97,141 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
                 r.bundle.reference.clone(),
                 format!("{:?}", r.status).to_lowercase(),
                 r.turn_count.to_string(),
-                r.created_at.clone(),
+                r.updated_at.clone(),
             ]
         })
         .collect();
     print!(
         "{}",
-        super::bundles::table(["ID", "BUNDLE", "STATUS", "TURNS", "CREATED"], &rows)
+        super::bundles::table(["ID", "BUNDLE", "STATUS", "TURNS", "UPDATED"], &rows)
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn show(backend: &Backend, prefix: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let record = backend.find_session(prefix).await?;
+    let events = backend.journal(&record.id).await?;
+    if json {
+        for event in &events {
+            println!("{}", serde_json::to_string(event)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "session {} · {} · created {}",
+        record.id, record.bundle.reference, record.created_at
+    );
+    let mut answer = String::new();
+    for event in &events {
+        transcript_line(event, &mut answer);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the part of the transcript that `event` adds; `answer` gathers the streamed text of the current step.
+fn transcript_line(event: &EventMsg, answer: &mut String) {
+    match &event.payload {
+        EventPayload::TurnStarted {
+            prompt, context, ..
+        } => println!(
+            "\n> {}\n  ({}/{})",
+            prompt.replace('\n', "\n  "),
+            context.model.provider,
+            context.model.name
+        ),
+        EventPayload::AgentMessageDelta { delta, .. } => answer.push_str(delta),
+        EventPayload::ToolCallStarted {
+            tool, arguments, ..
+        } => {
+            flush_answer(answer);
+            println!("  [{tool}] {}", short(&arguments.to_string(), 200));
+        }
+        EventPayload::ToolCallFinished {
+            tool,
+            status,
+            output,
+            ..
+        } => println!(
+            "  [{tool} {}] {}",
+            format!("{status:?}").to_lowercase(),
+            short(output, 200)
+        ),
+        EventPayload::TurnCompleted { final_message, .. } => {
+            answer.clear();
+            println!("{final_message}");
+        }
+        EventPayload::Error { code, message, .. } => {
+            flush_answer(answer);
+            println!("  error ({code}): {message}");
+        }
+        EventPayload::ExecCommandBegin {
+            turn_id: None,
+            command,
+            ..
+        } => println!("\n! {command}"),
+        _ => {}
+    }
+}
+
+fn flush_answer(answer: &mut String) {
+    if !answer.trim().is_empty() {
+        println!("{}", answer.trim_end());
+    }
+    answer.clear();
+}
+
+/// The first line of `text`, cut at `max` characters.
+fn short(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    let cut: String = line.chars().take(max).collect();
+    if cut.len() < text.trim_end().len() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+async fn delete(backend: &Backend, prefixes: &[String]) -> anyhow::Result<ExitCode> {
+    // Resolve every prefix before deleting any, so a typo deletes nothing.
+    let records = backend.sessions().await?;
+    let mut ids = Vec::new();
+    for prefix in prefixes {
+        let record = service_supervisor::runtime::record::by_id_prefix(&records, prefix)
+            .map_err(anyhow::Error::msg)?;
+        ids.push(record.id.clone());
+    }
+    for id in ids {
+        backend.delete(&id).await?;
+        println!("deleted {id}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn prune(backend: &Backend, older_than: Duration, dry_run: bool) -> anyhow::Result<ExitCode> {
+    let cutoff = chrono::Utc::now()
+        - chrono::Duration::from_std(older_than)
+            .map_err(|_| anyhow::anyhow!("--older-than is too large"))?;
+    let stale: Vec<SessionRecord> = backend
+        .sessions()
+        .await?
+        .into_iter()
+        .filter(|r| r.active_turn.is_none())
+        .filter(|r| {
+            chrono::DateTime::parse_from_rfc3339(&r.updated_at)
+                .map(|t| t < cutoff)
+                .unwrap_or(false)
+        })
+        .collect();
+    for record in &stale {
+        if dry_run {
+            println!("would delete {} (last change {})", record.id, record.updated_at);
+        } else {
+            backend.delete(&record.id).await?;
+            println!("deleted {} (last change {})", record.id, record.updated_at);
+        }
+    }
+    if stale.is_empty() {
+        println!("no session is older than that");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -23,7 +23,7 @@ use service_supervisor::tui::commands::{self, Input, Slash, HELP};
 use service_supervisor::ServiceHome;
 use tokio::sync::mpsc;
 
-use super::tui_backend::Backend;
+use super::backend::Backend;
 
 /// Arguments of `tui`.
 #[derive(Debug, clap::Args)]
@@ -99,10 +99,7 @@ impl Ui {
     /// Switches to session `id`: a fresh view that replays its journal.
     /// Attaches to the session whose id is or starts with `id`.
     async fn attach(&mut self, id: &str) -> anyhow::Result<()> {
-        let records = self.backend.sessions().await?;
-        let record = service_supervisor::runtime::record::by_id_prefix(&records, id)
-            .map_err(anyhow::Error::msg)?
-            .clone();
+        let record = self.backend.find_session(id).await?;
         let id = record.id.as_str();
         let bundle = self.backend.bundle(&record.bundle.reference).await?;
         let label = format!("{}@{}", record.bundle.id, record.bundle.version);
@@ -118,7 +115,7 @@ impl Ui {
     }
 
     async fn new_session(&mut self, bundle_ref: &str) -> anyhow::Result<()> {
-        let record = self.backend.create_session(bundle_ref).await?;
+        let record = self.backend.create_session(bundle_ref, None).await?;
         self.attach(&record.id).await?;
         self.app.info(format!(
             "new session {} of {}",
@@ -161,7 +158,7 @@ impl Ui {
                     backend
                         .start_turn(&id, Task::new(prompt), overrides)
                         .await
-                        .map(|()| None)
+                        .map(|_| None)
                 });
             }
             Ok(Input::Operator(command)) => {

@@ -112,28 +112,48 @@ enum Block {
     Other,
 }
 
+/// Where a call of `model` goes, with which key and settings.
+pub fn endpoint(
+    model: &service_ipc::ModelRef,
+    keys: &KeyPolicy,
+    on_retry: OnRetry,
+) -> Result<(Endpoint, crate::model_config::ModelSettings), ModelChunk> {
+    Endpoint::resolve(
+        "anthropic",
+        "ANTHROPIC",
+        "https://api.anthropic.com",
+        "/v1/messages",
+        model,
+        keys,
+        on_retry,
+    )
+}
+
+/// The URL that lists the models the server serves.
+pub fn models_url(ep: &Endpoint) -> String {
+    format!("{}/v1/models", ep.url.trim_end_matches("/v1/messages"))
+}
+
+/// The API version and the key, as this wire format sends them.
+pub fn auth_headers(ep: &Endpoint) -> Vec<(String, String)> {
+    let mut own = vec![("anthropic-version".to_string(), API_VERSION.to_string())];
+    if let Some(key) = &ep.key {
+        own.push(("x-api-key".to_string(), key.clone()));
+    }
+    own
+}
+
 async fn run(
     request: &ModelRequest,
     keys: &KeyPolicy,
     on_retry: OnRetry,
     tx: &mpsc::Sender<ModelChunk>,
 ) -> ModelChunk {
-    let (ep, settings) = match Endpoint::resolve(
-        "anthropic",
-        "ANTHROPIC",
-        "https://api.anthropic.com",
-        "/v1/messages",
-        &request.model,
-        keys,
-        on_retry,
-    ) {
+    let (ep, settings) = match endpoint(&request.model, keys, on_retry) {
         Ok(resolved) => resolved,
         Err(failed) => return failed,
     };
-    let mut own = vec![("anthropic-version".to_string(), API_VERSION.to_string())];
-    if let Some(key) = &ep.key {
-        own.push(("x-api-key".to_string(), key.clone()));
-    }
+    let own = auth_headers(&ep);
     let headers = http::headers(own, &settings);
     let resp = match http::send(&ep, &headers, &body(request, &settings)).await {
         Ok(r) => r,

@@ -32,6 +32,8 @@ pub struct Endpoint {
     pub url: String,
     /// API key, when one is set and may go to this URL.
     pub key: Option<String>,
+    /// The variable the key may come from for this URL, set or not.
+    pub key_env: Option<String>,
     /// The URL came from a bundle or a request, so it was sent no key.
     pub unvetted: bool,
     /// `OPENAI` or `ANTHROPIC`, for messages.
@@ -82,6 +84,7 @@ impl Endpoint {
             provider,
             url: format!("{}{path}", target.base.trim_end_matches('/')),
             key,
+            key_env: target.key_env.clone(),
             unvetted: target.unvetted,
             env_prefix: env_prefix.to_string(),
             timeout: Duration::from_millis(settings.timeout_ms.unwrap_or(120_000)),
@@ -261,6 +264,23 @@ pub async fn send(
             reason: why,
         });
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// GETs `url` once (for checks such as `doctor`); a transport failure is described as the model calls describe it.
+pub async fn get(
+    url: &str,
+    headers: &[(String, String)],
+    timeout: Duration,
+) -> Result<reqwest::Response, String> {
+    let mut req = client().get(url);
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v);
+    }
+    match tokio::time::timeout(timeout, req.send()).await {
+        Err(_) => Err(format!("no response from {url} within {timeout:?}")),
+        Ok(Err(e)) => Err(format!("cannot reach {url}: {}", transport_cause(&e).1)),
+        Ok(Ok(resp)) => Ok(resp),
     }
 }
 

@@ -62,6 +62,80 @@ pub fn check_model(model: &ModelRef) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// What asking a model server for its model list showed (`service-rs doctor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// No call can be made: the model needs a key that is not set, or its settings are wrong.
+    NotReady(String),
+    /// The server listed the models it serves.
+    Listed {
+        /// The URL asked.
+        url: String,
+        /// Whether a key was sent.
+        keyed: bool,
+        /// Model ids it listed.
+        models: Vec<String>,
+    },
+    /// The server answered with an HTTP error.
+    Status {
+        /// The URL asked.
+        url: String,
+        /// Whether a key was sent, and from which variable.
+        key_env: Option<String>,
+        /// HTTP status.
+        status: u16,
+    },
+    /// The server could not be reached.
+    Unreachable(String),
+}
+
+/// Asks the server of `model` for its model list, with the key the operator's policy allows for it: a check that
+/// the server runs, the key is accepted and the model is served, at no token cost.
+pub async fn reach(model: &ModelRef, keys: &keys::KeyPolicy) -> Reach {
+    let quiet: OnRetry = std::sync::Arc::new(|_| {});
+    let resolved = match model.provider.as_str() {
+        "openai" => openai::endpoint(model, keys, quiet)
+            .map(|(ep, _)| (openai::models_url(&ep), openai::auth_headers(&ep), ep)),
+        "anthropic" => anthropic::endpoint(model, keys, quiet)
+            .map(|(ep, _)| (anthropic::models_url(&ep), anthropic::auth_headers(&ep), ep)),
+        other => return Reach::NotReady(format!("provider {other} has no server to reach")),
+    };
+    let (url, headers, ep) = match resolved {
+        Ok(r) => r,
+        Err(ModelChunk::Failed { message, .. }) => return Reach::NotReady(message),
+        Err(_) => return Reach::NotReady("the model settings are not usable".into()),
+    };
+    let key_env = ep.key.as_ref().and(ep.key_env.clone());
+    let resp = match http::get(&url, &headers, std::time::Duration::from_secs(10)).await {
+        Ok(r) => r,
+        Err(reason) => return Reach::Unreachable(reason),
+    };
+    let status = resp.status().as_u16();
+    if !resp.status().is_success() {
+        return Reach::Status {
+            url,
+            key_env,
+            status,
+        };
+    }
+    let body: serde_json::Value = resp.json().await.unwrap_or_default();
+    let models = body["data"]
+        .as_array()
+        .or_else(|| body["models"].as_array())
+        .map(|list| {
+            list.iter()
+                .filter_map(|m| m["id"].as_str().or_else(|| m["name"].as_str()))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    Reach::Listed {
+        url,
+        keyed: key_env.is_some(),
+        models,
+    }
+}
+
 /// Serves one model request for a session of `bundle`; keys go only where `keys` allows; `on_retry` hears of
 /// each retry.
 pub fn stream(

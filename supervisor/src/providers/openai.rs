@@ -139,28 +139,47 @@ impl Calls {
     }
 }
 
+/// Where a call of `model` goes, with which key and settings.
+pub fn endpoint(
+    model: &service_ipc::ModelRef,
+    keys: &KeyPolicy,
+    on_retry: OnRetry,
+) -> Result<(Endpoint, crate::model_config::ModelSettings), ModelChunk> {
+    Endpoint::resolve(
+        "openai",
+        "OPENAI",
+        "https://api.openai.com/v1",
+        "/chat/completions",
+        model,
+        keys,
+        on_retry,
+    )
+}
+
+/// The URL that lists the models the server serves.
+pub fn models_url(ep: &Endpoint) -> String {
+    format!("{}/models", ep.url.trim_end_matches("/chat/completions"))
+}
+
+/// The key, as this wire format sends it.
+pub fn auth_headers(ep: &Endpoint) -> Vec<(String, String)> {
+    ep.key
+        .iter()
+        .map(|key| ("authorization".to_string(), format!("Bearer {key}")))
+        .collect()
+}
+
 async fn run(
     request: &ModelRequest,
     keys: &KeyPolicy,
     on_retry: OnRetry,
     tx: &mpsc::Sender<ModelChunk>,
 ) -> ModelChunk {
-    let (ep, settings) = match Endpoint::resolve(
-        "openai",
-        "OPENAI",
-        "https://api.openai.com/v1",
-        "/chat/completions",
-        &request.model,
-        keys,
-        on_retry,
-    ) {
+    let (ep, settings) = match endpoint(&request.model, keys, on_retry) {
         Ok(resolved) => resolved,
         Err(failed) => return failed,
     };
-    let mut own = vec![];
-    if let Some(key) = &ep.key {
-        own.push(("authorization".to_string(), format!("Bearer {key}")));
-    }
+    let own = auth_headers(&ep);
     let body = body(request, &settings, &ep.url);
     let headers = http::headers(own, &settings);
     let resp = match http::send(&ep, &headers, &body).await {

@@ -158,6 +158,36 @@ fn cached(root: &Path, rel: &str) -> Result<Arc<Script>> {
     Ok(script)
 }
 
+/// The script that model `scripted/<name>` replays in `bundle`: `resources/<name>.json5` when the bundle has it,
+/// else the one `agent.yaml` names; None when there is neither (the model then echoes).
+fn script_for(bundle: &Bundle, name: &str) -> Option<String> {
+    // The name comes from a turn's model override: a plain file name, never a path.
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let named = format!("resources/{name}.json5");
+    if plain && bundle.root.join(&named).is_file() {
+        return Some(named);
+    }
+    bundle.agent.script_path().map(str::to_string)
+}
+
+/// The reply of a scripted model with no script: the prompt back, and where a script would go.
+fn echo(name: &str, messages: &[ChatMessage]) -> Vec<(u64, ModelChunk)> {
+    let text = fill(
+        &format!("[scripted/{name}: this bundle has no resources/{name}.json5, so the prompt comes back] {{{{prompt}}}}"),
+        messages,
+    );
+    let words = text.split_whitespace().count() as u64;
+    let mut out: Vec<(u64, ModelChunk)> = pieces(&text)
+        .map(|text| (0, ModelChunk::TextDelta { text }))
+        .collect();
+    out.push((0, done(messages, words)));
+    out
+}
+
 /// Streams the scripted reply to `request`.
 pub fn stream(bundle: &Bundle, request: ModelRequest) -> ChunkStream {
     let chunks = match plan(bundle, &request) {
@@ -185,10 +215,11 @@ fn plan(
     bundle: &Bundle,
     request: &ModelRequest,
 ) -> std::result::Result<Vec<(u64, ModelChunk)>, String> {
-    let rel = bundle
-        .agent
-        .script_path()
-        .ok_or("the scripted provider needs model.config.script in agent.yaml")?;
+    let name = &request.model.name;
+    let Some(rel) = script_for(bundle, name) else {
+        return Ok(echo(name, &request.messages));
+    };
+    let rel = rel.as_str();
     let script = cached(&bundle.root, rel).map_err(|e| e.to_string())?;
     let reply = script
         .reply_for(&request.messages)
@@ -240,14 +271,16 @@ fn plan(
             },
         ));
     }
-    let input_chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
-    out.push((
-        0,
-        ModelChunk::Done {
-            usage: Usage::new((input_chars / 4) as u64, output_words),
-        },
-    ));
+    out.push((0, done(&request.messages, output_words)));
     Ok(out)
+}
+
+/// The end of a reply, with usage estimated from characters in and words out.
+fn done(messages: &[ChatMessage], output_words: u64) -> ModelChunk {
+    let input_chars: usize = messages.iter().map(|m| m.content.len()).sum();
+    ModelChunk::Done {
+        usage: Usage::new((input_chars / 4) as u64, output_words),
+    }
 }
 
 /// Splits text into streaming pieces of about three words, keeping every character.

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use service_ipc::{
-    ApprovalDecision, EventPayload, SandboxMode, Task, ToWorker, TurnContext, TurnOverrides,
+    ApprovalDecision, EventMsg, EventPayload, SandboxMode, Task, ToWorker, TurnContext, TurnOverrides,
 };
 use tokio::sync::oneshot;
 
@@ -253,6 +253,16 @@ impl ServiceRuntime {
     /// Live events of a session from now on.
     pub fn subscribe_session(&self, id: &str) -> Result<EventStream> {
         Ok(messages(self.session(id)?.journal.subscribe(None)))
+    }
+
+    /// Every journaled event of a session, oldest first: its transcript so far.
+    pub fn session_events(&self, id: &str) -> Result<Vec<EventMsg>> {
+        let journal = &self.session(id)?.journal;
+        Ok(journal
+            .read_range(0, journal.last_seq())?
+            .into_iter()
+            .map(|p| p.msg.clone())
+            .collect())
     }
 
     /// Every event after sequence number `after` from the journal, then live events, with no gap or duplicate.

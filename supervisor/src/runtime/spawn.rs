@@ -100,8 +100,11 @@ pub(crate) async fn start(
     let egress = egress.filter(|_| launch.confinement != SandboxMode::DangerFullAccess);
     let limits = launch.limits;
     let mut command = launch.command;
+    // Its own process group: a terminal's Ctrl-C signals the foreground group, and it is the supervisor's to turn
+    // into an interrupt, not the worker's to die of.
     command
         .kill_on_drop(true)
+        .process_group(0)
         .stdin(std::process::Stdio::null());
     let mut child = spawn_with_fd(&mut command, theirs.as_fd()).map_err(|e| {
         unavailable(format!(

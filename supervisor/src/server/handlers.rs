@@ -119,6 +119,20 @@ pub async fn get_session(
     Ok(Json(st.rt.get_session(&id)?))
 }
 
+/// Every journaled event of a session, oldest first (the transcript; `/events` streams the same events live).
+#[utoipa::path(get, path = "/sessions/{id}/journal", params(("id" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorEnvelope)))]
+pub async fn session_journal(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<service_ipc::EventMsg>>> {
+    let rt = st.rt.clone();
+    // Reading a long journal is file I/O: off the async threads.
+    let events = tokio::task::spawn_blocking(move || rt.session_events(&id))
+        .await
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the journal reader failed"))??;
+    Ok(Json(events))
+}
+
 /// Stops the session's worker, forgets its allow_always grants and deletes its files.
 #[utoipa::path(delete, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 204), (status = 404, body = ErrorEnvelope)))]
 pub async fn delete_session(

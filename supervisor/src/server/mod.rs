@@ -47,6 +47,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::create_session,
         handlers::list_sessions,
         handlers::get_session,
+        handlers::session_journal,
         handlers::delete_session,
         handlers::run_sync,
         handlers::run_async,
@@ -122,6 +123,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/interrupt", post(handlers::interrupt))
         .route("/sessions/{id}/commands", post(handlers::run_command))
         .route("/sessions/{id}/events", get(handlers::events))
+        .route("/sessions/{id}/journal", get(handlers::session_journal))
         .route("/approvals/{request_id}", post(handlers::resolve_approval))
         .route("/openapi.json", get(handlers::openapi))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -1,5 +1,5 @@
-//! What the TUI talks to: the local runtime, or a running server over HTTP (`--remote`). Both offer the same
-//! operations; the TUI does not know which it has.
+//! What the session commands (`run`, `sessions`, the TUI) talk to: the local runtime, or a running server over
+//! HTTP (`--remote`). Both offer the same operations; the commands do not know which they have.
 
 use anyhow::{anyhow, Context};
 use futures::StreamExt;
@@ -11,7 +11,7 @@ use service_supervisor::ServiceRuntime;
 
 use super::remote::Remote;
 
-/// The TUI's backend.
+/// The runtime behind a session command.
 #[derive(Clone)]
 pub enum Backend {
     /// The runtime in this process.
@@ -21,19 +21,58 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub async fn create_session(&self, bundle_ref: &str) -> anyhow::Result<SessionRecord> {
+    pub async fn create_session(
+        &self,
+        bundle_ref: &str,
+        cwd: Option<&std::path::Path>,
+    ) -> anyhow::Result<SessionRecord> {
         match self {
-            Backend::Local(rt) => Ok(rt.create_session(bundle_ref, None)?),
+            Backend::Local(rt) => Ok(rt.create_session(bundle_ref, cwd)?),
             Backend::Remote(r) => {
+                let cwd = cwd.map(|c| c.display().to_string());
                 let v = r
                     .call(
                         reqwest::Method::POST,
                         "/sessions",
-                        Some(json!({"bundle_ref": bundle_ref})),
+                        Some(json!({"bundle_ref": bundle_ref, "cwd": cwd})),
                     )
                     .await?;
                 Ok(serde_json::from_value(v)?)
             }
+        }
+    }
+
+    /// The session whose id is, or is the only one to start with, `prefix`.
+    pub async fn find_session(&self, prefix: &str) -> anyhow::Result<SessionRecord> {
+        let records = self.sessions().await?;
+        service_supervisor::runtime::record::by_id_prefix(&records, prefix)
+            .cloned()
+            .map_err(anyhow::Error::msg)
+    }
+
+    /// Every journaled event of a session, oldest first.
+    pub async fn journal(&self, id: &str) -> anyhow::Result<Vec<EventMsg>> {
+        match self {
+            Backend::Local(rt) => Ok(rt.session_events(id)?),
+            Backend::Remote(r) => Ok(serde_json::from_value(
+                r.call(
+                    reqwest::Method::GET,
+                    &format!("/sessions/{id}/journal"),
+                    None,
+                )
+                .await?,
+            )?),
+        }
+    }
+
+    /// Stops the session's worker and deletes the session.
+    pub async fn delete(&self, id: &str) -> anyhow::Result<()> {
+        match self {
+            Backend::Local(rt) => Ok(rt.delete_session(id).await?),
+            Backend::Remote(r) => r
+                .call(reqwest::Method::DELETE, &format!("/sessions/{id}"), None)
+                .await
+                .map(drop),
         }
     }
 
@@ -62,13 +101,22 @@ impl Backend {
 
     /// Every event of the session from the start, then live ones.
     pub async fn events(&self, id: &str) -> anyhow::Result<EventStream> {
+        self.events_after(id, Some(0)).await
+    }
+
+    /// The session's events after sequence number `after` (None: live ones from now on).
+    pub async fn events_after(&self, id: &str, after: Option<u64>) -> anyhow::Result<EventStream> {
         match self {
-            Backend::Local(rt) => Ok(rt.subscribe_session_from(id, 0)?),
+            Backend::Local(rt) => Ok(match after {
+                Some(after) => rt.subscribe_session_from(id, after)?,
+                None => rt.subscribe_session(id)?,
+            }),
             Backend::Remote(r) => {
+                let query = after.map(|a| format!("?after={a}")).unwrap_or_default();
                 let resp = r
                     .request(
                         reqwest::Method::GET,
-                        &format!("/sessions/{id}/events?after=0"),
+                        &format!("/sessions/{id}/events{query}"),
                     )
                     .send()
                     .await
@@ -83,27 +131,28 @@ impl Backend {
         }
     }
 
+    /// Starts a turn and returns its id; its end arrives as an event.
     pub async fn start_turn(
         &self,
         id: &str,
         task: Task,
         overrides: TurnOverrides,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<String> {
         match self {
-            Backend::Local(rt) => rt
-                .start_turn(id, task, overrides)
-                .await
-                .map(drop)
-                .map_err(Into::into),
+            Backend::Local(rt) => Ok(rt.start_turn(id, task, overrides).await?.turn_id),
             Backend::Remote(r) => {
                 let body = json!({"input": task, "turn_context": overrides});
-                r.call(
-                    reqwest::Method::POST,
-                    &format!("/sessions/{id}/run"),
-                    Some(body),
-                )
-                .await
-                .map(drop)
+                let started = r
+                    .call(
+                        reqwest::Method::POST,
+                        &format!("/sessions/{id}/run"),
+                        Some(body),
+                    )
+                    .await?;
+                started["turn_id"]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| anyhow!("the server started a turn without saying its id"))
             }
         }
     }

@@ -1,0 +1,79 @@
+//! `service-rs doctor [bundle]`: checks this machine, the store and a bundle's model, one line each.
+
+use std::process::ExitCode;
+
+use service_supervisor::doctor::{self, Check, Status};
+use service_supervisor::ServiceHome;
+
+/// Arguments of `doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// Also check this bundle: that it loads, and that its model's server answers with the key it needs.
+    bundle_ref: Option<String>,
+    /// Print the checks as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find the service-rs binary: {e}"))?;
+    let keys = service_supervisor::providers::keys::KeyPolicy::load(home.root());
+    let checks = super::tokio()?.block_on(async {
+        let mut checks = doctor::sandbox(exe).await;
+        checks.push(doctor::store(&home));
+        let keys = match keys {
+            Ok(k) => k,
+            Err(e) => {
+                checks.push(Check {
+                    status: Status::Fail,
+                    what: e.to_string(),
+                    fix: Some("fix or remove that file".into()),
+                });
+                Default::default()
+            }
+        };
+        if let Some(reference) = &args.bundle_ref {
+            match service_supervisor::bundle::resolve(&home, reference) {
+                Ok(bundle) => {
+                    checks.push(Check {
+                        status: Status::Ok,
+                        what: format!(
+                            "bundle {} loads (sandbox {})",
+                            bundle.reference(),
+                            bundle.manifest.sandbox.mode
+                        ),
+                        fix: None,
+                    });
+                    checks.extend(doctor::model(&bundle, &keys).await);
+                }
+                Err(e) => checks.push(Check {
+                    status: Status::Fail,
+                    what: format!("bundle {reference}: {e}"),
+                    fix: None,
+                }),
+            }
+        }
+        checks
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for check in &checks {
+            let tag = match check.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            println!("{tag}  {}", check.what);
+            if let Some(fix) = &check.fix {
+                println!("      fix: {fix}");
+            }
+        }
+    }
+    Ok(if checks.iter().any(|c| c.status == Status::Fail) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
