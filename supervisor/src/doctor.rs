@@ -169,8 +169,8 @@ fn userns_fix(proc_sys: &Path) -> Option<String> {
 /// The store: writable, and what it holds.
 pub fn store(home: &ServiceHome) -> Check {
     let root = home.root();
-    let writable = std::fs::create_dir_all(root)
-        .and_then(|()| tempfile::tempfile_in(root).map(drop));
+    let writable =
+        std::fs::create_dir_all(root).and_then(|()| tempfile::tempfile_in(root).map(drop));
     if let Err(e) = writable {
         return Check::fail(
             format!("the store {} is not writable: {e}", root.display()),
@@ -272,11 +272,18 @@ mod tests {
     fn the_userns_fix_names_the_setting_that_forbids_user_namespaces() {
         let ubuntu = proc_sys(&[("kernel/apparmor_restrict_unprivileged_userns", "1")]);
         let fix = userns_fix(ubuntu.path()).unwrap();
-        assert!(fix.contains("AppArmor") && fix.contains("/etc/apparmor.d/bwrap"), "{fix}");
+        assert!(
+            fix.contains("AppArmor") && fix.contains("/etc/apparmor.d/bwrap"),
+            "{fix}"
+        );
         let debian = proc_sys(&[("kernel/unprivileged_userns_clone", "0")]);
-        assert!(userns_fix(debian.path()).unwrap().contains("unprivileged_userns_clone=1"));
+        assert!(userns_fix(debian.path())
+            .unwrap()
+            .contains("unprivileged_userns_clone=1"));
         let none = proc_sys(&[("user/max_user_namespaces", "0")]);
-        assert!(userns_fix(none.path()).unwrap().contains("max_user_namespaces"));
+        assert!(userns_fix(none.path())
+            .unwrap()
+            .contains("max_user_namespaces"));
         let fine = proc_sys(&[
             ("kernel/apparmor_restrict_unprivileged_userns", "0"),
             ("user/max_user_namespaces", "63000"),

@@ -179,7 +179,8 @@ fn manifest_text(id: &str) -> String {
     )
 }
 
-const AGENT_HEAD: &str = "# Agent definition: default model, executor, memory and tool permissions.\n";
+const AGENT_HEAD: &str =
+    "# Agent definition: default model, executor, memory and tool permissions.\n";
 
 const AGENT_TAIL: &str = r#"executor: react
 memory:

@@ -11,7 +11,6 @@ mod serve;
 mod sessions;
 mod tui;
 
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -214,9 +214,9 @@ async fn pick_session(backend: &Backend, args: &RunArgs) -> anyhow::Result<(Sess
         let last = records
             .into_iter()
             .filter(|r| {
-                args.bundle_ref
-                    .as_deref()
-                    .is_none_or(|b| r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b)
+                args.bundle_ref.as_deref().is_none_or(|b| {
+                    r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b
+                })
             })
             .max_by(|a, b| a.updated_at.cmp(&b.updated_at));
         return match (last, &args.bundle_ref) {
@@ -232,7 +232,12 @@ async fn pick_session(backend: &Backend, args: &RunArgs) -> anyhow::Result<(Sess
     let bundle_ref = args.bundle_ref.as_deref().ok_or_else(|| {
         anyhow::anyhow!("name a bundle (service-rs run <bundle>), or continue a session with --session ID or --continue")
     })?;
-    Ok((backend.create_session(bundle_ref, args.cwd.as_deref()).await?, true))
+    Ok((
+        backend
+            .create_session(bundle_ref, args.cwd.as_deref())
+            .await?,
+        true,
+    ))
 }
 
 /// One turn in a new or continued session; the answer on stdout, progress on stderr.

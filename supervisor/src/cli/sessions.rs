@@ -65,7 +65,9 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
             Some(SessionsCommand::List { json }) => {
                 print_list(&backend.sessions().await?, json || args.json)
             }
-            Some(SessionsCommand::Show { id, json }) => show(&backend, &id, json || args.json).await,
+            Some(SessionsCommand::Show { id, json }) => {
+                show(&backend, &id, json || args.json).await
+            }
             Some(SessionsCommand::Delete { ids }) => delete(&backend, &ids).await,
             Some(SessionsCommand::Prune {
                 older_than,
@@ -224,7 +226,10 @@ async fn prune(backend: &Backend, older_than: Duration, dry_run: bool) -> anyhow
         .collect();
     for record in &stale {
         if dry_run {
-            println!("would delete {} (last change {})", record.id, record.updated_at);
+            println!(
+                "would delete {} (last change {})",
+                record.id, record.updated_at
+            );
         } else {
             backend.delete(&record.id).await?;
             println!("deleted {} (last change {})", record.id, record.updated_at);

@@ -93,6 +93,8 @@ struct Ui {
     cwd: Option<String>,
     /// Reference of the current session's bundle, for /new.
     bundle_ref: String,
+    /// The turn a Ctrl-C interrupted: another Ctrl-C while it runs quits.
+    interrupted: Option<String>,
 }
 
 impl Ui {
@@ -229,6 +231,26 @@ impl Ui {
         Ok(())
     }
 
+    /// Ctrl-C: the first interrupts a running turn and a second quits; when idle it clears the input, or quits
+    /// when there is none.
+    fn ctrl_c(&mut self) {
+        match &self.app.turn {
+            TurnState::Running(turn) if self.interrupted.as_ref() != Some(turn) => {
+                self.interrupted = Some(turn.clone());
+                let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
+                self.background(async move {
+                    backend
+                        .interrupt(&id)
+                        .await
+                        .map(|()| Some("interrupting… (Ctrl-C again quits)".into()))
+                });
+            }
+            TurnState::Running(_) => self.app.quit = true,
+            TurnState::Idle if !self.app.input.is_empty() => self.app.input.clear(),
+            TurnState::Idle => self.app.quit = true,
+        }
+    }
+
     async fn key(&mut self, key: KeyEvent) {
         if key.kind != KeyEventKind::Press {
             return;
@@ -253,7 +275,7 @@ impl Ui {
             }
         }
         match key.code {
-            KeyCode::Char('c') if ctrl => self.app.quit = true,
+            KeyCode::Char('c') if ctrl => self.ctrl_c(),
             KeyCode::Char('r') if ctrl => self.app.show_reasoning = !self.app.show_reasoning,
             KeyCode::Char('j') if ctrl => self.app.input.push('\n'),
             KeyCode::Enter => {
@@ -295,6 +317,7 @@ async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCo
         model: None,
         cwd: None,
         bundle_ref: String::new(),
+        interrupted: None,
     };
     match (&args.session, &args.bundle) {
         (Some(id), _) => ui.attach(id).await?,
@@ -351,7 +374,7 @@ async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCo
                 None => {}
             },
             _ = tick.tick() => {}
-            _ = tokio::signal::ctrl_c() => ui.app.quit = true,
+            _ = tokio::signal::ctrl_c() => ui.ctrl_c(),
         }
     }
     if let TurnState::Running(_) = ui.app.turn {

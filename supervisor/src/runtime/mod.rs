@@ -28,7 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use service_ipc::{
-    ApprovalDecision, EventMsg, EventPayload, SandboxMode, Task, ToWorker, TurnContext, TurnOverrides,
+    ApprovalDecision, EventMsg, EventPayload, SandboxMode, Task, ToWorker, TurnContext,
+    TurnOverrides,
 };
 use tokio::sync::oneshot;
 

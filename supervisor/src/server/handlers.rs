@@ -129,7 +129,13 @@ pub async fn session_journal(
     // Reading a long journal is file I/O: off the async threads.
     let events = tokio::task::spawn_blocking(move || rt.session_events(&id))
         .await
-        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the journal reader failed"))??;
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the journal reader failed",
+            )
+        })??;
     Ok(Json(events))
 }
 

@@ -53,7 +53,10 @@ pub const HELP: &[(&str, &str)] = &[
         "run the next turns in this directory (inside the workspace when sandboxed)",
     ),
     ("/clear", "clear the transcript view"),
-    ("/quit", "leave (also Ctrl-C)"),
+    (
+        "/quit",
+        "leave (also Ctrl-C; during a turn the first Ctrl-C interrupts it)",
+    ),
 ];
 
 /// Parses a submitted line; an unknown or incomplete slash command is an error that says what exists.

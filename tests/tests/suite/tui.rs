@@ -1,101 +1,9 @@
 //! The TUI end to end: the real binary in tmux, driven with send-keys and read with capture-pane.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::support::{binary, wait_until, write_bundle, Env};
-
-/// A tmux server of its own (its own socket), killed when dropped.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(command: &str) -> Tmux {
-        // Unique per test: tests run in parallel in one process, and two on one server would clash on "main".
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let socket = format!(
-            "service-rs-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        let t = Tmux { socket };
-        let ok = t
-            .cmd(&[
-                "new-session",
-                "-d",
-                "-s",
-                "main",
-                "-x",
-                "120",
-                "-y",
-                "40",
-                command,
-            ])
-            .status()
-            .unwrap()
-            .success();
-        assert!(
-            ok,
-            "tmux could not start (is tmux installed? .ci/run installs it)"
-        );
-        t
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("tmux");
-        c.args(["-L", &self.socket]).args(args);
-        c
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "main"];
-        args.extend_from_slice(keys);
-        assert!(self.cmd(&args).status().unwrap().success());
-    }
-
-    fn type_line(&self, text: &str) {
-        self.keys(&["-l", text]);
-        self.keys(&["Enter"]);
-    }
-
-    fn screen(&self) -> String {
-        let out = self
-            .cmd(&["capture-pane", "-p", "-t", "main"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    #[track_caller]
-    fn wait_for(&self, text: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let screen = self.screen();
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{text:?} never appeared; the screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn running(&self) -> bool {
-        self.cmd(&["has-session", "-t", "main"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["kill-server"]).output();
-    }
-}
+use super::tmux::Tmux;
 
 const SCRIPT: &str = r#"{turns: [
   {when: "write", replies: [{tool_calls: [{name: "Write", arguments: {file_path: "out.txt", content: "from the tui"}}]}, {text: "wrote: {{last_tool_output}}"}]},
@@ -216,4 +124,43 @@ fn the_tui_works_against_a_server_with_remote() {
         || !tmux.running(),
         || format!("the TUI did not exit:\n{}", tmux.screen()),
     );
+}
+
+#[test]
+fn in_the_tui_the_first_ctrl_c_interrupts_the_turn_and_the_next_quits() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        r#"{turns: [{replies: [
+          {tool_calls: [{name: "Bash", arguments: {command: "sleep 27.5; echo never"}}]},
+          {text: "not reached"}
+        ]}]}"#,
+        "",
+        "workspace_write",
+    );
+    let command = format!(
+        "cd {} && env SERVICE_HOME={} {} tui --bundle ./b; echo TUI-EXITED-$?; sleep 30",
+        env.work.path().display(),
+        env.home.path().display(),
+        binary().display()
+    );
+    let tmux = Tmux::start(&command);
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("go");
+    tmux.wait_for("sleep 27.5");
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("interrupting… (Ctrl-C again quits)");
+    tmux.wait_for("interrupted:");
+    let screen = tmux.screen();
+    assert!(
+        !screen.contains("TUI-EXITED"),
+        "the first Ctrl-C only interrupts:\n{screen}"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        || super::support::pids_with("sleep 27.5").is_empty(),
+        || "the interrupted command still runs".into(),
+    );
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("TUI-EXITED-0");
 }
