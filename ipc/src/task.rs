@@ -10,7 +10,9 @@ use crate::names::SandboxMode;
 pub struct Task {
     /// The user prompt.
     pub prompt: String,
-    /// Identifies the submission; must be a UUID (a non-UUID string fails to deserialise).
+    /// Identifies the submission; must be a UUID (a non-UUID string fails to deserialise). A fresh one when
+    /// absent, since a client rarely has one of its own.
+    #[serde(default = "Uuid::new_v4")]
     pub submission_id: Uuid,
     /// Sent as false in a new turn.
     #[serde(default)]

@@ -7,6 +7,7 @@
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
 //! - [`doctor`]: the checks of `service-rs doctor`.
 //! - [`egress`]: the proxy that is a sandbox's only way out, host by host.
+//! - [`metrics`]: the Prometheus metrics of a runtime (`GET /metrics`).
 //! - [`mcp_server`]: `service-rs mcp serve`, the installed bundles as MCP tools.
 //! - [`model_config`]: the documented keys of `model.config` and their validation.
 //! - [`providers`]: model providers, serving the workers' model requests.
@@ -24,6 +25,7 @@ pub mod event_source;
 pub mod hardening;
 pub mod home;
 pub mod mcp_server;
+pub mod metrics;
 pub mod model_config;
 pub mod providers;
 pub mod runtime;

@@ -3,6 +3,7 @@
 mod backend;
 mod bundles;
 mod doctor;
+mod logging;
 mod mcp;
 mod progress;
 mod remote;
@@ -25,6 +26,10 @@ pub struct Cli {
     /// Run the command against a running `service-rs serve` at this base URL (bundles, sessions, inspect, run).
     #[arg(long, global = true, value_name = "BASE_URL")]
     remote: Option<String>,
+    /// Log lines on stderr as text or JSON; `RUST_LOG` filters them (serve logs at info by default, other
+    /// commands only when RUST_LOG asks).
+    #[arg(long, global = true, value_enum, default_value_t)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -98,6 +103,13 @@ enum Command {
 
 /// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    let server = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Mcp(mcp::McpCommand::Serve { .. })
+    );
+    if !matches!(cli.command, Command::Worker { .. }) {
+        logging::init(cli.log_format, if server { "info" } else { "off" });
+    }
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {

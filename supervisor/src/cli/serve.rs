@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Event streams one client address may hold at once.
     #[arg(long, default_value_t = 128)]
     max_streams_per_client: usize,
+    /// Stop a session's worker after it has been idle this long (and spare workers no session took); its next turn
+    /// starts one again. `0` keeps them.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
     /// Run every session worker on the host with no confinement, and accept danger_full_access bundles.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
@@ -98,6 +102,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
+    options.idle_timeout = Some(args.idle_timeout).filter(|t| !t.is_zero());
     let token_file = home.token_file();
     let rt = super::runtime(home, args.dangerous_sandbox_mode, true, &args.resolve)?;
     super::tokio()?.block_on(async move {

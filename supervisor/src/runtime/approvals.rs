@@ -93,6 +93,11 @@ impl ApprovalStore {
         if state.pending.contains_key(&request_id) || state.closed.contains_key(&request_id) {
             return false;
         }
+        let what = match &pending.grant {
+            Grant::Tool(tool, _) => tool.as_str(),
+            Grant::Host(..) => "network",
+        };
+        tracing::info!(session = %pending.session_id, turn = %pending.turn_id, request_id = %request_id, tool = what, "approval asked");
         state.pending.insert(request_id, pending);
         true
     }

@@ -88,4 +88,51 @@ impl RuntimeError {
             source,
         }
     }
+
+    /// For a failed write to the store: `storage_full` (no space or quota left) or `storage_error` (read-only, or
+    /// another I/O failure), with the cause in words that name no server path; None for any other error.
+    pub fn storage_fault(&self) -> Option<(&'static str, String)> {
+        let (action, io) = match self {
+            RuntimeError::Io { action, source, .. } => (*action, source),
+            RuntimeError::Bundle(BundleError::Io { action, source, .. }) => (*action, source),
+            _ => return None,
+        };
+        let (code, cause) = storage_fault(io);
+        // A failed read is the server's own trouble (a 500), unless the store is full or read-only.
+        let write = [
+            "cannot write",
+            "cannot append",
+            "cannot create",
+            "cannot replace",
+        ]
+        .iter()
+        .any(|w| action.starts_with(w));
+        (write || code == "storage_full" || cause.contains("read-only")).then_some((code, cause))
+    }
+}
+
+/// The code and cause of a failed store write.
+pub fn storage_fault(io: &std::io::Error) -> (&'static str, String) {
+    use nix::errno::Errno;
+    use std::io::ErrorKind;
+    // Wrappers (tempfile's, for one) keep the kind but not the OS error number.
+    let errno = io.raw_os_error().map(Errno::from_raw);
+    let full = matches!(errno, Some(Errno::ENOSPC | Errno::EDQUOT))
+        || matches!(io.kind(), ErrorKind::StorageFull | ErrorKind::QuotaExceeded);
+    let read_only = errno == Some(Errno::EROFS) || io.kind() == ErrorKind::ReadOnlyFilesystem;
+    match (full, read_only) {
+        (true, _) => (
+            "storage_full",
+            "the server's store is out of space; the operator must free space (the session resumes once there is)"
+                .into(),
+        ),
+        (_, true) => (
+            "storage_error",
+            "the server's store is read-only; the operator must make it writable".into(),
+        ),
+        _ => (
+            "storage_error",
+            format!("the server could not write to its store ({})", io.kind()),
+        ),
+    }
 }

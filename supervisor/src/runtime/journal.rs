@@ -160,8 +160,13 @@ impl Journal {
             }));
         }
         let written = state.file.write_all(&lines);
-        if written.is_ok() {
-            state.bytes += lines.len() as u64;
+        match &written {
+            Ok(()) => state.bytes += lines.len() as u64,
+            // A write cut short (a full disk) would leave a torn line: cut it off, so the journal stays whole
+            // lines and the next write starts a line of its own.
+            Err(_) => {
+                let _ = state.file.set_len(state.bytes);
+            }
         }
         let _ = self.tx.send(Arc::new(Batch {
             events: batch,

@@ -125,6 +125,7 @@ pub(crate) struct Inner {
     load_lock: Mutex<()>,
     approvals: ApprovalStore,
     prestarted: prestart::Prestarted,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 fn messages(published: PublishedStream) -> EventStream {
@@ -160,6 +161,7 @@ impl ServiceRuntime {
                 load_lock: Mutex::new(()),
                 approvals: ApprovalStore::default(),
                 prestarted: prestart::Prestarted::default(),
+                metrics: Arc::default(),
             }),
         }
     }
@@ -189,7 +191,13 @@ impl ServiceRuntime {
         bundle_ref: &str,
         cwd: Option<&Path>,
     ) -> Result<SessionRecord> {
-        let session = Session::create(&self.inner.home, bundle, bundle_ref, cwd)?;
+        let session = Session::create(
+            &self.inner.home,
+            bundle,
+            bundle_ref,
+            cwd,
+            self.inner.metrics.clone(),
+        )?;
         let record = session.record();
         self.sessions().insert(session.id.clone(), session);
         Ok(record)
@@ -208,7 +216,7 @@ impl ServiceRuntime {
         if let Some(s) = self.sessions().get(id) {
             return Ok(s.clone());
         }
-        let loaded = Session::load(&self.inner.home, id)?;
+        let loaded = Session::load(&self.inner.home, id, self.inner.metrics.clone())?;
         self.sessions().insert(id.to_string(), loaded.clone());
         Ok(loaded)
     }
@@ -280,6 +288,56 @@ impl ServiceRuntime {
         keep_alive: std::time::Duration,
     ) -> Result<SseStream> {
         Ok(self.session(id)?.journal.subscribe_sse(after, keep_alive))
+    }
+
+    /// The runtime's metrics as they stand, for code that only counts.
+    pub fn counters(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.inner.metrics
+    }
+
+    /// The runtime's metrics, with the gauges of current state brought up to date.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        let m = &self.inner.metrics;
+        let sessions = self.sessions().clone();
+        m.sessions_live.set(sessions.len() as i64);
+        let bytes: u64 = sessions.values().map(|s| s.journal.bytes()).sum();
+        m.journal_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        m.spare_workers.set(self.spare_workers() as i64);
+        m.clone()
+    }
+
+    /// Stops the workers of sessions that have been idle (no turn, no command, no event) for `idle` or longer, and
+    /// the spare workers that waited that long; returns how many stopped. A reaped session keeps everything but its
+    /// worker: its next turn or command starts one again, and the history is on disk.
+    pub async fn reap_idle(&self, idle: Duration) -> usize {
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        let mut reaped = 0;
+        for session in sessions {
+            let busy = |s: &Session| s.active_turn().is_some() || s.commands_running();
+            if busy(&session) || session.idle_for() < idle {
+                continue;
+            }
+            // A turn or command starting now holds the lock; one that started before it is seen as busy below.
+            let Ok(mut slot) = session.worker.try_lock() else {
+                continue;
+            };
+            if busy(&session) {
+                continue;
+            }
+            let Some(worker) = slot.take() else { continue };
+            drop(slot);
+            tracing::info!(session = %session.id, idle_s = session.idle_for().as_secs(), "idle worker reaped");
+            self.inner.metrics.workers_reaped.inc();
+            worker.shutdown(Duration::from_secs(2)).await;
+            reaped += 1;
+        }
+        reaped + self.inner.prestarted.expire(idle).await
+    }
+
+    /// Whether every worker runs on the host (`--dangerous-sandbox-mode`).
+    pub fn dangerous_sandbox_mode(&self) -> bool {
+        self.inner.options.dangerous_sandbox_mode
     }
 
     /// Starts the session's worker now instead of at the first turn (a no-op when it runs).
@@ -439,6 +497,7 @@ impl ServiceRuntime {
         decision: ApprovalDecision,
     ) -> Result<()> {
         let pending = self.inner.approvals.take(request_id)?;
+        tracing::info!(session = %pending.session_id, request_id, decision = ?decision, "approval resolved");
         let session = self
             .session(&pending.session_id)
             .map_err(|_| RuntimeError::ApprovalSessionGone(request_id.to_string()))?;

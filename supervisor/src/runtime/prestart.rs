@@ -51,6 +51,8 @@ enum Slot {
 struct Spare {
     started: Started,
     workspace: PathBuf,
+    /// When it became ready: a spare no session took for long is stopped (see `expire`).
+    ready_at: std::time::Instant,
 }
 
 impl Spare {
@@ -152,7 +154,11 @@ impl Prestarted {
                 Err(e) => Err(super::RuntimeError::io("cannot create", &workspace, e)),
             };
             let spare = match started {
-                Ok(started) => Spare { started, workspace },
+                Ok(started) => Spare {
+                    started,
+                    workspace,
+                    ready_at: std::time::Instant::now(),
+                },
                 Err(e) => {
                     tracing::debug!("no spare worker for {}: {e}", bundle.reference());
                     rt.prestarted.state().spares.remove(&key);
@@ -185,6 +191,32 @@ impl Prestarted {
             .values()
             .filter(|slot| matches!(slot, Slot::Ready(_)))
             .count()
+    }
+
+    /// Stops the spares that have waited longer than `after`; returns how many. The next session of their bundle
+    /// starts its worker as usual, and starts a spare again.
+    pub(crate) async fn expire(&self, after: std::time::Duration) -> usize {
+        let expired: Vec<Spare> = {
+            let mut state = self.state();
+            let old: Vec<Key> = state
+                .spares
+                .iter()
+                .filter(|(_, slot)| matches!(slot, Slot::Ready(s) if s.ready_at.elapsed() >= after))
+                .map(|(k, _)| k.clone())
+                .collect();
+            old.iter()
+                .filter_map(|k| match state.spares.remove(k) {
+                    Some(Slot::Ready(spare)) => Some(*spare),
+                    _ => None,
+                })
+                .collect()
+        };
+        let count = expired.len();
+        for spare in expired {
+            tracing::info!(workspace = %spare.workspace.display(), "spare worker expired");
+            spare.discard().await;
+        }
+        count
     }
 
     /// Stops every spare (waiting for them to exit) and starts no more.

@@ -71,6 +71,11 @@ pub struct Session {
     active: Mutex<Option<ActiveTurn>>,
     commands: Mutex<HashMap<String, oneshot::Sender<Option<i32>>>>,
     allow_always: Mutex<HashSet<Grant>>,
+    /// When the session last emitted an event: its worker is idle since.
+    last_active: Mutex<std::time::Instant>,
+    /// A store write that failed during the running turn, which must end it.
+    fault: Mutex<Option<(String, String)>>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// What an `allow_always` decision allows for the rest of the session.
@@ -93,6 +98,7 @@ impl Session {
         bundle: Bundle,
         bundle_ref: &str,
         cwd: Option<&Path>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Arc<Session>> {
         let id = uuid::Uuid::new_v4().to_string();
         let dir = home.sessions().join(&id);
@@ -126,12 +132,22 @@ impl Session {
             turn_count: 0,
             last_turn: None,
         };
-        record.save_new(&dir.join("session.json"))?;
-        Self::assemble(dir, bundle, record)
+        // A session that cannot be written down (a full store) leaves no directory behind.
+        let made = record
+            .save_new(&dir.join("session.json"))
+            .and_then(|()| Self::assemble(dir.clone(), bundle, record, metrics));
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        made
     }
 
     /// Loads a persisted session. A turn that was running when the supervisor died is marked failed.
-    pub fn load(home: &ServiceHome, id: &str) -> Result<Arc<Session>> {
+    pub fn load(
+        home: &ServiceHome,
+        id: &str,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Result<Arc<Session>> {
         if uuid::Uuid::parse_str(id).is_err() {
             return Err(RuntimeError::SessionNotFound(id.to_string()));
         }
@@ -142,7 +158,7 @@ impl Session {
         }
         let record = SessionRecord::load(&path)?;
         let bundle = bundle::resolve(home, &record.bundle.reference)?;
-        let session = Self::assemble(dir, bundle, record)?;
+        let session = Self::assemble(dir, bundle, record, metrics)?;
         let interrupted = {
             let r = lock(&session.record);
             (r.status == SessionStatus::Running).then(|| r.active_turn.clone().unwrap_or_default())
@@ -167,7 +183,12 @@ impl Session {
         Ok(session)
     }
 
-    fn assemble(dir: PathBuf, bundle: Bundle, record: SessionRecord) -> Result<Arc<Session>> {
+    fn assemble(
+        dir: PathBuf,
+        bundle: Bundle,
+        record: SessionRecord,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Result<Arc<Session>> {
         let journal = Arc::new(Journal::open(&record.id, &dir.join("events.jsonl"))?);
         Ok(Arc::new(Session {
             id: record.id.clone(),
@@ -179,6 +200,9 @@ impl Session {
             active: Mutex::new(None),
             commands: Mutex::new(HashMap::new()),
             allow_always: Mutex::new(HashSet::new()),
+            last_active: Mutex::new(std::time::Instant::now()),
+            fault: Mutex::new(None),
+            metrics,
         }))
     }
 
@@ -201,9 +225,28 @@ impl Session {
 
     /// Journals and broadcasts events that arrived together as one batch (see `Journal::emit_all`).
     pub fn emit_all(&self, payloads: Vec<EventPayload>) {
+        *lock(&self.last_active) = std::time::Instant::now();
         if let Err(e) = self.journal.emit_all(payloads) {
             tracing::error!(session = %self.id, "event not journaled: {e}");
+            if let (Some((code, cause)), true) = (e.storage_fault(), self.active_turn().is_some()) {
+                lock(&self.fault).get_or_insert((code.into(), cause));
+            }
         }
+    }
+
+    /// The store write failure that must end the running turn, once.
+    pub fn take_fault(&self) -> Option<(String, String)> {
+        lock(&self.fault).take()
+    }
+
+    /// How long the session has emitted nothing.
+    pub fn idle_for(&self) -> std::time::Duration {
+        lock(&self.last_active).elapsed()
+    }
+
+    /// True when an operator command is running.
+    pub fn commands_running(&self) -> bool {
+        !lock(&self.commands).is_empty()
     }
 
     /// The persisted conversation.
@@ -289,11 +332,21 @@ impl Session {
                 stop_reason: None,
             });
         }
-        self.update(|r| {
+        let started = self.update(|r| {
             r.status = SessionStatus::Running;
             r.active_turn = Some(turn_id.to_string());
             r.turn_count += 1;
-        })?;
+        });
+        if let Err(e) = started {
+            // Not started after all: the session stays idle, and the next request may try again.
+            lock(&self.active).take();
+            let _ = self.update(|r| {
+                r.status = SessionStatus::Idle;
+                r.active_turn = None;
+                r.turn_count = r.turn_count.saturating_sub(1);
+            });
+            return Err(e);
+        }
         Ok(rx)
     }
 
@@ -313,13 +366,30 @@ impl Session {
 
     /// Records the end of `turn_id` (history, record), then emits its `turn_completed` or `error` event, then wakes
     /// the waiter: whoever sees the end event finds the session idle and the history saved.
-    pub fn finish_turn(&self, end: TurnEnd) {
+    pub fn finish_turn(&self, mut end: TurnEnd) {
         let Some(mut active) = lock(&self.active).take_if(|a| a.turn_id == end.turn_id) else {
             return;
         };
+        lock(&self.fault).take();
         if let Err(e) = self.append_history(&end.messages) {
             tracing::error!(session = %self.id, "history not persisted: {e}");
+            // The next turn would not see these messages: the turn did not durably happen.
+            let (code, cause) = e
+                .storage_fault()
+                .unwrap_or(("storage_error", "the server could not save the turn".into()));
+            end.status = TurnStatus::Failed;
+            end.error = Some((
+                code.into(),
+                format!("the turn's messages were not saved: {cause}"),
+            ));
+            active.stop_reason = None;
         }
+        let outcome = match end.status {
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Interrupted => "interrupted",
+        };
+        self.metrics.turn_ended(outcome);
         let _ = self.update(|r| {
             r.status = SessionStatus::Idle;
             r.active_turn = None;

@@ -234,6 +234,7 @@ pub(crate) async fn attach(
         )));
     }
     let host_workspace = PathBuf::from(session.record().cwd);
+    tracing::info!(session = %session.id, bundle = %session.bundle.reference(), "worker started");
     Ok(worker::run(rt, session, started, host_workspace))
 }
 

@@ -163,6 +163,7 @@ pub(super) fn run(
         confinement,
         paths: (host_workspace, workspace),
     };
+    let rt_metrics = rt.metrics.workers.clone();
     let actor = Actor {
         rt,
         session,
@@ -174,6 +175,7 @@ pub(super) fn run(
         limits,
         guard: Guard::default(),
         _egress: egress,
+        _alive: crate::metrics::GaugeGuard::new(&rt_metrics),
     };
     tokio::spawn(actor.run(conn, child, rx, kill, exited_tx));
     handle
@@ -195,6 +197,8 @@ struct Actor {
     guard: Guard,
     /// Its egress proxy, stopped when it ends.
     _egress: Option<crate::egress::Egress>,
+    /// Counts it among the running workers while it lives.
+    _alive: crate::metrics::GaugeGuard,
 }
 
 /// Why the actor stopped.
@@ -305,6 +309,9 @@ impl Actor {
             End::Violation(_) => "worker_violation",
             _ => "worker_died",
         };
+        // Stopped on purpose, or gone with a clean exit: nothing an operator must look at.
+        let stopped = matches!(end, End::Killed)
+            || (matches!(end, End::Closed) && status.as_ref().is_some_and(|s| s.success()));
         let cause = match end {
             End::Closed => describe_exit(status),
             End::Hung(t) => format!("it sent no heartbeat for {t:?} and was killed"),
@@ -314,8 +321,10 @@ impl Actor {
             End::Quota(q) => format!("the session's journal reached its quota of {q} bytes"),
         };
 
-        if code != "worker_died" {
-            tracing::warn!(session = %self.session.id, "worker ended: {cause}");
+        if stopped {
+            tracing::info!(session = %self.session.id, cause = %cause, "worker stopped");
+        } else {
+            tracing::warn!(session = %self.session.id, code, cause = %cause, "worker ended");
         }
         if let Some(limits) = &self.limits {
             limits.release(CGROUP_RELEASE).await;
@@ -340,6 +349,14 @@ impl Actor {
     fn commit(&mut self) {
         if !self.pending.is_empty() {
             self.session.emit_all(std::mem::take(&mut self.pending));
+        }
+        // A store write failed: the turn cannot be kept, so it ends now, with the cause as its error.
+        if let Some((code, cause)) = self.session.take_fault() {
+            if let Some(turn_id) = self.session.active_turn() {
+                tracing::error!(session = %self.session.id, turn = %turn_id, code, "ending the turn: {cause}");
+                self.session.set_stop_reason(&turn_id, &code, &cause);
+                let _ = self.tx.try_send(ToWorker::Interrupt { turn_id });
+            }
         }
     }
 
@@ -470,6 +487,7 @@ impl Actor {
                 reason: r.reason,
             });
         });
+        let model = request.model.clone();
         let mut chunks = providers::stream(
             &self.session.bundle,
             &self.rt.options.keys,
@@ -478,8 +496,11 @@ impl Actor {
         );
         let tx = self.tx.clone();
         let rid = request_id.clone();
+        let call = crate::metrics::ProviderCall::start(&self.rt.metrics, &self.session.id, &model);
         let task = tokio::spawn(async move {
+            let mut call = call;
             while let Some(chunk) = chunks.next().await {
+                call.saw(&chunk);
                 let msg = ToWorker::ModelChunk {
                     request_id: rid.clone(),
                     chunk,

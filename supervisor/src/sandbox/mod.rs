@@ -36,6 +36,17 @@ impl SandboxLauncher {
     }
 }
 
+/// What confines workers, for logs: bubblewrap and where, or why nothing does.
+pub fn backend(dangerous: bool) -> String {
+    match (dangerous, find_bwrap()) {
+        (true, _) => "none (--dangerous-sandbox-mode)".into(),
+        (false, Some(path)) => format!("bubblewrap {}", path.display()),
+        (false, None) => {
+            "none found: install bubblewrap; only danger_full_access bundles can run".into()
+        }
+    }
+}
+
 /// bwrap in PATH, if installed.
 pub fn find_bwrap() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

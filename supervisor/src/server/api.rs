@@ -171,6 +171,10 @@ impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
         use StatusCode as S;
         let message = e.to_string();
+        if let Some((code, cause)) = e.storage_fault() {
+            tracing::error!(code, "store write failed: {message}");
+            return ApiError::new(S::INSUFFICIENT_STORAGE, code, cause);
+        }
         let (status, code) = match &e {
             RuntimeError::Bundle(BundleError::NotFound(_)) => (S::NOT_FOUND, "bundle_not_found"),
             RuntimeError::Bundle(BundleError::BadReference { .. }) => {
@@ -199,7 +203,7 @@ impl From<RuntimeError> for ApiError {
             return ApiError::new(
                 status,
                 code,
-                "internal error; the server log has the details",
+                "internal error; the server log has the details under this request_id",
             );
         }
         ApiError::new(status, code, message)

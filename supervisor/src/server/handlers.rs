@@ -286,12 +286,13 @@ pub async fn events(
                 })?,
         ),
     };
+    let subscriber = crate::metrics::GaugeGuard::new(&st.rt.counters().sse_subscribers);
     let frames = st
         .rt
         .subscribe_sse(&id, last_event_id.or(q.after), SSE_KEEP_ALIVE)?
         .map(move |frame| {
-            // The slot lives as long as the stream.
-            let _held = &slot;
+            // The slot and the subscriber count live as long as the stream.
+            let _held = (&slot, &subscriber);
             Ok::<_, Infallible>(frame)
         })
         .take_until(st.shutdown.clone().cancelled_owned());
@@ -303,6 +304,20 @@ pub async fn events(
         Body::from_stream(frames),
     )
         .into_response())
+}
+
+/// The runtime's metrics in the Prometheus text format.
+#[utoipa::path(get, path = "/metrics", security(("bearer" = [])),
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain"),
+              (status = 401, body = ErrorEnvelope)))]
+pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        st.rt.metrics().encode(),
+    )
 }
 
 /// The OpenAPI description of this API, generated from the handlers.

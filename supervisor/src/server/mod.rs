@@ -7,6 +7,7 @@
 //! runs it until a shutdown signal, then ends running turns with an `error` event, closes the event streams and
 //! stops the workers.
 
+pub mod access;
 pub mod api;
 pub mod guard;
 pub mod handlers;
@@ -30,6 +31,8 @@ use api::ApiError;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1024 * 1024;
+/// Idle time after which `serve` stops a session's worker.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Default bind address.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
 
@@ -55,6 +58,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::run_command,
         handlers::resolve_approval,
         handlers::events,
+        handlers::metrics,
     ),
     components(schemas(
         api::CreateSession,
@@ -126,6 +130,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/journal", get(handlers::session_journal))
         .route("/approvals/{request_id}", post(handlers::resolve_approval))
         .route("/openapi.json", get(handlers::openapi))
+        .route("/metrics", get(handlers::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::require_token,
@@ -149,10 +154,14 @@ pub fn router(state: AppState) -> Router {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
-                "internal error; the server log has the details",
+                "internal error; the server log has the details under this request_id",
             )
             .into_response()
         }))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::log,
+        ))
         .with_state(state)
 }
 
@@ -204,6 +213,8 @@ pub struct ServeOptions {
     pub policy: ClientPolicy,
     /// Connection bounds.
     pub limits: listener::ConnLimits,
+    /// Idle time after which a session's worker, or a spare, is stopped (`--idle-timeout`); None keeps them.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl ServeOptions {
@@ -222,6 +233,23 @@ impl ServeOptions {
                 max_connections: 1024,
                 header_read_timeout: Duration::from_secs(10),
             },
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+        }
+    }
+}
+
+/// Stops idle workers every so often until `shutdown`.
+async fn reap_idle(rt: ServiceRuntime, idle: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(
+        (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(60)),
+    );
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                rt.reap_idle(idle).await;
+            }
+            _ = shutdown.cancelled() => return,
         }
     }
 }
@@ -261,7 +289,18 @@ pub async fn serve(
         policy: Arc::new(options.policy),
         streams: Arc::new(guard::StreamCounts::default()),
     };
+    tracing::info!(
+        bind = %bound,
+        store = %rt.home().root().display(),
+        sandbox = %crate::sandbox::backend(rt.dangerous_sandbox_mode()),
+        auth = if token.is_some() { "bearer token" } else { "none" },
+        version = env!("CARGO_PKG_VERSION"),
+        "service-rs serving"
+    );
     ready(bound, token.as_deref().filter(|_| generated));
+    if let Some(idle) = options.idle_timeout {
+        tokio::spawn(reap_idle(rt.clone(), idle, shutdown.clone()));
+    }
     let app = router(state);
     let graceful = async move {
         stop.await;

@@ -8,6 +8,7 @@ mod http;
 mod llama_server;
 mod mcp;
 mod mcp_real;
+mod operations;
 mod prestart;
 mod provider_compat;
 mod provider_server;

@@ -236,6 +236,8 @@ pub struct Server {
     pub base: String,
     /// The token the server generated (from `serve.token`), unless it was given one or none.
     pub token: Option<String>,
+    /// Every line the server wrote on stderr so far (its log).
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -262,12 +264,15 @@ impl Server {
         }
         let mut child = cmd.spawn().expect("spawn serve");
         let stderr = child.stderr.take().expect("stderr");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = log.clone();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr)
                 .lines()
                 .map_while(Result::ok)
             {
                 eprintln!("[serve] {line}");
+                lines.lock().unwrap().push(line);
             }
         });
         let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
@@ -281,7 +286,22 @@ impl Server {
         let token = std::fs::read_to_string(home.join("serve.token"))
             .ok()
             .map(|t| t.trim().to_string());
-        Server { child, base, token }
+        Server {
+            child,
+            base,
+            token,
+            log,
+        }
+    }
+
+    /// The log lines so far that parse as JSON objects (`--log-format json`).
+    pub fn json_log(&self) -> Vec<serde_json::Value> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// A client that sends the server's token.

@@ -1,0 +1,241 @@
+//! Prometheus metrics of one runtime: what `GET /metrics` serves. Counters and histograms are updated where things
+//! happen; the gauges that describe current state are read from the runtime when scraped.
+
+use std::sync::atomic::AtomicI64;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use service_ipc::{ModelChunk, ModelRef};
+
+/// A label set with one `outcome` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    /// How it ended.
+    pub outcome: String,
+}
+
+/// Labels of a provider call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    /// Provider name.
+    pub provider: String,
+    /// `ok` or the error code.
+    pub outcome: String,
+}
+
+/// Labels of a provider's latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderName {
+    /// Provider name.
+    pub provider: String,
+}
+
+/// Labels of an HTTP response.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Status {
+    /// HTTP status code.
+    pub code: u16,
+}
+
+/// Every metric of a runtime.
+pub struct Metrics {
+    registry: Registry,
+    /// Sessions held in memory.
+    pub sessions_live: Gauge,
+    /// Running workers, spares included.
+    pub workers: Gauge,
+    /// Spare workers waiting for a session.
+    pub spare_workers: Gauge,
+    /// Turns ended, by outcome.
+    pub turns: Family<Outcome, Counter>,
+    /// Model calls, by provider and outcome.
+    pub provider_calls: Family<ProviderLabels, Counter>,
+    /// Model call duration, by provider.
+    pub provider_seconds: Family<ProviderName, Histogram>,
+    /// Open event streams.
+    pub sse_subscribers: Gauge,
+    /// Bytes in the journals of the sessions held in memory.
+    pub journal_bytes: Gauge,
+    /// HTTP responses, by status.
+    pub http_responses: Family<Status, Counter>,
+    /// Idle workers stopped.
+    pub workers_reaped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("service");
+        let m = Metrics {
+            sessions_live: Gauge::default(),
+            workers: Gauge::default(),
+            spare_workers: Gauge::default(),
+            turns: Family::default(),
+            provider_calls: Family::default(),
+            provider_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
+            sse_subscribers: Gauge::default(),
+            journal_bytes: Gauge::default(),
+            http_responses: Family::default(),
+            workers_reaped: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "sessions_live",
+            "Sessions held in memory",
+            m.sessions_live.clone(),
+        );
+        registry.register(
+            "workers",
+            "Running session workers, spares included",
+            m.workers.clone(),
+        );
+        registry.register(
+            "spare_workers",
+            "Workers started ahead for a bundle's next session",
+            m.spare_workers.clone(),
+        );
+        registry.register("turns", "Turns ended, by outcome", m.turns.clone());
+        registry.register(
+            "provider_calls",
+            "Model calls, by provider and outcome",
+            m.provider_calls.clone(),
+        );
+        registry.register(
+            "provider_call_duration_seconds",
+            "Model call duration, from the request to the last chunk",
+            m.provider_seconds.clone(),
+        );
+        registry.register(
+            "sse_subscribers",
+            "Open server-sent event streams",
+            m.sse_subscribers.clone(),
+        );
+        registry.register(
+            "journal_bytes",
+            "Bytes in the journals of the sessions held in memory",
+            m.journal_bytes.clone(),
+        );
+        registry.register(
+            "http_responses",
+            "HTTP responses, by status code",
+            m.http_responses.clone(),
+        );
+        registry.register(
+            "workers_reaped",
+            "Idle workers stopped",
+            m.workers_reaped.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Counts a turn's end.
+    pub fn turn_ended(&self, outcome: &str) {
+        self.turns
+            .get_or_create(&Outcome {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// Keeps `gauge` one higher while it lives.
+pub struct GaugeGuard(Gauge<i64, AtomicI64>);
+
+impl GaugeGuard {
+    /// Increments `gauge` until dropped.
+    pub fn new(gauge: &Gauge) -> GaugeGuard {
+        gauge.inc();
+        GaugeGuard(gauge.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// One model call as the supervisor serves it: timed, counted and logged when it ends.
+pub struct ProviderCall {
+    metrics: std::sync::Arc<Metrics>,
+    session: String,
+    model: ModelRef,
+    started: Instant,
+    first_chunk_ms: Option<f64>,
+    outcome: Option<String>,
+}
+
+impl ProviderCall {
+    /// Starts timing a call of `model` for `session`.
+    pub fn start(
+        metrics: &std::sync::Arc<Metrics>,
+        session: &str,
+        model: &ModelRef,
+    ) -> ProviderCall {
+        ProviderCall {
+            metrics: metrics.clone(),
+            session: session.to_string(),
+            model: model.clone(),
+            started: Instant::now(),
+            first_chunk_ms: None,
+            outcome: None,
+        }
+    }
+
+    /// Notes a chunk of the reply; the last one says how the call ended.
+    pub fn saw(&mut self, chunk: &ModelChunk) {
+        if self.first_chunk_ms.is_none() {
+            self.first_chunk_ms = Some(self.started.elapsed().as_secs_f64() * 1000.0);
+        }
+        match chunk {
+            ModelChunk::Done { .. } => self.outcome = Some("ok".into()),
+            ModelChunk::Failed { code, .. } => self.outcome = Some(code.clone()),
+            _ => {}
+        }
+    }
+}
+
+impl Drop for ProviderCall {
+    fn drop(&mut self) {
+        let outcome = self.outcome.take().unwrap_or_else(|| "aborted".into());
+        let seconds = self.started.elapsed().as_secs_f64();
+        let provider = self.model.provider.clone();
+        self.metrics
+            .provider_seconds
+            .get_or_create(&ProviderName {
+                provider: provider.clone(),
+            })
+            .observe(seconds);
+        self.metrics
+            .provider_calls
+            .get_or_create(&ProviderLabels {
+                provider: provider.clone(),
+                outcome: outcome.clone(),
+            })
+            .inc();
+        tracing::info!(
+            session = %self.session,
+            provider = %provider,
+            model = %self.model.name,
+            latency_ms = seconds * 1000.0,
+            first_chunk_ms = self.first_chunk_ms.unwrap_or(-1.0),
+            outcome = %outcome,
+            "provider call"
+        );
+    }
+}

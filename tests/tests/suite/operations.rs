@@ -1,0 +1,557 @@
+//! Operating `serve`: JSON logs of requests, workers, provider calls and approvals (never a secret), request ids
+//! in error bodies, `/metrics`, idle workers reaped, and a full store on a real tmpfs.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::provider_server::ProviderServer;
+use super::providers::{bundle, openai_text};
+use super::support::{pids_with, wait_until, write_bundle, Env, Server};
+
+const ASKING: &str = r#"{turns: [{replies: [
+  {tool_calls: [{name: "Bash", arguments: {command: "echo ran-$((6*7))"}}]},
+  {text: "done after {{last_tool_output}} with {{message_count}} messages"}
+]}]}"#;
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    fn of(server: &Server) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: server.base.clone(),
+            token: server.token.clone(),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> reqwest::Response {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        req.send().await.unwrap()
+    }
+
+    async fn json(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let resp = self.send(method, path, body).await;
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn session(&self, bundle: &str) -> String {
+        let (status, body) = self
+            .json(
+                reqwest::Method::POST,
+                "/sessions",
+                Some(json!({"bundle_ref": bundle})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    async fn journal(&self, id: &str) -> Vec<Value> {
+        let (status, body) = self
+            .json(
+                reqwest::Method::GET,
+                &format!("/sessions/{id}/journal"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body.as_array().unwrap().clone()
+    }
+
+    async fn metrics(&self) -> String {
+        let resp = self.send(reqwest::Method::GET, "/metrics", None).await;
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.text().await.unwrap()
+    }
+}
+
+fn lines_with<'a>(log: &'a [Value], message: &str) -> Vec<&'a Value> {
+    log.iter().filter(|l| l["message"] == message).collect()
+}
+
+/// The value of an unlabelled metric, or of the first series whose labels contain `labels`.
+fn metric(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            l.starts_with(name) && l[name.len()..].starts_with([' ', '{']) && l.contains(labels)
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}{{{labels}}} in:\n{text}"))
+}
+
+#[tokio::test]
+async fn serve_logs_requests_workers_provider_calls_and_approvals_as_json_lines() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        ASKING,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, action: ask }\n",
+        "workspace_write",
+    );
+    let server = Server::start(env.home.path(), &["--log-format", "json"], &[]);
+    let api = Client::of(&server);
+    let bundle_dir = env.path("b").display().to_string();
+    let id = api.session(&bundle_dir).await;
+    let run = {
+        let (api, id) = (Client::of(&server), id.clone());
+        tokio::spawn(async move {
+            api.json(
+                reqwest::Method::POST,
+                &format!("/sessions/{id}/run-sync"),
+                Some(json!({"input": {"prompt": "go"}})),
+            )
+            .await
+        })
+    };
+    // Answer the approval the turn asks for.
+    let mut request_id = None;
+    for _ in 0..200 {
+        request_id = api.journal(&id).await.iter().find_map(|e| {
+            (e["payload"]["type"] == "permission_requested").then(|| {
+                e["payload"]["payload"]["request_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+        });
+        if request_id.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let request_id = request_id.expect("the turn asked for approval");
+    let (status, _) = api
+        .json(
+            reqwest::Method::POST,
+            &format!("/approvals/{request_id}"),
+            Some(json!({"decision": "allow_once"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, result) = run.await.unwrap();
+    assert_eq!(
+        status, 200,
+        "a task without submission_id is accepted: {result}"
+    );
+    assert_eq!(result["status"], "completed");
+
+    // An error body names its request id, and so does the response header.
+    let resp = api
+        .send(
+            reqwest::Method::GET,
+            "/sessions/00000000-0000-4000-8000-000000000000",
+            None,
+        )
+        .await;
+    let header = resp.headers()["x-request-id"].to_str().unwrap().to_string();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["request_id"], header.as_str());
+
+    let (status, _) = api
+        .json(reqwest::Method::DELETE, &format!("/sessions/{id}"), None)
+        .await;
+    assert_eq!(status, 204);
+
+    let log = server.json_log();
+    let serving = lines_with(&log, "service-rs serving");
+    assert_eq!(serving.len(), 1, "{log:#?}");
+    assert_eq!(
+        serving[0]["bind"],
+        server.base.trim_start_matches("http://")
+    );
+    assert_eq!(serving[0]["store"], env.home.path().display().to_string());
+    assert!(serving[0]["sandbox"]
+        .as_str()
+        .unwrap()
+        .starts_with("bubblewrap"));
+
+    let requests = lines_with(&log, "request");
+    let run_line = requests
+        .iter()
+        .find(|l| l["path"] == format!("/sessions/{id}/run-sync"))
+        .expect("an access line for the turn");
+    assert_eq!(run_line["method"], "POST");
+    assert_eq!(run_line["status"], 200);
+    assert_eq!(run_line["session"], id.as_str());
+    assert!(run_line["latency_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(run_line["request_id"].as_str().unwrap().len(), 32);
+    assert!(requests
+        .iter()
+        .any(|l| l["request_id"] == header.as_str() && l["status"] == 404));
+
+    let started = lines_with(&log, "worker started");
+    assert!(
+        started.iter().any(|l| l["session"] == id.as_str()),
+        "{log:#?}"
+    );
+    let stopped = lines_with(&log, "worker stopped");
+    assert!(
+        stopped.iter().any(|l| l["session"] == id.as_str()),
+        "{log:#?}"
+    );
+    let calls = lines_with(&log, "provider call");
+    assert_eq!(calls.len(), 2, "two model calls: {log:#?}");
+    for call in &calls {
+        assert_eq!(call["provider"], "scripted");
+        assert_eq!(call["outcome"], "ok");
+        assert!(call["latency_ms"].as_f64().unwrap() >= 0.0);
+    }
+    let asked = lines_with(&log, "approval asked");
+    assert_eq!(asked[0]["request_id"], request_id.as_str());
+    assert_eq!(asked[0]["tool"], "Bash");
+    let resolved = lines_with(&log, "approval resolved");
+    assert_eq!(resolved[0]["request_id"], request_id.as_str());
+    assert_eq!(resolved[0]["decision"], "AllowOnce");
+}
+
+#[tokio::test]
+async fn no_token_or_provider_key_ever_reaches_the_log() {
+    let env = Env::new();
+    let provider = ProviderServer::start(vec![openai_text("fine")]);
+    bundle(&env, "keyed", "openai", "m1", Value::Null);
+    let token = "tok-never-logged-7c1e";
+    let key = "sk-never-logged-9f2a";
+    let server = Server::start(
+        env.home.path(),
+        &["--log-format", "json"],
+        &[
+            ("SERVICE_TOKEN", token),
+            ("OPENAI_API_KEY", key),
+            ("OPENAI_BASE_URL", &provider.base),
+            ("RUST_LOG", "debug"),
+        ],
+    );
+    let api = Client {
+        http: reqwest::Client::new(),
+        base: server.base.clone(),
+        token: Some(token.into()),
+    };
+    let id = api.session(&env.path("keyed").display().to_string()).await;
+    let (status, result) = api
+        .json(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/run-sync"),
+            Some(json!({"input": {"prompt": "hi"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, result["final_message"].as_str()),
+        (200, Some("fine")),
+        "{result}"
+    );
+    assert_eq!(
+        provider.recorded()[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str()),
+        "the key was used"
+    );
+    // A wrong token is refused, and that is logged too.
+    let wrong = Client {
+        token: Some("tok-wrong-0000".into()),
+        ..Client::of(&server)
+    };
+    assert_eq!(
+        wrong
+            .send(reqwest::Method::GET, "/sessions", None)
+            .await
+            .status()
+            .as_u16(),
+        401
+    );
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("provider call") && log.contains("\"status\":401"),
+        "{log}"
+    );
+    for secret in [token, key, "tok-wrong-0000"] {
+        assert!(!log.contains(secret), "{secret} is in the log:\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn metrics_count_sessions_workers_turns_provider_latency_and_streams_behind_the_token() {
+    let env = Env::new();
+    write_bundle(&env.path("b"), ASKING, "", "workspace_write");
+    let server = Server::start(env.home.path(), &[], &[]);
+    let api = Client::of(&server);
+    let anonymous = Client {
+        token: None,
+        ..Client::of(&server)
+    };
+    assert_eq!(
+        anonymous
+            .send(reqwest::Method::GET, "/metrics", None)
+            .await
+            .status()
+            .as_u16(),
+        401
+    );
+
+    let id = api.session(&env.path("b").display().to_string()).await;
+    let (status, _) = api
+        .json(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/run-sync"),
+            Some(json!({"input": {"prompt": "go"}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let stream = api
+        .send(
+            reqwest::Method::GET,
+            &format!("/sessions/{id}/events"),
+            None,
+        )
+        .await;
+    let text = api.metrics().await;
+    assert_eq!(metric(&text, "service_sessions_live", ""), 1.0);
+    assert_eq!(metric(&text, "service_workers", ""), 1.0);
+    assert_eq!(
+        metric(&text, "service_turns_total", "outcome=\"completed\""),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "service_provider_calls_total",
+            "provider=\"scripted\",outcome=\"ok\""
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "service_provider_call_duration_seconds_count",
+            "provider=\"scripted\""
+        ),
+        2.0
+    );
+    assert_eq!(metric(&text, "service_sse_subscribers", ""), 1.0);
+    assert!(metric(&text, "service_journal_bytes", "") > 0.0);
+    assert!(metric(&text, "service_http_responses_total", "code=\"200\"") >= 1.0);
+    drop(stream);
+    let mut open = 1.0;
+    for _ in 0..100 {
+        open = metric(&api.metrics().await, "service_sse_subscribers", "");
+        if open == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(open, 0.0, "the closed stream is still counted");
+}
+
+#[tokio::test]
+async fn an_idle_worker_is_reaped_and_the_session_then_continues_with_its_history() {
+    let env = Env::new();
+    write_bundle(&env.path("b"), ASKING, "", "workspace_write");
+    let server = Server::start(
+        env.home.path(),
+        &["--idle-timeout", "1s", "--log-format", "json"],
+        &[],
+    );
+    let api = Client::of(&server);
+    let id = api.session(&env.path("b").display().to_string()).await;
+    let turn = |prompt: &'static str| {
+        let (api, id) = (Client::of(&server), id.clone());
+        async move {
+            let (status, result) = api
+                .json(
+                    reqwest::Method::POST,
+                    &format!("/sessions/{id}/run-sync"),
+                    Some(json!({"input": {"prompt": prompt}})),
+                )
+                .await;
+            assert_eq!(status, 200, "{result}");
+            result["final_message"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(turn("first").await, "done after ran-42 with 4 messages");
+    assert!(!pids_with(&id).is_empty(), "the session has a worker");
+    wait_until(
+        Duration::from_secs(15),
+        || pids_with(&id).is_empty(),
+        || format!("the idle worker still runs: {:?}", pids_with(&id)),
+    );
+    let log = server.json_log();
+    assert!(
+        lines_with(&log, "idle worker reaped")
+            .iter()
+            .any(|l| l["session"] == id.as_str()),
+        "{log:#?}"
+    );
+    assert!(metric(&api.metrics().await, "service_workers_reaped_total", "") >= 1.0);
+    // The next turn starts a worker again and sees the first turn's messages.
+    assert_eq!(turn("second").await, "done after ran-42 with 8 messages");
+}
+
+/// A tmpfs of `size` mounted at a new directory; unmounted when dropped. None when this process may not mount.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// Fills the file system of `dir` to the last byte with a file; returns it, to remove for space.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let block = vec![b'x'; 4096];
+    while file.write_all(&block).is_ok() {}
+    while file.write_all(b"x").is_ok() {}
+    path
+}
+
+#[tokio::test]
+async fn a_full_store_ends_the_turn_with_storage_full_leaves_the_session_usable_and_tears_nothing()
+{
+    let Some(tmpfs) = Tmpfs::mount("4m") else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        r#"{turns: [
+          {when: "slow", replies: [
+            {tool_calls: [{name: "Bash", arguments: {command: "sleep 1.5; seq 1 2000"}}]},
+            {text: "slow done"}
+          ]},
+          {replies: [{text: "quick {{message_count}}"}]}
+        ]}"#,
+        "",
+        "workspace_write",
+    );
+    let home = tmpfs.path().join("home");
+    let server = Server::start(&home, &["--log-format", "json"], &[]);
+    let api = Client::of(&server);
+    let id = api.session(&env.path("b").display().to_string()).await;
+    let run = |prompt: &'static str| {
+        let (api, id) = (Client::of(&server), id.clone());
+        async move {
+            api.json(
+                reqwest::Method::POST,
+                &format!("/sessions/{id}/run-sync"),
+                Some(json!({"input": {"prompt": prompt}})),
+            )
+            .await
+        }
+    };
+    let (status, first) = run("quick").await;
+    assert_eq!(
+        (status, first["final_message"].as_str()),
+        (200, Some("quick 2"))
+    );
+
+    // The disk fills while a command runs: its output cannot be journaled, and the turn ends with the cause.
+    let slow = tokio::spawn(run("slow"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let filler = fill(tmpfs.path());
+    let (status, ended) = slow.await.unwrap();
+    assert_eq!(status, 200, "{ended}");
+    assert_ne!(ended["status"], "completed", "{ended}");
+    assert_eq!(
+        ended["error"]["code"],
+        "storage_full",
+        "{ended}\n{:#?}",
+        server.json_log()
+    );
+    assert!(
+        ended["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("out of space"),
+        "{ended}"
+    );
+
+    // The session is idle, not stuck: a new turn is refused with 507 and the cause, reads still work.
+    let (status, refused) = run("quick").await;
+    assert_eq!(status, 507, "{refused}");
+    assert_eq!(refused["error"]["code"], "storage_full");
+    assert!(refused["error"]["request_id"].is_string());
+    let (status, record) = api
+        .json(reqwest::Method::GET, &format!("/sessions/{id}"), None)
+        .await;
+    assert_eq!(
+        (status, record["status"].as_str()),
+        (200, Some("idle")),
+        "{record}"
+    );
+    let (status, created) = api
+        .json(
+            reqwest::Method::POST,
+            "/sessions",
+            Some(json!({"bundle_ref": env.path("b").display().to_string()})),
+        )
+        .await;
+    assert_eq!(
+        (status, created["error"]["code"].as_str()),
+        (507, Some("storage_full")),
+        "{created}"
+    );
+    let log = server.json_log();
+    assert!(
+        log.iter().any(|l| l["code"] == "storage_full"),
+        "the failure is logged: {log:#?}"
+    );
+
+    // Space returns: the session goes on where its saved history left it.
+    std::fs::remove_file(filler).unwrap();
+    let (status, after) = run("quick").await;
+    assert_eq!(status, 200, "{after}");
+    assert!(
+        after["final_message"]
+            .as_str()
+            .unwrap()
+            .starts_with("quick "),
+        "{after}"
+    );
+    let journal =
+        std::fs::read_to_string(home.join("sessions").join(&id).join("events.jsonl")).unwrap();
+    for line in journal.lines() {
+        serde_json::from_str::<Value>(line)
+            .unwrap_or_else(|e| panic!("torn journal line ({e}): {line}"));
+    }
+    assert!(journal.ends_with('\n'));
+    drop(server);
+}
