@@ -68,6 +68,7 @@ impl ChatMessage {
 
 /// A tool offered to the model: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ToolSpec {
     /// Tool name.
     pub name: String,
@@ -79,6 +80,7 @@ pub struct ToolSpec {
 
 /// Token counts reported by a provider; `None` (null on the wire) when the server reported none, which is not 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Usage {
     /// Prompt tokens.
     #[serde(default)]

@@ -8,6 +8,7 @@ use crate::task::TurnContext;
 
 /// One session event as journaled and streamed: `{id, session_id, created_at, payload: {type, payload}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct EventMsg {
     /// Session-monotonic sequence number as a decimal string (also the SSE `id:`).
     pub id: String,
@@ -29,6 +30,7 @@ impl EventMsg {
 /// Which output stream of a subprocess a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum ExecStream {
     /// Standard output.
     Stdout,
@@ -39,6 +41,7 @@ pub enum ExecStream {
 /// How a tool call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum ToolCallStatus {
     /// The tool ran and succeeded.
     Ok,
@@ -51,6 +54,7 @@ pub enum ToolCallStatus {
 /// How a turn ended, as reported in `TurnFinished` and session records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum TurnStatus {
     /// Ended with `turn_completed`.
     Completed,
@@ -63,6 +67,7 @@ pub enum TurnStatus {
 /// What the egress proxy did with a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum NetworkDecision {
     /// Let through.
     Allow,
@@ -73,6 +78,7 @@ pub enum NetworkDecision {
 /// State of one plan step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum PlanStatus {
     /// Not started.
     Pending,
@@ -84,6 +90,7 @@ pub enum PlanStatus {
 
 /// One step of a plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct PlanItem {
     /// What the step does.
     pub step: String,
@@ -94,6 +101,7 @@ pub struct PlanItem {
 /// The data of one event; `type` is the snake_case kind name and the fields sit under `payload`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub enum EventPayload {
     /// A turn begins, with the values it runs with.
     TurnStarted {

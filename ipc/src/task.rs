@@ -7,6 +7,8 @@ use crate::names::SandboxMode;
 
 /// The input of one turn, as SPEC.md section 2 gives it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Task {
     /// The user prompt.
     pub prompt: String,
@@ -32,6 +34,8 @@ impl Task {
 
 /// A model: provider name, model name and provider-specific configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ModelRef {
     /// Provider name, e.g. `anthropic`, `openai`, `scripted`.
     pub provider: String,
@@ -44,6 +48,8 @@ pub struct ModelRef {
 
 /// Per-turn overrides of the session's defaults; unset fields keep the default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct TurnOverrides {
     /// Working directory for this turn.
     #[serde(default)]
@@ -55,6 +61,7 @@ pub struct TurnOverrides {
 
 /// The values that were resolved for a turn and actually ran (SPEC.md section 2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct TurnContext {
     /// Effective working directory of the turn, as the worker sees it.
     pub cwd: String,

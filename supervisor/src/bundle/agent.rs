@@ -39,7 +39,7 @@ pub struct AgentSpec {
 }
 
 /// `model` of agent.yaml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentModel {
     /// Provider name.
@@ -52,7 +52,7 @@ pub struct AgentModel {
 }
 
 /// `memory` of agent.yaml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemorySpec {
     /// Memory provider.

@@ -33,7 +33,7 @@ use agent::AGENT_FILE;
 use manifest::MANIFEST_FILE;
 
 /// Where a loaded bundle came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Origin {
     /// Installed in the local store under a namespace.
@@ -44,11 +44,13 @@ pub enum Origin {
     /// An OCI layout directory, unpacked into the layout cache.
     Layout {
         /// The layout directory as given.
+        #[schema(value_type = String)]
         path: PathBuf,
     },
     /// A bundle project directory used in place.
     Project {
         /// The project directory.
+        #[schema(value_type = String)]
         path: PathBuf,
     },
 }
@@ -126,7 +128,7 @@ fn read_text(path: &Path) -> Result<String> {
 }
 
 /// Metadata of a bundle as `inspect --json` and `bundles --json` print it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BundleInfo {
     /// Bundle id.
     pub id: String,
@@ -141,6 +143,7 @@ pub struct BundleInfo {
     /// Description.
     pub description: Option<String>,
     /// Directory holding the files.
+    #[schema(value_type = String)]
     pub path: PathBuf,
     /// Content digest.
     pub digest: String,

@@ -39,6 +39,12 @@ pub enum RuntimeError {
     /// create_session).
     #[error("{0}")]
     InvalidRequest(String),
+    /// The working directory asked for does not exist (create_session, start_turn).
+    #[error("{0}")]
+    CwdNotFound(String),
+    /// The working directory asked for is outside what the sandbox shows (start_turn).
+    #[error("{0}")]
+    CwdOutsideWorkspace(String),
     /// No approval request with this id was ever pending (resolve_approval).
     #[error("no approval request with id \"{0}\"")]
     ApprovalNotFound(String),

@@ -396,7 +396,7 @@ impl ServiceRuntime {
             Some(c) => {
                 let p = base.join(c);
                 if !p.is_dir() {
-                    return Err(RuntimeError::InvalidRequest(format!(
+                    return Err(RuntimeError::CwdNotFound(format!(
                         "cwd {} is not a directory",
                         p.display()
                     )));
@@ -422,7 +422,7 @@ impl ServiceRuntime {
         if worker.confinement != SandboxMode::DangerFullAccess && !cwd.starts_with(&worker.paths.0)
         {
             session.abandon_turn(&turn_id);
-            return Err(RuntimeError::InvalidRequest(format!(
+            return Err(RuntimeError::CwdOutsideWorkspace(format!(
                 "cwd {} is outside the session workspace {}; a sandboxed turn can only run inside it",
                 cwd.display(),
                 worker.paths.0.display()

@@ -15,7 +15,7 @@ use service_ipc::TurnStatus;
 use super::error::{Result, RuntimeError};
 
 /// Whether a turn is running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     /// Ready for a turn.
@@ -25,7 +25,7 @@ pub enum SessionStatus {
 }
 
 /// The bundle a session runs, pinned to the exact version it was created with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BundleRecord {
     /// Reference naming exactly this bundle (`local/id:version`, or the layout/project directory).
     pub reference: String,
@@ -38,7 +38,7 @@ pub struct BundleRecord {
 }
 
 /// How the last turn ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LastTurn {
     /// Turn id.
     pub turn_id: String,
@@ -49,7 +49,7 @@ pub struct LastTurn {
 }
 
 /// The persisted session record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SessionRecord {
     /// Session id (a UUID).
     pub id: String,

@@ -110,7 +110,7 @@ impl Session {
                 .ok()
                 .filter(|p| p.is_dir())
                 .ok_or_else(|| {
-                    RuntimeError::InvalidRequest(format!("cwd {} is not a directory", c.display()))
+                    RuntimeError::CwdNotFound(format!("cwd {} is not a directory", c.display()))
                 })?,
             None => workspace,
         };

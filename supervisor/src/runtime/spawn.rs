@@ -214,6 +214,13 @@ pub(crate) async fn attach(
     mut started: Started,
 ) -> Result<WorkerHandle> {
     let timeout = rt.options.handshake_timeout;
+    // Before the configuration: with it the worker starts its MCP servers, and an HTTP one connects through the
+    // proxy at once.
+    if let Some(egress) = &started.egress {
+        egress.attach(Arc::new(super::egress_sink::SessionSink::new(
+            &rt, &session,
+        )));
+    }
     let configured = match config_for(&rt, &session, &started) {
         Ok(config) => tokio::time::timeout(timeout, configure(&mut started.conn, config))
             .await
@@ -227,11 +234,6 @@ pub(crate) async fn attach(
     if let Err(e) = configured {
         started.discard().await;
         return Err(e);
-    }
-    if let Some(egress) = &started.egress {
-        egress.attach(Arc::new(super::egress_sink::SessionSink::new(
-            &rt, &session,
-        )));
     }
     let host_workspace = PathBuf::from(session.record().cwd);
     tracing::info!(session = %session.id, bundle = %session.bundle.reference(), "worker started");

@@ -16,6 +16,11 @@ use crate::runtime::{RuntimeError, TurnOutcome};
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
     /// A bundle reference: `<name>`, `<name>@latest`, `<namespace>/<name>:<version>` or a directory on the server.
+    #[schema(
+        example = "hello",
+        min_length = 1,
+        pattern = r"^([.~].*|[^/]*/[^:]*|[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,63}:(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})|[a-z0-9][a-z0-9._-]{0,63}(@latest|@(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))?)$"
+    )]
     pub bundle_ref: String,
     /// Working directory of the session on the server (default: a fresh workspace under the session).
     #[serde(default)]
@@ -26,12 +31,10 @@ pub struct CreateSession {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
-    /// The Task: `prompt`, `submission_id` (a UUID), `completed` (false for a new turn).
-    #[schema(value_type = Object)]
+    /// The Task: `prompt`, and optionally `submission_id` (a UUID; a fresh one when absent) and `completed`.
     pub input: Task,
     /// Per-turn overrides: `cwd` (inside the workspace when sandboxed) and `model` (`{provider, name, config}`).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub turn_context: Option<TurnOverrides>,
 }
 
@@ -41,12 +44,10 @@ pub struct TurnResult {
     /// Turn id.
     pub turn_id: String,
     /// `completed`, `failed` or `interrupted`.
-    #[schema(value_type = String)]
     pub status: TurnStatus,
     /// Final assistant message (empty unless completed).
     pub final_message: String,
     /// Token usage: `input_tokens`, `output_tokens`.
-    #[schema(value_type = Object)]
     pub usage: Usage,
     /// The error that ended the turn, if it did not complete.
     pub error: Option<ErrorBody>,
@@ -59,7 +60,11 @@ impl From<TurnOutcome> for TurnResult {
             status: o.status,
             final_message: o.final_message,
             usage: o.usage,
-            error: o.error.map(|(code, message)| ErrorBody { code, message }),
+            error: o.error.map(|(code, message)| ErrorBody {
+                code,
+                message,
+                request_id: None,
+            }),
         }
     }
 }
@@ -95,7 +100,6 @@ pub struct CommandResult {
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest {
     /// `allow_once`, `allow_always` or `deny`.
-    #[schema(value_type = String)]
     pub decision: ApprovalDecision,
 }
 
@@ -105,7 +109,6 @@ pub struct DecisionResult {
     /// The request.
     pub request_id: String,
     /// The decision applied.
-    #[schema(value_type = String)]
     pub decision: ApprovalDecision,
 }
 
@@ -132,6 +135,10 @@ pub struct ErrorBody {
     pub code: String,
     /// What went wrong and what to do.
     pub message: String,
+    /// The request's id (also in the `x-request-id` header), under which the server logged it; set on error
+    /// responses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// `{"error": {...}}`.
@@ -156,6 +163,7 @@ impl ApiError {
             body: ErrorBody {
                 code: code.into(),
                 message: message.into(),
+                request_id: None,
             },
         }
     }
@@ -187,6 +195,8 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::NoTurnRunning(_) => (S::CONFLICT, "no_turn_running"),
             RuntimeError::JournalQuota { .. } => (S::CONFLICT, "journal_quota"),
             RuntimeError::InvalidRequest(_) => (S::UNPROCESSABLE_ENTITY, "invalid_request"),
+            RuntimeError::CwdNotFound(_) => (S::NOT_FOUND, "cwd_not_found"),
+            RuntimeError::CwdOutsideWorkspace(_) => (S::FORBIDDEN, "cwd_outside_workspace"),
             RuntimeError::ApprovalNotFound(_) => (S::NOT_FOUND, "approval_not_found"),
             RuntimeError::ApprovalNotPending(_) => (S::CONFLICT, "approval_not_pending"),
             RuntimeError::ApprovalSessionGone(_) => (S::NOT_FOUND, "session_not_found"),
@@ -216,26 +226,78 @@ impl From<BundleError> for ApiError {
     }
 }
 
+/// A request body type, and where in it JSON of any shape is allowed.
+pub trait Body: serde::de::DeserializeOwned {
+    /// Dotted paths under which any JSON goes (a model's settings). Elsewhere an array is refused: serde would
+    /// take one for a struct, field by field, which the documented contract does not allow.
+    const FREE_FORM: &'static [&'static str] = &[];
+}
+
+impl Body for CreateSession {}
+impl Body for CommandRequest {}
+impl Body for DecisionRequest {}
+impl Body for RunRequest {
+    const FREE_FORM: &'static [&'static str] = &["turn_context.model.config"];
+}
+
+/// The path of the first array in `value` outside `free` (paths relative to the body).
+fn stray_array(value: &serde_json::Value, path: &str, free: &[&str]) -> Option<String> {
+    if free.contains(&path) {
+        return None;
+    }
+    match value {
+        serde_json::Value::Array(_) => Some(if path.is_empty() {
+            "the body".into()
+        } else {
+            path.into()
+        }),
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let child = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            stray_array(v, &child, free)
+        }),
+        _ => None,
+    }
+}
+
 /// A JSON body whose rejections use the API's error shape: 400 malformed, 413 too large, 422 invalid.
 pub struct ApiJson<T>(pub T);
 
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<T> {
+impl<S: Send + Sync, T: Body> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+        let invalid = |message: String| {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+        };
+        match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(value)) => {
+                if let Some(path) = stray_array(&value, "", T::FREE_FORM) {
+                    return Err(invalid(format!(
+                        "{path} must be an object or a value, not an array"
+                    )));
+                }
+                serde_path_to_error::deserialize(value)
+                    .map(ApiJson)
+                    .map_err(|e| {
+                        let path = e.path().to_string();
+                        invalid(format!(
+                            "{}: {}",
+                            if path == "." { "the body" } else { &path },
+                            e.inner()
+                        ))
+                    })
+            }
             Err(rejection) => Err(match rejection {
                 JsonRejection::JsonSyntaxError(e) => ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "malformed_json",
                     format!("the body is not valid JSON: {}", e.body_text()),
                 ),
-                JsonRejection::JsonDataError(e) => ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_request",
-                    e.body_text(),
-                ),
+                JsonRejection::JsonDataError(e) => invalid(e.body_text()),
                 JsonRejection::MissingJsonContentType(_) => ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "malformed_json",
@@ -251,5 +313,27 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
                 other => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", other.body_text()),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_array_is_refused_where_the_contract_has_an_object() {
+        let free = RunRequest::FREE_FORM;
+        let body = serde_json::json!({"input": {"prompt": "x"}, "turn_context": [null, null]});
+        assert_eq!(
+            stray_array(&body, "", free).as_deref(),
+            Some("turn_context")
+        );
+        let settings = serde_json::json!({"input": {"prompt": "x"},
+            "turn_context": {"model": {"provider": "openai", "name": "m", "config": {"stop": ["a"]}}}});
+        assert_eq!(stray_array(&settings, "", free), None);
+        assert_eq!(
+            stray_array(&serde_json::json!([1]), "", &[]).as_deref(),
+            Some("the body")
+        );
     }
 }

@@ -29,7 +29,7 @@ pub async fn healthz() -> Json<Health> {
 }
 
 /// Installed bundles.
-#[utoipa::path(get, path = "/bundles", responses((status = 200, description = "Bundle metadata, as `inspect --json` prints it", body = [Object])))]
+#[utoipa::path(get, path = "/bundles", responses((status = 200, description = "Bundle metadata, as `inspect --json` prints it", body = [bundle::BundleInfo])))]
 pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bundle::BundleInfo>>> {
     let home = st.rt.home().clone();
     let loaded = tokio::task::spawn_blocking(move || bundle::store::list(&home))
@@ -51,8 +51,9 @@ pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bund
 }
 
 /// Metadata of one bundle; the reference is URL-encoded (`local%2Fhello:0.1.0`).
-#[utoipa::path(get, path = "/bundles/{reference}", params(("reference" = String, Path, description = "A bundle reference")),
-    responses((status = 200, body = Object), (status = 404, body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/bundles/{reference}", params(("reference" = String, Path, description = "A bundle reference, URL-encoded", example = "hello",
+        pattern = r"^([.~].*|[^/]*/[^:]*|[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,63}:(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})|[a-z0-9][a-z0-9._-]{0,63}(@latest|@(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))?)$")),
+    responses((status = 200, body = bundle::BundleInfo)))]
 pub async fn inspect_bundle(
     State(st): State<AppState>,
     Path(reference): Path<String>,
@@ -74,7 +75,7 @@ pub async fn inspect_bundle(
 
 /// Creates a session from a bundle reference.
 #[utoipa::path(post, path = "/sessions", request_body = CreateSession,
-    responses((status = 201, description = "The session record", body = Object), (status = 404, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope)))]
+    responses((status = 201, description = "The session record", body = crate::runtime::SessionRecord)))]
 pub async fn create_session(
     State(st): State<AppState>,
     ApiJson(req): ApiJson<CreateSession>,
@@ -103,7 +104,7 @@ pub async fn create_session(
 }
 
 /// Every session.
-#[utoipa::path(get, path = "/sessions", responses((status = 200, body = [Object])))]
+#[utoipa::path(get, path = "/sessions", responses((status = 200, body = [crate::runtime::SessionRecord])))]
 pub async fn list_sessions(
     State(st): State<AppState>,
 ) -> ApiResult<Json<Vec<crate::runtime::SessionRecord>>> {
@@ -111,7 +112,7 @@ pub async fn list_sessions(
 }
 
 /// One session's record.
-#[utoipa::path(get, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 200, body = crate::runtime::SessionRecord)))]
 pub async fn get_session(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -120,7 +121,7 @@ pub async fn get_session(
 }
 
 /// Every journaled event of a session, oldest first (the transcript; `/events` streams the same events live).
-#[utoipa::path(get, path = "/sessions/{id}/journal", params(("id" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/sessions/{id}/journal", params(("id" = String, Path)), responses((status = 200, body = [service_ipc::EventMsg])))]
 pub async fn session_journal(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -140,7 +141,7 @@ pub async fn session_journal(
 }
 
 /// Stops the session's worker, forgets its allow_always grants and deletes its files.
-#[utoipa::path(delete, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 204), (status = 404, body = ErrorEnvelope)))]
+#[utoipa::path(delete, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 204, description = "Deleted")))]
 pub async fn delete_session(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -151,7 +152,7 @@ pub async fn delete_session(
 
 /// Runs one turn and answers when it has ended.
 #[utoipa::path(post, path = "/sessions/{id}/run-sync", params(("id" = String, Path)), request_body = RunRequest,
-    responses((status = 200, body = TurnResult), (status = 409, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+    responses((status = 200, body = TurnResult)))]
 pub async fn run_sync(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -164,7 +165,7 @@ pub async fn run_sync(
 
 /// Starts one turn and answers at once; follow it on the event stream.
 #[utoipa::path(post, path = "/sessions/{id}/run", params(("id" = String, Path)), request_body = RunRequest,
-    responses((status = 202, body = Accepted), (status = 409, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+    responses((status = 202, body = Accepted)))]
 pub async fn run_async(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -197,7 +198,7 @@ fn checked_overrides(
 }
 
 /// Interrupts the running turn.
-#[utoipa::path(post, path = "/sessions/{id}/interrupt", params(("id" = String, Path)), responses((status = 202, body = Accepted), (status = 409, body = ErrorEnvelope)))]
+#[utoipa::path(post, path = "/sessions/{id}/interrupt", params(("id" = String, Path)), responses((status = 202, body = Accepted)))]
 pub async fn interrupt(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -214,7 +215,7 @@ pub async fn interrupt(
 
 /// Runs an operator command in the session sandbox (`exec_command_*` events only; not a turn).
 #[utoipa::path(post, path = "/sessions/{id}/commands", params(("id" = String, Path)), request_body = CommandRequest,
-    responses((status = 200, body = CommandResult), (status = 404, body = ErrorEnvelope), (status = 503, body = ErrorEnvelope)))]
+    responses((status = 200, body = CommandResult)))]
 pub async fn run_command(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -229,7 +230,7 @@ pub async fn run_command(
 
 /// Resolves a pending approval request.
 #[utoipa::path(post, path = "/approvals/{request_id}", params(("request_id" = String, Path)), request_body = DecisionRequest,
-    responses((status = 200, body = DecisionResult), (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
+    responses((status = 200, body = DecisionResult)))]
 pub async fn resolve_approval(
     State(st): State<AppState>,
     Path(request_id): Path<String>,
@@ -245,8 +246,12 @@ pub async fn resolve_approval(
 /// The session's events as server-sent events: each `EventMsg` as JSON in one `data:` frame, its sequence number as
 /// the SSE `id:`. With `Last-Event-ID` (or `?after=N`) the journal's later events come first, then live ones. The
 /// frames are made once per burst of events for every subscriber (see `runtime::sse_frames`).
-#[utoipa::path(get, path = "/sessions/{id}/events", params(("id" = String, Path), ("after" = Option<u64>, Query)),
-    responses((status = 200, description = "text/event-stream of EventMsg"), (status = 404, body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/sessions/{id}/events",
+    params(("id" = String, Path), ("after" = Option<u64>, Query, minimum = 0,
+            description = "Replay the journaled events after this sequence number first (0: the whole session)"),
+           ("Last-Event-ID" = Option<String>, Header, description = "As `after`; set by EventSource clients on reconnect")),
+    responses((status = 200, description = "A text/event-stream: each `data:` line is one EventMsg as JSON, its `id:` the \
+        event's sequence number; comments keep the stream alive", content_type = "text/event-stream", body = service_ipc::EventMsg)))]
 pub async fn events(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -307,9 +312,8 @@ pub async fn events(
 }
 
 /// The runtime's metrics in the Prometheus text format.
-#[utoipa::path(get, path = "/metrics", security(("bearer" = [])),
-    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain"),
-              (status = 401, body = ErrorEnvelope)))]
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
     (
         [(
@@ -322,6 +326,5 @@ pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
 
 /// The OpenAPI description of this API, generated from the handlers.
 pub async fn openapi() -> impl IntoResponse {
-    use utoipa::OpenApi;
-    Json(super::ApiDoc::openapi())
+    Json(super::contract::document())
 }

@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod api;
+pub mod contract;
 pub mod guard;
 pub mod handlers;
 pub mod listener;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::runtime::ServiceRuntime;
 use api::ApiError;
+use contract::Contract;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -39,6 +41,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
 /// The OpenAPI document, generated from the handler annotations.
 #[derive(utoipa::OpenApi)]
 #[openapi(
+    modifiers(&Contract),
     info(
         title = "service-rs",
         description = "Local agent runtime: sessions, turns, events and approvals."
@@ -72,6 +75,8 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         api::Health,
         api::ErrorBody,
         api::ErrorEnvelope,
+        service_ipc::EventMsg,
+        service_ipc::EventPayload,
     ))
 )]
 pub struct ApiDoc;
@@ -143,6 +148,13 @@ pub fn router(state: AppState) -> Router {
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "no such endpoint; see GET /openapi.json",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this path does not take that method; see GET /openapi.json",
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))

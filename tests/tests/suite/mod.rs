@@ -1,6 +1,7 @@
 mod approvals;
 mod bundles;
 mod commands;
+mod contract;
 mod egress;
 mod escape;
 mod faults;

@@ -14,14 +14,15 @@ const ASKING: &str = r#"{turns: [{replies: [
   {text: "done after {{last_tool_output}} with {{message_count}} messages"}
 ]}]}"#;
 
-struct Client {
+/// A client of one server, sending its token.
+pub(super) struct Client {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
 }
 
 impl Client {
-    fn of(server: &Server) -> Client {
+    pub(super) fn of(server: &Server) -> Client {
         Client {
             http: reqwest::Client::new(),
             base: server.base.clone(),
@@ -45,7 +46,12 @@ impl Client {
         req.send().await.unwrap()
     }
 
-    async fn json(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(super) async fn json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let resp = self.send(method, path, body).await;
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))

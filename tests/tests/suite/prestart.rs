@@ -95,10 +95,9 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
     wait_for_a_spare(&rt).await;
     let spare = "--label spare-";
     assert!(processes_with(spare) > 0, "no process of the spare");
-    let spare_cgroups: Vec<_> = entries(&run, "spare-")
-        .iter()
-        .flat_map(|name| cgroups_of(name))
-        .collect();
+    // This runtime's spares by name: other tests run servers with spares of their own at the same time.
+    let spares = entries(&run, "spare-");
+    let spare_cgroups: Vec<_> = spares.iter().flat_map(|name| cgroups_of(name)).collect();
     rt.shutdown("test over").await;
     let left: Vec<_> = spare_cgroups.iter().filter(|d| d.exists()).collect();
     assert!(
@@ -110,7 +109,10 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
         let left = (
             entries(&run, "spare-"),
             entries(&run.join("workspaces"), "spare-"),
-            processes_with(spare),
+            spares
+                .iter()
+                .map(|name| processes_with(name))
+                .sum::<usize>(),
         );
         if left == (vec![], vec![], 0) {
             break;
