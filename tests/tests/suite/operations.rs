@@ -177,6 +177,21 @@ async fn serve_logs_requests_workers_provider_calls_and_approvals_as_json_lines(
         .await;
     assert_eq!(status, 204);
 
+    // A 500 names the request id under which the log explains it; the body does not.
+    let damaged = "11111111-1111-4111-8111-111111111111";
+    let dir = env.home.path().join("sessions").join(damaged);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("session.json"), "{ not json").unwrap();
+    let (status, internal) = api
+        .json(reqwest::Method::GET, &format!("/sessions/{damaged}"), None)
+        .await;
+    assert_eq!(status, 500, "{internal}");
+    assert!(
+        !internal.to_string().contains("session.json"),
+        "no server path in the body: {internal}"
+    );
+    let internal_id = internal["error"]["request_id"].as_str().unwrap().to_string();
+
     let log = server.json_log();
     let serving = lines_with(&log, "service-rs serving");
     assert_eq!(serving.len(), 1, "{log:#?}");
@@ -221,6 +236,14 @@ async fn serve_logs_requests_workers_provider_calls_and_approvals_as_json_lines(
         assert_eq!(call["outcome"], "ok");
         assert!(call["latency_ms"].as_f64().unwrap() >= 0.0);
     }
+    let explained = log
+        .iter()
+        .find(|l| l["level"] == "ERROR" && l["span"]["request_id"] == internal_id.as_str())
+        .unwrap_or_else(|| panic!("no error line under {internal_id}: {log:#?}"));
+    assert!(
+        explained["message"].as_str().unwrap().contains("session.json"),
+        "{explained}"
+    );
     let asked = lines_with(&log, "approval asked");
     assert_eq!(asked[0]["request_id"], request_id.as_str());
     assert_eq!(asked[0]["tool"], "Bash");
