@@ -190,7 +190,10 @@ async fn serve_logs_requests_workers_provider_calls_and_approvals_as_json_lines(
         !internal.to_string().contains("session.json"),
         "no server path in the body: {internal}"
     );
-    let internal_id = internal["error"]["request_id"].as_str().unwrap().to_string();
+    let internal_id = internal["error"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     let log = server.json_log();
     let serving = lines_with(&log, "service-rs serving");
@@ -241,7 +244,10 @@ async fn serve_logs_requests_workers_provider_calls_and_approvals_as_json_lines(
         .find(|l| l["level"] == "ERROR" && l["span"]["request_id"] == internal_id.as_str())
         .unwrap_or_else(|| panic!("no error line under {internal_id}: {log:#?}"));
     assert!(
-        explained["message"].as_str().unwrap().contains("session.json"),
+        explained["message"]
+            .as_str()
+            .unwrap()
+            .contains("session.json"),
         "{explained}"
     );
     let asked = lines_with(&log, "approval asked");
