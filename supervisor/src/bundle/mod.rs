@@ -5,6 +5,7 @@
 //! - [`store`]: installs under `$SERVICE_HOME/bundles/installs` and lists them.
 //! - [`oci`]: writes and verifies OCI image layouts.
 //! - [`reference`]: parses references and resolves them, the one place that does.
+//! - [`oci_archive`]: a layout as one tar file (`export`, `import`).
 //! - [`template`]: the starter bundle of `init`.
 
 pub mod agent;
@@ -13,6 +14,7 @@ pub mod error;
 pub mod manifest;
 pub mod mcp;
 pub mod oci;
+pub mod oci_archive;
 pub(crate) mod parse;
 pub mod reference;
 pub mod skills;

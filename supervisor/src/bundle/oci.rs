@@ -35,7 +35,9 @@ struct Descriptor {
 #[serde(rename_all = "camelCase")]
 struct ImageIndex {
     schema_version: u32,
-    media_type: String,
+    // Optional in the image spec, and left out by skopeo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    media_type: Option<String>,
     manifests: Vec<Descriptor>,
 }
 
@@ -43,7 +45,9 @@ struct ImageIndex {
 #[serde(rename_all = "camelCase")]
 struct ImageManifest {
     schema_version: u32,
-    media_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    media_type: Option<String>,
+    #[serde(default)]
     artifact_type: String,
     config: Descriptor,
     layers: Vec<Descriptor>,
@@ -78,7 +82,7 @@ pub fn write_layout(project: &Path, out: &Path) -> Result<String> {
     let config_desc = descriptor(MT_CONFIG, &config);
     let image = serde_json::to_vec(&ImageManifest {
         schema_version: 2,
-        media_type: MT_MANIFEST.into(),
+        media_type: Some(MT_MANIFEST.into()),
         artifact_type: ARTIFACT_TYPE.into(),
         config: config_desc,
         layers: vec![layer_desc],
@@ -102,7 +106,7 @@ pub fn write_layout(project: &Path, out: &Path) -> Result<String> {
     let manifest_digest = image_desc.digest.clone();
     let index = serde_json::to_vec_pretty(&ImageIndex {
         schema_version: 2,
-        media_type: MT_INDEX.into(),
+        media_type: Some(MT_INDEX.into()),
         manifests: vec![image_desc],
     })
     .map_err(|e| BundleError::io("cannot encode index for", out, std::io::Error::other(e)))?;
@@ -159,7 +163,10 @@ pub fn load_layout(home: &ServiceHome, dir: &Path) -> Result<Bundle> {
         .ok_or_else(|| layout_err(dir, "index.json lists no image manifest".into()))?;
     let image: ImageManifest = serde_json::from_slice(&read_blob(dir, image_desc, MAX_JSON_BLOB)?)
         .map_err(|e| layout_err(dir, format!("malformed image manifest: {e}")))?;
-    if image.artifact_type != ARTIFACT_TYPE {
+    // An OCI 1.0 style artifact says what it is by its config's media type alone.
+    let ours = image.artifact_type == ARTIFACT_TYPE
+        || (image.artifact_type.is_empty() && image.config.media_type == MT_CONFIG);
+    if !ours {
         return Err(layout_err(
             dir,
             format!(

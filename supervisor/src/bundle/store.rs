@@ -95,6 +95,26 @@ pub(crate) fn swap_into_place(staging: &Path, target: &Path) -> Result<()> {
     std::fs::remove_dir_all(&old).map_err(|e| BundleError::io("cannot remove", &old, e))
 }
 
+/// Removes the installed `bundle` (its version directory, then its id directory when no version is left): moved
+/// aside with one rename, so a reader never sees half a bundle, then deleted.
+pub fn remove(home: &ServiceHome, bundle: &Bundle) -> Result<()> {
+    let Origin::Installed { namespace } = &bundle.origin else {
+        return Err(BundleError::NotABundle {
+            path: bundle.root.clone(),
+            message: "not an installed bundle: only what `build`, `pull` or `import` installed can be removed"
+                .into(),
+        });
+    };
+    let parent = home.installs().join(namespace).join(&bundle.manifest.id);
+    let target = parent.join(&bundle.manifest.version);
+    let trash = parent.join(format!(".removing-{}", uuid::Uuid::new_v4()));
+    std::fs::rename(&target, &trash).map_err(|e| BundleError::io("cannot remove", &target, e))?;
+    std::fs::remove_dir_all(&trash).map_err(|e| BundleError::io("cannot remove", &trash, e))?;
+    // An id with no version left goes too (remove_dir refuses a directory that is not empty).
+    let _ = std::fs::remove_dir(&parent);
+    Ok(())
+}
+
 /// Loads one installed bundle.
 pub fn load_installed(
     home: &ServiceHome,

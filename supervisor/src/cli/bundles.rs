@@ -52,6 +52,83 @@ pub fn inspect(home: &ServiceHome, reference: &str, json: bool) -> anyhow::Resul
     print_info(&bundle::resolve(home, reference)?.info(), json)
 }
 
+/// Arguments of `bundles`; without a subcommand it lists them.
+#[derive(Debug, clap::Args)]
+pub struct BundlesArgs {
+    #[command(subcommand)]
+    command: Option<BundlesCommand>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BundlesCommand {
+    /// List installed bundles.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an installed bundle.
+    Remove {
+        /// Bundle reference: <name>, <name>@<version>, <namespace>/<name>:<version>.
+        bundle_ref: String,
+        /// Stop the live sessions that use it instead of refusing.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+impl BundlesArgs {
+    /// `Some((reference, force))` for `remove`; None for a listing (with its --json).
+    pub(super) fn removal(&self) -> Result<(&str, bool), bool> {
+        match &self.command {
+            Some(BundlesCommand::Remove { bundle_ref, force }) => Ok((bundle_ref, *force)),
+            Some(BundlesCommand::List { json }) => Err(*json || self.json),
+            None => Err(self.json),
+        }
+    }
+}
+
+pub fn run(home: ServiceHome, args: BundlesArgs) -> anyhow::Result<ExitCode> {
+    match args.removal() {
+        Err(json) => list(&home, json),
+        Ok((reference, force)) => {
+            let rt = super::runtime(home, false, false, &[])?;
+            let removed = super::tokio()?.block_on(async {
+                let removed = rt.remove_bundle(reference, force).await;
+                rt.shutdown("the command ended").await;
+                removed
+            })?;
+            println!("removed {}", removed.reference);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+pub fn export(home: &ServiceHome, reference: &str, out: &Path) -> anyhow::Result<ExitCode> {
+    let bundle = bundle::resolve(home, reference)?;
+    let digest = bundle::oci_archive::export(&bundle, out)?;
+    println!(
+        "Wrote {} to {} (manifest {digest})",
+        bundle.reference(),
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn import(home: &ServiceHome, archive: &Path) -> anyhow::Result<ExitCode> {
+    let installed = bundle::oci_archive::import(home, archive)?;
+    println!(
+        "Installed {} at {} ({})",
+        installed.reference(),
+        installed.root.display(),
+        installed.digest
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn list(home: &ServiceHome, json: bool) -> anyhow::Result<ExitCode> {
     let mut infos = Vec::new();
     for loaded in store::list(home)? {

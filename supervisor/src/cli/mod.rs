@@ -65,10 +65,19 @@ enum Command {
         json: bool,
     },
     /// List installed bundles.
-    Bundles {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+    Bundles(bundles::BundlesArgs),
+    /// Write an installed bundle as an OCI image layout tar (skopeo reads it as oci-archive:).
+    Export {
+        /// Bundle reference.
+        bundle_ref: String,
+        /// The tar file to write.
+        #[arg(long, short)]
+        output: PathBuf,
+    },
+    /// Install the bundle in an OCI image layout tar (as `export` writes, or `skopeo copy ... oci-archive:`).
+    Import {
+        /// The tar file.
+        archive: PathBuf,
     },
     /// Run one prompt in a new session (or a continued one) and print the answer.
     Run(run::RunArgs),
@@ -148,7 +157,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => bundles::init(&dir, force, provider),
         Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
         Command::Inspect { bundle_ref, json } => bundles::inspect(&home()?, &bundle_ref, json),
-        Command::Bundles { json } => bundles::list(&home()?, json),
+        Command::Bundles(args) => bundles::run(home()?, args),
+        Command::Export { bundle_ref, output } => bundles::export(&home()?, &bundle_ref, &output),
+        Command::Import { archive } => bundles::import(&home()?, &archive),
         Command::Run(args) => run::run(home()?, args),
         Command::Serve(args) => serve::serve(home()?, args),
         Command::Sessions(args) => sessions::run(
@@ -179,7 +190,11 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
     let remote = remote::Remote::new(base);
     let rt = tokio()?;
     match command {
-        Command::Bundles { json } => rt.block_on(remote::bundles(&remote, json)),
+        Command::Bundles(args) => rt.block_on(remote::bundles(&remote, args)),
+        Command::Export { bundle_ref, output } => {
+            rt.block_on(remote::export(&remote, &bundle_ref, &output))
+        }
+        Command::Import { archive } => rt.block_on(remote::import(&remote, &archive)),
         Command::Sessions(args) => sessions::run(backend::Backend::Remote(remote), args),
         Command::Inspect { bundle_ref, json } => {
             rt.block_on(remote::inspect(&remote, &bundle_ref, json))

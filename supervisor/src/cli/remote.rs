@@ -47,23 +47,89 @@ impl Remote {
             .send()
             .await
             .with_context(|| format!("cannot reach the server at {}", self.base))?;
-        let status = resp.status();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok(body);
+        if !resp.status().is_success() {
+            return Err(anyhow!(error_of(resp).await));
         }
-        let message = body["error"]["message"]
-            .as_str()
-            .unwrap_or("the server gave no reason");
-        let code = body["error"]["code"].as_str().unwrap_or("unknown");
-        Err(anyhow!("{message} (HTTP {}, {code})", status.as_u16()))
+        Ok(resp.json().await.unwrap_or(Value::Null))
     }
 }
 
-pub async fn bundles(remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
-    let infos: Vec<BundleInfo> =
-        serde_json::from_value(remote.call(reqwest::Method::GET, "/bundles", None).await?)?;
-    super::bundles::print_list(&infos, json)
+/// The server's error, from its `{"error": {...}}` body, in one line.
+pub(super) async fn error_of(resp: reqwest::Response) -> String {
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap_or(Value::Null);
+    let message = body["error"]["message"]
+        .as_str()
+        .unwrap_or("the server gave no reason");
+    let code = body["error"]["code"].as_str().unwrap_or("unknown");
+    format!("{message} (HTTP {}, {code})", status.as_u16())
+}
+
+pub async fn bundles(
+    remote: &Remote,
+    args: super::bundles::BundlesArgs,
+) -> anyhow::Result<ExitCode> {
+    match args.removal() {
+        Err(json) => {
+            let infos: Vec<BundleInfo> =
+                serde_json::from_value(remote.call(reqwest::Method::GET, "/bundles", None).await?)?;
+            super::bundles::print_list(&infos, json)
+        }
+        Ok((reference, force)) => {
+            let path = format!("/bundles/{}?force={force}", encode(reference));
+            let removed: BundleInfo =
+                serde_json::from_value(remote.call(reqwest::Method::DELETE, &path, None).await?)?;
+            println!("removed {}", removed.reference);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Downloads a bundle of the server as an OCI layout tar into `out`.
+pub async fn export(
+    remote: &Remote,
+    reference: &str,
+    out: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
+    let path = format!("/bundles/{}/export", encode(reference));
+    let resp = remote
+        .request(reqwest::Method::GET, &path)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the server at {}", remote.base))?;
+    if !resp.status().is_success() {
+        return Err(anyhow!(error_of(resp).await));
+    }
+    let bytes = resp.bytes().await.context("the download broke off")?;
+    std::fs::write(out, &bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    println!(
+        "Wrote {reference} to {} ({} bytes)",
+        out.display(),
+        bytes.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Uploads an OCI layout tar for the server to install.
+pub async fn import(remote: &Remote, archive: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let bytes =
+        std::fs::read(archive).with_context(|| format!("cannot read {}", archive.display()))?;
+    let resp = remote
+        .request(reqwest::Method::POST, "/bundles/import")
+        .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+        .body(bytes)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the server at {}", remote.base))?;
+    if !resp.status().is_success() {
+        return Err(anyhow!(error_of(resp).await));
+    }
+    let installed: BundleInfo = resp.json().await?;
+    println!(
+        "Installed {} on the server ({})",
+        installed.reference, installed.digest
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn inspect(remote: &Remote, reference: &str, json: bool) -> anyhow::Result<ExitCode> {

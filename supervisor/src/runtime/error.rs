@@ -45,6 +45,14 @@ pub enum RuntimeError {
     /// The working directory asked for is outside what the sandbox shows (start_turn).
     #[error("{0}")]
     CwdOutsideWorkspace(String),
+    /// A live session uses the bundle (remove_bundle).
+    #[error("bundle {reference} is in use by live sessions {}; stop or delete them, or remove it with --force (which stops them)", sessions.join(", "))]
+    BundleInUse {
+        /// The bundle.
+        reference: String,
+        /// The live sessions.
+        sessions: Vec<String>,
+    },
     /// No approval request with this id was ever pending (resolve_approval).
     #[error("no approval request with id \"{0}\"")]
     ApprovalNotFound(String),

@@ -307,6 +307,47 @@ impl ServiceRuntime {
         m.clone()
     }
 
+    /// Removes an installed bundle. A live session of it (a worker running or a turn) makes this refuse, naming
+    /// the sessions, unless `force`, which stops them first; their records stay, and cannot run again until the
+    /// bundle is installed again. Returns what was removed.
+    pub async fn remove_bundle(
+        &self,
+        reference: &str,
+        force: bool,
+    ) -> Result<crate::bundle::BundleInfo> {
+        let bundle = crate::bundle::resolve(&self.inner.home, reference)?;
+        let users: Vec<Arc<Session>> = self
+            .sessions()
+            .values()
+            .filter(|s| s.bundle.root == bundle.root)
+            .cloned()
+            .collect();
+        let mut live = Vec::new();
+        for session in users {
+            let working = session
+                .worker
+                .lock()
+                .await
+                .as_ref()
+                .is_some_and(|w| w.is_alive());
+            if working || session.active_turn().is_some() {
+                live.push(session);
+            }
+        }
+        if !live.is_empty() && !force {
+            return Err(RuntimeError::BundleInUse {
+                reference: bundle.reference(),
+                sessions: live.iter().map(|s| s.id.clone()).collect(),
+            });
+        }
+        for session in &live {
+            self.stop_session(session, "its bundle was removed").await;
+        }
+        crate::bundle::store::remove(&self.inner.home, &bundle)?;
+        tracing::info!(bundle = %bundle.reference(), stopped = live.len(), "bundle removed");
+        Ok(bundle.info())
+    }
+
     /// Stops the workers of sessions that have been idle (no turn, no command, no event) for `idle` or longer, and
     /// the spare workers that waited that long; returns how many stopped. A reaped session keeps everything but its
     /// worker: its next turn or command starts one again, and the history is on disk.

@@ -14,7 +14,7 @@ use super::api::*;
 use super::AppState;
 use crate::bundle;
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(super) type ApiResult<T> = Result<T, ApiError>;
 
 /// Quiet time after which an event stream gets a keep-alive comment.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);

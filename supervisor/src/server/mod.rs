@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod api;
+pub mod bundle_routes;
 pub mod contract;
 pub mod guard;
 pub mod handlers;
@@ -50,6 +51,9 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::healthz,
         handlers::list_bundles,
         handlers::inspect_bundle,
+        bundle_routes::remove_bundle,
+        bundle_routes::export_bundle,
+        bundle_routes::import_bundle,
         handlers::create_session,
         handlers::list_sessions,
         handlers::get_session,
@@ -118,7 +122,20 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/bundles", get(handlers::list_bundles))
-        .route("/bundles/{reference}", get(handlers::inspect_bundle))
+        .route(
+            "/bundles/{reference}",
+            get(handlers::inspect_bundle).delete(bundle_routes::remove_bundle),
+        )
+        .route(
+            "/bundles/{reference}/export",
+            get(bundle_routes::export_bundle),
+        )
+        .route(
+            "/bundles/import",
+            post(bundle_routes::import_bundle).layer(DefaultBodyLimit::max(
+                crate::bundle::oci_archive::MAX_ARCHIVE_BYTES as usize,
+            )),
+        )
         .route(
             "/sessions",
             post(handlers::create_session).get(handlers::list_sessions),

@@ -2,6 +2,7 @@ mod approvals;
 mod bundles;
 mod commands;
 mod contract;
+mod distribution;
 mod egress;
 mod escape;
 mod faults;

@@ -1,0 +1,96 @@
+//! The bundle routes that change the store or move a bundle: remove, export as an OCI layout tar, import one.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Deserialize;
+
+use super::api::ApiError;
+use super::handlers::ApiResult;
+use super::AppState;
+use crate::bundle::{self, Origin};
+
+/// `DELETE /bundles/{reference}` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct RemoveQuery {
+    /// Stop the live sessions of the bundle instead of refusing.
+    #[serde(default)]
+    pub force: bool,
+}
+
+fn blocking_failed(what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        format!("{what} failed"),
+    )
+}
+
+/// Removes an installed bundle; 409 while a live session uses it, unless `force`.
+#[utoipa::path(delete, path = "/bundles/{reference}",
+    params(("reference" = String, Path, description = "An installed bundle's reference, URL-encoded", example = "hello"), RemoveQuery),
+    responses((status = 200, description = "What was removed", body = bundle::BundleInfo)))]
+pub async fn remove_bundle(
+    State(st): State<AppState>,
+    Path(reference): Path<String>,
+    Query(q): Query<RemoveQuery>,
+) -> ApiResult<Json<bundle::BundleInfo>> {
+    super::policy::bundle_ref(&st.policy, &reference)?;
+    Ok(Json(st.rt.remove_bundle(&reference, q.force).await?))
+}
+
+/// An installed bundle as an OCI image layout tar (`skopeo` reads it as `oci-archive:`).
+#[utoipa::path(get, path = "/bundles/{reference}/export",
+    params(("reference" = String, Path, description = "An installed bundle's reference, URL-encoded", example = "hello")),
+    responses((status = 200, description = "The OCI layout as a tar", content_type = "application/x-tar", body = Vec<u8>)))]
+pub async fn export_bundle(
+    State(st): State<AppState>,
+    Path(reference): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    super::policy::bundle_ref(&st.policy, &reference)?;
+    let home = st.rt.home().clone();
+    let (name, bytes) = tokio::task::spawn_blocking(move || {
+        let bundle = bundle::resolve(&home, &reference)?;
+        let (_, bytes) = bundle::oci_archive::export_bytes(&bundle)?;
+        Ok::<_, bundle::BundleError>((
+            format!("{}-{}.tar", bundle.manifest.id, bundle.manifest.version),
+            bytes,
+        ))
+    })
+    .await
+    .map_err(|_| blocking_failed("exporting the bundle"))??;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-tar".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        bytes,
+    ))
+}
+
+/// Installs the bundle in an uploaded OCI layout tar (`content-type: application/x-tar`); every blob is verified.
+#[utoipa::path(post, path = "/bundles/import",
+    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "An OCI layout tar, as `export` writes"),
+    responses((status = 201, description = "The installed bundle", body = bundle::BundleInfo)))]
+pub async fn import_bundle(
+    State(st): State<AppState>,
+    body: Bytes,
+) -> ApiResult<impl IntoResponse> {
+    let home = st.rt.home().clone();
+    let installed = tokio::task::spawn_blocking(move || {
+        bundle::oci_archive::import_from(
+            &home,
+            std::io::Cursor::new(body),
+            std::path::Path::new("the uploaded archive"),
+        )
+    })
+    .await
+    .map_err(|_| blocking_failed("importing the bundle"))??;
+    debug_assert!(matches!(installed.origin, Origin::Installed { .. }));
+    Ok((StatusCode::CREATED, Json(installed.info())))
+}
