@@ -4,6 +4,7 @@
 //! - [`hardening`]: what every `service-rs` process does first (not dumpable, no core dumps, no `LD_*`).
 //! - [`home`]: the local store root (`$SERVICE_HOME`) and its paths.
 //! - [`bundle`]: bundle files, validation, build, install, OCI layouts, references.
+//! - [`registry`]: push and pull bundles through OCI registries.
 //! - [`runtime`]: `ServiceRuntime`: sessions, workers, events, approvals, operator commands.
 //! - [`doctor`]: the checks of `service-rs doctor`.
 //! - [`egress`]: the proxy that is a sandbox's only way out, host by host.
@@ -28,6 +29,7 @@ pub mod mcp_server;
 pub mod metrics;
 pub mod model_config;
 pub mod providers;
+pub mod registry;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;

@@ -6,6 +6,7 @@ mod doctor;
 mod logging;
 mod mcp;
 mod progress;
+mod registry;
 mod remote;
 mod run;
 mod serve;
@@ -73,6 +74,22 @@ enum Command {
         /// The tar file to write.
         #[arg(long, short)]
         output: PathBuf,
+    },
+    /// Push an installed bundle to an OCI registry: <registry>/<repository>:<tag>.
+    Push {
+        /// Bundle reference.
+        bundle_ref: String,
+        /// Where to: <registry>/<repository>:<tag>, e.g. 127.0.0.1:5000/team/hello:0.1.0.
+        target: String,
+        #[command(flatten)]
+        access: registry::AccessArgs,
+    },
+    /// Pull a bundle from an OCI registry and install it: <registry>/<repository>:<tag> or @sha256:<digest>.
+    Pull {
+        /// <registry>/<repository>:<tag> or <registry>/<repository>@sha256:<digest>.
+        source: String,
+        #[command(flatten)]
+        access: registry::AccessArgs,
     },
     /// Install the bundle in an OCI image layout tar (as `export` writes, or `skopeo copy ... oci-archive:`).
     Import {
@@ -160,6 +177,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bundles(args) => bundles::run(home()?, args),
         Command::Export { bundle_ref, output } => bundles::export(&home()?, &bundle_ref, &output),
         Command::Import { archive } => bundles::import(&home()?, &archive),
+        Command::Push {
+            bundle_ref,
+            target,
+            access,
+        } => registry::push(&home()?, &bundle_ref, &target, &access),
+        Command::Pull { source, access } => registry::pull(&home()?, &source, &access),
         Command::Run(args) => run::run(home()?, args),
         Command::Serve(args) => serve::serve(home()?, args),
         Command::Sessions(args) => sessions::run(
@@ -195,6 +218,8 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
             rt.block_on(remote::export(&remote, &bundle_ref, &output))
         }
         Command::Import { archive } => rt.block_on(remote::import(&remote, &archive)),
+        Command::Push { .. } => Err(local_only("push")),
+        Command::Pull { .. } => Err(local_only("pull")),
         Command::Sessions(args) => sessions::run(backend::Backend::Remote(remote), args),
         Command::Inspect { bundle_ref, json } => {
             rt.block_on(remote::inspect(&remote, &bundle_ref, json))

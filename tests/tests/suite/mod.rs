@@ -15,6 +15,7 @@ mod prestart;
 mod provider_compat;
 mod provider_server;
 mod providers;
+mod registry;
 mod run_cli;
 mod sandbox;
 mod sessions_cli;

@@ -1,0 +1,325 @@
+//! Push and pull through a real OCI registry: Debian's `docker-registry` (Docker Distribution) on a loopback port,
+//! without auth and with htpasswd auth, and skopeo copying both ways.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::support::Env;
+
+/// A Docker Distribution registry on a free loopback port, storing under a temporary directory; killed on drop.
+struct Registry {
+    child: Child,
+    host: String,
+    storage: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    /// Starts the registry; `users` are (name, password) pairs for htpasswd auth (none: anonymous).
+    fn start(users: &[(&str, &str)]) -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let storage = dir.path().join("data");
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            storage.display()
+        );
+        if !users.is_empty() {
+            let htpasswd: String = users
+                .iter()
+                .map(|(u, p)| format!("{u}:{}\n", bcrypt::hash(p, 5).unwrap()))
+                .collect();
+            std::fs::write(dir.path().join("htpasswd"), htpasswd).unwrap();
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                dir.path().join("htpasswd").display()
+            ));
+        }
+        std::fs::write(dir.path().join("config.yml"), config).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry runs (.ci/deps installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the registry did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Registry {
+            child,
+            host: format!("127.0.0.1:{port}"),
+            storage,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, repo: &str) -> String {
+        format!("{}/{repo}", self.host)
+    }
+
+    /// The file holding blob `digest` in the registry's storage.
+    fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.storage
+            .join("docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hello() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/hello")
+        .display()
+        .to_string()
+}
+
+fn inspect(env: &Env, reference: &str) -> serde_json::Value {
+    env.run(&["inspect", reference, "--json"]).json()
+}
+
+/// The manifest digest in a push's or build's output line.
+fn manifest_digest(out: &str) -> String {
+    let at = out.find("manifest sha256:").expect("a manifest digest") + "manifest ".len();
+    out[at..at + 71].to_string()
+}
+
+#[test]
+fn push_then_pull_keeps_the_local_digests_a_second_push_uploads_nothing_and_a_pull_by_digest_works()
+{
+    let registry = Registry::start(&[]);
+    let local = Env::new();
+    local.run(&["build", &hello()]).ok();
+    let layout = local.path("layout");
+    let built = local.run(&["build", &hello(), "--output", layout.to_str().unwrap()]);
+    let built_manifest = manifest_digest(built.ok());
+    let target = registry.url("team/hello:0.1.0");
+
+    let first = local.run(&["push", "hello", &target]);
+    assert!(
+        first.ok().contains("2 blobs uploaded, 0 already there"),
+        "{}",
+        first.stdout
+    );
+    assert_eq!(
+        manifest_digest(&first.stdout),
+        built_manifest,
+        "the pushed manifest is the local build's"
+    );
+    let second = local.run(&["push", "hello", &target]);
+    assert!(
+        second.ok().contains("0 blobs uploaded, 2 already there"),
+        "{}",
+        second.stdout
+    );
+
+    let other = Env::new();
+    let pulled = other.run(&["pull", &target]);
+    assert!(
+        pulled.ok().contains("Installed local/hello:0.1.0"),
+        "{}",
+        pulled.stderr
+    );
+    assert_eq!(
+        inspect(&other, "hello")["digest"],
+        inspect(&local, "hello")["digest"]
+    );
+    assert!(other
+        .run(&["run", "hello", "--prompt", "hi"])
+        .ok()
+        .contains("You asked: \"hi\""));
+
+    let by_digest = Env::new();
+    let source = format!("{}@{built_manifest}", registry.url("team/hello"));
+    by_digest.run(&["pull", &source]).ok();
+    assert_eq!(
+        inspect(&by_digest, "hello")["digest"],
+        inspect(&local, "hello")["digest"]
+    );
+
+    let missing = other.run(&["pull", &registry.url("team/hello:9.9.9")]);
+    assert!(
+        missing
+            .failed()
+            .contains("team/hello:9.9.9 does not exist in the registry"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
+fn a_blob_tampered_in_the_registry_is_refused_and_nothing_is_installed() {
+    let registry = Registry::start(&[]);
+    let local = Env::new();
+    local.run(&["build", &hello()]).ok();
+    let target = registry.url("team/hello:0.1.0");
+    local.run(&["push", "hello", &target]).ok();
+    let layer = inspect(&local, "hello")["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = registry.blob_file(&layer);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() - 700;
+    bytes[at] ^= 0x01;
+    std::fs::write(&file, bytes).unwrap();
+
+    let other = Env::new();
+    let refused = other.run(&["pull", &target]);
+    assert!(
+        refused.failed().contains(&layer),
+        "the error names the digest: {}",
+        refused.stderr
+    );
+    assert!(other
+        .run(&["bundles", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn skopeo_copies_our_artifact_into_the_registry_and_out_of_it() {
+    let registry = Registry::start(&[]);
+    let local = Env::new();
+    local.run(&["build", &hello()]).ok();
+    let tar = local.path("hello.tar");
+    local
+        .run(&["export", "hello", "-o", tar.to_str().unwrap()])
+        .ok();
+    let copied = registry.url("copied/hello:1");
+    let skopeo = |args: &[String]| {
+        let out = Command::new("skopeo")
+            .args(args)
+            .output()
+            .expect("skopeo runs");
+        assert!(
+            out.status.success(),
+            "skopeo {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    skopeo(&[
+        "copy".into(),
+        "--dest-tls-verify=false".into(),
+        format!("oci-archive:{}", tar.display()),
+        format!("docker://{copied}"),
+    ]);
+    let other = Env::new();
+    other.run(&["pull", &copied]).ok();
+    assert_eq!(
+        inspect(&other, "hello")["digest"],
+        inspect(&local, "hello")["digest"]
+    );
+
+    // What we push, skopeo reads and copies to a layout of its own, which we load.
+    let ours = registry.url("team/hello:0.1.0");
+    local.run(&["push", "hello", &ours]).ok();
+    let raw: serde_json::Value = serde_json::from_slice(&skopeo(&[
+        "inspect".into(),
+        "--raw".into(),
+        "--tls-verify=false".into(),
+        format!("docker://{ours}"),
+    ]))
+    .unwrap();
+    assert_eq!(raw["artifactType"], "application/vnd.service.bundle.v1");
+    let layout = local.path("from-registry");
+    skopeo(&[
+        "copy".into(),
+        "--src-tls-verify=false".into(),
+        format!("docker://{ours}"),
+        format!("oci:{}:latest", layout.display()),
+    ]);
+    assert_eq!(
+        inspect(&local, layout.to_str().unwrap())["digest"],
+        inspect(&local, "hello")["digest"]
+    );
+}
+
+#[test]
+fn credentials_come_from_the_flags_or_the_docker_config_and_wrong_ones_are_refused_clearly() {
+    let registry = Registry::start(&[("ci", "s3cret-pass")]);
+    let local = Env::new();
+    local.run(&["build", &hello()]).ok();
+    let target = registry.url("team/hello:0.1.0");
+    let with_password = |password: &str| {
+        let mut cmd = local.command(&[
+            "push",
+            "hello",
+            &target,
+            "--username",
+            "ci",
+            "--password-stdin",
+        ]);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        std::io::Write::write_all(
+            &mut child.stdin.take().unwrap(),
+            format!("{password}\n").as_bytes(),
+        )
+        .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let wrong = with_password("not-it");
+    assert_eq!(wrong.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        err.contains(&format!("{} refused the credentials", registry.host)),
+        "{err}"
+    );
+    assert!(!err.contains("not-it"), "the password is not echoed: {err}");
+    let anonymous = local.run(&["push", "hello", &target]);
+    assert!(
+        anonymous.failed().contains("refused the credentials"),
+        "{}",
+        anonymous.stderr
+    );
+    let right = with_password("s3cret-pass");
+    assert!(
+        right.status.success(),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+
+    // The auths of a Docker config, as `docker login` leaves them.
+    use base64::Engine as _;
+    let docker = local.path("docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    let auth = base64::engine::general_purpose::STANDARD.encode("ci:s3cret-pass");
+    std::fs::write(
+        docker.join("config.json"),
+        serde_json::json!({"auths": {registry.host.clone(): {"auth": auth}}}).to_string(),
+    )
+    .unwrap();
+    let other = Env::new();
+    let pulled = other
+        .command(&["pull", &target])
+        .env("DOCKER_CONFIG", &docker)
+        .output()
+        .unwrap();
+    assert!(
+        pulled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pulled.stderr)
+    );
+}
