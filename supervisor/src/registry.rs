@@ -16,6 +16,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use serde_json::Value;
 
+use crate::bundle::reference::{is_registry_reference, record_pull};
 use crate::bundle::{archive, oci, store, Bundle, BundleError};
 use crate::home::ServiceHome;
 
@@ -97,18 +98,6 @@ pub struct Pushed {
     pub uploaded: usize,
     /// Blobs the registry already had.
     pub present: usize,
-}
-
-/// True when `reference` names a registry rather than a store name or a directory: its first segment is a host
-/// (has a `.` or a `:` port, or is `localhost`).
-pub fn is_registry_reference(reference: &str) -> bool {
-    let Some((first, rest)) = reference.split_once('/') else {
-        return false;
-    };
-    !rest.is_empty()
-        && !first.starts_with('.')
-        && !first.starts_with('~')
-        && (first.contains('.') || first.contains(':') || first == "localhost")
 }
 
 fn parse(reference: &str) -> Result<Reference> {
@@ -381,7 +370,9 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
         },
         other => other.into(),
     })?;
-    Ok(store::install(home, &loaded.root)?)
+    let installed = store::install(home, &loaded.root)?;
+    record_pull(home, source, &installed.reference())?;
+    Ok(installed)
 }
 
 fn is_sha256(digest: &str) -> bool {

@@ -37,6 +37,9 @@ pub enum BundleError {
     /// A bundle reference matches nothing installed (returned by `resolve`).
     #[error("{0}")]
     NotFound(String),
+    /// A registry reference that has not been pulled into the store yet.
+    #[error("{0} is not in the store yet: pull it with `service-rs pull {0}`")]
+    NotPulled(String),
     /// A bundle reference is malformed (returned by `BundleRef::parse`).
     #[error("invalid bundle reference \"{reference}\": {message}")]
     BadReference {

@@ -1,8 +1,11 @@
 //! Bundle references and their resolution; every front end resolves references through [`resolve`].
 //!
 //! Forms: `<name>` and `<name>@latest` (highest installed local version), `<name>@<version>`,
-//! `<namespace>/<name>:<version>`, and a directory path (anything else containing `/`, or starting with `.` or
-//! `~`): an OCI layout written by `build --output`, or a bundle project used in place.
+//! `<namespace>/<name>:<version>`, a registry reference (`<host>/<repository>:<tag>` or `@sha256:<digest>`, whose
+//! first part is a host: it has a `.` or a `:port`, or is `localhost`), and a directory path (anything else
+//! containing `/`, or starting with `.` or `~`): an OCI layout written by `build --output`, or a bundle project used
+//! in place. A registry reference resolves to what the last pull of it installed; [`BundleError::NotPulled`] says
+//! it must be pulled first (front ends pull on first use).
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +29,47 @@ pub enum BundleRef {
     },
     /// A directory: an OCI layout or a bundle project.
     Path(PathBuf),
+    /// A bundle in an OCI registry.
+    Registry(String),
+}
+
+/// True when `reference` names a registry: its first segment is a host (a `.` or a `:port` in it, or
+/// `localhost`), as in `ghcr.io/org/hello:1.0.0` or `127.0.0.1:5000/team/hello:0.1.0`.
+pub fn is_registry_reference(reference: &str) -> bool {
+    let Some((first, rest)) = reference.split_once('/') else {
+        return false;
+    };
+    !rest.is_empty()
+        && !first.starts_with('.')
+        && !first.starts_with('~')
+        && (first.contains('.') || first.contains(':') || first == "localhost")
+}
+
+/// Where the store remembers what each registry reference installed.
+fn pulled_file(home: &ServiceHome) -> PathBuf {
+    home.root().join("bundles").join("pulled.json")
+}
+
+/// Remembers that pulling `reference` installed the bundle at `installed` (`<namespace>/<id>:<version>`).
+pub fn record_pull(home: &ServiceHome, reference: &str, installed: &str) -> Result<()> {
+    let path = pulled_file(home);
+    let mut map: std::collections::BTreeMap<String, String> = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    map.insert(reference.to_string(), installed.to_string());
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| BundleError::io("cannot create", dir, e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| BundleError::io("cannot write in", dir, e))?;
+    std::io::Write::write_all(
+        &mut tmp,
+        &serde_json::to_vec_pretty(&map).unwrap_or_default(),
+    )
+    .map_err(|e| BundleError::io("cannot write", &path, e))?;
+    tmp.persist(&path)
+        .map_err(|e| BundleError::io("cannot write", &path, e.error))?;
+    Ok(())
 }
 
 impl BundleRef {
@@ -37,6 +81,9 @@ impl BundleRef {
         };
         if reference.is_empty() {
             return Err(bad("it is empty".into()));
+        }
+        if is_registry_reference(reference) && !Path::new(reference).exists() {
+            return Ok(BundleRef::Registry(reference.to_string()));
         }
         if let Some((namespace, rest)) = reference.split_once('/') {
             if let Some((name, version)) = rest.split_once(':') {
@@ -88,6 +135,19 @@ fn expand_home(reference: &str) -> PathBuf {
 /// Resolves `reference` to a loaded, validated bundle.
 pub fn resolve(home: &ServiceHome, reference: &str) -> Result<Bundle> {
     match BundleRef::parse(reference)? {
+        BundleRef::Registry(source) => {
+            let pulled: std::collections::BTreeMap<String, String> =
+                std::fs::read(pulled_file(home))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or_default();
+            match pulled.get(&source) {
+                Some(installed) => {
+                    resolve(home, installed).map_err(|_| BundleError::NotPulled(source))
+                }
+                None => Err(BundleError::NotPulled(source)),
+            }
+        }
         BundleRef::Path(dir) => {
             // Absolute, so a session can re-resolve it after a restart from another directory.
             let dir = std::fs::canonicalize(&dir).unwrap_or(dir);

@@ -69,3 +69,17 @@ pub fn pull(home: &ServiceHome, source: &str, args: &AccessArgs) -> anyhow::Resu
     );
     Ok(ExitCode::SUCCESS)
 }
+
+/// For a registry reference that has not been pulled yet, pulls it (anonymously, or with the credentials of the
+/// environment and the Docker config) and says so on stderr; anything else is left to the resolver.
+pub async fn pull_on_first_use(home: &ServiceHome, reference: &str) -> anyhow::Result<()> {
+    if !bundle::reference::is_registry_reference(reference) {
+        return Ok(());
+    }
+    if let Err(bundle::BundleError::NotPulled(_)) = bundle::resolve(home, reference) {
+        eprintln!("pulling {reference} (first use)");
+        let installed = registry::pull(home, reference, &Access::default()).await?;
+        eprintln!("installed {} ({})", installed.reference(), installed.digest);
+    }
+    Ok(())
+}

@@ -232,6 +232,9 @@ async fn pick_session(backend: &Backend, args: &RunArgs) -> anyhow::Result<(Sess
     let bundle_ref = args.bundle_ref.as_deref().ok_or_else(|| {
         anyhow::anyhow!("name a bundle (service-rs run <bundle>), or continue a session with --session ID or --continue")
     })?;
+    if let Backend::Local(rt) = backend {
+        super::registry::pull_on_first_use(rt.home(), bundle_ref).await?;
+    }
     Ok((
         backend
             .create_session(bundle_ref, args.cwd.as_deref())

@@ -117,6 +117,9 @@ impl Ui {
     }
 
     async fn new_session(&mut self, bundle_ref: &str) -> anyhow::Result<()> {
+        if let Backend::Local(rt) = &self.backend {
+            super::registry::pull_on_first_use(rt.home(), bundle_ref).await?;
+        }
         let record = self.backend.create_session(bundle_ref, None).await?;
         self.attach(&record.id).await?;
         self.app.info(format!(

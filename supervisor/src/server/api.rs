@@ -185,6 +185,7 @@ impl From<RuntimeError> for ApiError {
         }
         let (status, code) = match &e {
             RuntimeError::Bundle(BundleError::NotFound(_)) => (S::NOT_FOUND, "bundle_not_found"),
+            RuntimeError::Bundle(BundleError::NotPulled(_)) => (S::NOT_FOUND, "bundle_not_pulled"),
             RuntimeError::Bundle(BundleError::BadReference { .. }) => {
                 (S::UNPROCESSABLE_ENTITY, "invalid_bundle_ref")
             }

@@ -323,3 +323,35 @@ fn credentials_come_from_the_flags_or_the_docker_config_and_wrong_ones_are_refus
         String::from_utf8_lossy(&pulled.stderr)
     );
 }
+
+#[test]
+fn run_with_a_registry_reference_pulls_on_first_use_and_says_so() {
+    let registry = Registry::start(&[]);
+    let local = Env::new();
+    local.run(&["build", &hello()]).ok();
+    let target = registry.url("team/hello:0.1.0");
+    local.run(&["push", "hello", &target]).ok();
+
+    let other = Env::new();
+    let never = other.run(&["inspect", &target]);
+    assert!(
+        never
+            .failed()
+            .contains(&format!("service-rs pull {target}")),
+        "{}",
+        never.stderr
+    );
+    let first = other.run(&["run", &target, "--prompt", "hi"]);
+    assert!(first.ok().contains("You asked: \"hi\""));
+    assert!(
+        first
+            .stderr
+            .contains(&format!("pulling {target} (first use)")),
+        "{}",
+        first.stderr
+    );
+    let again = other.run(&["run", &target, "--prompt", "again"]);
+    assert!(again.ok().contains("You asked: \"again\""));
+    assert!(!again.stderr.contains("pulling"), "{}", again.stderr);
+    assert_eq!(inspect(&other, &target)["reference"], "local/hello:0.1.0");
+}
