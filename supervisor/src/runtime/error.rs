@@ -53,6 +53,9 @@ pub enum RuntimeError {
         /// The live sessions.
         sessions: Vec<String>,
     },
+    /// The session's bundle was removed from the store (start_turn, run_session_command).
+    #[error("this session's bundle {0} was removed from the store; install it again (build, pull or import) to go on")]
+    BundleRemoved(String),
     /// No approval request with this id was ever pending (resolve_approval).
     #[error("no approval request with id \"{0}\"")]
     ApprovalNotFound(String),

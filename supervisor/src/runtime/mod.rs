@@ -308,6 +308,9 @@ impl ServiceRuntime {
         if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
             return Ok(w.clone());
         }
+        if !session.bundle.root.is_dir() {
+            return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
+        }
         let prestarted = self
             .inner
             .options

@@ -198,6 +198,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::InvalidRequest(_) => (S::UNPROCESSABLE_ENTITY, "invalid_request"),
             RuntimeError::CwdNotFound(_) => (S::NOT_FOUND, "cwd_not_found"),
             RuntimeError::BundleInUse { .. } => (S::CONFLICT, "bundle_in_use"),
+            RuntimeError::BundleRemoved(_) => (S::CONFLICT, "bundle_removed"),
             RuntimeError::CwdOutsideWorkspace(_) => (S::FORBIDDEN, "cwd_outside_workspace"),
             RuntimeError::ApprovalNotFound(_) => (S::NOT_FOUND, "approval_not_found"),
             RuntimeError::ApprovalNotPending(_) => (S::CONFLICT, "approval_not_pending"),

@@ -250,8 +250,10 @@ fn schemathesis_finds_no_failure_in_generated_requests() {
             "all",
         ])
         .args(["--request-timeout", "30"])
-        // An event stream never ends, which a request/response checker cannot read; the test above covers it.
+        // An event stream never ends, which a request/response checker cannot read; the test above covers it. A
+        // tar upload is not something it can generate; distribution.rs sends real and hostile ones.
         .args(["--exclude-path", "/sessions/{id}/events"])
+        .args(["--exclude-path", "/bundles/import"])
         .env("SCHEMATHESIS_HOOKS", "")
         .current_dir(env.work.path())
         .output()
