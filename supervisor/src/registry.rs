@@ -312,12 +312,11 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
     let tmp = tempfile::tempdir()
         .map_err(|e| BundleError::io("cannot create a temporary directory in", home.root(), e))?;
     let layout = tmp.path().join("layout");
-    let blobs = layout.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs).map_err(|e| BundleError::io("cannot create", &blobs, e))?;
+    let mut pulled = Vec::new();
     for d in descriptors {
         let digest = d["digest"]
             .as_str()
-            .filter(|d| is_sha256(d))
+            .filter(|d| oci::is_digest(d))
             .ok_or_else(|| RegistryError::NotABundle {
                 reference: source.into(),
                 message: "a descriptor has no sha256 digest".into(),
@@ -348,21 +347,11 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
                 digest: digest.into(),
             });
         }
-        write(&blobs.join(digest.trim_start_matches("sha256:")), &bytes)?;
+        pulled.push(bytes);
     }
-    write(
-        &blobs.join(manifest_digest.trim_start_matches("sha256:")),
-        &manifest,
-    )?;
-    write(
-        &layout.join("oci-layout"),
-        br#"{"imageLayoutVersion":"1.0.0"}"#,
-    )?;
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "manifests": [{"mediaType": MT_MANIFEST, "digest": manifest_digest, "size": manifest.len()}],
-    });
-    write(&layout.join("index.json"), index.to_string().as_bytes())?;
+    pulled.push(manifest.to_vec());
+    let blobs: Vec<&[u8]> = pulled.iter().map(Vec::as_slice).collect();
+    oci::write_files(&layout, &oci::index_of(&manifest), &blobs)?;
     let loaded = oci::load_layout(home, &layout).map_err(|e| match e {
         BundleError::Layout { message, .. } => RegistryError::NotABundle {
             reference: source.into(),
@@ -373,16 +362,6 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
     let installed = store::install(home, &loaded.root)?;
     record_pull(home, source, &installed.reference())?;
     Ok(installed)
-}
-
-fn is_sha256(digest: &str) -> bool {
-    digest
-        .strip_prefix("sha256:")
-        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| BundleError::io("cannot write", path, e).into())
 }
 
 #[cfg(test)]

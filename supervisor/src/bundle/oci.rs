@@ -122,16 +122,7 @@ pub fn write_layout(project: &Path, out: &Path) -> Result<String> {
         .unwrap_or_default();
     let staging = parent.join(format!(".{name}.staging-{}", uuid::Uuid::new_v4()));
     let written = (|| {
-        let blobs = staging.join("blobs").join("sha256");
-        std::fs::create_dir_all(&blobs).map_err(|e| BundleError::io("cannot create", &blobs, e))?;
-        for blob in [&layer, &config, &image] {
-            write_file(&blobs.join(hex_of(&archive::sha256_digest(blob))), blob)?;
-        }
-        write_file(
-            &staging.join("oci-layout"),
-            br#"{"imageLayoutVersion":"1.0.0"}"#,
-        )?;
-        write_file(&staging.join("index.json"), &index)?;
+        write_files(&staging, &index, &[&layer, &config, &image])?;
         if out.exists() && is_empty_dir(out)? {
             std::fs::remove_dir(out).map_err(|e| BundleError::io("cannot replace", out, e))?;
         }
@@ -237,14 +228,43 @@ fn hex_of(digest: &str) -> String {
     digest.trim_start_matches("sha256:").to_string()
 }
 
-/// The blob path of `digest`, refusing anything but `sha256:` and 64 lowercase hex digits.
-fn blob_path(dir: &Path, digest: &str) -> Result<PathBuf> {
+/// Writes a layout into `dir`: `oci-layout`, `index.json` and each blob under its digest.
+pub(crate) fn write_files(dir: &Path, index: &[u8], blobs: &[&[u8]]) -> Result<()> {
+    let path = dir.join("blobs").join("sha256");
+    std::fs::create_dir_all(&path).map_err(|e| BundleError::io("cannot create", &path, e))?;
+    for blob in blobs {
+        write_file(&path.join(hex_of(&archive::sha256_digest(blob))), blob)?;
+    }
+    write_file(
+        &dir.join("oci-layout"),
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+    )?;
+    write_file(&dir.join("index.json"), index)
+}
+
+/// The `index.json` of a layout that holds the one image `manifest`.
+pub(crate) fn index_of(manifest: &[u8]) -> Vec<u8> {
+    serde_json::to_vec_pretty(&ImageIndex {
+        schema_version: 2,
+        media_type: Some(MT_INDEX.into()),
+        manifests: vec![descriptor(MT_MANIFEST, manifest)],
+    })
+    .unwrap_or_default()
+}
+
+/// True for `sha256:` and 64 lowercase hex digits, the only digests a blob path is made from.
+pub(crate) fn is_digest(digest: &str) -> bool {
     let hex = digest.strip_prefix("sha256:").unwrap_or("");
-    if hex.len() != 64
-        || !hex
+    hex.len() == 64
+        && hex
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+}
+
+/// The blob path of `digest`, refusing anything but `sha256:` and 64 lowercase hex digits.
+fn blob_path(dir: &Path, digest: &str) -> Result<PathBuf> {
+    let hex = hex_of(digest);
+    if !is_digest(digest) {
         return Err(BundleError::Layout {
             path: dir.to_path_buf(),
             message: format!(
