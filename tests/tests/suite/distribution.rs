@@ -307,3 +307,87 @@ async fn over_http_remove_refuses_a_bundle_in_use_unless_forced_and_remote_expor
     let (_, bundles) = api.json(reqwest::Method::GET, "/bundles", None).await;
     assert_eq!(bundles[0]["reference"], "local/hello:0.1.0");
 }
+
+/// A tar whose one file entry carries `name` as written, unchecked (`..` included).
+fn raw_tar(name: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut header = tar::Header::new_gnu();
+    header.as_gnu_mut().unwrap().name[..name.len()].copy_from_slice(name.as_bytes());
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_cksum();
+    let mut out = header.as_bytes().to_vec();
+    out.extend_from_slice(bytes);
+    out.resize(out.len().div_ceil(512) * 512 + 1024, 0);
+    out
+}
+
+#[tokio::test]
+async fn a_hostile_client_cannot_plant_files_through_an_upload_or_upload_from_a_foreign_page() {
+    let env = Env::new();
+    env.run(&["build", &hello()]).ok();
+    let server = Server::start(env.home.path(), &[], &[]);
+    let api = Client::of(&server);
+    let token = server.token.clone().unwrap();
+    let http = reqwest::Client::new();
+    let upload = |body: Vec<u8>, content_type: &'static str, origin: Option<&'static str>| {
+        let mut req = http
+            .post(server.url("/bundles/import"))
+            .bearer_auth(&token)
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        req.send()
+    };
+    let marker = format!("planted-{}", std::process::id());
+    for name in [format!("../../{marker}"), format!("../{marker}")] {
+        let resp = upload(raw_tar(&name, b"owned"), "application/x-tar", None)
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 422, "{name}");
+        let body: Value = resp.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("leaves the archive"),
+            "{body}"
+        );
+    }
+    let linked = tar_of(&[("oci-layout", Some(b"{}".as_slice())), ("index.json", None)]);
+    let resp = upload(linked, "application/x-tar", None).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 422);
+    let planted = walkdir::WalkDir::new(std::env::temp_dir())
+        .max_depth(4)
+        .into_iter()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy() == marker);
+    assert!(!planted, "a file named {marker} was written");
+
+    // A page on another site cannot upload: a form's content types are refused, and a tar needs a preflight
+    // whose Origin the server refuses.
+    let tar = env.path("hello.tar");
+    env.run(&["export", "hello", "-o", tar.to_str().unwrap()])
+        .ok();
+    let bytes = std::fs::read(&tar).unwrap();
+    let form = upload(bytes.clone(), "text/plain", None).await.unwrap();
+    assert_eq!(form.status().as_u16(), 415);
+    let foreign = upload(bytes, "application/x-tar", Some("https://evil.example"))
+        .await
+        .unwrap();
+    assert_eq!(foreign.status().as_u16(), 403);
+
+    // A directory outside --allow-path is not a bundle a client may remove.
+    let (status, refused) = api
+        .json(reqwest::Method::DELETE, "/bundles/%2Fetc", None)
+        .await;
+    assert_eq!(status, 403, "{refused}");
+    let (_, bundles) = api.json(reqwest::Method::GET, "/bundles", None).await;
+    assert_eq!(
+        bundles.as_array().unwrap().len(),
+        1,
+        "nothing was installed or removed"
+    );
+}
