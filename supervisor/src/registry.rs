@@ -90,7 +90,7 @@ pub struct Access {
 }
 
 /// What a push did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Pushed {
     /// The manifest digest, the same as the local `build --output`'s.
     pub digest: String,
@@ -113,6 +113,11 @@ fn parse(reference: &str) -> Result<Reference> {
             reference: reference.into(),
             message: e.to_string(),
         })
+}
+
+/// The registry host (and port) of a registry reference, lower-cased, as an allowlist compares it.
+pub fn registry_of(reference: &str) -> Result<String> {
+    Ok(parse(reference)?.registry().to_ascii_lowercase())
 }
 
 fn is_loopback(registry: &str) -> bool {
@@ -182,38 +187,60 @@ fn docker_config_auth(registry: &str) -> Option<RegistryAuth> {
     Some(RegistryAuth::Basic(user, password))
 }
 
-/// Sorts a client error into denied, not found, or a transport failure.
+/// Sorts a client error into denied, not found, tampered, or a transport failure, by its type and the registry's
+/// error codes (never by searching the message, which carries digests and URLs).
 fn classify(
     reference: &Reference,
     shown: &str,
     e: oci_client::errors::OciDistributionError,
 ) -> RegistryError {
-    use oci_client::errors::OciDistributionError as E;
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
     let registry = reference.resolve_registry().to_string();
-    let message = e.to_string();
-    let lower = message.to_ascii_lowercase();
-    match &e {
-        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => {
-            RegistryError::Denied { registry, message }
+    let denied = |message: String| RegistryError::Denied {
+        registry: registry.clone(),
+        message,
+    };
+    let not_found = || RegistryError::NotFound {
+        reference: shown.into(),
+    };
+    match e {
+        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => denied(e.to_string()),
+        E::ServerError {
+            code: 401 | 403, ..
+        } => denied(e.to_string()),
+        E::RequestError(ref r) if matches!(r.status().map(|s| s.as_u16()), Some(401 | 403)) => {
+            denied(e.to_string())
         }
-        E::ImageManifestNotFoundError(_) => RegistryError::NotFound {
-            reference: shown.into(),
-        },
-        _ if lower.contains("401")
-            || lower.contains("unauthorized")
-            || lower.contains("denied") =>
-        {
-            RegistryError::Denied { registry, message }
+        E::ImageManifestNotFoundError(_) | E::ServerError { code: 404, .. } => not_found(),
+        E::RequestError(ref r) if r.status().is_some_and(|s| s.as_u16() == 404) => not_found(),
+        E::DigestError(oci_client::errors::DigestError::VerificationError { expected, .. }) => {
+            RegistryError::Tampered { digest: expected }
         }
-        _ if lower.contains("manifest unknown")
-            || lower.contains("not found")
-            || lower.contains("404") =>
-        {
-            RegistryError::NotFound {
-                reference: shown.into(),
+        E::RegistryError { ref envelope, .. } => {
+            let codes: Vec<&C> = envelope.errors.iter().map(|err| &err.code).collect();
+            if codes
+                .iter()
+                .any(|c| matches!(c, C::Unauthorized | C::Denied))
+            {
+                denied(e.to_string())
+            } else if codes.iter().any(|c| {
+                matches!(
+                    c,
+                    C::ManifestUnknown | C::NameUnknown | C::NotFound | C::BlobUnknown
+                )
+            }) {
+                not_found()
+            } else {
+                RegistryError::Transport {
+                    registry,
+                    message: e.to_string(),
+                }
             }
         }
-        _ => RegistryError::Transport { registry, message },
+        other => RegistryError::Transport {
+            registry,
+            message: other.to_string(),
+        },
     }
 }
 
@@ -332,16 +359,7 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
         client
             .pull_blob(&reference, digest, &mut bytes)
             .await
-            .map_err(|e| match classify(&reference, source, e) {
-                RegistryError::Transport { message, .. }
-                    if message.to_ascii_lowercase().contains("digest") =>
-                {
-                    RegistryError::Tampered {
-                        digest: digest.into(),
-                    }
-                }
-                other => other,
-            })?;
+            .map_err(|e| classify(&reference, source, e))?;
         if archive::sha256_digest(&bytes) != digest {
             return Err(RegistryError::Tampered {
                 digest: digest.into(),

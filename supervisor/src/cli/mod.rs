@@ -218,8 +218,19 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
             rt.block_on(remote::export(&remote, &bundle_ref, &output))
         }
         Command::Import { archive } => rt.block_on(remote::import(&remote, &archive)),
-        Command::Push { .. } => Err(local_only("push")),
-        Command::Pull { .. } => Err(local_only("pull")),
+        Command::Push {
+            bundle_ref,
+            target,
+            access,
+        } => rt.block_on(registry::push_remote(
+            &remote,
+            &bundle_ref,
+            &target,
+            &access,
+        )),
+        Command::Pull { source, access } => {
+            rt.block_on(registry::pull_remote(&remote, &source, &access))
+        }
         Command::Sessions(args) => sessions::run(backend::Backend::Remote(remote), args),
         Command::Inspect { bundle_ref, json } => {
             rt.block_on(remote::inspect(&remote, &bundle_ref, json))

@@ -3,8 +3,12 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use service_supervisor::registry::{self, Access};
+use serde_json::{json, Value};
+use service_supervisor::bundle::BundleInfo;
+use service_supervisor::registry::{self, Access, Pushed};
 use service_supervisor::{bundle, ServiceHome};
+
+use super::remote::Remote;
 
 /// How to reach the registry, shared by push and pull.
 #[derive(Debug, clap::Args)]
@@ -48,12 +52,64 @@ pub fn push(
     let access = args.access()?;
     let bundle = bundle::resolve(home, reference)?;
     let pushed = super::tokio()?.block_on(registry::push(&bundle, target, &access))?;
+    print_pushed(&bundle.reference(), target, &pushed);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_pushed(reference: &str, target: &str, pushed: &Pushed) {
     println!(
-        "Pushed {} to {target} (manifest {}; {} blobs uploaded, {} already there)",
-        bundle.reference(),
-        pushed.digest,
-        pushed.uploaded,
-        pushed.present
+        "Pushed {reference} to {target} (manifest {}; {} blobs uploaded, {} already there)",
+        pushed.digest, pushed.uploaded, pushed.present
+    );
+}
+
+/// The registry fields of a `POST /bundles/pull` or `/bundles/push` body.
+fn remote_access(args: &AccessArgs) -> anyhow::Result<Value> {
+    let access = args.access()?;
+    let auth = match (access.username, access.password) {
+        (Some(username), Some(password)) => json!({"username": username, "password": password}),
+        _ => Value::Null,
+    };
+    Ok(json!({"auth": auth, "plain_http": access.plain_http}))
+}
+
+/// `--remote` push: the server pushes one of its bundles to a registry it allows.
+pub async fn push_remote(
+    remote: &Remote,
+    reference: &str,
+    target: &str,
+    args: &AccessArgs,
+) -> anyhow::Result<ExitCode> {
+    let mut body = remote_access(args)?;
+    body["bundle_ref"] = reference.into();
+    body["target"] = target.into();
+    let pushed: Pushed = serde_json::from_value(
+        remote
+            .call(reqwest::Method::POST, "/bundles/push", Some(body))
+            .await?,
+    )
+    .context("the server's answer is not a push result")?;
+    print_pushed(reference, target, &pushed);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--remote` pull: the server pulls from a registry it allows and installs into its store.
+pub async fn pull_remote(
+    remote: &Remote,
+    source: &str,
+    args: &AccessArgs,
+) -> anyhow::Result<ExitCode> {
+    let mut body = remote_access(args)?;
+    body["reference"] = source.into();
+    let installed: BundleInfo = serde_json::from_value(
+        remote
+            .call(reqwest::Method::POST, "/bundles/pull", Some(body))
+            .await?,
+    )
+    .context("the server's answer is not a bundle")?;
+    println!(
+        "Installed {} from {source} on the server ({})",
+        installed.reference, installed.digest
     );
     Ok(ExitCode::SUCCESS)
 }

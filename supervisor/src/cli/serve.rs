@@ -34,6 +34,9 @@ pub struct ServeArgs {
     /// Let clients override a turn's model with this one (provider/name); repeatable.
     #[arg(long, value_name = "PROVIDER/NAME")]
     allow_model: Vec<String>,
+    /// Let clients pull bundles from and push them to this registry (HOST[:PORT]); repeatable (default: none).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    allow_registry: Vec<String>,
     /// Connections served at once.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
@@ -63,6 +66,26 @@ fn absolute(dirs: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PathBuf>> {
                 .ok()
                 .filter(|p| p.is_dir())
                 .with_context(|| format!("{flag} {}: not a directory", d.display()))
+        })
+        .collect()
+}
+
+/// `--allow-registry` values as the registry of a reference names them: host[:port], lower case, no scheme.
+fn allowed_registries(values: &[String]) -> anyhow::Result<Vec<String>> {
+    values
+        .iter()
+        .map(|v| {
+            let host = v.to_ascii_lowercase();
+            let valid = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+            anyhow::ensure!(
+                valid,
+                "--allow-registry takes a registry's host[:port] as references name it, e.g. ghcr.io or \
+                 127.0.0.1:5000; got \"{v}\""
+            );
+            Ok(host)
         })
         .collect()
 }
@@ -99,6 +122,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.policy.workspace_roots = absolute(&args.workspace_root, "--workspace-root")?;
     options.policy.dangerous = args.dangerous_sandbox_mode;
     options.policy.allowed_models = args.allow_model;
+    options.policy.allowed_registries = allowed_registries(&args.allow_registry)?;
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));

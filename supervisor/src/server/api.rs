@@ -16,11 +16,7 @@ use crate::runtime::{RuntimeError, TurnOutcome};
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
     /// A bundle reference: `<name>`, `<name>@latest`, `<namespace>/<name>:<version>` or a directory on the server.
-    #[schema(
-        example = "hello",
-        min_length = 1,
-        pattern = r"^([.~].*|[^/]*/[^:]*|[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,63}:(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})|[a-z0-9][a-z0-9._-]{0,63}(@latest|@(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))?)$"
-    )]
+    #[schema(example = "hello", min_length = 1)]
     pub bundle_ref: String,
     /// Working directory of the session on the server (default: a fresh workspace under the session).
     #[serde(default)]

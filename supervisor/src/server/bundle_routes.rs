@@ -30,8 +30,7 @@ fn blocking_failed(what: &str) -> ApiError {
 
 /// Removes an installed bundle; 409 while a live session uses it, unless `force`.
 #[utoipa::path(delete, path = "/bundles/{reference}",
-    params(("reference" = String, Path, description = "An installed bundle's reference, URL-encoded", example = "hello",
-        pattern = r"^([.~].*|[^/]*/[^:]*|[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,63}:(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})|[a-z0-9][a-z0-9._-]{0,63}(@latest|@(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))?)$"), RemoveQuery),
+    params(("reference" = String, Path, description = "An installed bundle's reference, URL-encoded", example = "hello"), RemoveQuery),
     responses((status = 200, description = "What was removed", body = bundle::BundleInfo)))]
 pub async fn remove_bundle(
     State(st): State<AppState>,
@@ -44,8 +43,7 @@ pub async fn remove_bundle(
 
 /// An installed bundle as an OCI image layout tar (`skopeo` reads it as `oci-archive:`).
 #[utoipa::path(get, path = "/bundles/{reference}/export",
-    params(("reference" = String, Path, description = "An installed bundle's reference, URL-encoded", example = "hello",
-        pattern = r"^([.~].*|[^/]*/[^:]*|[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,63}:(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})|[a-z0-9][a-z0-9._-]{0,63}(@latest|@(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))?)$")),
+    params(("reference" = String, Path, description = "An installed bundle's reference, URL-encoded", example = "hello")),
     responses((status = 200, description = "The OCI layout as a tar", content_type = "application/x-tar", body = Vec<u8>)))]
 pub async fn export_bundle(
     State(st): State<AppState>,

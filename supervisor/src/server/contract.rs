@@ -13,7 +13,8 @@ const ERRORS: &[(&str, &str)] = &[
     ("401", "Missing or wrong bearer token"),
     (
         "403",
-        "A Host or Origin this server does not answer, or a request the operator's policy refuses",
+        "A Host or Origin this server does not answer, a request the operator's policy refuses, or a registry \
+         refusing the credentials",
     ),
     ("404", "Unknown session, bundle, approval request or path"),
     ("405", "Method not allowed on this path"),
@@ -32,6 +33,34 @@ const ERRORS: &[(&str, &str)] = &[
     ("503", "No worker or no sandbox available"),
     ("507", "The server's store is full or read-only"),
 ];
+
+/// A registry reference, `<host[:port]>/<repository>(:<tag>|@sha256:<digest>)`, in the Distribution grammar: a host
+/// with a dot or a port, or `localhost`; lower-case path components.
+macro_rules! registry_ref {
+    () => {
+        concat!(
+            r"(([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+|localhost)(:[0-9]{1,5})?",
+            r"|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?:[0-9]{1,5})",
+            r"/[a-z0-9]+(([._-]|__)[a-z0-9]+)*(/[a-z0-9]+(([._-]|__)[a-z0-9]+)*)*",
+            r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?"
+        )
+    };
+}
+
+/// [`registry_ref!`] alone, for `POST /bundles/pull` and `/bundles/push`.
+const REGISTRY_REF_PATTERN: &str = concat!("^", registry_ref!(), "$");
+
+/// The grammar of a bundle reference, for every `reference` path parameter and `bundle_ref` field: a directory
+/// (`./x`, `~/x`, `/x`, `x/y`), `<name>[@latest|@<version>]`, `<namespace>/<name>:<version>`, or a registry
+/// reference. Written once here because utoipa takes only literals.
+const BUNDLE_REF_PATTERN: &str = concat!(
+    r"^([.~].*|[^/]*/[^:]*",
+    r"|[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,63}:(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})",
+    r"|[a-z0-9][a-z0-9._-]{0,63}(@latest|@(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))?",
+    "|",
+    registry_ref!(),
+    r")$"
+);
 
 /// Errors even the unauthenticated health check can meet.
 const HEALTH_ERRORS: &[&str] = &["403", "405", "500"];
@@ -147,5 +176,38 @@ pub fn document() -> serde_json::Value {
             }
         }
     }
+    set_reference_patterns(&mut doc);
     doc
+}
+
+/// Puts [`BUNDLE_REF_PATTERN`] on each bundle reference of the document.
+fn set_reference_patterns(doc: &mut serde_json::Value) {
+    let pattern = serde_json::Value::from(BUNDLE_REF_PATTERN);
+    if let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) {
+        let params = paths
+            .iter_mut()
+            .filter(|(path, _)| path.contains("{reference}"))
+            .filter_map(|(_, item)| item.as_object_mut())
+            .flat_map(|item| item.values_mut())
+            .filter_map(|op| op.get_mut("parameters")?.as_array_mut())
+            .flatten()
+            .filter(|param| param["name"] == "reference");
+        for param in params {
+            param["schema"]["pattern"] = pattern.clone();
+        }
+    }
+    let fields = [
+        ("CreateSession", "bundle_ref", BUNDLE_REF_PATTERN),
+        ("PushRequest", "bundle_ref", BUNDLE_REF_PATTERN),
+        ("PushRequest", "target", REGISTRY_REF_PATTERN),
+        ("PullRequest", "reference", REGISTRY_REF_PATTERN),
+    ];
+    for (schema, name, pattern) in fields {
+        if let Some(field) = doc
+            .pointer_mut(&format!("/components/schemas/{schema}/properties/{name}"))
+            .and_then(|f| f.as_object_mut())
+        {
+            field.insert("pattern".into(), pattern.into());
+        }
+    }
 }

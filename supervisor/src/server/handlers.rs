@@ -51,8 +51,7 @@ pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bund
 }
 
 /// Metadata of one bundle; the reference is URL-encoded (`local%2Fhello:0.1.0`).
-#[utoipa::path(get, path = "/bundles/{reference}", params(("reference" = String, Path, description = "A bundle reference, URL-encoded", example = "hello",
-        pattern = r"^([.~].*|[^/]*/[^:]*|[a-z0-9][a-z0-9._-]{0,63}/[a-z0-9][a-z0-9._-]{0,63}:(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})|[a-z0-9][a-z0-9._-]{0,63}(@latest|@(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))?)$")),
+#[utoipa::path(get, path = "/bundles/{reference}", params(("reference" = String, Path, description = "A bundle reference, URL-encoded", example = "hello")),
     responses((status = 200, body = bundle::BundleInfo)))]
 pub async fn inspect_bundle(
     State(st): State<AppState>,
@@ -81,6 +80,7 @@ pub async fn create_session(
     ApiJson(req): ApiJson<CreateSession>,
 ) -> ApiResult<impl IntoResponse> {
     super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
+    super::registry_routes::pull_on_first_use(&st, &req.bundle_ref).await?;
     let cwd = match req.cwd.as_deref() {
         Some(c) => Some(super::policy::cwd(&st.policy, c)?),
         None => None,

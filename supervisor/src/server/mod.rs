@@ -15,6 +15,7 @@ pub mod guard;
 pub mod handlers;
 pub mod listener;
 pub mod policy;
+pub mod registry_routes;
 mod token;
 
 use std::net::SocketAddr;
@@ -54,6 +55,8 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         bundle_routes::remove_bundle,
         bundle_routes::export_bundle,
         bundle_routes::import_bundle,
+        registry_routes::pull_bundle,
+        registry_routes::push_bundle,
         handlers::create_session,
         handlers::list_sessions,
         handlers::get_session,
@@ -69,6 +72,9 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
     ),
     components(schemas(
         api::CreateSession,
+        registry_routes::PullRequest,
+        registry_routes::PushRequest,
+        registry_routes::RegistryLogin,
         api::RunRequest,
         api::TurnResult,
         api::Accepted,
@@ -99,6 +105,8 @@ pub struct ClientPolicy {
     pub allowed_models: Vec<String>,
     /// Event streams one client address may hold at once.
     pub max_streams_per_client: usize,
+    /// Registries (`host[:port]`, lower case) the server pulls from and pushes to for clients (`--allow-registry`).
+    pub allowed_registries: Vec<String>,
 }
 
 /// Shared by every handler.
@@ -136,6 +144,8 @@ pub fn router(state: AppState) -> Router {
                 crate::bundle::oci_archive::MAX_ARCHIVE_BYTES as usize,
             )),
         )
+        .route("/bundles/pull", post(registry_routes::pull_bundle))
+        .route("/bundles/push", post(registry_routes::push_bundle))
         .route(
             "/sessions",
             post(handlers::create_session).get(handlers::list_sessions),

@@ -16,6 +16,8 @@ mod provider_compat;
 mod provider_server;
 mod providers;
 mod registry;
+mod registry_http;
+mod registry_server;
 mod run_cli;
 mod sandbox;
 mod sessions_cli;

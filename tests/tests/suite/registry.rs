@@ -1,87 +1,11 @@
 //! Push and pull through a real OCI registry: Debian's `docker-registry` (Docker Distribution) on a loopback port,
 //! without auth and with htpasswd auth, and skopeo copying both ways.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
+use super::registry_server::{Registry, TokenGate};
 use super::support::Env;
-
-/// A Docker Distribution registry on a free loopback port, storing under a temporary directory; killed on drop.
-struct Registry {
-    child: Child,
-    host: String,
-    storage: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Registry {
-    /// Starts the registry; `users` are (name, password) pairs for htpasswd auth (none: anonymous).
-    fn start(users: &[(&str, &str)]) -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let storage = dir.path().join("data");
-        let mut config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-            storage.display()
-        );
-        if !users.is_empty() {
-            let htpasswd: String = users
-                .iter()
-                .map(|(u, p)| format!("{u}:{}\n", bcrypt::hash(p, 5).unwrap()))
-                .collect();
-            std::fs::write(dir.path().join("htpasswd"), htpasswd).unwrap();
-            config.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
-                dir.path().join("htpasswd").display()
-            ));
-        }
-        std::fs::write(dir.path().join("config.yml"), config).unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(dir.path().join("config.yml"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry runs (.ci/deps installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the registry did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Registry {
-            child,
-            host: format!("127.0.0.1:{port}"),
-            storage,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, repo: &str) -> String {
-        format!("{}/{repo}", self.host)
-    }
-
-    /// The file holding blob `digest` in the registry's storage.
-    fn blob_file(&self, digest: &str) -> PathBuf {
-        let hex = digest.trim_start_matches("sha256:");
-        self.storage
-            .join("docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data")
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn hello() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -164,28 +88,34 @@ fn push_then_pull_keeps_the_local_digests_a_second_push_uploads_nothing_and_a_pu
 }
 
 #[test]
-fn a_blob_tampered_in_the_registry_is_refused_and_nothing_is_installed() {
+fn a_blob_tampered_in_transit_by_a_proxy_is_refused_naming_its_digest_and_nothing_is_installed() {
     let registry = Registry::start(&[]);
+    let gate = TokenGate::start(&registry, "ci", "pw", true);
     let local = Env::new();
     local.run(&["build", &hello()]).ok();
     let target = registry.url("team/hello:0.1.0");
     local.run(&["push", "hello", &target]).ok();
-    let layer = inspect(&local, "hello")["digest"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let file = registry.blob_file(&layer);
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = bytes.len() - 700;
-    bytes[at] ^= 0x01;
-    std::fs::write(&file, bytes).unwrap();
 
     let other = Env::new();
-    let refused = other.run(&["pull", &target]);
+    let mut cmd = other.command(&[
+        "pull",
+        &gate.url("team/hello:0.1.0"),
+        "--username",
+        "ci",
+        "--password-stdin",
+    ]);
+    let refused = with_stdin(&mut cmd, "pw\n");
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        refused.failed().contains(&layer),
-        "the error names the digest: {}",
-        refused.stderr
+        err.contains("does not match that digest") && err.contains("sha256:"),
+        "the error names the digest: {err}"
+    );
+    let at = err.find("sha256:").unwrap();
+    let named = &err[at..at + 71];
+    assert!(
+        registry.blob_file(named).exists(),
+        "the digest named is one of the artifact's blobs: {err}"
     );
     assert!(other
         .run(&["bundles", "--json"])
@@ -193,6 +123,89 @@ fn a_blob_tampered_in_the_registry_is_refused_and_nothing_is_installed() {
         .as_array()
         .unwrap()
         .is_empty());
+}
+
+/// Runs `cmd` with `input` on stdin; returns its output.
+fn with_stdin(cmd: &mut Command, input: &str) -> std::process::Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_bearer_token_challenge_is_answered_from_the_credentials_and_a_given_token_is_sent_as_is() {
+    let registry = Registry::start(&[]);
+    let gate = TokenGate::start(&registry, "ci", "s3cret-pass", false);
+    let local = Env::new();
+    local.run(&["build", &hello()]).ok();
+    let target = gate.url("team/hello:0.1.0");
+
+    let anonymous = local.run(&["push", "hello", &target]);
+    assert!(
+        anonymous.failed().contains("refused the credentials"),
+        "{}",
+        anonymous.stderr
+    );
+    let mut wrong = local.command(&[
+        "push",
+        "hello",
+        &target,
+        "--username",
+        "ci",
+        "--password-stdin",
+    ]);
+    let wrong = with_stdin(&mut wrong, "not-it\n");
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr)
+            .contains(&format!("{} refused the credentials", gate.host)),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    assert_eq!(gate.issued.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    let mut right = local.command(&[
+        "push",
+        "hello",
+        &target,
+        "--username",
+        "ci",
+        "--password-stdin",
+    ]);
+    let right = with_stdin(&mut right, "s3cret-pass\n");
+    assert!(
+        String::from_utf8_lossy(&right.stdout).contains("2 blobs uploaded"),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+    assert!(
+        gate.issued.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the token came from the realm"
+    );
+
+    // A token in SERVICE_REGISTRY_TOKEN goes straight into the requests, without the realm.
+    let before = gate.issued.load(std::sync::atomic::Ordering::SeqCst);
+    let other = Env::new();
+    let pulled = other
+        .command(&["pull", &target])
+        .env("SERVICE_REGISTRY_TOKEN", super::registry_server::GATE_TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        pulled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pulled.stderr)
+    );
+    assert_eq!(
+        gate.issued.load(std::sync::atomic::Ordering::SeqCst),
+        before
+    );
+    assert_eq!(
+        inspect(&other, "hello")["digest"],
+        inspect(&local, "hello")["digest"]
+    );
 }
 
 #[test]
@@ -269,16 +282,7 @@ fn credentials_come_from_the_flags_or_the_docker_config_and_wrong_ones_are_refus
             "ci",
             "--password-stdin",
         ]);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        std::io::Write::write_all(
-            &mut child.stdin.take().unwrap(),
-            format!("{password}\n").as_bytes(),
-        )
-        .unwrap();
-        child.wait_with_output().unwrap()
+        with_stdin(&mut cmd, &format!("{password}\n"))
     };
     let wrong = with_password("not-it");
     assert_eq!(wrong.status.code(), Some(1));
