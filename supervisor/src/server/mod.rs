@@ -10,6 +10,7 @@
 pub mod access;
 pub mod api;
 pub mod bundle_routes;
+pub mod console;
 pub mod contract;
 pub mod guard;
 pub mod handlers;
@@ -169,6 +170,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .route("/healthz", get(handlers::healthz))
+        .merge(console::routes())
         .merge(protected)
         .fallback(|| async {
             ApiError::new(

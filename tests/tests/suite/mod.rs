@@ -1,6 +1,8 @@
 mod approvals;
+mod browser;
 mod bundles;
 mod commands;
+mod console;
 mod contract;
 mod distribution;
 mod egress;

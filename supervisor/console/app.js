@@ -1,0 +1,324 @@
+// The console: sign-in, the bundle and session lists, and one open session (chat and events) at a time, with
+// the address bar following along (/ui/sessions/{id}) so links, reloads and the back button work.
+
+import { call, follow, setToken, token, Unauthorized } from "./api.js";
+import { Chat } from "./chat.js";
+import { Inspector } from "./inspector.js";
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  sessions: [],
+  open: null, // {id, chat, inspector, stop}
+  queue: [],
+  draining: false,
+};
+
+function show(id, visible) {
+  $(id).hidden = !visible;
+}
+
+function ago(iso) {
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return `${Math.floor(s)} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return new Date(iso).toLocaleDateString();
+}
+
+// ---- sign-in -------------------------------------------------------------------------------------------------
+
+async function signIn(e) {
+  e.preventDefault();
+  setToken($("token").value.trim());
+  $("login-error").textContent = "";
+  try {
+    await start();
+  } catch (err) {
+    if (!(err instanceof Unauthorized)) $("login-error").textContent = err.message;
+  }
+}
+
+function askToken(message) {
+  setToken(null);
+  state.open?.stop();
+  state.open = null;
+  show("app", false);
+  show("logout", false);
+  show("login", true);
+  $("login-error").textContent = message || "";
+  $("token").value = "";
+  $("token").focus();
+}
+
+/** Runs `f`; a 401 anywhere sends the user back to sign-in. */
+async function guarded(f) {
+  try {
+    return await f();
+  } catch (e) {
+    if (e instanceof Unauthorized) {
+      askToken(token() ? "That token was refused. Check it and try again." : "");
+      return undefined;
+    }
+    throw e;
+  }
+}
+
+// ---- lists ---------------------------------------------------------------------------------------------------
+
+async function loadBundles() {
+  const bundles = await call("GET", "/bundles");
+  const select = $("bundle");
+  const list = $("bundles");
+  const chosen = select.value;
+  select.replaceChildren();
+  list.replaceChildren();
+  for (const b of bundles) {
+    const o = document.createElement("option");
+    o.value = b.reference;
+    o.textContent = b.reference;
+    select.append(o);
+    const li = document.createElement("li");
+    const name = document.createElement("strong");
+    name.textContent = b.reference;
+    const desc = document.createElement("span");
+    desc.className = "muted";
+    desc.textContent = b.description || b.digest?.slice(0, 19) || "";
+    li.append(name, desc);
+    list.append(li);
+  }
+  if (chosen) select.value = chosen;
+  if (!bundles.length) {
+    const li = document.createElement("li");
+    li.className = "muted";
+    li.textContent = "No bundles installed: service-rs build <dir> on the server.";
+    list.append(li);
+  }
+}
+
+async function loadSessions() {
+  state.sessions = await call("GET", "/sessions");
+  renderSessions();
+}
+
+function renderSessions() {
+  const q = $("filter").value.trim().toLowerCase();
+  const rows = state.sessions
+    .filter((s) => !q || [s.id, s.bundle_ref, s.bundle?.id, s.status].some((v) => (v || "").toLowerCase().includes(q)))
+    .sort((a, b) => (b.updated_at || "").localeCompare(a.updated_at || ""));
+  const list = $("sessions");
+  list.replaceChildren(...rows.map((s) => {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    a.href = `/ui/sessions/${encodeURIComponent(s.id)}`;
+    a.dataset.nav = "";
+    a.dataset.session = s.id;
+    if (state.open?.id === s.id) a.setAttribute("aria-current", "page");
+    const title = document.createElement("strong");
+    title.textContent = s.bundle_ref;
+    const meta = document.createElement("span");
+    meta.className = "muted";
+    meta.textContent = `${s.id.slice(0, 8)} · ${s.active_turn ? "running" : s.status} · ${s.turn_count} turns · ${ago(s.updated_at)}`;
+    a.append(title, meta);
+    li.append(a);
+    return li;
+  }));
+  if (!rows.length) {
+    const li = document.createElement("li");
+    li.className = "muted";
+    li.textContent = q ? "No session matches." : "No sessions yet.";
+    list.append(li);
+  }
+}
+
+async function createSession(e) {
+  e.preventDefault();
+  $("new-error").textContent = "";
+  const body = { bundle_ref: $("bundle").value };
+  const cwd = $("cwd").value.trim();
+  if (cwd) body.cwd = cwd;
+  try {
+    const record = await guarded(() => call("POST", "/sessions", body));
+    if (!record) return;
+    state.sessions.push(record);
+    navigate(`/ui/sessions/${encodeURIComponent(record.id)}`);
+  } catch (err) {
+    $("new-error").textContent = err.message;
+  }
+}
+
+// ---- the open session ----------------------------------------------------------------------------------------
+
+function setRunning(running) {
+  $("interrupt").disabled = !running;
+  $("session-state").textContent = running ? "running" : "idle";
+  $("session-state").className = "badge " + (running ? "run" : "ok");
+}
+
+/** Applies queued events in slices of ~10 ms per frame, so a replay of 10,000 events never freezes the page. */
+function drain() {
+  if (state.draining) return;
+  state.draining = true;
+  const step = () => {
+    const open = state.open;
+    const until = performance.now() + 10;
+    while (open && state.queue.length && performance.now() < until) {
+      const msg = state.queue.shift();
+      if (msg.session_id !== open.id) continue;
+      open.chat.apply(msg);
+      open.inspector.push(msg);
+    }
+    if (open) {
+      const running = !!open.chat.running;
+      // A turn that just ended changes the session's line in the list.
+      if (open.wasRunning && !running) guarded(loadSessions).catch(() => {});
+      open.wasRunning = running;
+      setRunning(running);
+      if (open.stick) open.scroller.scrollTop = open.scroller.scrollHeight;
+    }
+    if (state.queue.length) requestAnimationFrame(step);
+    else state.draining = false;
+  };
+  requestAnimationFrame(step);
+}
+
+function openSession(id) {
+  if (state.open?.id === id) return;
+  state.open?.stop();
+  state.queue = [];
+  const transcript = $("transcript");
+  transcript.replaceChildren();
+  const chat = new Chat(transcript, (requestId, decision) =>
+    guarded(() => call("POST", `/approvals/${encodeURIComponent(requestId)}`, { decision })));
+  if (!state.inspector) state.inspector = new Inspector($("events"), $("event-detail"), $("events-count"));
+  state.inspector.reset();
+  const open = { id, chat, inspector: state.inspector, scroller: transcript, stick: true, stop: () => {} };
+  transcript.onscroll = () => {
+    open.stick = transcript.scrollTop + transcript.clientHeight >= transcript.scrollHeight - 40;
+  };
+  state.open = open;
+  const record = state.sessions.find((s) => s.id === id);
+  $("session-title").textContent = record ? `${record.bundle_ref} · ${id.slice(0, 8)}` : id.slice(0, 8);
+  show("empty", false);
+  show("session", true);
+  setRunning(false);
+  renderSessions();
+  open.stop = follow(id, 0, (msg) => {
+    state.queue.push(msg);
+    drain();
+  }, (s, err) => {
+    $("server-status").textContent = s === "live" ? "" : s === "reconnecting" ? "reconnecting…" : err?.message || "";
+    if (err instanceof Unauthorized) askToken("That token was refused. Check it and try again.");
+  });
+  $("prompt").focus();
+}
+
+function closeSession() {
+  state.open?.stop();
+  state.open = null;
+  show("session", false);
+  show("empty", true);
+  renderSessions();
+}
+
+async function send(e) {
+  e.preventDefault();
+  const prompt = $("prompt").value;
+  if (!state.open || !prompt.trim()) return;
+  $("send").disabled = true;
+  try {
+    await guarded(() => call("POST", `/sessions/${encodeURIComponent(state.open.id)}/run`, { input: { prompt } }));
+    $("prompt").value = "";
+    state.open.stick = true;
+  } catch (err) {
+    $("server-status").textContent = err.message;
+  } finally {
+    $("send").disabled = false;
+  }
+}
+
+async function interrupt() {
+  if (!state.open) return;
+  try {
+    await guarded(() => call("POST", `/sessions/${encodeURIComponent(state.open.id)}/interrupt`));
+  } catch (err) {
+    $("server-status").textContent = err.message;
+  }
+}
+
+function selectTab(events) {
+  $("tab-chat").setAttribute("aria-selected", String(!events));
+  $("tab-events").setAttribute("aria-selected", String(events));
+  $("tab-chat").tabIndex = events ? -1 : 0;
+  $("tab-events").tabIndex = events ? 0 : -1;
+  show("chat-panel", !events);
+  show("events-panel", events);
+  if (events) state.inspector?.schedule();
+}
+
+// ---- routing -------------------------------------------------------------------------------------------------
+
+function route() {
+  const m = location.pathname.match(/^\/ui\/sessions\/([^/]+)$/);
+  if (m) openSession(decodeURIComponent(m[1]));
+  else closeSession();
+}
+
+function navigate(path) {
+  if (location.pathname !== path) history.pushState(null, "", path);
+  route();
+}
+
+async function start() {
+  const health = await call("GET", "/healthz");
+  const ok = await guarded(async () => {
+    await Promise.all([loadBundles(), loadSessions()]);
+    return true;
+  });
+  if (!ok) return;
+  $("server-status").textContent = "";
+  document.title = `service-rs ${health.version}`;
+  show("login", false);
+  show("app", true);
+  show("logout", !!token());
+  route();
+}
+
+function wire() {
+  $("login-form").addEventListener("submit", signIn);
+  $("logout").addEventListener("click", () => askToken(""));
+  $("new-session").addEventListener("submit", createSession);
+  $("filter").addEventListener("input", renderSessions);
+  $("composer").addEventListener("submit", send);
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send(e);
+  });
+  $("interrupt").addEventListener("click", interrupt);
+  $("tab-chat").addEventListener("click", () => selectTab(false));
+  $("tab-events").addEventListener("click", () => selectTab(true));
+  for (const tab of [$("tab-chat"), $("tab-events")]) {
+    tab.addEventListener("keydown", (e) => {
+      if (e.key === "ArrowLeft" || e.key === "ArrowRight") {
+        const events = tab.id === "tab-chat";
+        selectTab(events);
+        $(events ? "tab-events" : "tab-chat").focus();
+      }
+    });
+  }
+  document.addEventListener("click", (e) => {
+    const a = e.target.closest("a[data-nav]");
+    if (!a || e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return;
+    e.preventDefault();
+    navigate(new URL(a.href).pathname);
+  });
+  window.addEventListener("popstate", route);
+  // The lists follow other clients' changes.
+  setInterval(() => {
+    if (!$("app").hidden) guarded(loadSessions).catch(() => {});
+  }, 5000);
+}
+
+wire();
+start().catch((e) => {
+  $("server-status").textContent = `cannot reach the server: ${e.message}`;
+});

@@ -1,0 +1,276 @@
+// The chat view: turns the journal's events into a transcript. Text only ever enters the page as text nodes, so
+// nothing a model or a command writes can become markup.
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = text;
+  return e;
+}
+
+function block(cls, summary, open) {
+  const d = el("details", "block " + cls);
+  d.open = !!open;
+  const s = el("summary");
+  s.append(...summary);
+  d.append(s);
+  return d;
+}
+
+function badge(text, cls) {
+  return el("span", "badge " + (cls || ""), text);
+}
+
+function argsSummary(tool, args) {
+  if (!args || typeof args !== "object") return "";
+  const key = args.command ?? args.file_path ?? args.path ?? args.pattern ?? args.skill ?? "";
+  return typeof key === "string" ? key : JSON.stringify(key);
+}
+
+/** Renders the events of one session into `root`; `onDecision(requestId, decision)` answers approvals. */
+export class Chat {
+  constructor(root, onDecision) {
+    this.root = root;
+    this.onDecision = onDecision;
+    this.turns = new Map(); // turn_id -> {node, answer, reasoning, plan, cwd}
+    this.calls = new Map(); // call_id -> {node, body, status}
+    this.execs = new Map(); // exec_id -> {node, out, summary}
+    this.approvals = new Map(); // request_id -> card
+    this.running = null;
+  }
+
+  turn(id) {
+    let t = this.turns.get(id);
+    if (!t) {
+      t = { node: el("article", "turn"), answer: null, reasoning: null, plan: null, cwd: "" };
+      t.node.dataset.turn = id;
+      this.root.append(t.node);
+      this.turns.set(id, t);
+    }
+    return t;
+  }
+
+  /** The container an event of `turnId` goes into: its turn, or the transcript for operator commands. */
+  home(turnId) {
+    return turnId ? this.turn(turnId).node : this.root;
+  }
+
+  apply(msg) {
+    const { type, payload: p } = msg.payload;
+    const handler = this["on_" + type];
+    if (handler) handler.call(this, p || {}, msg);
+  }
+
+  on_turn_started(p) {
+    const t = this.turn(p.turn_id);
+    t.cwd = p.context?.cwd || "";
+    const user = el("div", "msg user");
+    user.append(el("span", "who", "You"), el("p", "text", p.prompt ?? ""));
+    t.node.append(user);
+    this.running = p.turn_id;
+  }
+
+  answer(t) {
+    if (!t.answer) {
+      const msg = el("div", "msg agent");
+      msg.append(el("span", "who", "Agent"));
+      t.answer = el("p", "text");
+      msg.append(t.answer);
+      t.node.append(msg);
+    }
+    return t.answer;
+  }
+
+  on_agent_message_delta(p) {
+    const t = this.turn(p.turn_id);
+    this.answer(t).append(p.delta ?? "");
+  }
+
+  on_reasoning_delta(p) {
+    const t = this.turn(p.turn_id);
+    if (!t.reasoning) {
+      const d = block("reasoning", ["Reasoning"], false);
+      t.reasoning = el("pre", "out");
+      d.append(t.reasoning);
+      t.node.append(d);
+    }
+    t.reasoning.append(p.delta ?? "");
+  }
+
+  on_reasoning_section_break(p) {
+    const t = this.turn(p.turn_id);
+    if (t.reasoning) t.reasoning.append("\n\n");
+  }
+
+  on_tool_call_started(p) {
+    const t = this.turn(p.turn_id);
+    const status = badge("running", "run");
+    // Open while it runs, so its command's output shows as it streams.
+    const d = block("tool", [el("b", null, p.tool), " ", el("code", null, argsSummary(p.tool, p.arguments)), " ", status], true);
+    const body = el("div", "tool-body");
+    body.append(el("pre", "args", JSON.stringify(p.arguments, null, 2)));
+    d.append(body);
+    t.node.append(d);
+    t.answer = null; // text after a tool call starts a new message
+    this.calls.set(p.call_id, { node: d, body, status });
+  }
+
+  on_tool_call_delta(p) {
+    const c = this.calls.get(p.call_id);
+    if (c) c.body.append(el("p", "muted", p.delta ?? ""));
+  }
+
+  on_tool_call_finished(p) {
+    const c = this.calls.get(p.call_id);
+    if (!c) return;
+    c.status.textContent = p.status;
+    c.status.className = "badge " + (p.status === "ok" ? "ok" : "bad");
+    const out = el("pre", "out result", p.output ?? "");
+    c.body.append(el("span", "label", "Result"), out);
+  }
+
+  on_exec_command_begin(p) {
+    const parent = (p.call_id && this.calls.get(p.call_id)?.body) || this.home(p.turn_id);
+    const code = badge("running", "run");
+    const d = block("exec", ["$ ", el("code", null, p.command), " ", code], true);
+    d.append(el("p", "muted cwd", "in " + (p.cwd ?? "")));
+    const out = el("pre", "out");
+    d.append(out);
+    parent.append(d);
+    this.execs.set(p.exec_id, { node: d, out, code });
+  }
+
+  on_exec_command_output_delta(p) {
+    const x = this.execs.get(p.exec_id);
+    if (!x) return;
+    if (p.stream === "stderr") x.out.append(el("span", "stderr", p.chunk));
+    else x.out.append(p.chunk ?? "");
+  }
+
+  on_exec_command_output_truncated(p) {
+    const x = this.execs.get(p.exec_id);
+    if (x) x.out.append(el("span", "muted", `\n[output over ${p.limit_bytes} bytes not shown]`));
+  }
+
+  on_exec_command_end(p) {
+    const x = this.execs.get(p.exec_id);
+    if (!x) return;
+    const ok = p.exit_code === 0;
+    x.code.textContent = p.exit_code === null || p.exit_code === undefined
+      ? (p.timed_out ? "timed out" : "killed")
+      : `exit ${p.exit_code} · ${p.duration_ms} ms`;
+    x.code.className = "badge " + (ok ? "ok" : "bad");
+    x.node.dataset.exit = String(p.exit_code);
+    if (ok && x.out.textContent.length > 2000) x.node.open = false;
+  }
+
+  approvalCard(p, what) {
+    // Inside the paused tool call when there is one, so the question sits beside what it is about.
+    const parent = (p.call_id && this.calls.get(p.call_id)?.body) || this.turn(p.turn_id).node;
+    const card = el("div", "approval");
+    card.setAttribute("role", "group");
+    card.setAttribute("aria-label", "Approval needed");
+    card.dataset.request = p.request_id;
+    card.append(el("strong", null, "Approval needed"));
+    const dl = el("dl");
+    for (const [k, v] of what) {
+      if (v === undefined || v === null || v === "") continue;
+      dl.append(el("dt", null, k), el("dd", null, v));
+    }
+    card.append(dl);
+    const actions = el("div", "actions");
+    for (const [decision, label, cls] of [["allow_once", "Allow once", ""], ["allow_always", "Allow always", "secondary"], ["deny", "Deny", "danger"]]) {
+      const b = el("button", cls, label);
+      b.type = "button";
+      b.dataset.decision = decision;
+      b.addEventListener("click", () => {
+        for (const x of actions.querySelectorAll("button")) x.disabled = true;
+        this.onDecision(p.request_id, decision).catch((e) => {
+          for (const x of actions.querySelectorAll("button")) x.disabled = false;
+          card.append(el("p", "error", e.message));
+        });
+      });
+      actions.append(b);
+    }
+    card.append(actions);
+    parent.append(card);
+    this.approvals.set(p.request_id, card);
+    return card;
+  }
+
+  on_permission_requested(p) {
+    const t = this.turn(p.turn_id);
+    this.approvalCard(p, [["Tool", p.tool], [p.tool === "Bash" ? "Command" : "Argument", p.summary], ["Working directory", t.cwd], ["Rule", p.rule]]);
+  }
+
+  on_network_permission_requested(p) {
+    this.approvalCard(p, [["Connection to", `${p.host}:${p.port}`], ["Addresses", (p.addresses || []).join(", ")],
+      ["Warning", p.internal ? "an internal address: approving exposes a service on the server's side" : ""]]);
+  }
+
+  on_approval_resolved(p) {
+    const card = this.approvals.get(p.request_id);
+    if (!card) return;
+    card.classList.add("resolved");
+    card.querySelector(".actions")?.remove();
+    card.append(badge(p.decision.replace("_", " "), p.decision === "deny" ? "bad" : "ok"));
+  }
+
+  on_plan_update(p) {
+    const t = this.turn(p.turn_id);
+    if (!t.plan) {
+      t.plan = el("div", "plan");
+      t.node.append(t.plan);
+    }
+    t.plan.replaceChildren(el("strong", null, "Plan"));
+    if (p.explanation) t.plan.append(el("p", "muted", p.explanation));
+    const ul = el("ul");
+    for (const item of p.plan || []) {
+      const li = el("li", "step " + item.status);
+      li.append(el("span", "check", item.status === "completed" ? "☑" : item.status === "in_progress" ? "◐" : "☐"), " ", item.step);
+      li.setAttribute("aria-label", `${item.step}: ${item.status.replace("_", " ")}`);
+      ul.append(li);
+    }
+    t.plan.append(ul);
+  }
+
+  on_turn_completed(p) {
+    const t = this.turn(p.turn_id);
+    if (!t.answer && p.final_message) this.answer(t).append(p.final_message);
+    const u = p.usage || {};
+    t.node.append(el("p", "turn-end muted", `completed · ${u.input_tokens ?? 0} in, ${u.output_tokens ?? 0} out`));
+    this.done(p.turn_id);
+  }
+
+  on_error(p) {
+    const parent = this.home(p.turn_id);
+    const e = el("div", "msg error-msg");
+    e.setAttribute("role", "alert");
+    e.append(el("strong", null, p.code === "interrupted" ? "Interrupted" : `Error: ${p.code}`), " ", p.message ?? "");
+    parent.append(e);
+    if (p.turn_id) this.done(p.turn_id);
+  }
+
+  on_model_retry(p) {
+    this.turn(p.turn_id).node.append(el("p", "muted notice", `retrying the model (${p.attempt}/${p.max_attempts}): ${p.reason}`));
+  }
+
+  on_network_access(p) {
+    if (p.decision === "deny") this.home(p.turn_id).append(el("p", "muted notice", `network: refused ${p.host}:${p.port} (${p.reason ?? "no rule"})`));
+  }
+
+  on_mcp_server_failed(p) {
+    this.root.append(el("p", "error notice", `MCP server ${p.server} failed: ${p.message}`));
+  }
+
+  done(turnId) {
+    if (this.running === turnId) this.running = null;
+    for (const [id, card] of this.approvals) {
+      if (card.closest(".turn")?.dataset.turn === turnId && !card.classList.contains("resolved")) {
+        card.querySelector(".actions")?.remove();
+        card.classList.add("resolved");
+        this.approvals.delete(id);
+      }
+    }
+  }
+}

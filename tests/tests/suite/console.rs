@@ -1,0 +1,286 @@
+//! The web console in a real browser: headless Chromium over WebDriver against a real `serve` and a scripted
+//! bundle whose Bash calls ask for approval.
+
+use serde_json::{json, Value};
+
+use super::browser::Browser;
+use super::operations::Client;
+use super::support::{write_bundle, Env, Server};
+
+const RULES: &str = "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, action: ask }\n";
+
+/// The slow answer streams one piece every 150 ms, long enough to reload the page in the middle of it.
+const SLOW: &str =
+    "the quick brown fox jumps over the lazy dog and keeps on running through the field until the \
+                    sun goes down behind the hills far away";
+
+fn script() -> String {
+    format!(
+        r#"{{turns: [
+  {{when: "approve", replies: [{{tool_calls: [{{name: "Bash", arguments: {{command: "echo approved-output"}}}}]}}, {{text: "done: {{{{last_tool_output}}}}"}}]}},
+  {{when: "slow", replies: [{{text: "{SLOW}", delay_ms: 150}}]}},
+  {{when: "plan", replies: [{{tool_calls: [{{name: "UpdatePlan", arguments: {{plan: [{{step: "look", status: "completed"}}, {{step: "answer", status: "in_progress"}}]}}}}]}}, {{text: "planned"}}]}},
+  {{replies: [{{text: "You asked: {{{{prompt}}}}"}}]}},
+]}}"#
+    )
+}
+
+fn setup() -> (Env, Server) {
+    let env = Env::new();
+    let dir = env.path("fixture");
+    write_bundle(&dir, &script(), RULES, "workspace_write");
+    env.run(&["build", dir.to_str().unwrap()]).ok();
+    let server = Server::start(env.home.path(), &[], &[]);
+    (env, server)
+}
+
+/// The number of elements `css` matches.
+async fn count(browser: &Browser, css: &str) -> usize {
+    browser
+        .js(&format!(
+            "return document.querySelectorAll({}).length",
+            json!(css)
+        ))
+        .await
+        .as_u64()
+        .unwrap_or(0) as usize
+}
+
+async fn sign_in(browser: &Browser, server: &Server) {
+    browser.client.goto(&server.base).await.unwrap();
+    browser.wait_text("#login h1", "Sign in").await;
+    browser.type_into("#token", "not-the-token").await;
+    browser.click("#login-form button[type=submit]").await;
+    browser.wait_text("#login-error", "refused").await;
+    browser
+        .type_into("#token", server.token.as_deref().unwrap())
+        .await;
+    browser.click("#login-form button[type=submit]").await;
+    browser.wait_text("#bundles", "local/fixture:1.0.0").await;
+}
+
+#[tokio::test]
+async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_and_a_reload_loses_nothing(
+) {
+    let (_env, server) = setup();
+    let api = Client::of(&server);
+    let browser = Browser::start(1280).await;
+    sign_in(&browser, &server).await;
+
+    // Create a session from the bundle: the address follows.
+    browser.click("#new-session button[type=submit]").await;
+    browser
+        .wait_js(
+            "return location.pathname.startsWith('/ui/sessions/')",
+            "the session's address",
+        )
+        .await;
+    let url = browser.client.current_url().await.unwrap();
+    let id = url.path().trim_start_matches("/ui/sessions/").to_string();
+
+    // A prompt, and its streamed answer.
+    browser.type_into("#prompt", "hello there").await;
+    browser.click("#send").await;
+    browser
+        .wait_text(".msg.agent .text", "You asked: hello there")
+        .await;
+
+    // An approval: the card names the tool, the command and the cwd; allowing it finishes the turn.
+    browser.type_into("#prompt", "please approve this").await;
+    browser.click("#send").await;
+    let card = browser.wait_text(".approval", "echo approved-output").await;
+    assert!(
+        card.contains("Bash") && card.contains("/workspace") && card.contains("rules[0]"),
+        "{card}"
+    );
+    browser
+        .click(".approval button[data-decision=allow_once]")
+        .await;
+    browser
+        .wait_text(".block.exec[data-exit='0']", "approved-output")
+        .await;
+    browser
+        .wait_text(".msg.agent .text", "done: approved-output")
+        .await;
+    browser.wait_text(".approval", "allow once").await;
+
+    // A plan shows as a checklist.
+    browser.type_into("#prompt", "make a plan").await;
+    browser.click("#send").await;
+    browser.wait_text(".plan", "answer").await;
+    assert_eq!(count(&browser, ".plan li.completed").await, 1);
+
+    // Reload in the middle of a streamed answer: the transcript comes back and the stream goes on, with nothing
+    // lost or shown twice.
+    browser.type_into("#prompt", "a slow one").await;
+    browser.click("#send").await;
+    browser
+        .wait_text(".msg.agent .text", "the quick brown")
+        .await;
+    let partial = browser
+        .js("const t = document.querySelectorAll('.msg.agent .text'); return t[t.length - 1].textContent")
+        .await;
+    assert!(
+        partial.as_str().unwrap().len() < SLOW.len(),
+        "the reload happens mid-turn: {partial}"
+    );
+    browser.client.refresh().await.unwrap();
+    browser.wait_text(".msg.agent .text", SLOW).await;
+    assert_eq!(count(&browser, ".msg.user").await, 4, "each prompt once");
+    let answers = browser
+        .js("return [...document.querySelectorAll('.msg.agent .text')].map(e => e.textContent)")
+        .await;
+    assert_eq!(
+        answers.as_array().unwrap().last().unwrap(),
+        SLOW,
+        "the answer once, whole"
+    );
+    browser
+        .wait_js(
+            "return document.querySelector('#session-state').textContent === 'idle'",
+            "the turn's end",
+        )
+        .await;
+
+    // The events inspector holds the whole journal, each id once, in order.
+    let (_, journal) = api
+        .json(
+            reqwest::Method::GET,
+            &format!("/sessions/{id}/journal"),
+            None,
+        )
+        .await;
+    let journal = journal.as_array().unwrap();
+    browser.click("#tab-events").await;
+    browser
+        .wait_js(
+            &format!(
+                "return document.querySelector('#events-count').dataset.count === '{}'",
+                journal.len()
+            ),
+            "every event in the inspector",
+        )
+        .await;
+    let last = journal.last().unwrap()["id"].as_str().unwrap();
+    assert_eq!(
+        browser
+            .js("return document.querySelector('#events-count').dataset.last")
+            .await,
+        last
+    );
+    browser.click("#events .row").await;
+    browser.wait_text("#event-detail", "\"session_id\"").await;
+    browser.click("#tab-chat").await;
+    browser
+        .js("const t = document.querySelector('#transcript'); t.scrollTop = t.scrollHeight; return true")
+        .await;
+    let shot = browser.screenshot("console.png").await;
+    eprintln!("screenshot: {}", shot.display());
+
+    // The back button leaves the session and comes back to it.
+    browser.click("a.brand").await;
+    browser.wait_text("#empty", "No session open").await;
+    browser.client.back().await.unwrap();
+    browser
+        .wait_text(".msg.agent .text", "You asked: hello there")
+        .await;
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_deep_link_opens_the_session_and_the_first_load_is_small_same_origin_and_under_a_strict_policy(
+) {
+    let (_env, server) = setup();
+    let api = Client::of(&server);
+    let (status, session) = api
+        .json(
+            reqwest::Method::POST,
+            "/sessions",
+            Some(json!({"bundle_ref": "fixture"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let (status, _) = api
+        .json(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/run-sync"),
+            Some(json!({"input": {"prompt": "from the api"}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // The page: a strict policy, and the API still answers no other origin.
+    let http = reqwest::Client::new();
+    let page = http.get(server.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(directive), "{csp}");
+    }
+    let foreign = http
+        .get(server.url("/sessions"))
+        .bearer_auth(server.token.as_deref().unwrap())
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    assert_eq!(
+        http.get(server.url("/ui/nope.js"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+
+    let browser = Browser::start(360).await;
+    sign_in(&browser, &server).await;
+    browser
+        .client
+        .goto(&server.url(&format!("/ui/sessions/{id}")))
+        .await
+        .unwrap();
+    browser
+        .wait_text(".msg.agent .text", "You asked: from the api")
+        .await;
+    let resources: Value = browser
+        .js("return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource')).map(e => ({name: e.name, type: e.initiatorType, bytes: e.encodedBodySize}))")
+        .await;
+    let resources = resources.as_array().unwrap();
+    let mut page_bytes = 0;
+    for r in resources {
+        let name = r["name"].as_str().unwrap();
+        assert!(
+            name.starts_with(&server.base),
+            "a request to another origin: {name}"
+        );
+        if r["type"] != "fetch" {
+            page_bytes += r["bytes"].as_u64().unwrap_or(0);
+        }
+    }
+    assert!(
+        page_bytes > 0 && page_bytes < 100 * 1024,
+        "first load {page_bytes} bytes"
+    );
+    // Readable at 360 px: nothing is wider than the window.
+    let overflow = browser
+        .js("return document.documentElement.scrollWidth <= window.innerWidth")
+        .await;
+    assert_eq!(
+        overflow,
+        Value::Bool(true),
+        "the page scrolls sideways at 360 px"
+    );
+    browser.screenshot("console-360.png").await;
+    browser.close().await;
+}
