@@ -56,8 +56,9 @@ export async function call(method, path, body) {
 }
 
 /**
- * Follows a session's events from after `seq` (0: the whole journal), calling `onEvent(msg)` for each and
- * reconnecting with Last-Event-ID after a network failure. Returns a function that stops it.
+ * Follows a session's events from after `seq` (0: the whole journal), calling `onEvent(data)` with each event's
+ * JSON text (parsing is left to the caller, which spreads it over frames), and reconnecting with Last-Event-ID
+ * after a network failure. Returns a function that stops it.
  */
 export function follow(sessionId, seq, onEvent, onState) {
   const stop = new AbortController();
@@ -75,11 +76,10 @@ export function follow(sessionId, seq, onEvent, onState) {
         onState("live");
         delay = 250;
         await readFrames(resp.body, (id, data) => {
-          const msg = JSON.parse(data);
           const n = Number(id);
           if (n > last) {
             last = n;
-            onEvent(msg);
+            onEvent(data);
           }
         });
       } catch (e) {
@@ -109,10 +109,13 @@ async function readFrames(body, onFrame) {
     const { value, done } = await reader.read();
     if (done) return;
     buffer += value;
+    // One pass over the chunk, one slice at the end: a replay arrives in large chunks of many frames.
+    let start = 0;
     let nl;
-    while ((nl = buffer.indexOf("\n")) >= 0) {
-      const line = buffer.slice(0, nl).replace(/\r$/, "");
-      buffer = buffer.slice(nl + 1);
+    while ((nl = buffer.indexOf("\n", start)) >= 0) {
+      let line = buffer.slice(start, nl);
+      start = nl + 1;
+      if (line.endsWith("\r")) line = line.slice(0, -1);
       if (line === "") {
         if (data.length) onFrame(id, data.join("\n"));
         data = [];
@@ -122,5 +125,6 @@ async function readFrames(body, onFrame) {
         data.push(line.slice(5).replace(/^ /, ""));
       }
     }
+    buffer = buffer.slice(start);
   }
 }

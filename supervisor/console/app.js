@@ -10,7 +10,8 @@ const $ = (id) => document.getElementById(id);
 const state = {
   sessions: [],
   open: null, // {id, chat, inspector, stop}
-  queue: [],
+  queue: [], // event JSON texts not yet applied, from `head` on
+  head: 0,
   draining: false,
 };
 
@@ -162,22 +163,29 @@ function drain() {
   const step = () => {
     const open = state.open;
     const until = performance.now() + 10;
-    while (open && state.queue.length && performance.now() < until) {
-      const msg = state.queue.shift();
+    while (open && state.head < state.queue.length && performance.now() < until) {
+      const msg = JSON.parse(state.queue[state.head++]);
       if (msg.session_id !== open.id) continue;
       open.chat.apply(msg);
       open.inspector.push(msg);
     }
     if (open) {
+      open.chat.flush();
       const running = !!open.chat.running;
       // A turn that just ended changes the session's line in the list.
       if (open.wasRunning && !running) guarded(loadSessions).catch(() => {});
       open.wasRunning = running;
       setRunning(running);
-      if (open.stick) open.scroller.scrollTop = open.scroller.scrollHeight;
+      // Scrolling costs a layout of the transcript; during a replay, once at its end.
+      if (open.stick && state.head === state.queue.length) open.scroller.scrollTop = open.scroller.scrollHeight;
     }
-    if (state.queue.length) requestAnimationFrame(step);
-    else state.draining = false;
+    if (state.head < state.queue.length) {
+      requestAnimationFrame(step);
+    } else {
+      state.queue = [];
+      state.head = 0;
+      state.draining = false;
+    }
   };
   requestAnimationFrame(step);
 }
@@ -186,6 +194,7 @@ function openSession(id) {
   if (state.open?.id === id) return;
   state.open?.stop();
   state.queue = [];
+  state.head = 0;
   const transcript = $("transcript");
   transcript.replaceChildren();
   const chat = new Chat(transcript, (requestId, decision) =>
@@ -203,8 +212,8 @@ function openSession(id) {
   show("session", true);
   setRunning(false);
   renderSessions();
-  open.stop = follow(id, 0, (msg) => {
-    state.queue.push(msg);
+  open.stop = follow(id, 0, (data) => {
+    state.queue.push(data);
     drain();
   }, (s, err) => {
     $("server-status").textContent = s === "live" ? "" : s === "reconnecting" ? "reconnecting…" : err?.message || "";

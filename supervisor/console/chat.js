@@ -37,6 +37,21 @@ export class Chat {
     this.execs = new Map(); // exec_id -> {node, out, summary}
     this.approvals = new Map(); // request_id -> card
     this.running = null;
+    this.pending = null; // {node, text}: deltas not yet in the page
+  }
+
+  /** Puts buffered text into the page: one text node per batch of deltas, not one per delta. */
+  flush() {
+    if (this.pending) {
+      this.pending.node.append(this.pending.text);
+      this.pending = null;
+    }
+  }
+
+  write(node, text) {
+    if (this.pending && this.pending.node !== node) this.flush();
+    if (!this.pending) this.pending = { node, text: "" };
+    this.pending.text += text;
   }
 
   turn(id) {
@@ -57,6 +72,7 @@ export class Chat {
 
   apply(msg) {
     const { type, payload: p } = msg.payload;
+    if (type !== "agent_message_delta" && type !== "reasoning_delta" && type !== "exec_command_output_delta") this.flush();
     const handler = this["on_" + type];
     if (handler) handler.call(this, p || {}, msg);
   }
@@ -83,7 +99,7 @@ export class Chat {
 
   on_agent_message_delta(p) {
     const t = this.turn(p.turn_id);
-    this.answer(t).append(p.delta ?? "");
+    this.write(this.answer(t), p.delta ?? "");
   }
 
   on_reasoning_delta(p) {
@@ -94,7 +110,7 @@ export class Chat {
       d.append(t.reasoning);
       t.node.append(d);
     }
-    t.reasoning.append(p.delta ?? "");
+    this.write(t.reasoning, p.delta ?? "");
   }
 
   on_reasoning_section_break(p) {
@@ -143,8 +159,12 @@ export class Chat {
   on_exec_command_output_delta(p) {
     const x = this.execs.get(p.exec_id);
     if (!x) return;
-    if (p.stream === "stderr") x.out.append(el("span", "stderr", p.chunk));
-    else x.out.append(p.chunk ?? "");
+    if (p.stream === "stderr") {
+      this.flush();
+      x.out.append(el("span", "stderr", p.chunk));
+    } else {
+      this.write(x.out, p.chunk ?? "");
+    }
   }
 
   on_exec_command_output_truncated(p) {

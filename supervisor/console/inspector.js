@@ -21,6 +21,7 @@ export class Inspector {
     this.detail = detail;
     this.count = count;
     this.events = [];
+    this.shown = 0;
     this.selected = -1;
     this.spacer = document.createElement("div");
     this.spacer.className = "spacer";
@@ -40,15 +41,15 @@ export class Inspector {
 
   reset() {
     this.events = [];
+    this.shown = 0;
     this.selected = -1;
     this.detail.textContent = "";
     this.schedule();
   }
 
+  /** Adds an event; reads no layout, so a replay of thousands costs one layout per frame, not one per event. */
   push(msg) {
-    const follow = this.root.scrollTop + this.root.clientHeight >= this.events.length * ROW - ROW;
     this.events.push(msg);
-    this.follow = this.follow || follow;
     this.schedule();
   }
 
@@ -62,16 +63,16 @@ export class Inspector {
   }
 
   render() {
+    // Follow the end when the view was at the end of what it last showed.
+    const atEnd = this.root.scrollTop + this.root.clientHeight >= this.shown * ROW - ROW;
     const n = this.events.length;
+    this.shown = n;
     const last = n ? this.events[n - 1].id : "none";
     this.count.textContent = `${n} events, last #${last}`;
     this.count.dataset.count = String(n);
     this.count.dataset.last = String(last);
     this.spacer.style.height = `${n * ROW}px`;
-    if (this.follow && this.root.offsetParent !== null) {
-      this.root.scrollTop = n * ROW;
-      this.follow = false;
-    }
+    if (atEnd && this.root.offsetParent !== null) this.root.scrollTop = n * ROW;
     const height = this.root.clientHeight || 400;
     const first = Math.max(0, Math.floor(this.root.scrollTop / ROW) - OVERSCAN);
     const end = Math.min(n, Math.ceil((this.root.scrollTop + height) / ROW) + OVERSCAN);

@@ -14,11 +14,16 @@ const SLOW: &str =
     "the quick brown fox jumps over the lazy dog and keeps on running through the field until the \
                     sun goes down behind the hills far away";
 
+/// A hostile answer: markup that would run script if the console put model text into the page as HTML.
+const INJECTION: &str =
+    r#"<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"#;
+
 fn script() -> String {
     format!(
         r#"{{turns: [
   {{when: "approve", replies: [{{tool_calls: [{{name: "Bash", arguments: {{command: "echo approved-output"}}}}]}}, {{text: "done: {{{{last_tool_output}}}}"}}]}},
   {{when: "slow", replies: [{{text: "{SLOW}", delay_ms: 150}}]}},
+  {{when: "inject", replies: [{{text: "{INJECTION}"}}]}},
   {{when: "plan", replies: [{{tool_calls: [{{name: "UpdatePlan", arguments: {{plan: [{{step: "look", status: "completed"}}, {{step: "answer", status: "in_progress"}}]}}}}]}}, {{text: "planned"}}]}},
   {{replies: [{{text: "You asked: {{{{prompt}}}}"}}]}},
 ]}}"#
@@ -103,6 +108,11 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
         .wait_text(".msg.agent .text", "done: approved-output")
         .await;
     browser.wait_text(".approval", "allow once").await;
+    browser
+        .js("const t = document.querySelector('#transcript'); t.scrollTop = t.scrollHeight; return true")
+        .await;
+    let shot = browser.screenshot("console.png").await;
+    eprintln!("screenshot: {}", shot.display());
 
     // A plan shows as a checklist.
     browser.type_into("#prompt", "make a plan").await;
@@ -142,6 +152,31 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
         )
         .await;
 
+    // The keyboard alone: Ctrl+Enter sends; Interrupt stops the turn.
+    let keys = format!(
+        "slow, from the keyboard{}{}",
+        fantoccini::key::Key::Control,
+        fantoccini::key::Key::Enter
+    );
+    browser.type_into("#prompt", &keys).await;
+    browser
+        .wait_text(".msg.user", "slow, from the keyboard")
+        .await;
+    browser
+        .wait_js(
+            "return !document.querySelector('#interrupt').disabled",
+            "a running turn",
+        )
+        .await;
+    browser.click("#interrupt").await;
+    browser.wait_text(".error-msg", "Interrupted").await;
+    browser
+        .wait_js(
+            "return document.querySelector('#session-state').textContent === 'idle'",
+            "the turn's end",
+        )
+        .await;
+
     // The events inspector holds the whole journal, each id once, in order.
     let (_, journal) = api
         .json(
@@ -171,12 +206,6 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     browser.click("#events .row").await;
     browser.wait_text("#event-detail", "\"session_id\"").await;
     browser.click("#tab-chat").await;
-    browser
-        .js("const t = document.querySelector('#transcript'); t.scrollTop = t.scrollHeight; return true")
-        .await;
-    let shot = browser.screenshot("console.png").await;
-    eprintln!("screenshot: {}", shot.display());
-
     // The back button leaves the session and comes back to it.
     browser.click("a.brand").await;
     browser.wait_text("#empty", "No session open").await;
@@ -243,6 +272,24 @@ async fn a_deep_link_opens_the_session_and_the_first_load_is_small_same_origin_a
         404
     );
 
+    // Model-written markup, in an answer and in command output, stays text.
+    let (status, _) = api
+        .json(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/run-sync"),
+            Some(json!({"input": {"prompt": "inject"}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = api
+        .json(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/commands"),
+            Some(json!({"command": "echo '<img src=x onerror=document.title=1>'"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+
     let browser = Browser::start(360).await;
     sign_in(&browser, &server).await;
     browser
@@ -253,6 +300,25 @@ async fn a_deep_link_opens_the_session_and_the_first_load_is_small_same_origin_a
     browser
         .wait_text(".msg.agent .text", "You asked: from the api")
         .await;
+    browser
+        .wait_text(
+            ".msg.agent .text",
+            "<script>document.title='pwned'</script>",
+        )
+        .await;
+    browser
+        .wait_text(".block.exec", "<img src=x onerror=")
+        .await;
+    assert_eq!(
+        count(&browser, "#transcript img, #transcript script").await,
+        0
+    );
+    assert!(!browser
+        .js("return document.title")
+        .await
+        .as_str()
+        .unwrap()
+        .contains("pwned"));
     let resources: Value = browser
         .js("return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource')).map(e => ({name: e.name, type: e.initiatorType, bytes: e.encodedBodySize}))")
         .await;
@@ -282,5 +348,90 @@ async fn a_deep_link_opens_the_session_and_the_first_load_is_small_same_origin_a
         "the page scrolls sideways at 360 px"
     );
     browser.screenshot("console-360.png").await;
+    browser.close().await;
+}
+
+/// A scripted bundle whose one answer streams as `words / 3` deltas.
+fn long_answer_bundle(env: &Env, words: usize) -> String {
+    let text: String = (0..words).map(|i| format!("w{i} ")).collect();
+    let dir = env.path("long");
+    write_bundle(
+        &dir,
+        &format!(
+            r#"{{turns: [{{replies: [{{text: "{}"}}]}}]}}"#,
+            text.trim_end()
+        ),
+        "",
+        "workspace_write",
+    );
+    env.run(&["build", dir.to_str().unwrap()]).ok();
+    text.trim_end().to_string()
+}
+
+#[tokio::test]
+async fn a_session_of_ten_thousand_events_renders_whole_with_a_bounded_number_of_rows_in_the_page()
+{
+    let env = Env::new();
+    let text = long_answer_bundle(&env, 30_000);
+    let server = Server::start(env.home.path(), &["--no-auth"], &[]);
+    let api = Client::of(&server);
+    let (_, session) = api
+        .json(
+            reqwest::Method::POST,
+            "/sessions",
+            Some(json!({"bundle_ref": "fixture"})),
+        )
+        .await;
+    let id = session["id"].as_str().unwrap().to_string();
+    let (status, _) = api
+        .json(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/run-sync"),
+            Some(json!({"input": {"prompt": "go"}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, journal) = api
+        .json(
+            reqwest::Method::GET,
+            &format!("/sessions/{id}/journal"),
+            None,
+        )
+        .await;
+    let events = journal.as_array().unwrap().len();
+    assert!(events > 10_000, "{events} events");
+
+    let browser = Browser::start(1280).await;
+    browser
+        .client
+        .goto(&server.url(&format!("/ui/sessions/{id}")))
+        .await
+        .unwrap();
+    browser.click("#tab-events").await;
+    browser
+        .wait_js(
+            &format!("return document.querySelector('#events-count').dataset.count === '{events}'"),
+            "every event in the inspector",
+        )
+        .await;
+    let rows = count(&browser, "#events .row").await;
+    assert!(
+        (10..100).contains(&rows),
+        "{rows} rows in the page for {events} events"
+    );
+    browser
+        .js("const e = document.querySelector('#events'); e.scrollTop = e.scrollHeight / 2; return true")
+        .await;
+    browser
+        .wait_text("#events .row .seq", &format!("#{}", events / 2))
+        .await;
+    let shown = browser
+        .js("const t = document.querySelectorAll('.msg.agent .text'); return t[t.length - 1].textContent")
+        .await;
+    assert_eq!(
+        shown.as_str().unwrap().len(),
+        text.len(),
+        "the whole answer, once"
+    );
     browser.close().await;
 }
