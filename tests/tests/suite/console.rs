@@ -178,14 +178,7 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
         .await;
 
     // The events inspector holds the whole journal, each id once, in order.
-    let (_, journal) = api
-        .json(
-            reqwest::Method::GET,
-            &format!("/sessions/{id}/journal"),
-            None,
-        )
-        .await;
-    let journal = journal.as_array().unwrap();
+    let journal = api.journal(&id).await;
     browser.click("#tab-events").await;
     browser
         .wait_js(
@@ -221,23 +214,8 @@ async fn a_deep_link_opens_the_session_and_the_first_load_is_small_same_origin_a
 ) {
     let (_env, server) = setup();
     let api = Client::of(&server);
-    let (status, session) = api
-        .json(
-            reqwest::Method::POST,
-            "/sessions",
-            Some(json!({"bundle_ref": "fixture"})),
-        )
-        .await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_string();
-    let (status, _) = api
-        .json(
-            reqwest::Method::POST,
-            &format!("/sessions/{id}/run-sync"),
-            Some(json!({"input": {"prompt": "from the api"}})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    let id = api.session("fixture").await;
+    api.turn(&id, "from the api").await;
 
     // The page: a strict policy, and the API still answers no other origin.
     let http = reqwest::Client::new();
@@ -273,14 +251,7 @@ async fn a_deep_link_opens_the_session_and_the_first_load_is_small_same_origin_a
     );
 
     // Model-written markup, in an answer and in command output, stays text.
-    let (status, _) = api
-        .json(
-            reqwest::Method::POST,
-            &format!("/sessions/{id}/run-sync"),
-            Some(json!({"input": {"prompt": "inject"}})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    api.turn(&id, "inject").await;
     let (status, _) = api
         .json(
             reqwest::Method::POST,
@@ -375,30 +346,9 @@ async fn a_session_of_ten_thousand_events_renders_whole_with_a_bounded_number_of
     let text = long_answer_bundle(&env, 30_000);
     let server = Server::start(env.home.path(), &["--no-auth"], &[]);
     let api = Client::of(&server);
-    let (_, session) = api
-        .json(
-            reqwest::Method::POST,
-            "/sessions",
-            Some(json!({"bundle_ref": "fixture"})),
-        )
-        .await;
-    let id = session["id"].as_str().unwrap().to_string();
-    let (status, _) = api
-        .json(
-            reqwest::Method::POST,
-            &format!("/sessions/{id}/run-sync"),
-            Some(json!({"input": {"prompt": "go"}})),
-        )
-        .await;
-    assert_eq!(status, 200);
-    let (_, journal) = api
-        .json(
-            reqwest::Method::GET,
-            &format!("/sessions/{id}/journal"),
-            None,
-        )
-        .await;
-    let events = journal.as_array().unwrap().len();
+    let id = api.session("fixture").await;
+    api.turn(&id, "go").await;
+    let events = api.journal(&id).await.len();
     assert!(events > 10_000, "{events} events");
 
     let browser = Browser::start(1280).await;

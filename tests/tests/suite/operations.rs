@@ -57,7 +57,20 @@ impl Client {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
-    async fn session(&self, bundle: &str) -> String {
+    /// Runs one turn with `run-sync` and asserts it was answered.
+    pub(super) async fn turn(&self, id: &str, prompt: &str) -> Value {
+        let (status, body) = self
+            .json(
+                reqwest::Method::POST,
+                &format!("/sessions/{id}/run-sync"),
+                Some(json!({"input": {"prompt": prompt}})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    pub(super) async fn session(&self, bundle: &str) -> String {
         let (status, body) = self
             .json(
                 reqwest::Method::POST,
@@ -69,7 +82,7 @@ impl Client {
         body["id"].as_str().unwrap().to_string()
     }
 
-    async fn journal(&self, id: &str) -> Vec<Value> {
+    pub(super) async fn journal(&self, id: &str) -> Vec<Value> {
         let (status, body) = self
             .json(
                 reqwest::Method::GET,

@@ -135,6 +135,19 @@ fn with_stdin(cmd: &mut Command, input: &str) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// `push hello <target> --username ci --password-stdin` with `password`.
+fn push_with_password(env: &Env, target: &str, password: &str) -> std::process::Output {
+    let mut cmd = env.command(&[
+        "push",
+        "hello",
+        target,
+        "--username",
+        "ci",
+        "--password-stdin",
+    ]);
+    with_stdin(&mut cmd, &format!("{password}\n"))
+}
+
 #[test]
 fn a_bearer_token_challenge_is_answered_from_the_credentials_and_a_given_token_is_sent_as_is() {
     let registry = Registry::start(&[]);
@@ -149,15 +162,7 @@ fn a_bearer_token_challenge_is_answered_from_the_credentials_and_a_given_token_i
         "{}",
         anonymous.stderr
     );
-    let mut wrong = local.command(&[
-        "push",
-        "hello",
-        &target,
-        "--username",
-        "ci",
-        "--password-stdin",
-    ]);
-    let wrong = with_stdin(&mut wrong, "not-it\n");
+    let wrong = push_with_password(&local, &target, "not-it");
     assert!(
         String::from_utf8_lossy(&wrong.stderr)
             .contains(&format!("{} refused the credentials", gate.host)),
@@ -166,15 +171,7 @@ fn a_bearer_token_challenge_is_answered_from_the_credentials_and_a_given_token_i
     );
     assert_eq!(gate.issued.load(std::sync::atomic::Ordering::SeqCst), 0);
 
-    let mut right = local.command(&[
-        "push",
-        "hello",
-        &target,
-        "--username",
-        "ci",
-        "--password-stdin",
-    ]);
-    let right = with_stdin(&mut right, "s3cret-pass\n");
+    let right = push_with_password(&local, &target, "s3cret-pass");
     assert!(
         String::from_utf8_lossy(&right.stdout).contains("2 blobs uploaded"),
         "{}",
@@ -273,17 +270,7 @@ fn credentials_come_from_the_flags_or_the_docker_config_and_wrong_ones_are_refus
     let local = Env::new();
     local.run(&["build", &hello()]).ok();
     let target = registry.url("team/hello:0.1.0");
-    let with_password = |password: &str| {
-        let mut cmd = local.command(&[
-            "push",
-            "hello",
-            &target,
-            "--username",
-            "ci",
-            "--password-stdin",
-        ]);
-        with_stdin(&mut cmd, &format!("{password}\n"))
-    };
+    let with_password = |password: &str| push_with_password(&local, &target, password);
     let wrong = with_password("not-it");
     assert_eq!(wrong.status.code(), Some(1));
     let err = String::from_utf8_lossy(&wrong.stderr);
