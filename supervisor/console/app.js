@@ -9,6 +9,7 @@ const $ = (id) => document.getElementById(id);
 
 const state = {
   sessions: [],
+  bundles: [],
   open: null, // {id, chat, inspector, stop}
   queue: [], // event JSON texts not yet applied, from `head` on
   head: 0,
@@ -68,17 +69,24 @@ async function guarded(f) {
 // ---- lists ---------------------------------------------------------------------------------------------------
 
 async function loadBundles() {
-  const bundles = await call("GET", "/bundles");
+  state.bundles = await call("GET", "/bundles");
   const select = $("bundle");
-  const list = $("bundles");
   const chosen = select.value;
-  select.replaceChildren();
-  list.replaceChildren();
-  for (const b of bundles) {
+  select.replaceChildren(...state.bundles.map((b) => {
     const o = document.createElement("option");
     o.value = b.reference;
     o.textContent = b.reference;
-    select.append(o);
+    return o;
+  }));
+  if (chosen) select.value = chosen;
+  renderBundles();
+}
+
+function renderBundles() {
+  const q = $("filter").value.trim().toLowerCase();
+  const rows = (state.bundles || []).filter((b) => !q || [b.reference, b.description].some((v) => (v || "").toLowerCase().includes(q)));
+  const list = $("bundles");
+  list.replaceChildren(...rows.map((b) => {
     const li = document.createElement("li");
     const name = document.createElement("strong");
     name.textContent = b.reference;
@@ -86,13 +94,12 @@ async function loadBundles() {
     desc.className = "muted";
     desc.textContent = b.description || b.digest?.slice(0, 19) || "";
     li.append(name, desc);
-    list.append(li);
-  }
-  if (chosen) select.value = chosen;
-  if (!bundles.length) {
+    return li;
+  }));
+  if (!rows.length) {
     const li = document.createElement("li");
     li.className = "muted";
-    li.textContent = "No bundles installed: service-rs build <dir> on the server.";
+    li.textContent = q ? "No bundle matches." : "No bundles installed: service-rs build <dir> on the server.";
     list.append(li);
   }
 }
@@ -297,7 +304,10 @@ function wire() {
   $("login-form").addEventListener("submit", signIn);
   $("logout").addEventListener("click", () => askToken(""));
   $("new-session").addEventListener("submit", createSession);
-  $("filter").addEventListener("input", renderSessions);
+  $("filter").addEventListener("input", () => {
+    renderSessions();
+    renderBundles();
+  });
   $("composer").addEventListener("submit", send);
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send(e);

@@ -199,6 +199,14 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     browser.click("#events .row").await;
     browser.wait_text("#event-detail", "\"session_id\"").await;
     browser.click("#tab-chat").await;
+    // The filter narrows both lists.
+    browser.type_into("#filter", "no-such-thing").await;
+    browser.wait_text("#sessions", "No session matches.").await;
+    browser.wait_text("#bundles", "No bundle matches.").await;
+    browser.type_into("#filter", "fixture").await;
+    browser.wait_text("#bundles", "local/fixture:1.0.0").await;
+    assert_eq!(count(&browser, "#sessions a[data-session]").await, 1);
+
     // The back button leaves the session and comes back to it.
     browser.click("a.brand").await;
     browser.wait_text("#empty", "No session open").await;
