@@ -174,3 +174,16 @@ async fn with_allow_registry_the_server_pushes_pulls_and_pulls_a_session_bundle_
         .unwrap()
         .contains("You asked: \"hi\""));
 }
+
+#[test]
+fn allow_registry_takes_a_host_and_port_and_says_so_otherwise() {
+    let env = Env::new();
+    let refused = env.run(&["serve", "--allow-registry", "https://ghcr.io/org"]);
+    assert!(
+        refused
+            .failed()
+            .contains("--allow-registry takes a registry's host[:port]"),
+        "{}",
+        refused.stderr
+    );
+}
