@@ -58,9 +58,14 @@ pub async fn inspect_bundle(
     Path(reference): Path<String>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
     super::policy::bundle_ref(&st.policy, &reference)?;
+    Ok(Json(resolve_bundle(&st, reference).await?.info()))
+}
+
+/// Resolves a bundle reference off the async threads (it reads the store).
+pub(super) async fn resolve_bundle(st: &AppState, reference: String) -> ApiResult<bundle::Bundle> {
     let home = st.rt.home().clone();
-    let info =
-        tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference).map(|b| b.info()))
+    Ok(
+        tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference))
             .await
             .map_err(|_| {
                 ApiError::new(
@@ -68,8 +73,8 @@ pub async fn inspect_bundle(
                     "internal",
                     "resolving the bundle failed",
                 )
-            })??;
-    Ok(Json(info))
+            })??,
+    )
 }
 
 /// Creates a session from a bundle reference.

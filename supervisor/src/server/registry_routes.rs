@@ -144,17 +144,7 @@ pub async fn push_bundle(
 ) -> ApiResult<Json<Pushed>> {
     super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
     allowed(&st.policy, &req.target)?;
-    let home = st.rt.home().clone();
-    let reference = req.bundle_ref.clone();
-    let bundle = tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference))
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "resolving the bundle failed",
-            )
-        })??;
+    let bundle = super::handlers::resolve_bundle(&st, req.bundle_ref.clone()).await?;
     let pushed = registry::push(&bundle, &req.target, &access(req.auth, req.plain_http)).await?;
     Ok(Json(pushed))
 }
