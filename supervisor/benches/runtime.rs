@@ -4,7 +4,8 @@
 //! - session create: `create_session` plus the worker spawned and handshaken (on the host);
 //! - text-only turn on a warm session with the scripted provider (full round trip through the worker; the scripted
 //!   provider takes no time of its own, so the whole turn is runtime overhead);
-//! - one-shot `service-rs run` wall time, as a user runs it;
+//! - one-shot `service-rs run` wall time, as a user runs it: on the host, and confined against a bare bwrap spawn
+//!   sampled in turn (the scripted provider makes no request, so bare bwrap is the whole limit here);
 //! - session create with the worker confined by bubblewrap, against a bare `bwrap --unshare-all true` sampled in
 //!   turn: started for the session, and taken from the spare the runtime keeps started ahead (`prestart`; the
 //!   bench waits for the spare before each such sample, untimed, as a session created by a person or a client
@@ -256,17 +257,27 @@ fn main() -> BenchResult<()> {
         })
     })?;
 
-    let oneshot = time(iters.min(50), || {
+    // One-shot runs as a user types them, whole process from start to exit: on the host, confined, and the bare
+    // bwrap spawn that bounds the confined one from below, sampled in turn so they share the machine's drift.
+    let run_once = |bundle: &str| -> BenchResult<Duration> {
+        let t = Instant::now();
         let out = std::process::Command::new(&exe)
-            .args(["run", &host_ref, "--prompt", "hi"])
+            .args(["run", bundle, "--prompt", "hi"])
             .env("SERVICE_HOME", home.path())
             .output()?;
+        let took = t.elapsed();
         if out.status.success() {
-            Ok(())
+            Ok(took)
         } else {
             Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into())
         }
-    })?;
+    };
+    let (mut oneshot, mut boxed_oneshot, mut oneshot_bwrap) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..iters.min(50) {
+        oneshot.push(run_once(&host_ref)?);
+        boxed_oneshot.push(run_once(&boxed_ref)?);
+        oneshot_bwrap.push(bare_bwrap_once()?);
+    }
     let host_true = time(iters, || {
         std::process::Command::new("sh")
             .args(["-c", "true"])
@@ -297,6 +308,15 @@ fn main() -> BenchResult<()> {
         &stats(m.turn),
     );
     row("one-shot `service-rs run` wall time", &stats(oneshot));
+    compared(
+        [
+            "same, the worker confined (whole process)",
+            "bare `bwrap --unshare-all true`, in turn",
+            "ratio: confined one-shot / bare bwrap",
+        ],
+        &stats(boxed_oneshot),
+        &stats(oneshot_bwrap),
+    );
     compared(
         [
             "session create, bwrap'd worker handshaken",
