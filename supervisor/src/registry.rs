@@ -359,7 +359,13 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
         client
             .pull_blob(&reference, digest, &mut bytes)
             .await
-            .map_err(|e| classify(&reference, source, e))?;
+            .map_err(|e| match classify(&reference, source, e) {
+                // Name the digest the manifest asked for, not one a response header claimed.
+                RegistryError::Tampered { .. } => RegistryError::Tampered {
+                    digest: digest.into(),
+                },
+                other => other,
+            })?;
         if archive::sha256_digest(&bytes) != digest {
             return Err(RegistryError::Tampered {
                 digest: digest.into(),
