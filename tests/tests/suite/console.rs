@@ -51,6 +51,23 @@ async fn count(browser: &Browser, css: &str) -> usize {
         .unwrap_or(0) as usize
 }
 
+/// Waits until the session shows no running turn.
+async fn wait_idle(browser: &Browser) {
+    browser
+        .wait_js(
+            "return document.querySelector('#session-state').textContent === 'idle'",
+            "an idle session",
+        )
+        .await;
+}
+
+/// Sends `prompt` from the composer once the session is idle (a turn still ending would answer 409).
+async fn send(browser: &Browser, prompt: &str) {
+    wait_idle(browser).await;
+    browser.type_into("#prompt", prompt).await;
+    browser.click("#send").await;
+}
+
 async fn sign_in(browser: &Browser, server: &Server) {
     browser.client.goto(&server.base).await.unwrap();
     browser.wait_text("#login h1", "Sign in").await;
@@ -84,15 +101,13 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     let id = url.path().trim_start_matches("/ui/sessions/").to_string();
 
     // A prompt, and its streamed answer.
-    browser.type_into("#prompt", "hello there").await;
-    browser.click("#send").await;
+    send(&browser, "hello there").await;
     browser
         .wait_text(".msg.agent .text", "You asked: hello there")
         .await;
 
     // An approval: the card names the tool, the command and the cwd; allowing it finishes the turn.
-    browser.type_into("#prompt", "please approve this").await;
-    browser.click("#send").await;
+    send(&browser, "please approve this").await;
     let card = browser.wait_text(".approval", "echo approved-output").await;
     assert!(
         card.contains("Bash") && card.contains("/workspace") && card.contains("rules[0]"),
@@ -115,15 +130,13 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     eprintln!("screenshot: {}", shot.display());
 
     // A plan shows as a checklist.
-    browser.type_into("#prompt", "make a plan").await;
-    browser.click("#send").await;
+    send(&browser, "make a plan").await;
     browser.wait_text(".plan", "answer").await;
     assert_eq!(count(&browser, ".plan li.completed").await, 1);
 
     // Reload in the middle of a streamed answer: the transcript comes back and the stream goes on, with nothing
     // lost or shown twice.
-    browser.type_into("#prompt", "a slow one").await;
-    browser.click("#send").await;
+    send(&browser, "a slow one").await;
     browser
         .wait_text(".msg.agent .text", "the quick brown")
         .await;
@@ -145,12 +158,7 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
         SLOW,
         "the answer once, whole"
     );
-    browser
-        .wait_js(
-            "return document.querySelector('#session-state').textContent === 'idle'",
-            "the turn's end",
-        )
-        .await;
+    wait_idle(&browser).await;
 
     // The keyboard alone: Ctrl+Enter sends; Interrupt stops the turn.
     let keys = format!(
@@ -158,6 +166,7 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
         fantoccini::key::Key::Control,
         fantoccini::key::Key::Enter
     );
+    wait_idle(&browser).await;
     browser.type_into("#prompt", &keys).await;
     browser
         .wait_text(".msg.user", "slow, from the keyboard")
@@ -170,12 +179,7 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
         .await;
     browser.click("#interrupt").await;
     browser.wait_text(".error-msg", "Interrupted").await;
-    browser
-        .wait_js(
-            "return document.querySelector('#session-state').textContent === 'idle'",
-            "the turn's end",
-        )
-        .await;
+    wait_idle(&browser).await;
 
     // The events inspector holds the whole journal, each id once, in order.
     let journal = api.journal(&id).await;
