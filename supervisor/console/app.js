@@ -68,6 +68,14 @@ async function guarded(f) {
 
 // ---- lists ---------------------------------------------------------------------------------------------------
 
+/** The line a list shows when it has nothing to show. */
+function emptyRow(text) {
+  const li = document.createElement("li");
+  li.className = "muted";
+  li.textContent = text;
+  return li;
+}
+
 async function loadBundles() {
   state.bundles = await call("GET", "/bundles");
   const select = $("bundle");
@@ -96,12 +104,7 @@ function renderBundles() {
     li.append(name, desc);
     return li;
   }));
-  if (!rows.length) {
-    const li = document.createElement("li");
-    li.className = "muted";
-    li.textContent = q ? "No bundle matches." : "No bundles installed: service-rs build <dir> on the server.";
-    list.append(li);
-  }
+  if (!rows.length) list.append(emptyRow(q ? "No bundle matches." : "No bundles installed: service-rs build <dir> on the server."));
 }
 
 async function loadSessions() {
@@ -131,12 +134,7 @@ function renderSessions() {
     li.append(a);
     return li;
   }));
-  if (!rows.length) {
-    const li = document.createElement("li");
-    li.className = "muted";
-    li.textContent = q ? "No session matches." : "No sessions yet.";
-    list.append(li);
-  }
+  if (!rows.length) list.append(emptyRow(q ? "No session matches." : "No sessions yet."));
 }
 
 async function createSession(e) {

@@ -36,43 +36,24 @@ async fn main() {
         }
     }
     let env = support::Env::new();
-    let dir = env.path("long");
-    let text: String = (0..30_000).map(|i| format!("w{i} ")).collect();
-    support::write_bundle(
-        &dir,
-        &format!(
-            r#"{{turns: [{{replies: [{{text: "{}"}}]}}]}}"#,
-            text.trim_end()
-        ),
-        "",
-        "workspace_write",
-    );
-    env.run(&["build", dir.to_str().unwrap()]).ok();
+    support::build_long_answer_bundle(&env, 30_000);
     let server = support::Server::start(env.home.path(), &["--no-auth"], &[]);
     let http = reqwest::Client::new();
-    let session: Value = http
-        .post(server.url("/sessions"))
-        .json(&json!({"bundle_ref": "fixture"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let call = |req: reqwest::RequestBuilder| async move {
+        req.send().await.unwrap().json::<Value>().await.unwrap()
+    };
+    let session = call(
+        http.post(server.url("/sessions"))
+            .json(&json!({"bundle_ref": "fixture"})),
+    )
+    .await;
     let id = session["id"].as_str().unwrap().to_string();
-    http.post(server.url(&format!("/sessions/{id}/run-sync")))
-        .json(&json!({"input": {"prompt": "go"}}))
-        .send()
-        .await
-        .unwrap();
-    let journal: Value = http
-        .get(server.url(&format!("/sessions/{id}/journal")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    call(
+        http.post(server.url(&format!("/sessions/{id}/run-sync")))
+            .json(&json!({"input": {"prompt": "go"}})),
+    )
+    .await;
+    let journal = call(http.get(server.url(&format!("/sessions/{id}/journal")))).await;
     let events = journal.as_array().unwrap().len();
 
     let browser = browser::Browser::start(1280).await;

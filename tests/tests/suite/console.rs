@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::browser::Browser;
 use super::operations::Client;
-use super::support::{write_bundle, Env, Server};
+use super::support::{build_long_answer_bundle, write_bundle, Env, Server};
 
 const RULES: &str = "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, action: ask }\n";
 
@@ -334,28 +334,11 @@ async fn a_deep_link_opens_the_session_and_the_first_load_is_small_same_origin_a
     browser.close().await;
 }
 
-/// A scripted bundle whose one answer streams as `words / 3` deltas.
-fn long_answer_bundle(env: &Env, words: usize) -> String {
-    let text: String = (0..words).map(|i| format!("w{i} ")).collect();
-    let dir = env.path("long");
-    write_bundle(
-        &dir,
-        &format!(
-            r#"{{turns: [{{replies: [{{text: "{}"}}]}}]}}"#,
-            text.trim_end()
-        ),
-        "",
-        "workspace_write",
-    );
-    env.run(&["build", dir.to_str().unwrap()]).ok();
-    text.trim_end().to_string()
-}
-
 #[tokio::test]
 async fn a_session_of_ten_thousand_events_renders_whole_with_a_bounded_number_of_rows_in_the_page()
 {
     let env = Env::new();
-    let text = long_answer_bundle(&env, 30_000);
+    let text = build_long_answer_bundle(&env, 30_000);
     let server = Server::start(env.home.path(), &["--no-auth"], &[]);
     let api = Client::of(&server);
     let id = api.session("fixture").await;

@@ -184,6 +184,22 @@ pub fn write_bundle(dir: &Path, script: &str, agent_extra: &str, sandbox_mode: &
     .unwrap();
 }
 
+/// Builds into `env`'s store a scripted bundle (`fixture`) whose one answer is `words` words, streamed as about
+/// `words / 3` deltas; returns the answer.
+pub fn build_long_answer_bundle(env: &Env, words: usize) -> String {
+    let text: String = (0..words).map(|i| format!("w{i} ")).collect();
+    let text = text.trim_end().to_string();
+    let dir = env.path("long");
+    write_bundle(
+        &dir,
+        &format!(r#"{{turns: [{{replies: [{{text: "{text}"}}]}}]}}"#),
+        "",
+        "workspace_write",
+    );
+    env.run(&["build", dir.to_str().unwrap()]).ok();
+    text
+}
+
 /// An in-process runtime over `home` whose workers are the real binary.
 pub fn runtime(home: &Path) -> service_supervisor::ServiceRuntime {
     service_supervisor::ServiceRuntime::new(
