@@ -53,6 +53,12 @@ fn run(env: &Env, name: &str) -> Vec<Value> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Every server here is expected to start; when one does not, say why rather than "tool not available".
+    let failed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["payload"]["type"] == "mcp_server_failed")
+        .collect();
+    assert!(failed.is_empty(), "an MCP server failed: {failed:?}");
     events
 }
 
