@@ -101,6 +101,15 @@ pub struct WorkerConfig {
     /// MCP servers from `agent.yaml`, by name; the worker starts them in its sandbox.
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// Time without a command after which the worker stops its spare shells, so an idle session is back to its
+    /// worker and bwrap's monitor.
+    #[serde(default = "default_spare_shell_idle_ms")]
+    pub spare_shell_idle_ms: u64,
+}
+
+/// [`WorkerConfig::spare_shell_idle_ms`] when the supervisor does not say: 30 s.
+pub const fn default_spare_shell_idle_ms() -> u64 {
+    30_000
 }
 
 /// How a session reaches one MCP server.

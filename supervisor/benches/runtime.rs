@@ -14,14 +14,27 @@
 //!   20 ms of idle time before each (as commands arrive from a model or a person; it lets the worker's spare
 //!   shell be ready, see `worker/src/tools/spare_shell.rs`).
 //!
+//! - against an OpenAI-compatible server on loopback (`common/openai.rs`), in three rounds whose medians are all
+//!   printed, so the machine's noise shows as their spread:
+//!   - a warm turn (host worker) against the same client's direct streaming request on a kept connection; the
+//!     difference is the runtime's overhead per turn;
+//!   - the confined one-shot `service-rs run`, whole process, against its limit: a bare bwrap spawn plus one
+//!     direct streaming request on a new connection, sampled in turn;
+//! - workers as the session gets them (`service-worker`, the small binary beside `service-rs`) and as
+//!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
+//!
 //! `BENCH_ITERS` sets the number of samples (default 200); `BENCH_EXE` runs another build of `service-rs` (to
-//! compare two builds in one sitting).
+//! compare two builds in one sitting). Build the small worker first (`cargo build --release -p service-worker`);
+//! without it the runtime uses `service-rs worker`, and the bench says so.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use service_ipc::{Task, TurnOverrides};
-use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
+use service_supervisor::{worker_beside, RuntimeOptions, ServiceHome, ServiceRuntime};
+
+#[path = "common/openai.rs"]
+mod openai;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -34,9 +47,15 @@ struct Measured {
     turn: Vec<Duration>,
     boxed_true: Vec<Duration>,
     paced_true: Vec<Duration>,
-    idle_worker: u64,
+    idle: Idle,
     supervisor_rss: u64,
-    workers_seen: usize,
+}
+
+/// Medians over the idle workers of live sessions, in KiB.
+struct Idle {
+    rss: u64,
+    pss: u64,
+    seen: usize,
 }
 
 /// Idle time before each command of the paced rows.
@@ -108,9 +127,43 @@ fn compared(names: [&str; 3], a: &Stats, b: &Stats) {
 
 /// Resident set size of a process, from /proc.
 fn rss_kib(pid: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    kib_field(&format!("/proc/{pid}/status"), "VmRSS:")
+}
+
+/// Proportional set size of a process: its private pages plus its share of the pages it shares.
+fn pss_kib(pid: &str) -> Option<u64> {
+    kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
+}
+
+fn kib_field(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Starts `n` sessions of `reference` and measures their idle workers; the sessions are then deleted.
+async fn idle_workers(rt: &ServiceRuntime, reference: &str, n: usize) -> BenchResult<Idle> {
+    let mut live = Vec::new();
+    for _ in 0..n {
+        let id = rt.create_session(reference, None)?.id;
+        rt.start_worker(&id).await?;
+        live.push(id);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pids = worker_pids(&live);
+    let mid = |mut v: Vec<u64>| {
+        v.sort();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    };
+    let idle = Idle {
+        rss: mid(pids.iter().filter_map(|p| rss_kib(p)).collect()),
+        pss: mid(pids.iter().filter_map(|p| pss_kib(p)).collect()),
+        seen: pids.len(),
+    };
+    for id in live {
+        rt.delete_session(&id).await?;
+    }
+    Ok(idle)
 }
 
 /// Pids of the host workers serving sessions (their `--label` names the session).
@@ -169,12 +222,19 @@ fn main() -> BenchResult<()> {
     let boxed_bundle = tempfile::TempDir::new()?;
     write_bundle(boxed_bundle.path(), "workspace_write")?;
     let boxed_ref = boxed_bundle.path().display().to_string();
+    let worker_exe = worker_beside(&exe);
+    if worker_exe == exe {
+        println!(
+            "note: no service-worker beside {}; workers are `service-rs worker`",
+            exe.display()
+        );
+    }
     let rt = ServiceRuntime::new(
         ServiceHome::new(home.path()),
-        RuntimeOptions::new(exe.clone()),
+        RuntimeOptions::new(worker_exe.clone()),
     );
     let prestart_home = tempfile::TempDir::new()?;
-    let mut prestart_options = RuntimeOptions::new(exe.clone());
+    let mut prestart_options = RuntimeOptions::new(worker_exe.clone());
     prestart_options.prestart_sandboxes = true;
     let prestarting = ServiceRuntime::new(ServiceHome::new(prestart_home.path()), prestart_options);
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -228,21 +288,9 @@ fn main() -> BenchResult<()> {
             paced_true.push(t.elapsed());
         }
         // Memory: an idle host worker, and this process (the supervisor) with 100 live sessions.
-        let mut live = Vec::new();
-        for _ in 0..100 {
-            let id = rt.create_session(&host_ref, None)?.id;
-            rt.start_worker(&id).await?;
-            live.push(id);
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut worker_rss: Vec<u64> = worker_pids(&live)
-            .iter()
-            .filter_map(|p| rss_kib(p))
-            .collect();
-        worker_rss.sort();
+        let idle = idle_workers(&rt, &host_ref, 100).await?;
         let supervisor_rss = rss_kib("self").unwrap_or(0);
         rt.shutdown("bench over").await;
-        let idle_worker = worker_rss.get(worker_rss.len() / 2).copied().unwrap_or(0);
         BenchResult::Ok(Measured {
             create,
             boxed_create,
@@ -251,9 +299,8 @@ fn main() -> BenchResult<()> {
             turn,
             boxed_true,
             paced_true,
-            idle_worker,
+            idle,
             supervisor_rss,
-            workers_seen: worker_rss.len(),
         })
     })?;
 
@@ -351,14 +398,197 @@ fn main() -> BenchResult<()> {
         &paced_true,
         &paced_host_true,
     );
-    let seen = format!("{} seen", m.workers_seen);
+    let seen = format!("{} seen", m.idle.seen);
     println!(
         "| {:<46} | {:>6} KiB | {:>10} |",
-        "RSS of an idle worker (median)", m.idle_worker, seen
+        "RSS of an idle worker (median)", m.idle.rss, seen
+    );
+    println!(
+        "| {:<46} | {:>6} KiB | {:>10} |",
+        "PSS of an idle worker (median)", m.idle.pss, ""
     );
     println!(
         "| {:<46} | {:>6} KiB | {:>10} |",
         "RSS of the supervisor with 100 live sessions", m.supervisor_rss, ""
     );
+    openai_rows(&exe, &worker_exe, iters, &tokio)?;
+    worker_kinds(&exe, &worker_exe, &host_ref, iters, &tokio)?;
+    Ok(())
+}
+
+/// Rounds of each comparison against the loopback server; each round's medians are printed.
+const ROUNDS: usize = 3;
+
+/// The warm turn and the confined one-shot against an OpenAI-compatible server on loopback, each next to its
+/// baseline, in [`ROUNDS`] rounds.
+fn openai_rows(
+    exe: &Path,
+    worker_exe: &Path,
+    iters: usize,
+    tokio: &tokio::runtime::Runtime,
+) -> BenchResult<()> {
+    let server = openai::start()?;
+    let home = tempfile::TempDir::new()?;
+    let host = tempfile::TempDir::new()?;
+    openai::write_bundle(host.path(), &server, "danger_full_access")?;
+    let boxed = tempfile::TempDir::new()?;
+    openai::write_bundle(boxed.path(), &server, "workspace_write")?;
+    let rt = ServiceRuntime::new(
+        ServiceHome::new(home.path()),
+        RuntimeOptions::new(worker_exe.to_path_buf()),
+    );
+    let host_ref = host.path().display().to_string();
+    let warm = tokio.block_on(async {
+        let id = rt.create_session(&host_ref, None)?.id;
+        rt.start_worker(&id).await?;
+        let client = reqwest::Client::new();
+        let mut rounds = Vec::new();
+        for _ in 0..ROUNDS {
+            let (mut turn, mut direct) = (Vec::new(), Vec::new());
+            for _ in 0..iters {
+                let t = Instant::now();
+                let outcome = rt
+                    .run_turn(&id, Task::new("hi"), TurnOverrides::default())
+                    .await?;
+                turn.push(t.elapsed());
+                if outcome.final_message != "ok" {
+                    return Err(format!(
+                        "the turn answered {:?}: {:?}",
+                        outcome.final_message, outcome.error
+                    )
+                    .into());
+                }
+                direct.push(openai::direct(&client, &server).await?);
+            }
+            rounds.push((stats(turn), stats(direct)));
+        }
+        rt.shutdown("bench over").await;
+        BenchResult::Ok(rounds)
+    })?;
+    let boxed_ref = boxed.path().display().to_string();
+    let mut oneshots = Vec::new();
+    for _ in 0..ROUNDS {
+        let (mut oneshot, mut limit) = (Vec::new(), Vec::new());
+        for _ in 0..iters.min(50) {
+            let t = Instant::now();
+            let out = std::process::Command::new(exe)
+                .args(["run", &boxed_ref, "--prompt", "hi"])
+                .env("SERVICE_HOME", home.path())
+                .output()?;
+            oneshot.push(t.elapsed());
+            if !out.status.success() || out.stdout != b"ok\n" {
+                return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+            }
+            // A new client per request: a new connection, as the one-shot makes.
+            let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
+            limit.push(bare_bwrap_once()? + request);
+        }
+        oneshots.push((stats(oneshot), stats(limit)));
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!();
+    println!(
+        "Against an OpenAI-compatible server on loopback, the median of each of {ROUNDS} rounds:"
+    );
+    println!();
+    println!(
+        "| {:<56} | {:>26} |",
+        "benchmark", "median ms, rounds 1 / 2 / 3"
+    );
+    println!("|{:-<58}|{:-<28}|", "", "");
+    let line =
+        |name: &str, values: Vec<String>| println!("| {name:<56} | {:>26} |", values.join(" / "));
+    let each = |f: &dyn Fn(&(Stats, Stats)) -> String, rounds: &[(Stats, Stats)]| {
+        rounds.iter().map(f).collect::<Vec<_>>()
+    };
+    line(
+        "warm turn (host worker), whole round trip",
+        each(&|(t, _)| format!("{:.3}", ms(t.median)), &warm),
+    );
+    line(
+        "direct streaming request, same client, kept connection",
+        each(&|(_, d)| format!("{:.3}", ms(d.median)), &warm),
+    );
+    line(
+        "overhead of a warm turn (difference)",
+        each(
+            &|(t, d)| format!("{:.3}", ms(t.median.saturating_sub(d.median))),
+            &warm,
+        ),
+    );
+    line(
+        "confined one-shot `service-rs run`, whole process",
+        each(&|(o, _)| format!("{:.2}", ms(o.median)), &oneshots),
+    );
+    line(
+        "limit: bare bwrap + direct request, new connection",
+        each(&|(_, l)| format!("{:.2}", ms(l.median)), &oneshots),
+    );
+    line(
+        "ratio: confined one-shot / limit",
+        each(
+            &|(o, l)| format!("{:.2}x", o.median.as_secs_f64() / l.median.as_secs_f64()),
+            &oneshots,
+        ),
+    );
+    Ok(())
+}
+
+/// The two worker executables side by side: binary size, host session create, idle memory.
+fn worker_kinds(
+    exe: &Path,
+    worker_exe: &Path,
+    host_ref: &str,
+    iters: usize,
+    tokio: &tokio::runtime::Runtime,
+) -> BenchResult<()> {
+    if worker_exe == exe {
+        return Ok(());
+    }
+    let kinds = [("service-worker", worker_exe), ("service-rs worker", exe)];
+    let homes = [tempfile::TempDir::new()?, tempfile::TempDir::new()?];
+    let runtimes: Vec<ServiceRuntime> = kinds
+        .iter()
+        .zip(&homes)
+        .map(|((_, exe), home)| {
+            ServiceRuntime::new(
+                ServiceHome::new(home.path()),
+                RuntimeOptions::new(exe.to_path_buf()),
+            )
+        })
+        .collect();
+    let (creates, idle) = tokio.block_on(async {
+        let mut creates = [Vec::new(), Vec::new()];
+        for _ in 0..iters.min(100) {
+            for (rt, samples) in runtimes.iter().zip(creates.iter_mut()) {
+                samples.push(create_once(rt, host_ref).await?);
+            }
+        }
+        let mut idle = Vec::new();
+        for rt in &runtimes {
+            idle.push(idle_workers(rt, host_ref, 50).await?);
+            rt.shutdown("bench over").await;
+        }
+        BenchResult::Ok((creates, idle))
+    })?;
+    println!();
+    println!("The worker's executable (host workers, 50 idle sessions each):");
+    println!();
+    println!(
+        "| {:<20} | {:>9} | {:>16} | {:>12} | {:>12} |",
+        "worker", "size MB", "create median ms", "idle RSS KiB", "idle PSS KiB"
+    );
+    println!(
+        "|{:-<22}|{:-<11}|{:-<18}|{:-<14}|{:-<14}|",
+        "", "", "", "", ""
+    );
+    for (((name, exe), samples), idle) in kinds.iter().zip(creates).zip(idle) {
+        let size = std::fs::metadata(exe)?.len() as f64 / 1e6;
+        let create = stats(samples).median.as_secs_f64() * 1e3;
+        println!(
+            "| {name:<20} | {size:>9.1} | {create:>16.3} | {:>12} | {:>12} |",
+            idle.rss, idle.pss
+        );
+    }
     Ok(())
 }

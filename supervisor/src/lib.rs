@@ -23,7 +23,7 @@ pub mod bundle;
 pub mod doctor;
 pub mod egress;
 pub mod event_source;
-pub mod hardening;
+pub use service_worker::hardening;
 pub mod home;
 pub mod mcp_server;
 pub mod metrics;
@@ -36,4 +36,4 @@ pub mod server;
 pub mod tui;
 
 pub use home::ServiceHome;
-pub use runtime::{RuntimeOptions, ServiceRuntime};
+pub use runtime::{worker_beside, RuntimeOptions, ServiceRuntime};

@@ -162,7 +162,7 @@ impl ServerHandler for Fixture {
                     .copied()
                     .filter(|p| {
                         std::fs::read(format!("/proc/{p}/cmdline"))
-                            .is_ok_and(|c| c.starts_with(b"/run/service/service-rs\0worker"))
+                            .is_ok_and(|c| c.starts_with(b"/run/service/worker\0worker"))
                     })
                     .collect();
                 let fds: Vec<u32> = workers

@@ -12,6 +12,7 @@ use service_ipc::{FrameCodec, ToSupervisor, ToWorker, WorkerConfig, PROTOCOL_VER
 use tokio::net::UnixStream as Stream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{Result, WorkerError};
 
@@ -40,7 +41,8 @@ impl Outbox {
 }
 
 /// A connected, configured worker: its configuration, the inbound frames, the outbox, and the writer task that
-/// drains the outbox (it ends once every outbox clone is dropped, after writing what was queued).
+/// drains the outbox (it ends once every outbox clone is dropped, or once `finish` is cancelled, after writing what
+/// was queued).
 pub struct Connection {
     /// Configuration received in the handshake.
     pub config: WorkerConfig,
@@ -50,6 +52,9 @@ pub struct Connection {
     pub outbox: Outbox,
     /// The writer task.
     pub writer: tokio::task::JoinHandle<()>,
+    /// Ends the writer once it has written what is queued, whoever still holds an outbox (an MCP server's task
+    /// may, until its server is gone).
+    pub finish: CancellationToken,
 }
 
 /// Takes ownership of the inherited socket `fd` and marks every inherited descriptor close-on-exec. Call it first,
@@ -119,8 +124,21 @@ pub async fn connect(stream: std::os::unix::net::UnixStream) -> Result<Option<Co
     outbound.send(ToSupervisor::Ready).await?;
 
     let (tx, mut rx) = mpsc::channel::<ToSupervisor>(OUTBOX_CAPACITY);
+    let finish = CancellationToken::new();
+    let finishing = finish.clone();
     let writer = tokio::spawn(async move {
-        while let Some(msg) = rx.recv().await {
+        loop {
+            let msg = tokio::select! {
+                msg = rx.recv() => msg,
+                () = finishing.cancelled() => {
+                    // No new frame is taken from here on; what is queued is still written.
+                    rx.close();
+                    rx.recv().await
+                }
+            };
+            let Some(msg) = msg else {
+                return;
+            };
             // feed + flush only when the queue is drained: many small events share one write.
             if outbound.feed(msg).await.is_err() {
                 return;
@@ -135,5 +153,6 @@ pub async fn connect(stream: std::os::unix::net::UnixStream) -> Result<Option<Co
         inbound,
         outbox: Outbox { tx },
         writer,
+        finish,
     }))
 }

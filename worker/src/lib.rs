@@ -1,6 +1,7 @@
 //! The session worker: runs turns for one session inside the sandbox.
 //!
-//! The supervisor starts it as `service-rs worker --ipc-fd N` with one end of a socket pair as descriptor N; it says
+//! The supervisor starts it as `service-worker worker --ipc-fd N` (or `service-rs worker …` when the small binary is
+//! not installed beside `service-rs`) with one end of a socket pair as descriptor N; it says
 //! `hello` with the protocol version, receives its configuration, and then serves turns and operator commands until told to shut
 //! down or the socket closes. It holds no API key and never talks to a model provider: model calls go to the
 //! supervisor as `ModelRequest` frames.
@@ -17,13 +18,17 @@
 //! - [`tools`]: the builtin tools and the subprocess runner shared with operator commands.
 //! - [`egress`]: the loopback port that leads to the supervisor's egress proxy.
 //! - [`confine`]: what every tool process runs under (its own pid namespace, a seccomp filter).
+//! - [`hardening`]: what the worker and supervisor processes do first (not dumpable, no core dumps, no `LD_*`).
+//! - [`orphans`]: reaping the processes a worker that is pid 1 of its sandbox inherits.
 
 pub mod confine;
 pub mod conn;
 pub mod egress;
 pub mod error;
+pub mod hardening;
 pub mod mcp;
 pub mod memory;
+pub mod orphans;
 pub mod permissions;
 pub mod react;
 pub mod registry;
@@ -33,8 +38,8 @@ pub mod tools;
 
 pub use error::{Result, WorkerError};
 
-/// Runs a worker over the inherited socket `ipc_fd` until shutdown; the entry of `service-rs worker`. The caller
-/// has made the process non-dumpable first (the binary's hardening).
+/// Runs a worker over the inherited socket `ipc_fd` until shutdown; the entry of `service-worker` and
+/// `service-rs worker`. The caller has made the process non-dumpable first ([`hardening::pre_main`]).
 pub fn main(ipc_fd: std::os::fd::RawFd) -> Result<()> {
     let socket = conn::adopt(ipc_fd)?;
     // One thread is enough: every wait is I/O, and it keeps an idle worker small.
@@ -42,5 +47,8 @@ pub fn main(ipc_fd: std::os::fd::RawFd) -> Result<()> {
         .enable_all()
         .build()
         .map_err(WorkerError::Runtime)?;
-    runtime.block_on(session::serve(socket))
+    runtime.block_on(async {
+        orphans::start();
+        session::serve(socket).await
+    })
 }

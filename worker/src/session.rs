@@ -27,10 +27,12 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
         mut inbound,
         outbox,
         writer,
+        finish,
     }) = conn::connect(socket).await?
     else {
         return Ok(());
     };
+    tools::spare_shell::set_idle(Duration::from_millis(config.spare_shell_idle_ms));
     crate::confine::set_strictness(
         if config.sandbox_mode == service_ipc::SandboxMode::DangerFullAccess {
             crate::confine::Strictness::BestEffort
@@ -136,6 +138,8 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
     }
     heartbeat.abort();
     drop(shared);
+    // MCP servers' tasks may still hold the outbox while their servers stop: write what is queued and go.
+    finish.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     result
 }

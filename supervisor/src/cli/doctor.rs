@@ -20,7 +20,7 @@ pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("cannot find the service-rs binary: {e}"))?;
     let keys = service_supervisor::providers::keys::KeyPolicy::load(home.root());
     let checks = super::tokio()?.block_on(async {
-        let mut checks = doctor::sandbox(exe).await;
+        let mut checks = doctor::sandbox(service_supervisor::worker_beside(&exe)).await;
         checks.push(doctor::store(&home));
         let keys = match keys {
             Ok(k) => k,

@@ -266,7 +266,8 @@ fn runtime(
 ) -> anyhow::Result<service_supervisor::ServiceRuntime> {
     let exe = std::env::current_exe()
         .context("cannot find the service-rs binary to start workers from")?;
-    let mut options = service_supervisor::RuntimeOptions::new(exe);
+    let mut options =
+        service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&exe));
     options.dangerous_sandbox_mode = dangerous;
     options.prestart_sandboxes = long_running;
     options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;

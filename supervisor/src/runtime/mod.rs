@@ -55,7 +55,7 @@ pub const DEFAULT_JOURNAL_QUOTA_MB: u64 = 256;
 /// Settings of a runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
-    /// The binary that carries the worker entry (`service-rs worker`).
+    /// The binary that carries the worker entry: `service-worker`, or `service-rs` itself (see [`worker_beside`]).
     pub worker_exe: PathBuf,
     /// How often workers send a heartbeat.
     pub heartbeat: Duration,
@@ -74,6 +74,8 @@ pub struct RuntimeOptions {
     pub keys: crate::providers::keys::KeyPolicy,
     /// Fixed names for the egress proxy (`--resolve HOST:PORT:ADDR`), before the host's resolver.
     pub resolver: Arc<crate::egress::Resolver>,
+    /// Time without a command after which a worker stops its spare shells.
+    pub spare_shell_idle: Duration,
 }
 
 impl RuntimeOptions {
@@ -97,7 +99,21 @@ impl RuntimeOptions {
                 .saturating_mul(1024 * 1024),
             keys: Default::default(),
             resolver: Default::default(),
+            spare_shell_idle: Duration::from_millis(
+                service_ipc::config::default_spare_shell_idle_ms(),
+            ),
         }
+    }
+}
+
+/// The worker executable to run beside the supervisor binary `supervisor_exe`: the small `service-worker` installed
+/// next to it, else `supervisor_exe` itself, whose `worker` command is the same entry in a larger binary.
+pub fn worker_beside(supervisor_exe: &std::path::Path) -> PathBuf {
+    let lean = supervisor_exe.with_file_name("service-worker");
+    if lean.is_file() {
+        lean
+    } else {
+        supervisor_exe.to_path_buf()
     }
 }
 

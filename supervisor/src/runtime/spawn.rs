@@ -99,6 +99,9 @@ pub(crate) async fn start(
     // A worker on the host has the host's network; a proxy would only be a detour it need not take.
     let egress = egress.filter(|_| launch.confinement != SandboxMode::DangerFullAccess);
     let limits = launch.limits;
+    if limits.is_some() {
+        crate::sandbox::limits::warm_up();
+    }
     let mut command = launch.command;
     // Its own process group: a terminal's Ctrl-C signals the foreground group, and it is the supervisor's to turn
     // into an interrupt, not the worker's to die of.
@@ -114,9 +117,8 @@ pub(crate) async fn start(
     })?;
     drop(theirs);
 
-    // The cgroups are made on a blocking thread while bwrap starts; the worker enters them once it has connected,
-    // while the handshake runs. The worker gets no frame after the handshake (so no turn or command) before they
-    // are on.
+    // The cgroups are made on a blocking thread while bwrap starts; the worker enters them once it has said hello.
+    // It gets its configuration (and so starts no MCP server, turn or command) only after that (see `attach`).
     let (worker_pid, confining) = match &limits {
         None => (None, None),
         Some(limits) => {
@@ -214,6 +216,24 @@ pub(crate) async fn attach(
     mut started: Started,
 ) -> Result<WorkerHandle> {
     let timeout = rt.options.handshake_timeout;
+    // The configuration starts the worker's MCP servers: it waits until the worker is inside its cgroups, or a
+    // server forked before the move would stay outside them.
+    if let Some(confining) = started.confining.take() {
+        let entered = match tokio::time::timeout(timeout, confining).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(format!(
+                "cannot apply the sandbox limits to the worker: {e}"
+            )),
+            Ok(Err(e)) => Err(format!("applying the worker's limits failed: {e}")),
+            Err(_) => Err(format!(
+                "applying the worker's limits took more than {timeout:?}"
+            )),
+        };
+        if let Err(e) = entered {
+            started.discard().await;
+            return Err(RuntimeError::WorkerUnavailable(e));
+        }
+    }
     // Before the configuration: with it the worker starts its MCP servers, and an HTTP one connects through the
     // proxy at once.
     if let Some(egress) = &started.egress {
@@ -272,6 +292,7 @@ fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<Worker
             .as_ref()
             .map(|_| egress::SOCKET_IN_SANDBOX.to_string()),
         mcp_servers: mcp_servers(rt, session),
+        spare_shell_idle_ms: rt.options.spare_shell_idle.as_millis() as u64,
     })
 }
 

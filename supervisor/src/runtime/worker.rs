@@ -48,8 +48,6 @@ pub struct WorkerHandle {
     tx: mpsc::Sender<ToWorker>,
     kill: CancellationToken,
     exited: watch::Receiver<bool>,
-    /// Whether the sandbox limits are on the worker: None while they are being applied.
-    confined: watch::Receiver<Option<std::result::Result<(), String>>>,
     /// The mode that confines this worker.
     pub confinement: SandboxMode,
     /// Host workspace and its path inside the worker's view.
@@ -57,17 +55,9 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Queues a frame once the worker's limits are on; fails once the worker is gone or could not be confined.
+    /// Queues a frame; fails once the worker is gone. (A worker gets a handle only once it is inside its limits:
+    /// `spawn::attach` waits for them before the configuration.)
     pub async fn send(&self, msg: ToWorker) -> Result<()> {
-        let mut confined = self.confined.clone();
-        let state = confined
-            .wait_for(Option::is_some)
-            .await
-            .map(|s| s.clone())
-            .map_err(|_| RuntimeError::WorkerUnavailable("the worker has exited".into()))?;
-        if let Some(Err(e)) = state {
-            return Err(RuntimeError::WorkerUnavailable(e));
-        }
         self.tx
             .send(msg)
             .await
@@ -122,44 +112,18 @@ pub(super) fn run(
         child,
         conn,
         limits,
-        confining,
         run_dir,
         workspace,
         confinement,
         egress,
         ..
     } = started;
-    let confined = match confining {
-        None => watch::channel(Some(Ok(()))).1,
-        Some(confining) => {
-            // The session is usable once handshaken; the first frame sent to it waits here. A worker whose limits
-            // cannot be applied is killed and never gets one.
-            let (confined_tx, confined) = watch::channel(None);
-            let killer = kill.clone();
-            tokio::spawn(async move {
-                let outcome = match confining.await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err(format!(
-                        "cannot apply the sandbox limits to the worker: {e}"
-                    )),
-                    Err(e) => Err(format!("applying the worker's limits failed: {e}")),
-                };
-                if outcome.is_err() {
-                    killer.cancel();
-                }
-                let _ = confined_tx.send(Some(outcome));
-            });
-            confined
-        }
-    };
-
     let (tx, rx) = mpsc::channel(QUEUE);
     let (exited_tx, exited) = watch::channel(false);
     let handle = WorkerHandle {
         tx: tx.clone(),
         kill: kill.clone(),
         exited,
-        confined,
         confinement,
         paths: (host_workspace, workspace),
     };

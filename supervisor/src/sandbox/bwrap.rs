@@ -2,8 +2,9 @@
 //! vector, so the whole vector can be checked in a test.
 //!
 //! Mount order (bwrap applies arguments in order, and a later mount may sit inside an earlier one):
-//! 1. namespaces and lifecycle: `--die-with-parent --new-session --unshare-all --unshare-user --uid 1000 --gid 1000
-//!    --cap-drop ALL`. The network namespace is always the sandbox's own (loopback only): sharing the host's would
+//! 1. namespaces and lifecycle: `--die-with-parent --as-pid-1 --new-session --unshare-all --unshare-user --uid 1000
+//!    --gid 1000 --cap-drop ALL`. With `--as-pid-1` the worker is the sandbox's pid 1 and bwrap adds no init of its
+//!    own, so a session is two processes; the worker reaps what it inherits (`service_worker::orphans`). The network namespace is always the sandbox's own (loopback only): sharing the host's would
 //!    hand sandboxed code every loopback service of the host, this server's API among them. The sandbox user is uid [`SANDBOX_UID`], never 0: the worker gives every command
 //!    a user and pid namespace of its own, and a user namespace may map its creator's uid onto itself only when that
 //!    uid is not 0 (mapping root needs `CAP_SETFCAP`, which the sandbox drops);
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use super::profile::Mount;
 
 /// The worker binary inside the sandbox.
-pub const WORKER_EXE: &str = "/run/service/service-rs";
+pub const WORKER_EXE: &str = "/run/service/worker";
 /// The bundle inside the sandbox.
 pub const BUNDLE_DIR: &str = "/bundle";
 /// The workspace inside the sandbox.
@@ -38,7 +39,7 @@ pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/us
 /// Host paths of one worker's sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPaths {
-    /// The `service-rs` binary.
+    /// The worker binary (`service-worker`, or `service-rs`).
     pub exe: PathBuf,
     /// The worker's inherited socket descriptor.
     pub ipc_fd: i32,
@@ -82,6 +83,7 @@ pub fn args(
         &mut a,
         &[
             "--die-with-parent",
+            "--as-pid-1",
             "--new-session",
             "--unshare-all",
             "--unshare-user",
@@ -159,7 +161,7 @@ mod tests {
 
     fn paths() -> HostPaths {
         HostPaths {
-            exe: "/opt/bin/service-rs".into(),
+            exe: "/opt/bin/service-worker".into(),
             ipc_fd: 7,
             label: "s1".into(),
             bundle: "/home/u/.service/bundles/installs/local/hello/0.1.0".into(),
@@ -195,6 +197,7 @@ mod tests {
         };
         let expected: Vec<&str> = vec![
             "--die-with-parent",
+            "--as-pid-1",
             "--new-session",
             "--unshare-all",
             "--unshare-user",
@@ -233,8 +236,8 @@ mod tests {
             "/run/systemd/resolve/stub-resolv.conf",
             "/etc/resolv.conf",
             "--ro-bind",
-            "/opt/bin/service-rs",
-            "/run/service/service-rs",
+            "/opt/bin/service-worker",
+            "/run/service/worker",
             "--ro-bind",
             "/home/u/.service/bundles/installs/local/hello/0.1.0",
             "/bundle",
@@ -244,7 +247,7 @@ mod tests {
             "--chdir",
             "/workspace",
             "--",
-            "/run/service/service-rs",
+            "/run/service/worker",
             "worker",
             "--ipc-fd",
             "7",
@@ -264,9 +267,10 @@ mod tests {
         };
         let a = strings(args(&[], &paths(), perms, "C", "xterm"));
         assert_eq!(
-            &a[..10],
+            &a[..11],
             [
                 "--die-with-parent",
+                "--as-pid-1",
                 "--new-session",
                 "--unshare-all",
                 "--unshare-user",

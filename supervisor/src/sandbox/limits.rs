@@ -10,9 +10,16 @@
 //! enters them once it has connected (its pid comes from the socket's peer credentials), while the handshake runs,
 //! and before the supervisor hands it any turn or command ([`Limits::enter`]); everything the worker starts
 //! afterwards inherits them. Making the cgroups (three v1 hierarchies) cost about 0.5 ms; it used to run during the
-//! handshake, competing with the worker for the 2 cores. Moving a process into a cgroup v1 waits for an RCU grace period when no
-//! migration happened in the last ~50 ms (measured: 5-15 ms, against 0.25 ms back to back); done in the child
-//! before exec, as before, that wait sat in front of bwrap's start and forced a fork instead of `posix_spawn`.
+//! handshake, competing with the worker for the 2 cores. Moving a process into a cgroup v1 waits for an RCU grace
+//! period when no migration happened in the last ~50 ms (measured: 5-15 ms, against 0.25 ms back to back); done in
+//! the child before exec, as before, that wait sat in front of bwrap's start and forced a fork instead of
+//! `posix_spawn`. [`warm_up`] starts that grace period as soon as a confined worker is on its way, on a thread of
+//! its own, so the worker's own move finds it over or under way (in a one-shot `run` it was the slowest third of
+//! runs: 5-15 ms between the worker's hello and its first frame).
+//!
+//! The worker gets its configuration only once it is inside its limits: the configuration starts its MCP servers,
+//! and a process forked before the move would stay outside the session's cgroups (a bundle's MCP server could then
+//! fork past `pids.max`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -142,6 +149,19 @@ impl Limits {
             format!("cgroups {} and rlimits", groups.join(", "))
         }
     }
+}
+
+/// Starts the RCU grace period that the next move of a process into a cgroup waits for, on a thread of its own:
+/// this process rewrites its own pid into its own cgroup (of the first hierarchy it belongs to), which takes the
+/// kernel's cgroup migration lock and changes nothing. Failure only means the move will wait the whole period.
+pub fn warm_up() {
+    let _ = std::thread::Builder::new()
+        .name("cgroup-warm-up".into())
+        .spawn(|| {
+            if let Some((_, own)) = own_cgroups().into_iter().next() {
+                let _ = std::fs::write(own.join("cgroup.procs"), std::process::id().to_string());
+            }
+        });
 }
 
 /// Age after which an empty `service-rs-*` cgroup counts as left behind: a younger one may belong to a worker

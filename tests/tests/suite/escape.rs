@@ -22,7 +22,7 @@ fn attack(env: &Env, name: &str, mode: &str, command: &str) -> String {
 }
 
 /// Perl one-liners: perl is in every Debian base system, so the probes need no extra package.
-const FIND_WORKER: &str = r#"W=$(for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/run/service/service-rs worker --ipc-fd' && basename $p; done | head -1); echo "worker=$W";"#;
+const FIND_WORKER: &str = r#"W=$(for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/run/service/worker worker --ipc-fd' && basename $p; done | head -1); echo "worker=$W";"#;
 
 #[test]
 fn a_command_cannot_ptrace_steal_descriptors_or_read_the_memory_of_the_worker() {

@@ -619,7 +619,7 @@ async fn servers_live_with_the_session_and_die_with_it_after_an_interrupt_a_dele
     wait_running(&marker);
     let worker: Vec<i32> = pids_with(&format!("--label {id}"))
         .into_iter()
-        .filter(|pid| comm(*pid) == "service-rs" && comm(parent(*pid)) == "bwrap")
+        .filter(|pid| comm(*pid) == "worker" && comm(parent(*pid)) == "bwrap")
         .collect();
     assert_eq!(
         worker.len(),
@@ -712,4 +712,65 @@ fn a_streamable_http_server_is_reached_through_the_egress_proxy_only_when_the_ma
     }
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// The host's view of a process's `pids` cgroup (its line of /proc/<pid>/cgroup).
+fn pids_cgroup(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()?
+        .lines()
+        .find(|l| l.split(':').nth(1) == Some("pids"))
+        .map(String::from)
+}
+
+/// Attack: a bundle's MCP server is code of the bundle's choosing, started as soon as the worker is configured. A
+/// server forked before the worker had moved into its cgroups stayed outside them, free of `pids.max` and the
+/// memory limit (the move can wait 5-15 ms for the kernel). Several sessions, so a race would show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundles_mcp_server_starts_inside_the_sessions_cgroups() {
+    if !super::support::own_cgroups()
+        .iter()
+        .any(|(c, dir)| c == "pids" && std::fs::create_dir_all(dir).is_ok())
+    {
+        eprintln!("skipped: no cgroup v1 pids hierarchy here");
+        return;
+    }
+    let env = Env::new();
+    let marker = bundle(&env, "cg", "ok", json!({}), json!({}), &[]);
+    let rt = super::support::runtime(env.home.path());
+    for _ in 0..8 {
+        let id = rt
+            .create_session(env.path("cg").to_str().unwrap(), Some(&env.path("ws")))
+            .unwrap()
+            .id;
+        rt.start_worker(&id).await.unwrap();
+        let worker = pids_with(&format!("--label {id}"))
+            .into_iter()
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(b"/run/service/worker\0"))
+            })
+            .expect("the session's worker");
+        let session_cgroup = pids_cgroup(worker).unwrap();
+        assert!(
+            session_cgroup.ends_with(&format!("/service-rs-{id}")),
+            "the worker is not in its session's cgroup: {session_cgroup}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let server = loop {
+            if let Some(p) = pids_with(&marker).into_iter().next() {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "the MCP server never started");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(
+            pids_cgroup(server).as_deref(),
+            Some(session_cgroup.as_str()),
+            "the bundle's MCP server runs outside its session's cgroup"
+        );
+        rt.delete_session(&id).await.unwrap();
+        assert_gone(&marker);
+    }
+    rt.shutdown("test over").await;
 }

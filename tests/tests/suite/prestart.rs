@@ -10,7 +10,8 @@ use super::commands::command;
 use super::support::{binary, own_cgroups, processes_with, write_bundle};
 
 fn prestarting_runtime(home: &Path) -> service_supervisor::ServiceRuntime {
-    let mut options = service_supervisor::RuntimeOptions::new(binary());
+    let mut options =
+        service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&binary()));
     options.prestart_sandboxes = true;
     service_supervisor::ServiceRuntime::new(service_supervisor::ServiceHome::new(home), options)
 }

@@ -204,7 +204,7 @@ pub fn build_long_answer_bundle(env: &Env, words: usize) -> String {
 pub fn runtime(home: &Path) -> service_supervisor::ServiceRuntime {
     service_supervisor::ServiceRuntime::new(
         service_supervisor::ServiceHome::new(home),
-        service_supervisor::RuntimeOptions::new(binary()),
+        service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&binary())),
     )
 }
 

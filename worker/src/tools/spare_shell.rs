@@ -14,15 +14,19 @@
 //! A replacement is asked for as each command starts, and started by a thread of its own. Two spares are kept:
 //! with one, commands sent back to back reached it while it was still starting (bash needs about 1 ms before it
 //! reads its stdin) and waited for it; the oldest of two has had a whole command's time to get ready. An idle
-//! spare costs about 0.3 MiB of private memory (3 MiB RSS, mostly shared with every bash). Only bash gets a
-//! spare: the hand-over uses `read -d`.
+//! spare costs about 0.3 MiB of private memory (3 MiB RSS, mostly shared with every bash), and two processes (the
+//! shell and its reaper): after `spare_shell_idle_ms` without a command (30 s unless the supervisor says) the spares
+//! are let go, so an idle session is back to two processes, and the next command starts them again. Only bash gets
+//! a spare: the hand-over uses `read -d`.
 
 use std::collections::VecDeque;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -42,6 +46,14 @@ const MAX_HANDOVER: usize = 4096;
 
 /// How many spares a worker keeps.
 const SPARES: usize = 2;
+
+/// Milliseconds without a command after which the spares are let go (see [`set_idle`]).
+static IDLE_MS: AtomicU64 = AtomicU64::new(service_ipc::config::default_spare_shell_idle_ms());
+
+/// Sets the time without a command after which the spares are let go, from the worker's configuration.
+pub fn set_idle(idle: Duration) {
+    IDLE_MS.store(idle.as_millis().max(1) as u64, Ordering::Relaxed);
+}
 
 /// A started spare and our end of its stdin.
 type Spare = (Child, UnixStream);
@@ -90,8 +102,13 @@ pub fn refill(shell: &'static str, configure: Configure) {
             .name("spare-shell".into())
             .spawn(move || {
                 let _context = runtime.enter();
-                for () in rx {
-                    start(shell, configure);
+                loop {
+                    let idle = Duration::from_millis(IDLE_MS.load(Ordering::Relaxed));
+                    match rx.recv_timeout(idle) {
+                        Ok(()) => start(shell, configure),
+                        Err(RecvTimeoutError::Timeout) => let_go(),
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             })
             .ok()?;
@@ -124,6 +141,16 @@ fn start(shell: &'static str, configure: Configure) {
         };
         ready.push_back((child, ours));
     }
+}
+
+/// Lets every waiting spare go: closing its stdin ends its `read`, so it exits by itself (status 126), and tokio
+/// reaps the reaper it leaves behind.
+fn let_go() {
+    let spares = SPARES_READY
+        .lock()
+        .map(|mut ready| std::mem::take(&mut *ready))
+        .unwrap_or_default();
+    drop(spares);
 }
 
 /// How the runner prepares a shell's command (pipes, process group, confinement).

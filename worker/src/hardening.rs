@@ -1,5 +1,5 @@
-//! Process hardening, run first in every `service-rs` process: the supervisor holds provider keys and the
-//! workers' sockets, and a worker shares its sandbox with the commands it runs.
+//! Process hardening, run first in every `service-rs` and `service-worker` process: the supervisor holds provider
+//! keys and the workers' sockets, and a worker shares its sandbox with the commands it runs.
 //!
 //! - Not dumpable (`PR_SET_DUMPABLE 0`): another process of the same user can no longer `ptrace` it, take its
 //!   descriptors with `pidfd_getfd`, or open its `/proc/<pid>/{mem,fd/*,environ}`. The flag resets on `execve`, so

@@ -1,0 +1,134 @@
+//! An OpenAI-compatible chat-completions server on 127.0.0.1 for the benches, and the direct request that is the
+//! baseline of a turn against it.
+//!
+//! It answers every `POST …/chat/completions` with a short streamed text answer (`ok`), chunked as llama.cpp and
+//! vLLM send it: a role chunk, a content chunk, a finish chunk with usage, `[DONE]`. It runs on a thread and a
+//! runtime of its own, like a server in another process, and takes no time of its own beyond HTTP.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::response::Response;
+use futures::StreamExt;
+
+/// The server's address, e.g. `http://127.0.0.1:41234/v1`.
+pub struct Server {
+    /// The base URL to put in a bundle's `base_url`.
+    pub base: String,
+}
+
+/// The answer's SSE events, each sent as one HTTP chunk.
+fn answer() -> Vec<String> {
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        let mut c = serde_json::json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "bench",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        if !finish.is_null() {
+            c["usage"] = serde_json::json!({"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13});
+        }
+        format!("data: {c}\n\n")
+    };
+    vec![
+        chunk(
+            serde_json::json!({"role": "assistant", "content": ""}),
+            serde_json::Value::Null,
+        ),
+        chunk(
+            serde_json::json!({"content": "ok"}),
+            serde_json::Value::Null,
+        ),
+        chunk(serde_json::json!({}), serde_json::json!("stop")),
+        "data: [DONE]\n\n".to_string(),
+    ]
+}
+
+async fn completions(body: axum::body::Bytes) -> Response {
+    // Read like a server would, so a request body that is not JSON is a visible failure of the bench.
+    if serde_json::from_slice::<serde_json::Value>(&body).is_err() {
+        return Response::builder()
+            .status(400)
+            .body(Body::from("not JSON"))
+            .unwrap_or_default();
+    }
+    let events = futures::stream::iter(
+        answer()
+            .into_iter()
+            .map(|e| Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(e))),
+    );
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(Body::from_stream(events))
+        .unwrap_or_default()
+}
+
+/// Starts the server; it lives as long as the bench process.
+pub fn start() -> std::io::Result<Server> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("openai-server".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                let app = axum::Router::new()
+                    .route("/v1/chat/completions", axum::routing::post(completions));
+                let _ = axum::serve(listener, app).await;
+            });
+        })?;
+    Ok(Server {
+        base: format!("http://{addr}/v1"),
+    })
+}
+
+/// The request body a provider sends for a one-line prompt.
+pub fn request_body() -> serde_json::Value {
+    serde_json::json!({"model": "bench", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
+}
+
+/// One direct streaming request with `client`, read to its end; returns its time.
+pub async fn direct(
+    client: &reqwest::Client,
+    server: &Server,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    let resp = client
+        .post(format!("{}/chat/completions", server.base))
+        .json(&request_body())
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut body = resp.bytes_stream();
+    let mut seen = 0;
+    while let Some(piece) = body.next().await {
+        seen += piece?.len();
+    }
+    if seen == 0 {
+        return Err("the loopback server sent an empty answer".into());
+    }
+    Ok(t.elapsed())
+}
+
+/// A bundle whose agent talks to `server`, in sandbox `mode`.
+pub fn write_bundle(dir: &std::path::Path, server: &Server, mode: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        format!(
+            r#"{{ manifest_version: "service.bundle/v1", id: "bench-openai", version: "1.0.0", tools: ["Bash"],
+                 sandbox: {{ mode: "{mode}" }} }}"#
+        ),
+    )?;
+    let agent = serde_json::json!({"model": {"provider": "openai", "name": "bench",
+        "config": {"base_url": server.base}}, "system_prompt": "Be brief."});
+    std::fs::write(dir.join("agent.yaml"), agent.to_string())
+}
