@@ -4,6 +4,8 @@
 //! It answers every `POST …/chat/completions` with a short streamed text answer (`ok`), chunked as llama.cpp and
 //! vLLM send it: a role chunk, a content chunk, a finish chunk with usage, `[DONE]`. It runs on a thread and a
 //! runtime of its own, like a server in another process, and takes no time of its own beyond HTTP.
+// Each bench that includes this module uses part of it.
+#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
@@ -90,7 +92,7 @@ pub fn start() -> std::io::Result<Server> {
 }
 
 /// The request body a provider sends for a one-line prompt.
-pub fn request_body() -> serde_json::Value {
+fn request_body() -> serde_json::Value {
     serde_json::json!({"model": "bench", "stream": true, "stream_options": {"include_usage": true},
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
 }

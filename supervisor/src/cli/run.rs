@@ -153,6 +153,10 @@ fn ask(question: &str) -> ApprovalDecision {
 }
 
 pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
+    // The worker's move into its cgroups waits for an RCU grace period (5-15 ms here) unless a move happened
+    // just before: start one now, while the bundle loads and the session is made, so it is over by the worker's hello.
+    let _warm = (!args.dangerous_sandbox_mode)
+        .then(|| service_supervisor::sandbox::limits::warm_up(std::time::Duration::from_secs(1)));
     let rt = super::runtime(home, args.dangerous_sandbox_mode, false, &args.resolve)?;
     let backend = Backend::Local(rt.clone());
     let tokio = super::tokio()?;

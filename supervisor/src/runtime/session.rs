@@ -218,6 +218,15 @@ impl Session {
         record.save(&self.dir.join("session.json"))
     }
 
+    /// As [`Session::update`], but not flushed to disk: for the record of a turn starting, which a process crash
+    /// keeps (the page cache survives it) and a power cut may lose along with the turn's own unsaved messages.
+    fn update_unflushed(&self, change: impl FnOnce(&mut SessionRecord)) -> Result<()> {
+        let mut record = lock(&self.record);
+        change(&mut record);
+        record.updated_at = now();
+        record.save_unflushed(&self.dir.join("session.json"))
+    }
+
     /// Journals and broadcasts an event.
     pub fn emit(&self, payload: EventPayload) {
         self.emit_all(vec![payload]);
@@ -332,7 +341,7 @@ impl Session {
                 stop_reason: None,
             });
         }
-        let started = self.update(|r| {
+        let started = self.update_unflushed(|r| {
             r.status = SessionStatus::Running;
             r.active_turn = Some(turn_id.to_string());
             r.turn_count += 1;

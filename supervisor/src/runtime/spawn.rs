@@ -99,9 +99,7 @@ pub(crate) async fn start(
     // A worker on the host has the host's network; a proxy would only be a detour it need not take.
     let egress = egress.filter(|_| launch.confinement != SandboxMode::DangerFullAccess);
     let limits = launch.limits;
-    if limits.is_some() {
-        crate::sandbox::limits::warm_up();
-    }
+    let warm_for = rt.options.handshake_timeout;
     let mut command = launch.command;
     // Its own process group: a terminal's Ctrl-C signals the foreground group, and it is the supervisor's to turn
     // into an interrupt, not the worker's to die of.
@@ -126,6 +124,8 @@ pub(crate) async fn start(
             let (limits, name) = (limits.clone(), name.to_string());
             let confining = tokio::task::spawn_blocking(move || {
                 limits.prepare();
+                // After the mkdirs: a migration holds the cgroup mutex while it waits, and would hold them up.
+                let _warm = crate::sandbox::limits::warm_up(warm_for);
                 let pid = pid_rx.blocking_recv().map_err(|_| {
                     std::io::Error::other("the worker never connected, so it was not confined")
                 })?;
