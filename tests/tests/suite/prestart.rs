@@ -7,13 +7,10 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::commands::command;
-use super::support::{binary, own_cgroups, processes_with, write_bundle};
+use super::support::{own_cgroups, processes_with, write_bundle};
 
 fn prestarting_runtime(home: &Path) -> service_supervisor::ServiceRuntime {
-    let mut options =
-        service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&binary()));
-    options.prestart_sandboxes = true;
-    service_supervisor::ServiceRuntime::new(service_supervisor::ServiceHome::new(home), options)
+    super::support::runtime_with(home, |o| o.prestart_sandboxes = true)
 }
 
 async fn wait_for_a_spare(rt: &service_supervisor::ServiceRuntime) {

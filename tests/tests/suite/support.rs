@@ -202,10 +202,18 @@ pub fn build_long_answer_bundle(env: &Env, words: usize) -> String {
 
 /// An in-process runtime over `home` whose workers are the real binary.
 pub fn runtime(home: &Path) -> service_supervisor::ServiceRuntime {
-    service_supervisor::ServiceRuntime::new(
-        service_supervisor::ServiceHome::new(home),
-        service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&binary())),
-    )
+    runtime_with(home, |_| {})
+}
+
+/// As [`runtime`], with its options changed by `tune` first.
+pub fn runtime_with(
+    home: &Path,
+    tune: impl FnOnce(&mut service_supervisor::RuntimeOptions),
+) -> service_supervisor::ServiceRuntime {
+    let mut options =
+        service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&binary()));
+    tune(&mut options);
+    service_supervisor::ServiceRuntime::new(service_supervisor::ServiceHome::new(home), options)
 }
 
 /// Reads events until the one that ends `turn_id` (20 s at most).

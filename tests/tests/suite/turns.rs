@@ -418,14 +418,9 @@ async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
     let f = fixture(SLOW_TOOL, "");
-    let mut options = service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(
-        &super::support::binary(),
-    ));
-    options.spare_shell_idle = Duration::from_millis(1500);
-    let rt = service_supervisor::ServiceRuntime::new(
-        service_supervisor::ServiceHome::new(f.home.path()),
-        options,
-    );
+    let rt = super::support::runtime_with(f.home.path(), |o| {
+        o.spare_shell_idle = Duration::from_millis(1500)
+    });
     let id = f.session(&rt);
     let pending = rt
         .start_turn(&id, Task::new("slow"), TurnOverrides::default())
@@ -484,15 +479,10 @@ async fn hung_worker_is_killed_and_its_turn_fails() {
                     {replies: [{text: "fine"}]}]}"#,
         "",
     );
-    let mut options = service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(
-        &super::support::binary(),
-    ));
-    options.heartbeat = Duration::from_millis(100);
-    options.hang_timeout = Duration::from_millis(800);
-    let rt = service_supervisor::ServiceRuntime::new(
-        service_supervisor::ServiceHome::new(f.home.path()),
-        options,
-    );
+    let rt = super::support::runtime_with(f.home.path(), |o| {
+        o.heartbeat = Duration::from_millis(100);
+        o.hang_timeout = Duration::from_millis(800);
+    });
     let id = f.session(&rt);
     let pending = rt
         .start_turn(&id, Task::new("hang now"), TurnOverrides::default())
