@@ -212,19 +212,25 @@ impl Session {
     }
 
     fn update(&self, change: impl FnOnce(&mut SessionRecord)) -> Result<()> {
-        let mut record = lock(&self.record);
-        change(&mut record);
-        record.updated_at = now();
-        record.save(&self.dir.join("session.json"))
+        self.change_record(change, true)
     }
 
     /// As [`Session::update`], but not flushed to disk: for the record of a turn starting, which a process crash
     /// keeps (the page cache survives it) and a power cut may lose along with the turn's own unsaved messages.
     fn update_unflushed(&self, change: impl FnOnce(&mut SessionRecord)) -> Result<()> {
+        self.change_record(change, false)
+    }
+
+    fn change_record(&self, change: impl FnOnce(&mut SessionRecord), flush: bool) -> Result<()> {
         let mut record = lock(&self.record);
         change(&mut record);
         record.updated_at = now();
-        record.save_unflushed(&self.dir.join("session.json"))
+        let path = self.dir.join("session.json");
+        if flush {
+            record.save(&path)
+        } else {
+            record.save_unflushed(&path)
+        }
     }
 
     /// Journals and broadcasts an event.

@@ -4,10 +4,12 @@
 //! Mount order (bwrap applies arguments in order, and a later mount may sit inside an earlier one):
 //! 1. namespaces and lifecycle: `--die-with-parent --as-pid-1 --new-session --unshare-all --unshare-user --uid 1000
 //!    --gid 1000 --cap-drop ALL`. With `--as-pid-1` the worker is the sandbox's pid 1 and bwrap adds no init of its
-//!    own, so a session is two processes; the worker reaps what it inherits (`service_worker::orphans`). The network namespace is always the sandbox's own (loopback only): sharing the host's would
-//!    hand sandboxed code every loopback service of the host, this server's API among them. The sandbox user is uid [`SANDBOX_UID`], never 0: the worker gives every command
-//!    a user and pid namespace of its own, and a user namespace may map its creator's uid onto itself only when that
-//!    uid is not 0 (mapping root needs `CAP_SETFCAP`, which the sandbox drops);
+//!    own, so a session is two processes; the worker reaps what it inherits (`service_worker::orphans`). The network
+//!    namespace is always the sandbox's own (loopback only): sharing the host's would hand sandboxed code every
+//!    loopback service of the host, this server's API among them. The sandbox user is uid [`SANDBOX_UID`], never
+//!    0: the worker gives every command a user and pid namespace of its own, and a user namespace may map its
+//!    creator's uid onto itself only when that uid is not 0 (mapping root needs `CAP_SETFCAP`, which the sandbox
+//!    drops);
 //! 2. environment: `--clearenv` and the minimal variables;
 //! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);

@@ -143,8 +143,8 @@ fn start(shell: &'static str, configure: Configure) {
     }
 }
 
-/// Lets every waiting spare go: closing its stdin ends its `read`, so it exits by itself (status 126), and tokio
-/// reaps the reaper it leaves behind.
+/// Lets every waiting spare go: dropping its handle kills its reaper (`kill_on_drop`), which tokio reaps, and the
+/// shell dies with it (`PR_SET_PDEATHSIG`); the worker, the sandbox's pid 1, reaps the shell (see `orphans`).
 fn let_go() {
     let spares = SPARES_READY
         .lock()
