@@ -1,8 +1,10 @@
 //! Resource limits of a confined worker and everything it starts.
 //!
 //! Where the supervisor may create cgroups (v1 `pids`/`memory`/`cpu` hierarchies, or v2 with those controllers
-//! enabled), each worker gets its own cgroup with `pids.max`, a memory limit and a CPU quota. rlimits are set in any
-//! case: `RLIMIT_AS` as a memory backstop and `RLIMIT_CORE` 0. rlimits alone cannot stop a fork storm of root
+//! enabled), each worker gets its own cgroup with `pids.max`, a memory limit and a CPU quota. `RLIMIT_CORE` is 0 in
+//! any case; `RLIMIT_AS` is the memory backstop only where no memory cgroup could be made: it limits address space,
+//! not memory, and runtimes that reserve large ranges up front fail under it (Node's V8 aborted with "Failed to
+//! reserve virtual memory for CodeRange" under the default 512 MiB, so an MCP server from npm could not start). rlimits alone cannot stop a fork storm of root
 //! processes (the kernel exempts root from `RLIMIT_NPROC`), hence the cgroup. Which limits were applied is reported
 //! by [`Limits::describe`].
 //!
@@ -44,6 +46,8 @@ pub struct Limits {
     name: String,
     budget: Budget,
     dirs: Mutex<Vec<PathBuf>>,
+    /// Whether one of `dirs` limits memory.
+    memory_cgroup: std::sync::atomic::AtomicBool,
 }
 
 impl Limits {
@@ -53,6 +57,7 @@ impl Limits {
             name: format!("service-rs-{session_id}"),
             budget,
             dirs: Mutex::new(Vec::new()),
+            memory_cgroup: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -86,16 +91,21 @@ impl Limits {
                 continue;
             }
             // v2: keep whichever controllers are enabled; v1: all files must be written.
-            let written = files
+            let written: Vec<&str> = files
                 .iter()
                 .filter(|(f, v)| std::fs::write(dir.join(f), v).is_ok())
-                .count();
+                .map(|(f, _)| *f)
+                .collect();
             let useful = if controller.is_empty() {
-                written > 0
+                !written.is_empty()
             } else {
-                written == files.len()
+                written.len() == files.len()
             };
             if useful {
+                if written.iter().any(|f| f.starts_with("memory.")) {
+                    self.memory_cgroup
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 made.push(dir);
             } else {
                 let _ = std::fs::remove_dir(&dir);
@@ -112,7 +122,12 @@ impl Limits {
         for dir in &dirs {
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
         }
-        set_rlimit(pid, nix::libc::RLIMIT_AS, self.memory_bytes())?;
+        if !self
+            .memory_cgroup
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            set_rlimit(pid, nix::libc::RLIMIT_AS, self.memory_bytes())?;
+        }
         set_rlimit(pid, nix::libc::RLIMIT_CORE, 0)
     }
 
@@ -146,7 +161,15 @@ impl Limits {
                 self.memory_bytes()
             )
         } else {
-            format!("cgroups {} and rlimits", groups.join(", "))
+            let rlimits = if self
+                .memory_cgroup
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                "no core dumps"
+            } else {
+                "rlimits (address space and no core dumps)"
+            };
+            format!("cgroups {} and {rlimits}", groups.join(", "))
         }
     }
 }
