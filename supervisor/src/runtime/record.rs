@@ -156,7 +156,7 @@ fn exchange(path: &Path, json: &[u8], sync: bool) -> Result<Option<std::fs::File
     let spare = path.with_extension("json.next");
     let dir = path.parent().unwrap_or(Path::new("."));
     if let Ok(fs) = nix::sys::statvfs::statvfs(dir) {
-        let free = u64::from(fs.blocks_available()).saturating_mul(fs.fragment_size());
+        let free = fs.blocks_available().saturating_mul(fs.fragment_size());
         if free < ROOM {
             let full = std::io::Error::from_raw_os_error(nix::libc::ENOSPC);
             return Err(RuntimeError::io("cannot write", &spare, full));
