@@ -144,8 +144,9 @@ const ROOM: u64 = 64 * 1024;
 /// written into the spare, which then swaps names with the record in one `renameat2(RENAME_EXCHANGE)`. Readers see
 /// the old or the new record, as with a temporary file and a rename, but no inode is made or freed. That matters:
 /// ext4 skips recently freed inodes when it looks for a free one, and with a save per turn start and end
-/// `ext4_create` was 29% of the samples of the tokio threads (server and clients) in `perf` on the scale bench. None when there is no record yet, or the file
-/// system cannot exchange names; the caller then writes a temporary file.
+/// `ext4_create` was 29% of the samples of the tokio threads (server and clients) in `perf` on the scale bench.
+/// None when there is no record yet, or the file system cannot exchange names; the caller then writes a temporary
+/// file.
 ///
 /// Rewriting the spare needs no new space, so a full store would go unnoticed until the turn's first event: the
 /// save fails as a new file would when the file system has less than [`ROOM`] free.

@@ -4,7 +4,8 @@
 //! enabled), each worker gets its own cgroup with `pids.max`, a memory limit and a CPU quota. `RLIMIT_CORE` is 0 in
 //! any case; `RLIMIT_AS` is the memory backstop only where no memory cgroup could be made: it limits address space,
 //! not memory, and runtimes that reserve large ranges up front fail under it (Node's V8 aborted with "Failed to
-//! reserve virtual memory for CodeRange" under the default 512 MiB, so an MCP server from npm could not start). rlimits alone cannot stop a fork storm of root
+//! reserve virtual memory for CodeRange" under the default 512 MiB, so an MCP server from npm could not start).
+//! rlimits alone cannot stop a fork storm of root
 //! processes (the kernel exempts root from `RLIMIT_NPROC`), hence the cgroup. Which limits were applied is reported
 //! by [`Limits::describe`].
 //!
@@ -15,15 +16,16 @@
 //! handshake, competing with the worker for the 2 cores. Moving a process into a cgroup v1 waits for an RCU grace
 //! period when no migration happened in the last ~50 ms (measured: 5-15 ms, against 0.25 ms back to back); done in
 //! the child before exec, as before, that wait sat in front of bwrap's start and forced a fork instead of
-//! `posix_spawn`. [`warm_up`] starts that grace period as soon as a confined worker is on its way, on a thread of
-//! its own, so the worker's own move finds it over or under way (in a one-shot `run` it was the slowest third of
-//! runs: 5-15 ms between the worker's hello and its first frame).
+//! `posix_spawn`. [`warm_up`] starts that grace period early (at the start of `run`, and right after the cgroups
+//! are made), on a thread of its own, so the worker's own move finds it over or under way (in a one-shot `run` it
+//! was the slowest third of runs: 5-15 ms between the worker's hello and its first frame).
 //!
 //! The worker gets its configuration only once it is inside its limits: the configuration starts its MCP servers,
 //! and a process forked before the move would stay outside the session's cgroups (a bundle's MCP server could then
 //! fork past `pids.max`).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -47,7 +49,7 @@ pub struct Limits {
     budget: Budget,
     dirs: Mutex<Vec<PathBuf>>,
     /// Whether one of `dirs` limits memory.
-    memory_cgroup: std::sync::atomic::AtomicBool,
+    memory_cgroup: AtomicBool,
 }
 
 impl Limits {
@@ -57,7 +59,7 @@ impl Limits {
             name: format!("service-rs-{session_id}"),
             budget,
             dirs: Mutex::new(Vec::new()),
-            memory_cgroup: std::sync::atomic::AtomicBool::new(false),
+            memory_cgroup: AtomicBool::new(false),
         }
     }
 
@@ -103,8 +105,7 @@ impl Limits {
             };
             if useful {
                 if written.iter().any(|f| f.starts_with("memory.")) {
-                    self.memory_cgroup
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    self.memory_cgroup.store(true, Ordering::Relaxed);
                 }
                 made.push(dir);
             } else {
@@ -122,10 +123,7 @@ impl Limits {
         for dir in &dirs {
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
         }
-        if !self
-            .memory_cgroup
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if !self.memory_cgroup.load(Ordering::Relaxed) {
             set_rlimit(pid, nix::libc::RLIMIT_AS, self.memory_bytes())?;
         }
         set_rlimit(pid, nix::libc::RLIMIT_CORE, 0)
@@ -161,10 +159,7 @@ impl Limits {
                 self.memory_bytes()
             )
         } else {
-            let rlimits = if self
-                .memory_cgroup
-                .load(std::sync::atomic::Ordering::Relaxed)
-            {
+            let rlimits = if self.memory_cgroup.load(Ordering::Relaxed) {
                 "no core dumps"
             } else {
                 "rlimits (address space and no core dumps)"
@@ -176,12 +171,13 @@ impl Limits {
 
 /// Keeps the kernel's cgroup migration lock warm, on a thread of its own, until the guard is dropped or `at_most`
 /// has passed. Call it after making the cgroups: a migration waits for the grace period holding the cgroup mutex,
-/// which `mkdir` in a cgroup hierarchy needs too (measured: the mkdirs then took 12-14 ms instead of 0.1 ms). every 2 ms this process rewrites its own pid into its own cgroup (of the first hierarchy it belongs
-/// to), which takes the lock and changes nothing. The first write waits out the RCU grace period; the next ones
+/// which `mkdir` in a cgroup hierarchy needs too (measured: the mkdirs then took 12-14 ms instead of 0.1 ms).
+/// Every 2 ms this process rewrites its own pid into its own cgroup (of the first hierarchy it belongs to), which
+/// takes the lock and changes nothing. The first write waits out the RCU grace period; the next ones
 /// keep the lock from going back to its idle state, which would make the worker's move wait a whole period again.
 /// Failure only means the move will wait.
 pub fn warm_up(at_most: Duration) -> WarmUp {
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(AtomicBool::new(false));
     let until = done.clone();
     let _ = std::thread::Builder::new()
         .name("cgroup-warm-up".into())
@@ -191,7 +187,7 @@ pub fn warm_up(at_most: Duration) -> WarmUp {
             };
             let (procs, pid) = (own.join("cgroup.procs"), std::process::id().to_string());
             let deadline = Instant::now() + at_most;
-            while !until.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+            while !until.load(Ordering::Relaxed) && Instant::now() < deadline {
                 if std::fs::write(&procs, &pid).is_err() {
                     return;
                 }
@@ -202,11 +198,11 @@ pub fn warm_up(at_most: Duration) -> WarmUp {
 }
 
 /// Ends [`warm_up`] when dropped.
-pub struct WarmUp(std::sync::Arc<std::sync::atomic::AtomicBool>);
+pub struct WarmUp(std::sync::Arc<AtomicBool>);
 
 impl Drop for WarmUp {
     fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
