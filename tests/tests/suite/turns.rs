@@ -308,11 +308,17 @@ async fn worker_killed_mid_turn_fails_the_turn_and_the_next_turn_respawns_it() {
     rt.shutdown("test over").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interrupt_kills_the_running_tool_and_ends_the_turn() {
-    let f = fixture(SLOW_TOOL, "");
-    let rt = runtime(f.home.path());
-    let id = f.session(&rt);
+/// Starts the slow tool's turn in a new session of `f`, interrupts it once the command runs, and returns the
+/// session, the turn's outcome and the time from the interrupt to the outcome.
+async fn interrupt_slow_tool(
+    rt: &service_supervisor::ServiceRuntime,
+    f: &Fixture,
+) -> (
+    String,
+    service_supervisor::runtime::TurnOutcome,
+    std::time::Duration,
+) {
+    let id = f.session(rt);
     let pending = rt
         .start_turn(&id, Task::new("slow"), TurnOverrides::default())
         .await
@@ -324,7 +330,15 @@ async fn interrupt_kills_the_running_tool_and_ends_the_turn() {
         .await
         .unwrap()
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5));
+    (id, outcome, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_kills_the_running_tool_and_ends_the_turn() {
+    let f = fixture(SLOW_TOOL, "");
+    let rt = runtime(f.home.path());
+    let (id, outcome, took) = interrupt_slow_tool(&rt, &f).await;
+    assert!(took < Duration::from_secs(5));
     assert_eq!(outcome.status, TurnStatus::Interrupted);
     assert_eq!(outcome.error.unwrap().0, "interrupted");
     // The interrupted turn's prompt, call and result stay in history: system + u, a(call), tool, u.
@@ -421,17 +435,7 @@ async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
     let rt = super::support::runtime_with(f.home.path(), |o| {
         o.spare_shell_idle = Duration::from_millis(1500)
     });
-    let id = f.session(&rt);
-    let pending = rt
-        .start_turn(&id, Task::new("slow"), TurnOverrides::default())
-        .await
-        .unwrap();
-    wait_for_file(&f.cwd.path().join("worker.pid")).await;
-    rt.interrupt(&id).await.unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), pending.outcome)
-        .await
-        .unwrap()
-        .unwrap();
+    let (id, outcome, _) = interrupt_slow_tool(&rt, &f).await;
     assert_eq!(outcome.status, TurnStatus::Interrupted);
     let procs = session_pids(&id);
     let worker = procs
