@@ -104,8 +104,12 @@ fn time(n: usize, mut f: impl FnMut() -> BenchResult<()>) -> BenchResult<Vec<Dur
     Ok(out)
 }
 
+/// Milliseconds of `d`.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
 fn row(name: &str, s: &Stats) {
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "| {name:<46} | {:>10.3} | {:>10.3} |",
         ms(s.median),
@@ -485,7 +489,6 @@ fn openai_rows(
         }
         oneshots.push((stats(oneshot), stats(limit)));
     }
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!();
     println!(
         "Against an OpenAI-compatible server on loopback, the median of each of {ROUNDS} rounds:"
@@ -496,41 +499,41 @@ fn openai_rows(
         "benchmark", "median ms, rounds 1 / 2 / 3"
     );
     println!("|{:-<58}|{:-<28}|", "", "");
-    let line =
-        |name: &str, values: Vec<String>| println!("| {name:<56} | {:>26} |", values.join(" / "));
-    let each = |f: &dyn Fn(&(Stats, Stats)) -> String, rounds: &[(Stats, Stats)]| {
-        rounds.iter().map(f).collect::<Vec<_>>()
-    };
-    line(
-        "warm turn (host worker), whole round trip",
-        each(&|(t, _)| format!("{:.3}", ms(t.median)), &warm),
-    );
-    line(
-        "direct streaming request, same client, kept connection",
-        each(&|(_, d)| format!("{:.3}", ms(d.median)), &warm),
-    );
-    line(
-        "overhead of a warm turn (difference)",
-        each(
-            &|(t, d)| format!("{:.3}", ms(t.median.saturating_sub(d.median))),
+    // Each row: its name, the rounds it reads (a measurement and its baseline), and the cell it makes of one.
+    type Cell = fn(&Stats, &Stats) -> String;
+    type Rounds = [(Stats, Stats)];
+    let rows: [(&str, &Rounds, Cell); 6] = [
+        (
+            "warm turn (host worker), whole round trip",
             &warm,
+            |t, _| format!("{:.3}", ms(t.median)),
         ),
-    );
-    line(
-        "confined one-shot `service-rs run`, whole process",
-        each(&|(o, _)| format!("{:.2}", ms(o.median)), &oneshots),
-    );
-    line(
-        "limit: bare bwrap + direct request, new connection",
-        each(&|(_, l)| format!("{:.2}", ms(l.median)), &oneshots),
-    );
-    line(
-        "ratio: confined one-shot / limit",
-        each(
-            &|(o, l)| format!("{:.2}x", o.median.as_secs_f64() / l.median.as_secs_f64()),
+        (
+            "direct streaming request, same client, kept connection",
+            &warm,
+            |_, d| format!("{:.3}", ms(d.median)),
+        ),
+        ("overhead of a warm turn (difference)", &warm, |t, d| {
+            format!("{:.3}", ms(t.median.saturating_sub(d.median)))
+        }),
+        (
+            "confined one-shot `service-rs run`, whole process",
             &oneshots,
+            |o, _| format!("{:.2}", ms(o.median)),
         ),
-    );
+        (
+            "limit: bare bwrap + direct request, new connection",
+            &oneshots,
+            |_, l| format!("{:.2}", ms(l.median)),
+        ),
+        ("ratio: confined one-shot / limit", &oneshots, |o, l| {
+            format!("{:.2}x", o.median.as_secs_f64() / l.median.as_secs_f64())
+        }),
+    ];
+    for (name, rounds, cell) in rows {
+        let values: Vec<String> = rounds.iter().map(|(a, b)| cell(a, b)).collect();
+        println!("| {name:<56} | {:>26} |", values.join(" / "));
+    }
     Ok(())
 }
 
