@@ -208,7 +208,9 @@ async fn serve_logs_requests_workers_provider_calls_and_approvals_as_json_lines(
         .unwrap()
         .to_string();
 
-    let log = server.json_log();
+    let log = server.json_log_with(&format!("with an error under {internal_id}"), |l| {
+        l["level"] == "ERROR" && l["span"]["request_id"] == internal_id.as_str()
+    });
     let serving = lines_with(&log, "service-rs serving");
     assert_eq!(serving.len(), 1, "{log:#?}");
     assert_eq!(
@@ -255,7 +257,7 @@ async fn serve_logs_requests_workers_provider_calls_and_approvals_as_json_lines(
     let explained = log
         .iter()
         .find(|l| l["level"] == "ERROR" && l["span"]["request_id"] == internal_id.as_str())
-        .unwrap_or_else(|| panic!("no error line under {internal_id}: {log:#?}"));
+        .expect("json_log_with waited for it");
     assert!(
         explained["message"]
             .as_str()
@@ -439,13 +441,9 @@ async fn an_idle_worker_is_reaped_and_the_session_then_continues_with_its_histor
         || pids_with(&id).is_empty(),
         || format!("the idle worker still runs: {:?}", pids_with(&id)),
     );
-    let log = server.json_log();
-    assert!(
-        lines_with(&log, "idle worker reaped")
-            .iter()
-            .any(|l| l["session"] == id.as_str()),
-        "{log:#?}"
-    );
+    server.json_log_with("saying the idle worker was reaped", |l| {
+        l["message"] == "idle worker reaped" && l["session"] == id.as_str()
+    });
     assert!(metric(&api.metrics().await, "service_workers_reaped_total", "") >= 1.0);
     // The next turn starts a worker again and sees the first turn's messages.
     assert_eq!(turn("second").await, "done after ran-42 with 8 messages");
@@ -577,11 +575,9 @@ async fn a_full_store_ends_the_turn_with_storage_full_leaves_the_session_usable_
         (507, Some("storage_full")),
         "{created}"
     );
-    let log = server.json_log();
-    assert!(
-        log.iter().any(|l| l["code"] == "storage_full"),
-        "the failure is logged: {log:#?}"
-    );
+    server.json_log_with("logging the storage_full failure", |l| {
+        l["code"] == "storage_full"
+    });
 
     // Space returns: the session goes on where its saved history left it.
     std::fs::remove_file(filler).unwrap();

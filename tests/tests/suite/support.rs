@@ -328,6 +328,27 @@ impl Server {
             .collect()
     }
 
+    /// The JSON log once a line satisfying `wanted` has arrived; serve writes its log from
+    /// another thread, so a line may land just after the response it explains. Panics with the
+    /// log after 10 s.
+    pub fn json_log_with(
+        &self,
+        what: &str,
+        wanted: impl Fn(&serde_json::Value) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let log = self.json_log();
+            if log.iter().any(&wanted) {
+                return log;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!("no log line {what}: {log:#?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// A client that sends the server's token.
     pub fn client(&self) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();
