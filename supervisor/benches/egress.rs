@@ -195,8 +195,8 @@ async fn bench(iters: usize, port: u16, tunnel_mb: usize) -> BenchResult<()> {
     let rt = ServiceRuntime::new(ServiceHome::new(home.path().to_path_buf()), options);
 
     // Latency, in alternating blocks of `block` samples per kind.
-    let id = rt.create_session(&reference, None)?.id;
-    let workspace = PathBuf::from(rt.get_session(&id)?.cwd);
+    let id = rt.create_session(&reference, None).await?.id;
+    let workspace = PathBuf::from(rt.get_session(&id).await?.cwd);
     let url = format!("http://bench.test:{port}/small");
     let direct_url = format!("http://127.0.0.1:{port}/small");
     let block = 20.min(iters);
@@ -248,7 +248,7 @@ async fn bench(iters: usize, port: u16, tunnel_mb: usize) -> BenchResult<()> {
     // Load: 200 tunnels from 10 sessions.
     let mut ids = Vec::new();
     for _ in 0..SESSIONS {
-        let id = rt.create_session(&reference, None)?.id;
+        let id = rt.create_session(&reference, None).await?.id;
         run_command(&rt, &id, "true").await?;
         ids.push(id);
     }

@@ -164,7 +164,7 @@ fn main() -> BenchResult<()> {
         let client = reqwest::Client::new();
 
         // run-sync round trip against the in-process turn.
-        let id = rt.create_session(&bundle_ref, None)?.id;
+        let id = rt.create_session(&bundle_ref, None).await?.id;
         rt.start_worker(&id).await?;
         let (mut http, mut direct) = (Vec::new(), Vec::new());
         for _ in 0..iters {
@@ -187,7 +187,7 @@ fn main() -> BenchResult<()> {
 
         // Fan-out to 100 SSE subscribers, which run in a child process of their own so the CPU time of the
         // supervisor (journal, broadcast, SSE encoding, sockets) can be told apart from the clients' parsing.
-        let flood = rt.create_session(&bundle_ref, None)?.id;
+        let flood = rt.create_session(&bundle_ref, None).await?.id;
         rt.start_worker(&flood).await?;
         let mut clients = tokio::process::Command::new(std::env::current_exe()?)
             .env(CLIENT_ENV, format!("{base}/sessions/{flood}/events"))
@@ -209,7 +209,7 @@ fn main() -> BenchResult<()> {
         let server_cpu = cpu_time() - cpu_before;
         clients.wait().await?;
         let journaled = {
-            let mut all = rt.subscribe_session_from(&flood, 0)?;
+            let mut all = rt.subscribe_session_from(&flood, 0).await?;
             let mut n = 0usize;
             while let Ok(Some(ev)) =
                 tokio::time::timeout(Duration::from_millis(200), all.next()).await

@@ -112,8 +112,8 @@ fn write_bundle(dir: &Path, calls: usize, with_server: bool) -> std::io::Result<
 
 /// Per-call times of one turn of `calls` MCP calls in a sandbox, from the events a subscriber sees.
 async fn confined(rt: &ServiceRuntime, bundle: &str, ws: &Path) -> BenchResult<Vec<Duration>> {
-    let id = rt.create_session(bundle, Some(ws))?.id;
-    let mut events = rt.subscribe_session(&id)?;
+    let id = rt.create_session(bundle, Some(ws)).await?.id;
+    let mut events = rt.subscribe_session(&id).await?;
     let pending = rt
         .start_turn(&id, Task::new("go"), TurnOverrides::default())
         .await?;
@@ -170,8 +170,8 @@ async fn starts(
     ws: &Path,
     with_server: bool,
 ) -> BenchResult<(Duration, Option<Duration>)> {
-    let id = rt.create_session(bundle, Some(ws))?.id;
-    let mut events = rt.subscribe_session(&id)?;
+    let id = rt.create_session(bundle, Some(ws)).await?.id;
+    let mut events = rt.subscribe_session(&id).await?;
     let t = Instant::now();
     rt.start_worker(&id).await?;
     let mut startup = None;

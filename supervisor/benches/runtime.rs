@@ -149,7 +149,7 @@ fn kib_field(file: &str, key: &str) -> Option<u64> {
 async fn idle_workers(rt: &ServiceRuntime, reference: &str, n: usize) -> BenchResult<Idle> {
     let mut live = Vec::new();
     for _ in 0..n {
-        let id = rt.create_session(reference, None)?.id;
+        let id = rt.create_session(reference, None).await?.id;
         rt.start_worker(&id).await?;
         live.push(id);
     }
@@ -190,7 +190,7 @@ fn worker_pids(session_ids: &[String]) -> Vec<String> {
 /// Creates a session of `reference` and starts its worker; returns the time taken (the session is then deleted).
 async fn create_once(rt: &ServiceRuntime, reference: &str) -> BenchResult<Duration> {
     let t = Instant::now();
-    let id = rt.create_session(reference, None)?.id;
+    let id = rt.create_session(reference, None).await?.id;
     rt.start_worker(&id).await?;
     let took = t.elapsed();
     rt.delete_session(&id).await?;
@@ -266,7 +266,7 @@ fn main() -> BenchResult<()> {
             prestarted_create.push(create_once(&prestarting, &boxed_ref).await?);
         }
         prestarting.shutdown("bench over").await;
-        let id = rt.create_session(&host_ref, None)?.id;
+        let id = rt.create_session(&host_ref, None).await?.id;
         rt.start_worker(&id).await?;
         let mut turn = Vec::new();
         for _ in 0..iters {
@@ -275,7 +275,7 @@ fn main() -> BenchResult<()> {
                 .await?;
             turn.push(t.elapsed());
         }
-        let boxed = rt.create_session(&boxed_ref, None)?.id;
+        let boxed = rt.create_session(&boxed_ref, None).await?.id;
         rt.start_worker(&boxed).await?;
         // Back to back, and with a pause before each (as commands come from a model or a person), which lets
         // the worker's spare shell be ready.
@@ -443,7 +443,7 @@ fn openai_rows(
     );
     let host_ref = host.path().display().to_string();
     let warm = tokio.block_on(async {
-        let id = rt.create_session(&host_ref, None)?.id;
+        let id = rt.create_session(&host_ref, None).await?.id;
         rt.start_worker(&id).await?;
         let client = reqwest::Client::new();
         let mut rounds = Vec::new();

@@ -114,6 +114,7 @@ async fn confined_command(worker_exe: PathBuf) -> Result<Duration, String> {
     let result = async {
         let record = rt
             .create_session(&project.display().to_string(), None)
+            .await
             .map_err(|e| e.to_string())?;
         let outcome = tokio::time::timeout(
             Duration::from_secs(30),

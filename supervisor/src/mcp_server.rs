@@ -77,16 +77,16 @@ impl BundleServer {
             );
         };
         let session_id = match args["session_id"].as_str() {
-            Some(id) => match self.rt.get_session(id) {
+            Some(id) => match self.rt.get_session(id).await {
                 Ok(record) => record.id,
                 Err(e) => return error(format!("{e}")),
             },
-            None => match self.rt.create_session(bundle, None) {
+            None => match self.rt.create_session(bundle, None).await {
                 Ok(record) => record.id,
                 Err(e) => return error(format!("{e}")),
             },
         };
-        let mut events = match self.rt.subscribe_session(&session_id) {
+        let mut events = match self.rt.subscribe_session(&session_id).await {
             Ok(events) => events,
             Err(e) => return error(format!("{e}")),
         };

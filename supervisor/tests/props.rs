@@ -108,6 +108,8 @@ mod http {
             )),
             policy: Default::default(),
             streams: Default::default(),
+            cluster: None,
+            forwarder: Default::default(),
         };
         (home, router(state))
     }

@@ -27,7 +27,7 @@ impl Backend {
         cwd: Option<&std::path::Path>,
     ) -> anyhow::Result<SessionRecord> {
         match self {
-            Backend::Local(rt) => Ok(rt.create_session(bundle_ref, cwd)?),
+            Backend::Local(rt) => Ok(rt.create_session(bundle_ref, cwd).await?),
             Backend::Remote(r) => {
                 let cwd = cwd.map(|c| c.display().to_string());
                 let v = r
@@ -53,7 +53,7 @@ impl Backend {
     /// Every journaled event of a session, oldest first.
     pub async fn journal(&self, id: &str) -> anyhow::Result<Vec<EventMsg>> {
         match self {
-            Backend::Local(rt) => Ok(rt.session_events(id)?),
+            Backend::Local(rt) => Ok(rt.session_events(id).await?),
             Backend::Remote(r) => Ok(serde_json::from_value(
                 r.call(
                     reqwest::Method::GET,
@@ -78,7 +78,7 @@ impl Backend {
 
     pub async fn sessions(&self) -> anyhow::Result<Vec<SessionRecord>> {
         match self {
-            Backend::Local(rt) => Ok(rt.list_sessions()?),
+            Backend::Local(rt) => Ok(rt.list_sessions().await?),
             Backend::Remote(r) => Ok(serde_json::from_value(
                 r.call(reqwest::Method::GET, "/sessions", None).await?,
             )?),
@@ -108,8 +108,8 @@ impl Backend {
     pub async fn events_after(&self, id: &str, after: Option<u64>) -> anyhow::Result<EventStream> {
         match self {
             Backend::Local(rt) => Ok(match after {
-                Some(after) => rt.subscribe_session_from(id, after)?,
-                None => rt.subscribe_session(id)?,
+                Some(after) => rt.subscribe_session_from(id, after).await?,
+                None => rt.subscribe_session(id).await?,
             }),
             Backend::Remote(r) => {
                 let query = after.map(|a| format!("?after={a}")).unwrap_or_default();

@@ -66,8 +66,8 @@ async fn tools(
     cwd: Option<&std::path::Path>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let record = rt.create_session(bundle_ref, cwd)?;
-    let bundle = rt.session_bundle(&record.id)?;
+    let record = rt.create_session(bundle_ref, cwd).await?;
+    let bundle = rt.session_bundle(&record.id).await?;
     let declared = bundle.agent.mcp_servers.clone();
     if declared.is_empty() {
         rt.delete_session(&record.id).await?;
@@ -77,7 +77,7 @@ async fn tools(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let mut events = rt.subscribe_session(&record.id)?;
+    let mut events = rt.subscribe_session(&record.id).await?;
     rt.start_worker(&record.id).await?;
     let wait = declared
         .values()

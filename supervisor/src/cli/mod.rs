@@ -264,6 +264,17 @@ fn runtime(
     long_running: bool,
     resolve: &[String],
 ) -> anyhow::Result<service_supervisor::ServiceRuntime> {
+    let options = runtime_options(&home, dangerous, long_running, resolve)?;
+    Ok(service_supervisor::ServiceRuntime::new(home, options))
+}
+
+/// The settings of a runtime over `home` (see [`runtime`]).
+fn runtime_options(
+    home: &ServiceHome,
+    dangerous: bool,
+    long_running: bool,
+    resolve: &[String],
+) -> anyhow::Result<service_supervisor::RuntimeOptions> {
     let exe = std::env::current_exe()
         .context("cannot find the service-rs binary to start workers from")?;
     let mut options =
@@ -276,7 +287,7 @@ fn runtime(
     if long_running && !dangerous {
         service_supervisor::sandbox::limits::sweep_stale();
     }
-    Ok(service_supervisor::ServiceRuntime::new(home, options))
+    Ok(options)
 }
 
 /// Says once on stderr when the worker of this bundle will run without confinement.

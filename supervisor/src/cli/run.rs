@@ -280,7 +280,7 @@ async fn start(
 ) -> anyhow::Result<(EventStream, String)> {
     let default = match backend {
         Backend::Local(rt) => {
-            let bundle = rt.session_bundle(&record.id)?;
+            let bundle = rt.session_bundle(&record.id).await?;
             super::warn_unconfined(&bundle.manifest, args.dangerous_sandbox_mode);
             Some(bundle.agent.model.to_ref())
         }

@@ -6,8 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use service_supervisor::runtime::store::files::FilesStore;
+use service_supervisor::runtime::store::postgres::PgStore;
+use service_supervisor::runtime::store::Store;
 use service_supervisor::server::{self, Auth, ServeOptions};
-use service_supervisor::ServiceHome;
+use service_supervisor::{ServiceHome, ServiceRuntime};
 
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
@@ -57,6 +60,83 @@ pub struct ServeArgs {
     /// (repeatable).
     #[arg(long, value_name = "HOST:PORT:ADDR")]
     resolve: Vec<String>,
+    /// Keep sessions in this PostgreSQL database, shared with other `serve` nodes (default: files under
+    /// $SERVICE_HOME). See SCALING.md.
+    #[arg(
+        long,
+        env = "SERVICE_STORE_URL",
+        value_name = "postgres://USER@HOST:PORT/DB",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+    /// This node's id among the nodes sharing the store (default: the host name and a random suffix).
+    #[arg(long, requires = "store")]
+    node_id: Option<String>,
+    /// The base URL other nodes reach this one at (default: http:// and --bind, when that names an address).
+    #[arg(long, requires = "store", value_name = "URL")]
+    advertise_url: Option<String>,
+    /// Token the nodes sharing the store present to each other when they forward requests; the same on every node.
+    #[arg(
+        long,
+        env = "SERVICE_CLUSTER_TOKEN",
+        hide_env_values = true,
+        requires = "store"
+    )]
+    cluster_token: Option<String>,
+    /// How long a node's claim on a session lasts without renewal: after the node dies, another node takes its
+    /// sessions over once it expires.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "store")]
+    lease: Duration,
+}
+
+/// Where a `serve` node keeps sessions, as its flags say.
+struct StoreArgs {
+    url: String,
+    node: service_supervisor::runtime::store::postgres::Node,
+    cluster_token: String,
+    lease: Duration,
+}
+
+impl StoreArgs {
+    fn from(args: &ServeArgs, addr: SocketAddr) -> anyhow::Result<Option<StoreArgs>> {
+        let Some(url) = args.store.clone() else {
+            return Ok(None);
+        };
+        anyhow::ensure!(
+            url.starts_with("postgres://") || url.starts_with("postgresql://"),
+            "--store takes a PostgreSQL URL, postgres://USER@HOST:PORT/DB; without --store sessions stay under \
+             $SERVICE_HOME"
+        );
+        let cluster_token = args.cluster_token.clone().filter(|t| !t.is_empty()).context(
+            "--store needs --cluster-token (or SERVICE_CLUSTER_TOKEN), the same secret on every node, so nodes can \
+             forward requests to each other",
+        )?;
+        let url_of_node = match &args.advertise_url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            // The bound address, once bound (see `Store::bound_at`).
+            None if !addr.ip().is_unspecified() => String::new(),
+            None => anyhow::bail!(
+                "--store needs --advertise-url, the base URL other nodes reach this one at, when --bind is {addr}"
+            ),
+        };
+        let id = args.node_id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "node".into());
+            format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
+        });
+        Ok(Some(StoreArgs {
+            url,
+            node: service_supervisor::runtime::store::postgres::Node {
+                id,
+                url: url_of_node,
+            },
+            cluster_token,
+            lease: args.lease.max(Duration::from_millis(300)),
+        }))
+    }
 }
 
 fn absolute(dirs: &[PathBuf], flag: &str) -> anyhow::Result<Vec<PathBuf>> {
@@ -111,6 +191,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("--allow-model takes provider/name, e.g. openai/gpt-4o; got \"{m}\"");
         }
     }
+    let shared = StoreArgs::from(&args, addr)?;
     let mut options = ServeOptions::new(addr);
     options.auth = match (args.token.filter(|t| !t.is_empty()), args.no_auth) {
         (Some(t), _) => Auth::Token(t),
@@ -128,8 +209,23 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     options.idle_timeout = Some(args.idle_timeout).filter(|t| !t.is_zero());
     let token_file = home.token_file();
-    let rt = super::runtime(home, args.dangerous_sandbox_mode, true, &args.resolve)?;
+    let runtime_options =
+        super::runtime_options(&home, args.dangerous_sandbox_mode, true, &args.resolve)?;
     super::tokio()?.block_on(async move {
+        let store: std::sync::Arc<dyn Store> = match shared {
+            None => std::sync::Arc::new(FilesStore::new(home.clone())),
+            Some(shared) => {
+                let store = PgStore::connect(&shared.url, shared.node.clone(), shared.lease)
+                    .await
+                    .context("cannot open the session store")?;
+                options.cluster = Some(server::forward::Cluster {
+                    node_id: shared.node.id,
+                    token: shared.cluster_token,
+                });
+                std::sync::Arc::new(store)
+            }
+        };
+        let rt = ServiceRuntime::with_store(home, runtime_options, store);
         server::serve(
             rt,
             options,
@@ -144,7 +240,8 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
             },
             stop_signal(),
         )
-        .await
+        .await?;
+        anyhow::Ok(())
     })?;
     eprintln!("service-rs stopped");
     Ok(ExitCode::SUCCESS)

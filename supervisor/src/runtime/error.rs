@@ -76,6 +76,35 @@ pub enum RuntimeError {
     /// The worker died before answering (run_turn, run_session_command).
     #[error("the session worker died: {0}")]
     WorkerDied(String),
+    /// The bundle under a session's reference on this node is not the one the session was created with (a shared
+    /// store, load).
+    #[error("session bundle {reference} here has digest {have}, but the session was created with {want}; install the same version on every node (pull it from the registry, or share the store path)")]
+    BundleMismatch {
+        /// The reference.
+        reference: String,
+        /// The digest the session was created with.
+        want: String,
+        /// The digest found on this node.
+        have: String,
+    },
+    /// Another live node runs the session; the request belongs there (a shared store).
+    #[error("session {session_id} is run by node {node_id} at {url}")]
+    OwnedElsewhere {
+        /// Session id.
+        session_id: String,
+        /// The owning node.
+        node_id: String,
+        /// Its advertised base URL.
+        url: String,
+    },
+    /// The shared database cannot be reached or refused the request.
+    #[error("the session database at {host} is unavailable ({message}); retry shortly")]
+    Database {
+        /// Host (and port) of the database, never its password.
+        host: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A store file could not be read or written.
     #[error("{action} {path}: {source}")]
     Io {

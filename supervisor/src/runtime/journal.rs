@@ -1,7 +1,7 @@
-//! The per-session event journal (`events.jsonl`) and its broadcast fan-out.
+//! The per-session event journal and its broadcast fan-out, over the session's [`SessionLog`] in whichever store.
 //!
-//! Each event gets the next sequence number, is appended to the journal as one JSON line, and only then is
-//! broadcast, all under one lock so journal order, sequence order and broadcast order agree. Events that arrive
+//! Each event gets the next sequence number, is stored, and only then is broadcast, in one order: the log publishes
+//! batches in sequence order (see the backends in [`super::store`]). Events that arrive
 //! together are committed as one batch: one write to the journal and one broadcast message, so a burst of deltas
 //! costs one wake-up per subscriber, not one per event, and SSE clients get the burst in one socket write. A subscriber that
 //! falls behind the broadcast channel catches up from the journal, so no subscriber misses an event; a subscriber
@@ -9,11 +9,8 @@
 //! or a duplicate.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,8 +18,9 @@ use futures::Stream;
 use service_ipc::{EventMsg, EventPayload};
 use tokio::sync::broadcast;
 
-use super::error::{Result, RuntimeError};
+use super::error::Result;
 use super::sse_frames::{self, Frames};
+use super::store::{Publish, SessionLog, Store};
 
 /// Batches buffered per subscriber before it counts as lagging (and catches up from the journal).
 const BROADCAST_CAPACITY: usize = 4096;
@@ -89,130 +87,70 @@ pub struct Published {
     pub seq: u64,
 }
 
-/// One session's journal and broadcast channel.
+/// One session's journal: its [`SessionLog`] and the broadcast channel its stored events are published on.
 pub struct Journal {
-    session_id: String,
-    path: PathBuf,
-    state: Mutex<State>,
+    log: Arc<dyn SessionLog>,
     tx: broadcast::Sender<Arc<Batch>>,
 }
 
-struct State {
-    file: File,
-    last_seq: u64,
-    /// Bytes in the journal file.
-    bytes: u64,
-}
-
 impl Journal {
-    /// Opens (or creates) the journal at `path`. A torn last line, left by a crash mid-write, is cut off.
-    pub fn open(session_id: &str, path: &Path) -> Result<Journal> {
-        let last_seq = repair(path)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| RuntimeError::io("cannot open", path, e))?;
-        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+    /// Opens session `id`'s journal in `store`.
+    pub async fn open(store: &dyn Store, id: &str) -> Result<Journal> {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Ok(Journal {
-            session_id: session_id.to_string(),
-            path: path.to_path_buf(),
-            state: Mutex::new(State {
-                file,
-                last_seq,
-                bytes,
-            }),
-            tx,
-        })
+        let sender = tx.clone();
+        let publish: Publish = Arc::new(move |events| {
+            let _ = sender.send(Arc::new(Batch {
+                events,
+                frames: OnceLock::new(),
+            }));
+        });
+        let log = store.open_log(id, publish).await?;
+        Ok(Journal { log, tx })
     }
 
-    /// Stamps, journals and broadcasts one event.
+    /// The log under the journal: the session's record, history and events in its store.
+    pub fn log(&self) -> &Arc<dyn SessionLog> {
+        &self.log
+    }
+
+    /// Stamps, stores and broadcasts one event.
     pub fn emit(&self, payload: EventPayload) -> Result<()> {
         self.emit_all(vec![payload])
     }
 
-    /// Stamps, journals (one write) and broadcasts (one message) a batch of events. A journal write failure is
-    /// returned after the events were still broadcast, so live subscribers are not starved by a full disk.
+    /// Stamps, stores (one write) and broadcasts (one message) a batch of events. A store failure is returned after
+    /// the events were still broadcast, so live subscribers are not starved by a full disk.
     pub fn emit_all(&self, payloads: Vec<EventPayload>) -> Result<()> {
-        if payloads.is_empty() {
-            return Ok(());
-        }
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        let mut lines = Vec::new();
-        let mut batch = Vec::with_capacity(payloads.len());
-        for payload in payloads {
-            state.last_seq += 1;
-            let msg = EventMsg {
-                id: state.last_seq.to_string(),
-                session_id: self.session_id.clone(),
-                created_at: created_at.clone(),
-                payload,
-            };
-            let json = serde_json::to_string(&msg).unwrap_or_default();
-            lines.extend_from_slice(json.as_bytes());
-            lines.push(b'\n');
-            batch.push(Arc::new(Published {
-                seq: state.last_seq,
-                msg,
-                json: json.into(),
-            }));
-        }
-        let written = state.file.write_all(&lines);
-        match &written {
-            Ok(()) => state.bytes += lines.len() as u64,
-            // A write cut short (a full disk) would leave a torn line: cut it off, so the journal stays whole
-            // lines and the next write starts a line of its own.
-            Err(_) => {
-                let _ = state.file.set_len(state.bytes);
-            }
-        }
-        let _ = self.tx.send(Arc::new(Batch {
-            events: batch,
-            frames: OnceLock::new(),
-        }));
-        drop(state);
-        written.map_err(|e| RuntimeError::io("cannot append to", &self.path, e))
+        self.log.append_events(payloads)
     }
 
     /// Bytes the journal holds.
     pub fn bytes(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).bytes
+        self.log.bytes()
     }
 
-    /// Sequence number of the last event written.
+    /// Sequence number of the last event published here.
     pub fn last_seq(&self) -> u64 {
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_seq
+        self.log.last_seq()
+    }
+
+    /// Brings this node's view up to the events other nodes stored.
+    pub async fn catch_up(&self) -> Result<()> {
+        self.log.catch_up().await
+    }
+
+    /// Resolves once everything emitted so far is stored.
+    pub async fn stored(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.log.after_stored(Box::new(move || {
+            let _ = tx.send(());
+        }));
+        let _ = rx.await;
     }
 
     /// Journaled events with `after < seq <= upto`.
-    pub fn read_range(&self, after: u64, upto: u64) -> Result<Vec<Arc<Published>>> {
-        if upto <= after {
-            return Ok(Vec::new());
-        }
-        let file =
-            File::open(&self.path).map_err(|e| RuntimeError::io("cannot read", &self.path, e))?;
-        let mut out = Vec::new();
-        for line in BufReader::new(file).lines() {
-            let line = line.map_err(|e| RuntimeError::io("cannot read", &self.path, e))?;
-            let Ok(msg) = serde_json::from_str::<EventMsg>(&line) else {
-                continue;
-            };
-            match msg.seq() {
-                Some(s) if s > upto => break,
-                Some(s) if s > after => out.push(Arc::new(Published {
-                    msg,
-                    json: line.into(),
-                    seq: s,
-                })),
-                _ => {}
-            }
-        }
-        Ok(out)
+    pub async fn read_range(&self, after: u64, upto: u64) -> Result<Vec<Arc<Published>>> {
+        self.log.read_events(after, upto).await
     }
 
     /// Every event after `after` (all journaled ones when Some, none of the past when None), then live events.
@@ -249,10 +187,10 @@ impl Journal {
     }
 
     fn subscription(self: &Arc<Self>, after: Option<u64>) -> Subscription {
-        let (rx, boundary) = {
-            let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            (self.tx.subscribe(), state.last_seq)
-        };
+        // Subscribed first: an event published in between is then both live and under the boundary, and is
+        // yielded once.
+        let rx = self.tx.subscribe();
+        let boundary = self.log.last_seq();
         let start = after.unwrap_or(boundary);
         Subscription {
             journal: self.clone(),
@@ -300,7 +238,7 @@ impl Subscription {
             }
             if self.catch_up_to > self.last {
                 let until = self.catch_up_to;
-                self.backlog = self.journal.read_range(self.last, until).ok()?.into();
+                self.backlog = self.journal.read_range(self.last, until).await.ok()?.into();
                 // Whatever the journal cannot supply is lost for good; never ask for it again.
                 self.catch_up_to = self.last;
                 if self.backlog.is_empty() {
@@ -335,43 +273,18 @@ impl Subscription {
     }
 }
 
-/// Finds the last sequence number in the journal and cuts a torn final line.
-fn repair(path: &Path) -> Result<u64> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(RuntimeError::io("cannot read", path, e)),
-    };
-    let mut good_len = 0;
-    let mut last_seq = 0;
-    let mut pos = 0;
-    while let Some(nl) = bytes[pos..].iter().position(|b| *b == b'\n') {
-        let line = &bytes[pos..pos + nl];
-        match serde_json::from_slice::<EventMsg>(line)
-            .ok()
-            .and_then(|m| m.seq())
-        {
-            Some(seq) => last_seq = seq,
-            None => break,
-        }
-        pos += nl + 1;
-        good_len = pos;
-    }
-    if good_len < bytes.len() {
-        let file = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| RuntimeError::io("cannot repair", path, e))?;
-        file.set_len(good_len as u64)
-            .map_err(|e| RuntimeError::io("cannot repair", path, e))?;
-    }
-    Ok(last_seq)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use futures::StreamExt;
+
+    /// Session `s`'s journal in a files store under `dir`.
+    async fn open(dir: &tempfile::TempDir) -> Arc<Journal> {
+        std::fs::create_dir_all(dir.path().join("sessions/s")).unwrap();
+        let store =
+            crate::runtime::store::files::FilesStore::new(crate::ServiceHome::new(dir.path()));
+        Arc::new(Journal::open(&store, "s").await.unwrap())
+    }
 
     fn delta(text: &str) -> EventPayload {
         EventPayload::AgentMessageDelta {
@@ -411,7 +324,7 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_that_lags_past_the_channel_gets_every_batched_event_once_in_order() {
         let dir = tempfile::TempDir::new().unwrap();
-        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let journal = open(&dir).await;
         let mut live = journal.subscribe(None);
         let batches = BROADCAST_CAPACITY + 10;
         for _ in 0..batches {
@@ -427,7 +340,7 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_starting_inside_a_batch_gets_the_rest_of_it_then_live_events() {
         let dir = tempfile::TempDir::new().unwrap();
-        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let journal = open(&dir).await;
         journal.emit_all(batch(5)).unwrap();
         let mut from_two = journal.subscribe(Some(2));
         journal.emit_all(batch(2)).unwrap();
@@ -437,7 +350,7 @@ mod tests {
     #[tokio::test]
     async fn an_sse_subscriber_gets_the_journal_then_the_rest_of_a_live_batch_then_live_events() {
         let dir = tempfile::TempDir::new().unwrap();
-        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let journal = open(&dir).await;
         journal.emit_all(batch(5)).unwrap();
         let long = std::time::Duration::from_secs(60);
         let from_two = journal.subscribe_sse(Some(2), long);
@@ -451,7 +364,7 @@ mod tests {
     #[tokio::test]
     async fn an_sse_subscriber_lagging_past_the_channel_gets_every_event_once_in_order() {
         let dir = tempfile::TempDir::new().unwrap();
-        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let journal = open(&dir).await;
         let live = journal.subscribe_sse(None, std::time::Duration::from_secs(60));
         let batches = BROADCAST_CAPACITY + 10;
         for _ in 0..batches {
@@ -467,7 +380,7 @@ mod tests {
     #[tokio::test]
     async fn a_quiet_sse_stream_gets_a_keep_alive_comment() {
         let dir = tempfile::TempDir::new().unwrap();
-        let journal = Arc::new(Journal::open("s", &dir.path().join("events.jsonl")).unwrap());
+        let journal = open(&dir).await;
         let mut live = journal.subscribe_sse(None, std::time::Duration::from_millis(20));
         let first = tokio::time::timeout(std::time::Duration::from_secs(5), live.next()).await;
         assert_eq!(first.unwrap().unwrap(), b": keep-alive\n\n"[..]);
@@ -479,17 +392,14 @@ mod tests {
         assert!(next.starts_with(b"id: 1\ndata: {"), "{next:?}");
     }
 
-    #[test]
-    fn a_batch_is_journaled_as_one_line_per_event_and_reopening_continues_the_sequence() {
+    #[tokio::test]
+    async fn a_batch_is_journaled_as_one_line_per_event_and_reopening_continues_the_sequence() {
         let dir = tempfile::TempDir::new().unwrap();
-        let path = dir.path().join("events.jsonl");
-        Journal::open("s", &path)
-            .unwrap()
-            .emit_all(batch(4))
-            .unwrap();
+        open(&dir).await.emit_all(batch(4)).unwrap();
+        let path = dir.path().join("sessions/s/events.jsonl");
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 4);
-        let reopened = Journal::open("s", &path).unwrap();
+        let reopened = open(&dir).await;
         assert_eq!(reopened.last_seq(), 4);
         reopened.emit(delta("x")).unwrap();
         let last = std::fs::read_to_string(&path).unwrap();

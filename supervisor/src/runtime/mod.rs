@@ -6,6 +6,7 @@
 //! `events.jsonl`, `history.jsonl`, `workspace/`) and are loaded back lazily after a restart.
 //!
 //! - [`session`]: one session's state; [`record`]: its persisted record; [`journal`]: events and subscriptions.
+//! - [`store`]: where records, histories and journals live (files, or PostgreSQL shared by many nodes).
 //! - [`worker`]: spawning a worker and the actor that owns it; [`launcher`]: how the process is started.
 //! - [`approvals`]: the in-memory approval store.
 //! - `operations`: metrics, idle workers reaped, bundles removed.
@@ -22,6 +23,7 @@ pub mod record;
 pub mod session;
 mod spawn;
 pub mod sse_frames;
+pub mod store;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -138,9 +140,10 @@ pub(crate) struct Inner {
     home: ServiceHome,
     options: RuntimeOptions,
     launcher: Box<dyn Launcher>,
+    store: Arc<dyn store::Store>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Serialises loading persisted sessions.
-    load_lock: Mutex<()>,
+    load_lock: tokio::sync::Mutex<()>,
     approvals: ApprovalStore,
     prestarted: prestart::Prestarted,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
@@ -170,13 +173,34 @@ impl ServiceRuntime {
         options: RuntimeOptions,
         launcher: Box<dyn Launcher>,
     ) -> Self {
+        let store = Arc::new(store::files::FilesStore::new(home.clone()));
+        Self::with_parts(home, options, launcher, store)
+    }
+
+    /// A runtime whose sessions live in `store` (see [`store`]), confining workers as their manifests say.
+    pub fn with_store(
+        home: ServiceHome,
+        options: RuntimeOptions,
+        store: Arc<dyn store::Store>,
+    ) -> Self {
+        let launcher = SandboxLauncher::new(options.dangerous_sandbox_mode);
+        Self::with_parts(home, options, Box::new(launcher), store)
+    }
+
+    fn with_parts(
+        home: ServiceHome,
+        options: RuntimeOptions,
+        launcher: Box<dyn Launcher>,
+        store: Arc<dyn store::Store>,
+    ) -> Self {
         ServiceRuntime {
             inner: Arc::new(Inner {
                 home,
                 options,
                 launcher,
+                store,
                 sessions: Mutex::new(HashMap::new()),
-                load_lock: Mutex::new(()),
+                load_lock: tokio::sync::Mutex::new(()),
                 approvals: ApprovalStore::default(),
                 prestarted: prestart::Prestarted::default(),
                 metrics: Arc::default(),
@@ -189,6 +213,11 @@ impl ServiceRuntime {
         &self.inner.home
     }
 
+    /// Where sessions live.
+    pub fn store(&self) -> &Arc<dyn store::Store> {
+        &self.inner.store
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
         self.inner
             .sessions
@@ -197,13 +226,17 @@ impl ServiceRuntime {
     }
 
     /// Creates a session from a bundle reference; `cwd` defaults to the session's own workspace.
-    pub fn create_session(&self, bundle_ref: &str, cwd: Option<&Path>) -> Result<SessionRecord> {
+    pub async fn create_session(
+        &self,
+        bundle_ref: &str,
+        cwd: Option<&Path>,
+    ) -> Result<SessionRecord> {
         let bundle = bundle::resolve(&self.inner.home, bundle_ref)?;
-        self.create_session_from(bundle, bundle_ref, cwd)
+        self.create_session_from(bundle, bundle_ref, cwd).await
     }
 
     /// Creates a session of a bundle already resolved from `bundle_ref` (so a caller can check it first).
-    pub fn create_session_from(
+    pub async fn create_session_from(
         &self,
         bundle: bundle::Bundle,
         bundle_ref: &str,
@@ -211,42 +244,56 @@ impl ServiceRuntime {
     ) -> Result<SessionRecord> {
         let session = Session::create(
             &self.inner.home,
+            &*self.inner.store,
             bundle,
             bundle_ref,
             cwd,
             self.inner.metrics.clone(),
-        )?;
+        )
+        .await?;
         let record = session.record();
         self.sessions().insert(session.id.clone(), session);
         Ok(record)
     }
 
-    fn session(&self, id: &str) -> Result<Arc<Session>> {
+    async fn session(&self, id: &str) -> Result<Arc<Session>> {
         if let Some(s) = self.sessions().get(id) {
             return Ok(s.clone());
         }
         // One loader at a time: loading repairs a turn left running by a crash, which must happen once.
-        let _loading = self
-            .inner
-            .load_lock
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _loading = self.inner.load_lock.lock().await;
         if let Some(s) = self.sessions().get(id) {
             return Ok(s.clone());
         }
-        let loaded = Session::load(&self.inner.home, id, self.inner.metrics.clone())?;
+        let loaded = Session::load(
+            &self.inner.home,
+            &*self.inner.store,
+            id,
+            self.inner.metrics.clone(),
+        )
+        .await?;
         self.sessions().insert(id.to_string(), loaded.clone());
         Ok(loaded)
     }
 
     /// The record of one session.
-    pub fn get_session(&self, id: &str) -> Result<SessionRecord> {
-        Ok(self.session(id)?.record())
+    pub async fn get_session(&self, id: &str) -> Result<SessionRecord> {
+        let session = self.session(id).await?;
+        if self.inner.store.shared() && !session.runs_here().await {
+            // Another node may be running it: its record is the store's.
+            return self
+                .inner
+                .store
+                .load(id)
+                .await?
+                .ok_or_else(|| RuntimeError::SessionNotFound(id.to_string()));
+        }
+        Ok(session.record())
     }
 
     /// The bundle a session runs, as resolved when the session was created or loaded.
-    pub fn session_bundle(&self, id: &str) -> Result<crate::bundle::Bundle> {
-        Ok(self.session(id)?.bundle.clone())
+    pub async fn session_bundle(&self, id: &str) -> Result<crate::bundle::Bundle> {
+        Ok(self.session(id).await?.bundle.clone())
     }
 
     /// How many sandboxed workers are started ahead and waiting for a session (`RuntimeOptions::prestart_sandboxes`).
@@ -255,57 +302,66 @@ impl ServiceRuntime {
     }
 
     /// Every persisted session, oldest first. Records that cannot be read are skipped.
-    pub fn list_sessions(&self) -> Result<Vec<SessionRecord>> {
-        let dir = self.inner.home.sessions();
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(RuntimeError::io("cannot read", &dir, e)),
-        };
+    pub async fn list_sessions(&self) -> Result<Vec<SessionRecord>> {
+        let stored = self.inner.store.list().await?;
         let live = self.sessions().clone();
-        let mut out: Vec<SessionRecord> = entries
-            .flatten()
-            .filter_map(|e| {
-                let id = e.file_name().to_string_lossy().into_owned();
-                match live.get(&id) {
-                    Some(s) => Some(s.record()),
-                    None => SessionRecord::load(&e.path().join("session.json")).ok(),
+        let mut out = Vec::with_capacity(stored.len());
+        for record in stored {
+            match live.get(&record.id) {
+                // This process's record is the freshest, unless another node runs the session.
+                Some(s) if !self.inner.store.shared() || s.runs_here().await => {
+                    out.push(s.record())
                 }
-            })
-            .collect();
-        out.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+                _ => out.push(record),
+            }
+        }
         Ok(out)
     }
 
+    /// A session whose journal has caught up with what other nodes stored, for a reader.
+    async fn followed(&self, id: &str) -> Result<Arc<Session>> {
+        let session = self.session(id).await?;
+        session.journal.catch_up().await?;
+        Ok(session)
+    }
+
     /// Live events of a session from now on.
-    pub fn subscribe_session(&self, id: &str) -> Result<EventStream> {
-        Ok(messages(self.session(id)?.journal.subscribe(None)))
+    pub async fn subscribe_session(&self, id: &str) -> Result<EventStream> {
+        Ok(messages(self.followed(id).await?.journal.subscribe(None)))
     }
 
     /// Every journaled event of a session, oldest first: its transcript so far.
-    pub fn session_events(&self, id: &str) -> Result<Vec<EventMsg>> {
-        let journal = &self.session(id)?.journal;
+    pub async fn session_events(&self, id: &str) -> Result<Vec<EventMsg>> {
+        let session = self.followed(id).await?;
+        let journal = &session.journal;
         Ok(journal
-            .read_range(0, journal.last_seq())?
+            .read_range(0, journal.last_seq())
+            .await?
             .into_iter()
             .map(|p| p.msg.clone())
             .collect())
     }
 
     /// Every event after sequence number `after` from the journal, then live events, with no gap or duplicate.
-    pub fn subscribe_session_from(&self, id: &str, after: u64) -> Result<EventStream> {
-        Ok(messages(self.session(id)?.journal.subscribe(Some(after))))
+    pub async fn subscribe_session_from(&self, id: &str, after: u64) -> Result<EventStream> {
+        Ok(messages(
+            self.followed(id).await?.journal.subscribe(Some(after)),
+        ))
     }
 
     /// The events after `after` (None: from now on), then live ones, as a `text/event-stream` body: each burst of
     /// events framed once for every subscriber, and a keep-alive comment after `keep_alive` of quiet.
-    pub fn subscribe_sse(
+    pub async fn subscribe_sse(
         &self,
         id: &str,
         after: Option<u64>,
         keep_alive: std::time::Duration,
     ) -> Result<SseStream> {
-        Ok(self.session(id)?.journal.subscribe_sse(after, keep_alive))
+        Ok(self
+            .followed(id)
+            .await?
+            .journal
+            .subscribe_sse(after, keep_alive))
     }
 
     /// Whether every worker runs on the host (`--dangerous-sandbox-mode`).
@@ -315,8 +371,84 @@ impl ServiceRuntime {
 
     /// Starts the session's worker now instead of at the first turn (a no-op when it runs).
     pub async fn start_worker(&self, id: &str) -> Result<()> {
-        let session = self.session(id)?;
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
         self.worker(&session).await.map(drop)
+    }
+
+    /// Makes sure this node may run `session`: with a shared store, takes the session's lease (another live
+    /// node's holding is [`RuntimeError::OwnedElsewhere`]). Taking a session fails the turn its last owner was
+    /// running, if any, with `node_lost`, after bringing the record and the journal up to the store's.
+    async fn claim(&self, session: &Arc<Session>) -> Result<()> {
+        let store = &self.inner.store;
+        if !store.shared() {
+            return Ok(());
+        }
+        let slot = session.worker.lock().await;
+        if slot.as_ref().is_some_and(|w| w.is_alive()) || session.active_turn().is_some() {
+            return Ok(());
+        }
+        match store.claim(&session.id).await? {
+            store::Claim::Elsewhere { node_id, url } => Err(RuntimeError::OwnedElsewhere {
+                session_id: session.id.clone(),
+                node_id,
+                url,
+            }),
+            store::Claim::Mine { taken_from } => {
+                // What this node wrote before must be in the store before the store's record replaces it.
+                session.journal.stored().await;
+                let record = store
+                    .load(&session.id)
+                    .await?
+                    .ok_or_else(|| RuntimeError::SessionNotFound(session.id.clone()))?;
+                session.adopt_record(record);
+                session.journal.catch_up().await?;
+                drop(slot);
+                match taken_from {
+                    Some(node) => session.abandon_lost_turn(
+                        "node_lost",
+                        &format!("node {node}, which ran this turn, stopped answering; the turn was abandoned"),
+                    ),
+                    None => session.abandon_lost_turn(
+                        "supervisor_restarted",
+                        "the supervisor stopped while this turn ran; the turn was abandoned",
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Keeps this node's session leases alive while their workers run, when the store has leases. When the store
+    /// cannot be reached for a whole lease, another node may take the sessions: the workers here stop first.
+    pub fn keep_claims(&self) {
+        let Some(lease) = self.inner.store.lease() else {
+            return;
+        };
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let mut renewed = std::time::Instant::now();
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let sessions: Vec<Arc<Session>> = rt.sessions().values().cloned().collect();
+                let mut live = Vec::new();
+                for s in &sessions {
+                    if s.runs_here().await {
+                        live.push(s.id.clone());
+                    }
+                }
+                match rt.inner.store.renew(&live).await {
+                    Ok(()) => renewed = std::time::Instant::now(),
+                    Err(e) if renewed.elapsed() + lease / 3 >= lease => {
+                        tracing::error!("session leases not renewed for {lease:?} ({e}); stopping this node's workers");
+                        for s in &sessions {
+                            rt.stop_session(s, "this node lost its lease on the session")
+                                .await;
+                        }
+                    }
+                    Err(e) => tracing::warn!("session leases not renewed: {e}"),
+                }
+            }
+        });
     }
 
     async fn worker(&self, session: &Arc<Session>) -> Result<WorkerHandle> {
@@ -361,12 +493,13 @@ impl ServiceRuntime {
         task: Task,
         overrides: TurnOverrides,
     ) -> Result<PendingTurn> {
-        let session = self.session(id)?;
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
         let model = overrides
             .model
             .unwrap_or_else(|| session.bundle.agent.model.to_ref());
         crate::providers::check_model(&model).map_err(RuntimeError::InvalidRequest)?;
-        let base = PathBuf::from(session.record().cwd);
+        let base = session.cwd();
         let cwd = match overrides.cwd.as_deref() {
             None => base,
             Some(c) => {
@@ -446,7 +579,8 @@ impl ServiceRuntime {
 
     /// Interrupts the running turn: tools are killed and it ends with an `interrupted` error.
     pub async fn interrupt(&self, id: &str) -> Result<String> {
-        let session = self.session(id)?;
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
         let turn_id = session
             .active_turn()
             .ok_or_else(|| RuntimeError::NoTurnRunning(id.to_string()))?;
@@ -476,6 +610,7 @@ impl ServiceRuntime {
         tracing::info!(session = %pending.session_id, request_id, decision = ?decision, "approval resolved");
         let session = self
             .session(&pending.session_id)
+            .await
             .map_err(|_| RuntimeError::ApprovalSessionGone(request_id.to_string()))?;
         if decision == ApprovalDecision::AllowAlways {
             session.grant_always(pending.grant);
@@ -507,7 +642,8 @@ impl ServiceRuntime {
 
     /// Runs an operator command in the session sandbox: `exec_command_*` events only, not stored as a turn.
     pub async fn run_session_command(&self, id: &str, command: &str) -> Result<CommandOutcome> {
-        let session = self.session(id)?;
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
         let worker = self.worker(&session).await?;
         let exec_id = uuid::Uuid::new_v4().to_string();
         let done = session.register_command(&exec_id);
@@ -526,13 +662,19 @@ impl ServiceRuntime {
 
     /// Stops the session's worker, forgets its grants and deletes its files.
     pub async fn delete_session(&self, id: &str) -> Result<()> {
-        let session = self.session(id)?;
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
         // First, so its pending requests answer "session deleted" rather than "turn ended".
         self.inner.approvals.drop_session(id);
         self.stop_session(&session, "the session was deleted").await;
         self.sessions().remove(id);
-        std::fs::remove_dir_all(&session.dir)
-            .map_err(|e| RuntimeError::io("cannot delete", &session.dir, e))
+        self.inner.store.delete(id).await?;
+        match std::fs::remove_dir_all(&session.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(RuntimeError::io("cannot delete", &session.dir, e))
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn stop_session(&self, session: &Arc<Session>, reason: &str) {
@@ -559,6 +701,7 @@ impl ServiceRuntime {
         if let Some(w) = worker {
             w.shutdown(Duration::from_secs(2)).await;
         }
+        self.inner.store.release(&session.id).await;
     }
 
     /// Stops every worker; running turns end with an error saying `reason`.

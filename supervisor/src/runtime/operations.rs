@@ -90,6 +90,7 @@ impl ServiceRuntime {
             tracing::info!(session = %session.id, idle_s = session.idle_for().as_secs(), "idle worker reaped");
             self.inner.metrics.workers_reaped.inc();
             worker.shutdown(Duration::from_secs(2)).await;
+            self.inner.store.release(&session.id).await;
             reaped += 1;
         }
         reaped + self.inner.prestarted.expire(idle).await

@@ -89,7 +89,7 @@ impl Prestarted {
         let workspace = session.dir.join("workspace");
         let is_empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
         // A reloaded session may have files in its workspace; it keeps it, and the spare stays for another.
-        if Path::new(&session.record().cwd) != workspace || !is_empty(&workspace) {
+        if session.cwd() != workspace || !is_empty(&workspace) {
             return None;
         }
         let key = key(&session.bundle);

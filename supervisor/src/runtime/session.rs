@@ -1,7 +1,6 @@
 //! One session in memory: its record, journal, history, worker slot, running turn and allow_always grants.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +10,7 @@ use tokio::sync::oneshot;
 use super::error::{Result, RuntimeError};
 use super::journal::Journal;
 use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
+use super::store::Store;
 use super::worker::WorkerHandle;
 use crate::bundle::{self, Bundle};
 use crate::home::ServiceHome;
@@ -93,8 +93,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Session {
     /// Creates a new session directory for `bundle`; `cwd` defaults to the session's own `workspace/`.
-    pub fn create(
+    pub async fn create(
         home: &ServiceHome,
+        store: &dyn Store,
         bundle: Bundle,
         bundle_ref: &str,
         cwd: Option<&Path>,
@@ -133,63 +134,104 @@ impl Session {
             last_turn: None,
         };
         // A session that cannot be written down (a full store) leaves no directory behind.
-        let made = record
-            .save_new(&dir.join("session.json"))
-            .and_then(|()| Self::assemble(dir.clone(), bundle, record, metrics));
+        let made = match store.insert(&record).await {
+            Ok(()) => Self::assemble(store, dir.clone(), bundle, record, metrics).await,
+            Err(e) => Err(e),
+        };
         if made.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         made
     }
 
-    /// Loads a persisted session. A turn that was running when the supervisor died is marked failed.
-    pub fn load(
+    /// Loads a persisted session. In a store of its own, a turn that was running when the supervisor died is
+    /// marked failed; in a shared one, the node that claims the session does that (see [`Session::abandon_lost_turn`]).
+    pub async fn load(
         home: &ServiceHome,
+        store: &dyn Store,
         id: &str,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Arc<Session>> {
         if uuid::Uuid::parse_str(id).is_err() {
             return Err(RuntimeError::SessionNotFound(id.to_string()));
         }
-        let dir = home.sessions().join(id);
-        let path = dir.join("session.json");
-        if !path.is_file() {
-            return Err(RuntimeError::SessionNotFound(id.to_string()));
-        }
-        let record = SessionRecord::load(&path)?;
+        let record = store
+            .load(id)
+            .await?
+            .ok_or_else(|| RuntimeError::SessionNotFound(id.to_string()))?;
         let bundle = bundle::resolve(home, &record.bundle.reference)?;
-        let session = Self::assemble(dir, bundle, record, metrics)?;
-        let interrupted = {
-            let r = lock(&session.record);
-            (r.status == SessionStatus::Running).then(|| r.active_turn.clone().unwrap_or_default())
-        };
-        if let Some(turn_id) = interrupted {
-            session.emit(EventPayload::Error {
-                turn_id: Some(turn_id.clone()),
-                code: "supervisor_restarted".into(),
-                message: "the supervisor stopped while this turn ran; the turn was abandoned"
-                    .into(),
+        if store.shared() && bundle.digest != record.bundle.digest {
+            // Another node created the session from other contents under the same reference.
+            return Err(RuntimeError::BundleMismatch {
+                reference: record.bundle.reference.clone(),
+                want: record.bundle.digest.clone(),
+                have: bundle.digest,
             });
-            session.update(|r| {
-                r.status = SessionStatus::Idle;
-                r.active_turn = None;
-                r.last_turn = Some(LastTurn {
-                    turn_id,
-                    status: TurnStatus::Failed,
-                    finished_at: now(),
-                });
-            })?;
+        }
+        let dir = home.sessions().join(id);
+        std::fs::create_dir_all(dir.join("workspace"))
+            .map_err(|e| RuntimeError::io("cannot create", &dir, e))?;
+        let session = Self::assemble(store, dir, bundle, record, metrics).await?;
+        if !store.shared() {
+            session.abandon_lost_turn(
+                "supervisor_restarted",
+                "the supervisor stopped while this turn ran; the turn was abandoned",
+            )?;
         }
         Ok(session)
     }
 
-    fn assemble(
+    /// Ends, as failed with `code`, a turn the record says is running but that no worker here runs: the supervisor
+    /// or the node that ran it died.
+    pub fn abandon_lost_turn(&self, code: &str, message: &str) -> Result<()> {
+        let interrupted = {
+            let r = lock(&self.record);
+            (r.status == SessionStatus::Running).then(|| r.active_turn.clone().unwrap_or_default())
+        };
+        let Some(turn_id) = interrupted else {
+            return Ok(());
+        };
+        self.emit(EventPayload::Error {
+            turn_id: Some(turn_id.clone()),
+            code: code.into(),
+            message: message.into(),
+        });
+        self.update(|r| {
+            r.status = SessionStatus::Idle;
+            r.active_turn = None;
+            r.last_turn = Some(LastTurn {
+                turn_id,
+                status: TurnStatus::Failed,
+                finished_at: now(),
+            });
+        })
+    }
+
+    /// Replaces the record in memory with the store's (a shared store, where another node may have changed it).
+    pub fn adopt_record(&self, record: SessionRecord) {
+        *lock(&self.record) = record;
+    }
+
+    /// The default working directory of turns on this node. A session created on another node names that node's
+    /// workspace; here, the session's own workspace stands in for it.
+    pub fn cwd(&self) -> PathBuf {
+        let cwd = PathBuf::from(lock(&self.record).cwd.clone());
+        let theirs = Path::new("sessions").join(&self.id).join("workspace");
+        if cwd.ends_with(&theirs) {
+            self.dir.join("workspace")
+        } else {
+            cwd
+        }
+    }
+
+    async fn assemble(
+        store: &dyn Store,
         dir: PathBuf,
         bundle: Bundle,
         record: SessionRecord,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Arc<Session>> {
-        let journal = Arc::new(Journal::open(&record.id, &dir.join("events.jsonl"))?);
+        let journal = Arc::new(Journal::open(store, &record.id).await?);
         Ok(Arc::new(Session {
             id: record.id.clone(),
             dir,
@@ -225,12 +267,7 @@ impl Session {
         let mut record = lock(&self.record);
         change(&mut record);
         record.updated_at = now();
-        let path = self.dir.join("session.json");
-        if flush {
-            record.save(&path)
-        } else {
-            record.save_unflushed(&path)
-        }
+        self.journal.log().save_record(&record, flush)
     }
 
     /// Journals and broadcasts an event.
@@ -265,38 +302,19 @@ impl Session {
     }
 
     /// The persisted conversation.
-    pub fn history(&self) -> Result<Vec<ChatMessage>> {
-        let path = self.dir.join("history.jsonl");
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
-        };
-        // A torn last line (crash mid-append) is skipped; every complete line is a message.
-        Ok(text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect())
+    pub async fn history(&self) -> Result<Vec<ChatMessage>> {
+        self.journal.log().history().await
     }
 
-    fn append_history(&self, messages: &[ChatMessage]) -> Result<()> {
-        if messages.is_empty() {
-            return Ok(());
-        }
-        let path = self.dir.join("history.jsonl");
-        let mut buf = Vec::new();
-        for m in messages {
-            buf.extend(serde_json::to_vec(m).unwrap_or_default());
-            buf.push(b'\n');
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| RuntimeError::io("cannot open", &path, e))?;
-        file.write_all(&buf)
-            .and_then(|()| file.sync_data())
-            .map_err(|e| RuntimeError::io("cannot append to", &path, e))
+    /// True when this process runs the session: a live worker, or a turn started here.
+    pub async fn runs_here(&self) -> bool {
+        self.active_turn().is_some()
+            || self
+                .worker
+                .lock()
+                .await
+                .as_ref()
+                .is_some_and(|w| w.is_alive())
     }
 
     /// The running turn's id.
@@ -386,7 +404,7 @@ impl Session {
             return;
         };
         lock(&self.fault).take();
-        if let Err(e) = self.append_history(&end.messages) {
+        if let Err(e) = self.journal.log().append_history(&end.messages) {
             tracing::error!(session = %self.id, "history not persisted: {e}");
             // The next turn would not see these messages: the turn did not durably happen.
             let (code, cause) = e
@@ -435,13 +453,17 @@ impl Session {
             },
         });
         if let Some(done) = active.done.take() {
-            let _ = done.send(TurnOutcome {
+            let outcome = TurnOutcome {
                 turn_id: end.turn_id,
                 status: end.status,
                 final_message: end.final_message,
                 usage: end.usage,
                 error,
-            });
+            };
+            // Woken once the end is stored: a client told the turn ended finds it so on any node.
+            self.journal.log().after_stored(Box::new(move || {
+                let _ = done.send(outcome);
+            }));
         }
     }
 

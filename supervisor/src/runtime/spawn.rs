@@ -62,7 +62,7 @@ impl Started {
 
 /// Starts a worker and completes the handshake for `session`.
 pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<WorkerHandle> {
-    let workspace = PathBuf::from(session.record().cwd);
+    let workspace = session.cwd();
     let started = start(&rt, &session.id, &session.bundle, &workspace).await?;
     attach(rt, session, started).await
 }
@@ -241,7 +241,7 @@ pub(crate) async fn attach(
             &rt, &session,
         )));
     }
-    let configured = match config_for(&rt, &session, &started) {
+    let configured = match config_for(&rt, &session, &started).await {
         Ok(config) => tokio::time::timeout(timeout, configure(&mut started.conn, config))
             .await
             .unwrap_or_else(|_| {
@@ -255,13 +255,13 @@ pub(crate) async fn attach(
         started.discard().await;
         return Err(e);
     }
-    let host_workspace = PathBuf::from(session.record().cwd);
+    let host_workspace = session.cwd();
     tracing::info!(session = %session.id, bundle = %session.bundle.reference(), "worker started");
     Ok(worker::run(rt, session, started, host_workspace))
 }
 
 /// What the worker is told of its session, with paths as it sees them.
-fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<WorkerConfig> {
+async fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<WorkerConfig> {
     let skills = session
         .bundle
         .skills
@@ -285,7 +285,7 @@ fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<Worker
         max_steps: agent.max_steps,
         memory_window: agent.memory.window,
         permissions: agent.permissions.clone(),
-        history: session.history()?,
+        history: session.history().await?,
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
         egress_proxy: started
             .egress

@@ -149,7 +149,15 @@ pub struct ErrorEnvelope {
 pub struct ApiError {
     status: StatusCode,
     body: ErrorBody,
+    /// Seconds after which the client may retry (`Retry-After`).
+    retry_after: Option<u32>,
+    /// The base URL of the node that owns the session, for the forwarding layer (see `server::forward`).
+    owner: Option<String>,
 }
+
+/// Marks a response whose request belongs to the node at this base URL.
+#[derive(Debug, Clone)]
+pub struct OwnedBy(pub String);
 
 impl ApiError {
     /// An error with a status, code and message.
@@ -161,13 +169,25 @@ impl ApiError {
                 message: message.into(),
                 request_id: None,
             },
+            retry_after: None,
+            owner: None,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(ErrorEnvelope { error: self.body })).into_response()
+        let mut response =
+            (self.status, axum::Json(ErrorEnvelope { error: self.body })).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        if let Some(url) = self.owner {
+            response.extensions_mut().insert(OwnedBy(url));
+        }
+        response
     }
 }
 
@@ -202,6 +222,19 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::SandboxUnavailable(_) => (S::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
             RuntimeError::WorkerUnavailable(_) => (S::SERVICE_UNAVAILABLE, "worker_unavailable"),
             RuntimeError::WorkerDied(_) => (S::SERVICE_UNAVAILABLE, "worker_died"),
+            RuntimeError::BundleMismatch { .. } => (S::CONFLICT, "bundle_mismatch"),
+            RuntimeError::OwnedElsewhere { url, .. } => {
+                let mut error = ApiError::new(S::SERVICE_UNAVAILABLE, "owned_elsewhere", message);
+                error.owner = Some(url.clone());
+                error.retry_after = Some(1);
+                return error;
+            }
+            RuntimeError::Database { .. } => {
+                tracing::warn!("{message}");
+                let mut error = ApiError::new(S::SERVICE_UNAVAILABLE, "store_unavailable", message);
+                error.retry_after = Some(2);
+                return error;
+            }
             RuntimeError::Io { .. } | RuntimeError::Corrupt { .. } => {
                 (S::INTERNAL_SERVER_ERROR, "internal")
             }

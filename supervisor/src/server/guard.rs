@@ -137,8 +137,14 @@ pub async fn require_token(State(st): State<AppState>, req: Request, next: Next)
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
+    // Nodes of a cluster forward requests to each other with the cluster token.
+    let cluster = st.cluster.as_deref().map(|c| c.token.as_bytes());
+    let valid = |token: &str| {
+        constant_time_eq(token.as_bytes(), expected.as_bytes())
+            || cluster.is_some_and(|c| constant_time_eq(token.as_bytes(), c))
+    };
     match given {
-        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => next.run(req).await,
+        Some(token) if valid(token) => next.run(req).await,
         _ => refuse(
             StatusCode::UNAUTHORIZED,
             "unauthorized",

@@ -28,6 +28,14 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
+/// Readiness: whether this node can serve sessions now, that is, whether its store answers (the database, with
+/// `--store postgres://…`). 503 with the cause when it does not; never needs a token.
+#[utoipa::path(get, path = "/readyz", responses((status = 200, body = Health), (status = 503, body = crate::server::api::ErrorEnvelope)))]
+pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<Health>> {
+    st.rt.store().ready().await?;
+    Ok(healthz().await)
+}
+
 /// Installed bundles.
 #[utoipa::path(get, path = "/bundles", responses((status = 200, description = "Bundle metadata, as `inspect --json` prints it", body = [bundle::BundleInfo])))]
 pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bundle::BundleInfo>>> {
@@ -92,10 +100,13 @@ pub async fn create_session(
     };
     let rt = st.rt.clone();
     let policy = st.policy.clone();
-    let record = tokio::task::spawn_blocking(move || -> ApiResult<_> {
-        let bundle = bundle::resolve(rt.home(), &req.bundle_ref)?;
+    let home = rt.home().clone();
+    let reference = req.bundle_ref.clone();
+    // Resolving reads and hashes the bundle: off the async threads.
+    let bundle = tokio::task::spawn_blocking(move || -> ApiResult<_> {
+        let bundle = bundle::resolve(&home, &reference)?;
         super::policy::sandbox(&policy, &bundle)?;
-        Ok(rt.create_session_from(bundle, &req.bundle_ref, cwd.as_deref())?)
+        Ok(bundle)
     })
     .await
     .map_err(|_| {
@@ -105,6 +116,9 @@ pub async fn create_session(
             "creating the session failed",
         )
     })??;
+    let record = rt
+        .create_session_from(bundle, &req.bundle_ref, cwd.as_deref())
+        .await?;
     Ok((StatusCode::CREATED, Json(record)))
 }
 
@@ -113,7 +127,7 @@ pub async fn create_session(
 pub async fn list_sessions(
     State(st): State<AppState>,
 ) -> ApiResult<Json<Vec<crate::runtime::SessionRecord>>> {
-    Ok(Json(st.rt.list_sessions()?))
+    Ok(Json(st.rt.list_sessions().await?))
 }
 
 /// One session's record.
@@ -122,7 +136,7 @@ pub async fn get_session(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<crate::runtime::SessionRecord>> {
-    Ok(Json(st.rt.get_session(&id)?))
+    Ok(Json(st.rt.get_session(&id).await?))
 }
 
 /// Every journaled event of a session, oldest first (the transcript; `/events` streams the same events live).
@@ -131,18 +145,7 @@ pub async fn session_journal(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<service_ipc::EventMsg>>> {
-    let rt = st.rt.clone();
-    // Reading a long journal is file I/O: off the async threads.
-    let events = tokio::task::spawn_blocking(move || rt.session_events(&id))
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "the journal reader failed",
-            )
-        })??;
-    Ok(Json(events))
+    Ok(Json(st.rt.session_events(&id).await?))
 }
 
 /// Stops the session's worker, forgets its allow_always grants and deletes its files.
@@ -163,7 +166,7 @@ pub async fn run_sync(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<Json<TurnResult>> {
-    let overrides = checked_overrides(&st, &id, req.turn_context)?;
+    let overrides = checked_overrides(&st, &id, req.turn_context).await?;
     let outcome = st.rt.run_turn(&id, req.input, overrides).await?;
     Ok(Json(outcome.into()))
 }
@@ -176,7 +179,7 @@ pub async fn run_async(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<impl IntoResponse> {
-    let overrides = checked_overrides(&st, &id, req.turn_context)?;
+    let overrides = checked_overrides(&st, &id, req.turn_context).await?;
     let pending = st.rt.start_turn(&id, req.input, overrides).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -189,14 +192,14 @@ pub async fn run_async(
 
 /// A client's per-turn overrides, if the operator's policy allows them. A `cwd` override stays relative to the
 /// session's directory (the runtime keeps it inside the sandboxed workspace).
-fn checked_overrides(
+async fn checked_overrides(
     st: &AppState,
     id: &str,
     overrides: Option<service_ipc::TurnOverrides>,
 ) -> ApiResult<service_ipc::TurnOverrides> {
     let overrides = overrides.unwrap_or_default();
     if let Some(model) = &overrides.model {
-        let bundle = st.rt.session_bundle(id)?;
+        let bundle = st.rt.session_bundle(id).await?;
         super::policy::model(&st.policy, &bundle, model)?;
     }
     Ok(overrides)
@@ -299,7 +302,8 @@ pub async fn events(
     let subscriber = crate::metrics::GaugeGuard::new(&st.rt.counters().sse_subscribers);
     let frames = st
         .rt
-        .subscribe_sse(&id, last_event_id.or(q.after), SSE_KEEP_ALIVE)?
+        .subscribe_sse(&id, last_event_id.or(q.after), SSE_KEEP_ALIVE)
+        .await?
         .map(move |frame| {
             // The slot and the subscriber count live as long as the stream.
             let _held = (&slot, &subscriber);

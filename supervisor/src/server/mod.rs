@@ -12,6 +12,7 @@ pub mod api;
 pub mod bundle_routes;
 pub mod console;
 pub mod contract;
+pub mod forward;
 pub mod guard;
 pub mod handlers;
 pub mod listener;
@@ -51,6 +52,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
     ),
     paths(
         handlers::healthz,
+        handlers::readyz,
         handlers::list_bundles,
         handlers::inspect_bundle,
         bundle_routes::remove_bundle,
@@ -125,6 +127,10 @@ pub struct AppState {
     pub policy: Arc<ClientPolicy>,
     /// Open event streams per client address.
     pub streams: Arc<guard::StreamCounts>,
+    /// This node's place in a cluster sharing one store; None for a server of its own.
+    pub cluster: Option<Arc<forward::Cluster>>,
+    /// The client requests for other nodes go through.
+    pub forwarder: reqwest::Client,
 }
 
 /// The whole application.
@@ -155,10 +161,7 @@ pub fn router(state: AppState) -> Router {
             "/sessions/{id}",
             get(handlers::get_session).delete(handlers::delete_session),
         )
-        .route("/sessions/{id}/run-sync", post(handlers::run_sync))
-        .route("/sessions/{id}/run", post(handlers::run_async))
-        .route("/sessions/{id}/interrupt", post(handlers::interrupt))
-        .route("/sessions/{id}/commands", post(handlers::run_command))
+        .merge(owned_routes(&state))
         .route("/sessions/{id}/events", get(handlers::events))
         .route("/sessions/{id}/journal", get(handlers::session_journal))
         .route("/approvals/{request_id}", post(handlers::resolve_approval))
@@ -170,6 +173,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .route("/healthz", get(handlers::healthz))
+        .route("/readyz", get(handlers::readyz))
         .merge(console::routes())
         .merge(protected)
         .fallback(|| async {
@@ -204,6 +208,19 @@ pub fn router(state: AppState) -> Router {
             access::log,
         ))
         .with_state(state)
+}
+
+/// The requests only the node running a session can answer: sent on to it from any other node.
+fn owned_routes(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/sessions/{id}/run-sync", post(handlers::run_sync))
+        .route("/sessions/{id}/run", post(handlers::run_async))
+        .route("/sessions/{id}/interrupt", post(handlers::interrupt))
+        .route("/sessions/{id}/commands", post(handlers::run_command))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            forward::forward,
+        ))
 }
 
 /// Why the server could not start.
@@ -256,6 +273,8 @@ pub struct ServeOptions {
     pub limits: listener::ConnLimits,
     /// Idle time after which a session's worker, or a spare, is stopped (`--idle-timeout`); None keeps them.
     pub idle_timeout: Option<Duration>,
+    /// This node's id and the cluster token, when nodes share a store.
+    pub cluster: Option<forward::Cluster>,
 }
 
 impl ServeOptions {
@@ -275,6 +294,7 @@ impl ServeOptions {
                 header_read_timeout: Duration::from_secs(10),
             },
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            cluster: None,
         }
     }
 }
@@ -329,10 +349,14 @@ pub async fn serve(
         hosts: Arc::new(guard::AllowedHosts::new(bound, &options.allowed_hosts)),
         policy: Arc::new(options.policy),
         streams: Arc::new(guard::StreamCounts::default()),
+        cluster: options.cluster.map(Arc::new),
+        forwarder: reqwest::Client::new(),
     };
+    rt.store().bound_at(&format!("http://{bound}"));
+    rt.keep_claims();
     tracing::info!(
         bind = %bound,
-        store = %rt.home().root().display(),
+        store = %rt.store().describe(),
         sandbox = %crate::sandbox::backend(rt.dangerous_sandbox_mode()),
         auth = if token.is_some() { "bearer token" } else { "none" },
         version = env!("CARGO_PKG_VERSION"),

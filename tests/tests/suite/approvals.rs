@@ -39,10 +39,11 @@ struct Session {
     cwd: TempDir,
 }
 
-fn session(rt: &ServiceRuntime, s: &Setup) -> Session {
+async fn session(rt: &ServiceRuntime, s: &Setup) -> Session {
     let cwd = TempDir::new().unwrap();
     let id = rt
         .create_session(s.bundle.path().to_str().unwrap(), Some(cwd.path()))
+        .await
         .unwrap()
         .id;
     Session { id, cwd }
@@ -79,7 +80,7 @@ async fn turn_until_ask(
     id: &str,
     prompt: &str,
 ) -> (EventStream, String, Vec<EventMsg>, String) {
-    let mut events = rt.subscribe_session(id).unwrap();
+    let mut events = rt.subscribe_session(id).await.unwrap();
     let pending = rt
         .start_turn(id, Task::new(prompt), TurnOverrides::default())
         .await
@@ -119,7 +120,7 @@ async fn an_ask_is_resolved_by_each_decision() {
         ApprovalDecision::AllowAlways,
         ApprovalDecision::Deny,
     ] {
-        let sess = session(&rt, &s);
+        let sess = session(&rt, &s).await;
         let (mut events, turn_id, before, rid) = turn_until_ask(&rt, &sess.id, "write it").await;
         let EventPayload::PermissionRequested {
             tool,
@@ -178,7 +179,7 @@ async fn allow_always_holds_for_its_session_only_and_not_after_a_restart() {
     let s = setup();
     let (first_id, first_cwd) = {
         let rt = runtime(s.home.path());
-        let a = session(&rt, &s);
+        let a = session(&rt, &s).await;
         let (mut events, turn_id, _, rid) = turn_until_ask(&rt, &a.id, "write").await;
         rt.resolve_approval(&rid, ApprovalDecision::AllowAlways)
             .await
@@ -187,7 +188,7 @@ async fn allow_always_holds_for_its_session_only_and_not_after_a_restart() {
 
         // Same session, same tool and path: no second ask.
         std::fs::remove_file(a.cwd.path().join("out.txt")).unwrap();
-        let mut events = rt.subscribe_session(&a.id).unwrap();
+        let mut events = rt.subscribe_session(&a.id).await.unwrap();
         let pending = rt
             .start_turn(&a.id, Task::new("write again"), TurnOverrides::default())
             .await
@@ -201,7 +202,7 @@ async fn allow_always_holds_for_its_session_only_and_not_after_a_restart() {
         assert!(a.cwd.path().join("out.txt").exists());
 
         // Another session of the same runtime still asks.
-        let b = session(&rt, &s);
+        let b = session(&rt, &s).await;
         let (mut events, turn_id, _, rid) = turn_until_ask(&rt, &b.id, "write").await;
         rt.resolve_approval(&rid, ApprovalDecision::Deny)
             .await
@@ -225,9 +226,9 @@ async fn allow_always_holds_for_its_session_only_and_not_after_a_restart() {
 async fn deny_rules_never_reach_the_operator_and_the_model_sees_the_denial() {
     let s = setup();
     let rt = runtime(s.home.path());
-    let sess = session(&rt, &s);
+    let sess = session(&rt, &s).await;
     std::fs::create_dir(sess.cwd.path().join("precious")).unwrap();
-    let mut events = rt.subscribe_session(&sess.id).unwrap();
+    let mut events = rt.subscribe_session(&sess.id).await.unwrap();
     let pending = rt
         .start_turn(&sess.id, Task::new("remove it"), TurnOverrides::default())
         .await
@@ -257,7 +258,7 @@ async fn unknown_repeated_and_orphaned_request_ids_give_distinct_errors() {
         Err(RuntimeError::ApprovalNotFound(_))
     ));
 
-    let sess = session(&rt, &s);
+    let sess = session(&rt, &s).await;
     let (mut events, turn_id, _, rid) = turn_until_ask(&rt, &sess.id, "write").await;
     rt.resolve_approval(&rid, ApprovalDecision::AllowOnce)
         .await
@@ -283,7 +284,7 @@ async fn unknown_repeated_and_orphaned_request_ids_give_distinct_errors() {
     ));
 
     // A deleted session's request says so.
-    let other = session(&rt, &s);
+    let other = session(&rt, &s).await;
     let (_events, _turn, _, rid) = turn_until_ask(&rt, &other.id, "write").await;
     rt.delete_session(&other.id).await.unwrap();
     assert!(matches!(
@@ -297,8 +298,8 @@ async fn unknown_repeated_and_orphaned_request_ids_give_distinct_errors() {
 async fn two_sessions_waiting_at_once_resolve_in_the_opposite_order() {
     let s = setup();
     let rt = runtime(s.home.path());
-    let a = session(&rt, &s);
-    let b = session(&rt, &s);
+    let a = session(&rt, &s).await;
+    let b = session(&rt, &s).await;
     let (mut ea, ta, _, ra) = turn_until_ask(&rt, &a.id, "write").await;
     let (mut eb, tb, _, rb) = turn_until_ask(&rt, &b.id, "write").await;
     rt.resolve_approval(&rb, ApprovalDecision::AllowOnce)
@@ -315,7 +316,12 @@ async fn two_sessions_waiting_at_once_resolve_in_the_opposite_order() {
     assert_eq!(finished(&eva)[0].0, ToolCallStatus::Denied);
     assert!(!a.cwd.path().join("out.txt").exists());
     assert_eq!(
-        rt.get_session(&a.id).unwrap().last_turn.unwrap().status,
+        rt.get_session(&a.id)
+            .await
+            .unwrap()
+            .last_turn
+            .unwrap()
+            .status,
         TurnStatus::Completed
     );
     rt.shutdown("test over").await;

@@ -15,7 +15,7 @@ pub(super) async fn command(
     id: &str,
     text: &str,
 ) -> (Option<i32>, String, String) {
-    let mut events = rt.subscribe_session(id).unwrap();
+    let mut events = rt.subscribe_session(id).await.unwrap();
     let outcome = rt.run_session_command(id, text).await.unwrap();
     let (mut stdout, mut stderr) = (String::new(), String::new());
     loop {
@@ -52,6 +52,7 @@ async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
     let rt = runtime(home.path());
     let id = rt
         .create_session(bundle.path().to_str().unwrap(), Some(cwd.path()))
+        .await
         .unwrap()
         .id;
     let probe = r#"echo "[$BASH_EXECUTION_STRING]"; pwd; echo err >&2; read x; echo "read=$?"; set | grep -c '^__service_'; exit 5"#;

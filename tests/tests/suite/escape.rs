@@ -338,6 +338,7 @@ async fn hostile_turn(attack: &str) -> (Option<(String, String)>, Vec<&'static s
     );
     let id = rt
         .create_session(env.path(attack).to_str().unwrap(), None)
+        .await
         .unwrap()
         .id;
     let outcome = tokio::time::timeout(
@@ -345,7 +346,7 @@ async fn hostile_turn(attack: &str) -> (Option<(String, String)>, Vec<&'static s
         rt.run_turn(&id, service_ipc::Task::new("go"), Default::default()),
     )
     .await;
-    let mut events = rt.subscribe_session_from(&id, 0).unwrap();
+    let mut events = rt.subscribe_session_from(&id, 0).await.unwrap();
     let mut kinds = Vec::new();
     while let Ok(Some(msg)) = tokio::time::timeout(
         Duration::from_millis(200),

@@ -239,9 +239,10 @@ async fn a_worker_killed_mid_model_stream_fails_the_turn_and_the_next_turn_works
     let rt = super::support::runtime(env.home.path());
     let id = rt
         .create_session(env.path("s").to_str().unwrap(), None)
+        .await
         .unwrap()
         .id;
-    let mut events = rt.subscribe_session(&id).unwrap();
+    let mut events = rt.subscribe_session(&id).await.unwrap();
     let pending = rt
         .start_turn(
             &id,

@@ -46,7 +46,21 @@ impl Api {
         }
     }
 
-    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    /// A client of `server` that sends `token`.
+    pub(super) fn with_token(server: Server, token: &str) -> Api {
+        Api {
+            client: reqwest::Client::new(),
+            token: Some(token.to_string()),
+            server,
+        }
+    }
+
+    /// The server under the client.
+    pub(super) fn server(&mut self) -> &mut Server {
+        &mut self.server
+    }
+
+    pub(super) fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let r = self.client.request(method, self.server.url(path));
         match &self.token {
             Some(t) => r.bearer_auth(t),

@@ -588,6 +588,7 @@ async fn servers_live_with_the_session_and_die_with_it_after_an_interrupt_a_dele
     // An interrupt ends the call, not the server; deleting the session ends the server.
     let id = rt
         .create_session(env.path("life").to_str().unwrap(), Some(&ws))
+        .await
         .unwrap()
         .id;
     let pending = rt
@@ -613,6 +614,7 @@ async fn servers_live_with_the_session_and_die_with_it_after_an_interrupt_a_dele
     // A worker killed outright (not its bwrap) takes its servers with it.
     let id = rt
         .create_session(env.path("life").to_str().unwrap(), Some(&ws))
+        .await
         .unwrap()
         .id;
     rt.start_worker(&id).await.unwrap();
@@ -741,6 +743,7 @@ async fn a_bundles_mcp_server_starts_inside_the_sessions_cgroups() {
     for _ in 0..8 {
         let id = rt
             .create_session(env.path("cg").to_str().unwrap(), Some(&env.path("ws")))
+            .await
             .unwrap()
             .id;
         rt.start_worker(&id).await.unwrap();

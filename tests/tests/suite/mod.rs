@@ -1,6 +1,7 @@
 mod approvals;
 mod browser;
 mod bundles;
+mod cluster;
 mod commands;
 mod console;
 mod contract;
@@ -13,6 +14,7 @@ mod llama_server;
 mod mcp;
 mod mcp_real;
 mod operations;
+mod postgres;
 mod prestart;
 mod provider_compat;
 mod provider_server;

@@ -53,11 +53,11 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
     );
     let reference = bundle.path().to_str().unwrap();
     let rt = prestarting_runtime(home.path());
-    let first = rt.create_session(reference, None).unwrap().id;
+    let first = rt.create_session(reference, None).await.unwrap().id;
     command(&rt, &first, "echo first > first.txt").await;
     wait_for_a_spare(&rt).await;
 
-    let second = rt.create_session(reference, None).unwrap().id;
+    let second = rt.create_session(reference, None).await.unwrap().id;
     let store = home.path().display();
     let (code, out, _) = command(
         &rt,
@@ -84,7 +84,11 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
 
     // A session with a directory of its own as workspace gets a worker started for it.
     let own = TempDir::new().unwrap();
-    let third = rt.create_session(reference, Some(own.path())).unwrap().id;
+    let third = rt
+        .create_session(reference, Some(own.path()))
+        .await
+        .unwrap()
+        .id;
     let (_, out, _) = command(&rt, &third, "pwd; echo third > third.txt").await;
     assert_eq!(out, "/workspace\n");
     assert!(own.path().join("third.txt").exists());

@@ -488,10 +488,11 @@ async fn the_first_delta_reaches_a_subscriber_before_the_provider_has_finished()
     let rt = runtime(env.home.path());
     let id = rt
         .create_session(env.path("live").to_str().unwrap(), None)
+        .await
         .unwrap()
         .id;
     rt.start_worker(&id).await.unwrap();
-    let mut events = rt.subscribe_session(&id).unwrap();
+    let mut events = rt.subscribe_session(&id).await.unwrap();
     let started = Instant::now();
     let pending = rt
         .start_turn(&id, service_ipc::Task::new("go"), Default::default())

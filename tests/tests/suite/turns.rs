@@ -30,8 +30,9 @@ fn fixture_in(script: &str, agent_extra: &str, mode: &str) -> Fixture {
 }
 
 impl Fixture {
-    fn session(&self, rt: &service_supervisor::ServiceRuntime) -> String {
+    async fn session(&self, rt: &service_supervisor::ServiceRuntime) -> String {
         rt.create_session(self.bundle.path().to_str().unwrap(), Some(self.cwd.path()))
+            .await
             .unwrap()
             .id
     }
@@ -45,7 +46,7 @@ async fn turn(
     service_supervisor::runtime::TurnOutcome,
     Vec<service_ipc::EventMsg>,
 ) {
-    let mut events = rt.subscribe_session(id).unwrap();
+    let mut events = rt.subscribe_session(id).await.unwrap();
     let pending = rt
         .start_turn(id, Task::new(prompt), TurnOverrides::default())
         .await
@@ -65,7 +66,7 @@ async fn text_only_turn_streams_reasoning_then_text_then_completes() {
         "",
     );
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
+    let id = f.session(&rt).await;
     let (outcome, events) = turn(&rt, &id, "hi").await;
     assert_eq!(outcome.status, TurnStatus::Completed);
     assert_eq!(outcome.final_message, "Hello there, operator.");
@@ -123,7 +124,7 @@ const EVERY_TOOL: &str = r#"{turns: [{replies: [
 async fn every_builtin_tool_runs_with_exact_event_order_and_files_on_disk() {
     let f = fixture(EVERY_TOOL, "");
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
+    let id = f.session(&rt).await;
     let (outcome, events) = turn(&rt, &id, "use every tool").await;
     assert_eq!(outcome.status, TurnStatus::Completed, "{:?}", outcome.error);
     let tool = ["tool_call_started", "tool_call_delta", "tool_call_finished"];
@@ -218,14 +219,14 @@ async fn memory_window_drops_old_messages_and_history_persists_across_turns() {
         "memory: { window: 4 }",
     );
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
+    let id = f.session(&rt).await;
     let mut seen = Vec::new();
     for prompt in ["one", "two", "three", "four"] {
         seen.push(turn(&rt, &id, prompt).await.0.final_message);
     }
     // system + [u1]; system + [u1 a1 u2]; then the window keeps 4 messages plus the system prompt.
     assert_eq!(seen, ["seen 2", "seen 4", "seen 5", "seen 5"]);
-    assert_eq!(rt.get_session(&id).unwrap().turn_count, 4);
+    assert_eq!(rt.get_session(&id).await.unwrap().turn_count, 4);
     rt.shutdown("test over").await;
 }
 
@@ -237,14 +238,14 @@ async fn supervisor_restart_between_turns_continues_the_history() {
     );
     let id = {
         let rt = runtime(f.home.path());
-        let id = f.session(&rt);
+        let id = f.session(&rt).await;
         assert_eq!(turn(&rt, &id, "before").await.0.final_message, "seen 2");
         rt.shutdown("restart").await;
         id
     };
     let rt = runtime(f.home.path());
     assert_eq!(turn(&rt, &id, "after").await.0.final_message, "seen 4");
-    let listed = rt.list_sessions().unwrap();
+    let listed = rt.list_sessions().await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].turn_count, 2);
     rt.shutdown("test over").await;
@@ -272,8 +273,8 @@ async fn worker_killed_mid_turn_fails_the_turn_and_the_next_turn_respawns_it() {
     // On the host, so the test can read the worker's pid ($PPID of the tool's shell) and kill it.
     let f = fixture_in(SLOW_TOOL, "", "danger_full_access");
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
-    let mut events = rt.subscribe_session(&id).unwrap();
+    let id = f.session(&rt).await;
+    let mut events = rt.subscribe_session(&id).await.unwrap();
     let pending = rt
         .start_turn(&id, Task::new("slow please"), TurnOverrides::default())
         .await
@@ -318,7 +319,7 @@ async fn interrupt_slow_tool(
     service_supervisor::runtime::TurnOutcome,
     std::time::Duration,
 ) {
-    let id = f.session(rt);
+    let id = f.session(rt).await;
     let pending = rt
         .start_turn(&id, Task::new("slow"), TurnOverrides::default())
         .await
@@ -400,7 +401,7 @@ async fn settle_at(id: &str, n: usize) -> Vec<(i32, String)> {
 async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
     let f = fixture(r#"{turns: [{replies: [{text: "hello"}]}]}"#, "");
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
+    let id = f.session(&rt).await;
     assert_eq!(turn(&rt, &id, "hi").await.0.final_message, "hello");
     let procs = settle_at(&id, 2).await;
     assert_eq!(procs.len(), 2, "processes of the session: {procs:#?}");
@@ -496,7 +497,7 @@ async fn hung_worker_is_killed_and_its_turn_fails() {
         o.heartbeat = Duration::from_millis(100);
         o.hang_timeout = Duration::from_millis(800);
     });
-    let id = f.session(&rt);
+    let id = f.session(&rt).await;
     let pending = rt
         .start_turn(&id, Task::new("hang now"), TurnOverrides::default())
         .await
@@ -540,8 +541,8 @@ async fn operator_command_produces_only_exec_events_and_no_turn() {
         "",
     );
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
-    let mut events = rt.subscribe_session(&id).unwrap();
+    let id = f.session(&rt).await;
+    let mut events = rt.subscribe_session(&id).await.unwrap();
     let outcome = rt
         .run_session_command(&id, "echo out; echo err >&2; exit 3")
         .await
@@ -567,7 +568,7 @@ async fn operator_command_produces_only_exec_events_and_no_turn() {
         panic!()
     };
     assert_eq!(*exit_code, Some(3));
-    assert_eq!(rt.get_session(&id).unwrap().turn_count, 0);
+    assert_eq!(rt.get_session(&id).await.unwrap().turn_count, 0);
     // Not stored as a turn: the next turn's model sees only system + prompt.
     assert_eq!(turn(&rt, &id, "x").await.0.final_message, "seen 2");
     rt.shutdown("test over").await;
@@ -580,7 +581,7 @@ async fn max_steps_ends_the_turn_with_an_error_that_says_so() {
         "max_steps: 3",
     );
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
+    let id = f.session(&rt).await;
     let (outcome, events) = turn(&rt, &id, "loop").await;
     assert_eq!(outcome.status, TurnStatus::Failed);
     let (code, message) = outcome.error.unwrap();
@@ -611,7 +612,7 @@ async fn bad_tool_calls_become_results_the_model_sees() {
         "",
     );
     let rt = runtime(f.home.path());
-    let id = f.session(&rt);
+    let id = f.session(&rt).await;
     let (outcome, events) = turn(&rt, &id, "break things").await;
     assert_eq!(outcome.status, TurnStatus::Completed);
     let results: Vec<(ToolCallStatus, String)> = events

@@ -1,0 +1,312 @@
+//! The embedded store: `$SERVICE_HOME/sessions/<id>/` with `session.json` (see [`super::super::record`]),
+//! `events.jsonl` (one JSON line per event) and `history.jsonl` (one line per message). One process owns it, so
+//! every claim is this process's, and every write is made before the call returns.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use service_ipc::{ChatMessage, EventMsg, EventPayload};
+
+use super::{Claim, Publish, SessionLog, Store};
+use crate::home::ServiceHome;
+use crate::runtime::error::{Result, RuntimeError};
+use crate::runtime::journal::Published;
+use crate::runtime::record::SessionRecord;
+
+/// The session files under one `$SERVICE_HOME`.
+pub struct FilesStore {
+    home: ServiceHome,
+}
+
+impl FilesStore {
+    /// The store under `home`.
+    pub fn new(home: ServiceHome) -> Self {
+        FilesStore { home }
+    }
+
+    fn record_path(&self, id: &str) -> PathBuf {
+        self.home.sessions().join(id).join("session.json")
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for FilesStore {
+    fn describe(&self) -> String {
+        self.home.root().display().to_string()
+    }
+
+    fn shared(&self) -> bool {
+        false
+    }
+
+    async fn insert(&self, record: &SessionRecord) -> Result<()> {
+        record.save_new(&self.record_path(&record.id))
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>> {
+        let path = self.record_path(id);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        SessionRecord::load(&path).map(Some)
+    }
+
+    async fn list(&self) -> Result<Vec<SessionRecord>> {
+        let dir = self.home.sessions();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(RuntimeError::io("cannot read", &dir, e)),
+        };
+        let mut out: Vec<SessionRecord> = entries
+            .flatten()
+            .filter_map(|e| SessionRecord::load(&e.path().join("session.json")).ok())
+            .collect();
+        out.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        Ok(out)
+    }
+
+    async fn delete(&self, id: &str) -> Result<()> {
+        let dir = self.home.sessions().join(id);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(RuntimeError::io("cannot delete", &dir, e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn open_log(&self, id: &str, publish: Publish) -> Result<Arc<dyn SessionLog>> {
+        let dir = self.home.sessions().join(id);
+        Ok(Arc::new(FilesLog::open(id, &dir, publish)?))
+    }
+
+    async fn claim(&self, _id: &str) -> Result<Claim> {
+        Ok(Claim::Mine { taken_from: None })
+    }
+
+    async fn release(&self, _id: &str) {}
+
+    async fn renew(&self, _live: &[String]) -> Result<()> {
+        Ok(())
+    }
+
+    fn lease(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    async fn ready(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// One session's files.
+pub struct FilesLog {
+    session_id: String,
+    dir: PathBuf,
+    journal: PathBuf,
+    state: Mutex<JournalFile>,
+    publish: Publish,
+}
+
+struct JournalFile {
+    file: File,
+    last_seq: u64,
+    /// Bytes in the journal file.
+    bytes: u64,
+}
+
+impl FilesLog {
+    /// Opens (or creates) the journal in `dir`. A torn last line, left by a crash mid-write, is cut off.
+    pub fn open(session_id: &str, dir: &Path, publish: Publish) -> Result<FilesLog> {
+        let journal = dir.join("events.jsonl");
+        let last_seq = repair(&journal)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&journal)
+            .map_err(|e| RuntimeError::io("cannot open", &journal, e))?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(FilesLog {
+            session_id: session_id.to_string(),
+            dir: dir.to_path_buf(),
+            journal,
+            state: Mutex::new(JournalFile {
+                file,
+                last_seq,
+                bytes,
+            }),
+            publish,
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, JournalFile> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl SessionLog for FilesLog {
+    fn save_record(&self, record: &SessionRecord, flush: bool) -> Result<()> {
+        let path = self.dir.join("session.json");
+        if flush {
+            record.save(&path)
+        } else {
+            record.save_unflushed(&path)
+        }
+    }
+
+    fn append_history(&self, messages: &[ChatMessage]) -> Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let path = self.dir.join("history.jsonl");
+        let mut buf = Vec::new();
+        for m in messages {
+            buf.extend(serde_json::to_vec(m).unwrap_or_default());
+            buf.push(b'\n');
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| RuntimeError::io("cannot open", &path, e))?;
+        file.write_all(&buf)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| RuntimeError::io("cannot append to", &path, e))
+    }
+
+    fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
+        let path = self.dir.join("history.jsonl");
+        async move {
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
+            };
+            // A torn last line (crash mid-append) is skipped; every complete line is a message.
+            Ok(text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect())
+        }
+        .boxed()
+    }
+
+    /// One write to the journal and one publication, under one lock so journal order, sequence order and
+    /// publication order agree.
+    fn append_events(&self, payloads: Vec<EventPayload>) -> Result<()> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.state();
+        let events = super::stamp(&self.session_id, state.last_seq + 1, payloads);
+        state.last_seq += events.len() as u64;
+        let mut lines = Vec::new();
+        for e in &events {
+            lines.extend_from_slice(e.json.as_bytes());
+            lines.push(b'\n');
+        }
+        let written = state.file.write_all(&lines);
+        match &written {
+            Ok(()) => state.bytes += lines.len() as u64,
+            // A write cut short (a full disk) would leave a torn line: cut it off, so the journal stays whole
+            // lines and the next write starts a line of its own.
+            Err(_) => {
+                let _ = state.file.set_len(state.bytes);
+            }
+        }
+        (self.publish)(events);
+        drop(state);
+        written.map_err(|e| RuntimeError::io("cannot append to", &self.journal, e))
+    }
+
+    fn read_events(&self, after: u64, upto: u64) -> BoxFuture<'_, Result<Vec<Arc<Published>>>> {
+        let path = self.journal.clone();
+        async move {
+            if upto <= after {
+                return Ok(Vec::new());
+            }
+            // A long journal is a long read: off the async threads.
+            let reading = path.clone();
+            tokio::task::spawn_blocking(move || read_journal(&reading, after, upto))
+                .await
+                .map_err(|e| RuntimeError::io("cannot read", &path, std::io::Error::other(e)))?
+        }
+        .boxed()
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.state().last_seq
+    }
+
+    fn catch_up(&self) -> BoxFuture<'_, Result<()>> {
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    fn bytes(&self) -> u64 {
+        self.state().bytes
+    }
+
+    fn after_stored(&self, then: Box<dyn FnOnce() + Send>) {
+        then()
+    }
+}
+
+/// Journaled events with `after < seq <= upto`.
+fn read_journal(path: &Path, after: u64, upto: u64) -> Result<Vec<Arc<Published>>> {
+    let file = File::open(path).map_err(|e| RuntimeError::io("cannot read", path, e))?;
+    let mut out = Vec::new();
+    for line in BufReader::new(file).lines() {
+        let line = line.map_err(|e| RuntimeError::io("cannot read", path, e))?;
+        let Ok(msg) = serde_json::from_str::<EventMsg>(&line) else {
+            continue;
+        };
+        match msg.seq() {
+            Some(s) if s > upto => break,
+            Some(s) if s > after => out.push(Arc::new(Published {
+                msg,
+                json: line.into(),
+                seq: s,
+            })),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Finds the last sequence number in the journal and cuts a torn final line.
+fn repair(path: &Path) -> Result<u64> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(RuntimeError::io("cannot read", path, e)),
+    };
+    let mut good_len = 0;
+    let mut last_seq = 0;
+    let mut pos = 0;
+    while let Some(nl) = bytes[pos..].iter().position(|b| *b == b'\n') {
+        let line = &bytes[pos..pos + nl];
+        match serde_json::from_slice::<EventMsg>(line)
+            .ok()
+            .and_then(|m| m.seq())
+        {
+            Some(seq) => last_seq = seq,
+            None => break,
+        }
+        pos += nl + 1;
+        good_len = pos;
+    }
+    if good_len < bytes.len() {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| RuntimeError::io("cannot repair", path, e))?;
+        file.set_len(good_len as u64)
+            .map_err(|e| RuntimeError::io("cannot repair", path, e))?;
+    }
+    Ok(last_seq)
+}

@@ -1,0 +1,149 @@
+//! Where sessions live: one interface, two backends.
+//!
+//! - [`files`]: the embedded store under `$SERVICE_HOME/sessions/` (the default, for one machine).
+//! - [`postgres`]: one PostgreSQL database shared by many `serve` nodes (`serve --store postgres://…`).
+//!
+//! A [`Store`] holds session records, and hands out a [`SessionLog`] per session: its record saves, its history and
+//! its event journal. The journal's subscriptions and SSE framing ([`super::journal`]) sit on top of a log and do not
+//! know which backend is under it. Who runs a session's worker is decided by [`Store::claim`]: always this process
+//! with files, the holder of an ownership lease with PostgreSQL.
+
+pub mod files;
+pub mod postgres;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use service_ipc::{ChatMessage, EventPayload};
+
+use super::error::Result;
+use super::journal::Published;
+use super::record::SessionRecord;
+
+/// Called with each batch of events once it is stored, in sequence order, to broadcast it.
+pub type Publish = Arc<dyn Fn(Vec<Arc<Published>>) + Send + Sync>;
+
+/// Who may run a session's worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This node: it holds the session now.
+    Mine {
+        /// The node whose lease expired, when this claim took the session over from it.
+        taken_from: Option<String>,
+    },
+    /// Another live node holds the session; requests about it go there.
+    Elsewhere {
+        /// That node's id.
+        node_id: String,
+        /// Its advertised base URL.
+        url: String,
+    },
+}
+
+/// The session records, and who runs each session.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// What the store is, for logs and errors: a directory, or a database host (never a password).
+    fn describe(&self) -> String;
+
+    /// True when other nodes share this store, so a record may change under this process.
+    fn shared(&self) -> bool;
+
+    /// Writes a new session's record.
+    async fn insert(&self, record: &SessionRecord) -> Result<()>;
+
+    /// A session's record; None when there is no such session.
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>>;
+
+    /// Every session's record, oldest first; records that cannot be read are skipped.
+    async fn list(&self) -> Result<Vec<SessionRecord>>;
+
+    /// Deletes a session's record, journal and history.
+    async fn delete(&self, id: &str) -> Result<()>;
+
+    /// The log of session `id`, whose stored events go to `publish`.
+    async fn open_log(&self, id: &str, publish: Publish) -> Result<Arc<dyn SessionLog>>;
+
+    /// Takes (or keeps) the right to run session `id`'s worker on this node.
+    async fn claim(&self, id: &str) -> Result<Claim>;
+
+    /// Gives up session `id` (its worker stopped here), so another node may take it without waiting.
+    async fn release(&self, id: &str);
+
+    /// Extends this node's claims on the sessions in `live` (their workers run here), and lets go of the others.
+    async fn renew(&self, live: &[String]) -> Result<()>;
+
+    /// How long a claim lasts unless renewed; None when claims never expire (a store of one process).
+    fn lease(&self) -> Option<std::time::Duration>;
+
+    /// The address this node serves at, for other nodes to forward to, unless the operator gave one.
+    fn bound_at(&self, _url: &str) {}
+
+    /// Whether the store answers now (`/readyz`).
+    async fn ready(&self) -> Result<()>;
+}
+
+/// One session's writes and reads. Writes are ordered: a reader on any node that sees a write sees every write made
+/// before it through the same log.
+pub trait SessionLog: Send + Sync {
+    /// Saves the record; `flush` makes it durable before returning where the backend writes synchronously.
+    fn save_record(&self, record: &SessionRecord, flush: bool) -> Result<()>;
+
+    /// Appends a turn's messages to the history, durably.
+    fn append_history(&self, messages: &[ChatMessage]) -> Result<()>;
+
+    /// The history, oldest first.
+    fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>>;
+
+    /// Stamps events with the next sequence numbers and stores them as one batch, then hands them to the publisher.
+    /// An error is returned after the events were still published, so live subscribers are not starved.
+    fn append_events(&self, payloads: Vec<EventPayload>) -> Result<()>;
+
+    /// Stored events with `after < seq <= upto`, in order.
+    fn read_events(&self, after: u64, upto: u64) -> BoxFuture<'_, Result<Vec<Arc<Published>>>>;
+
+    /// The highest sequence number published on this node.
+    fn last_seq(&self) -> u64;
+
+    /// Brings the published events up to what the store holds (events other nodes appended); a no-op when this
+    /// process is the only writer.
+    fn catch_up(&self) -> BoxFuture<'_, Result<()>>;
+
+    /// Bytes the journal holds (the quota counts them).
+    fn bytes(&self) -> u64;
+
+    /// Runs `then` once every write made so far is stored.
+    fn after_stored(&self, then: Box<dyn FnOnce() + Send>);
+}
+
+/// A journal line for `msg`, shared by every backend so the same event has the same bytes everywhere.
+pub(crate) fn published(msg: service_ipc::EventMsg, seq: u64) -> Arc<Published> {
+    let json = serde_json::to_string(&msg).unwrap_or_default();
+    Arc::new(Published {
+        msg,
+        json: json.into(),
+        seq,
+    })
+}
+
+/// Stamps `payloads` as events `first..` of session `session_id`, created now.
+pub(crate) fn stamp(
+    session_id: &str,
+    first: u64,
+    payloads: Vec<EventPayload>,
+) -> Vec<Arc<Published>> {
+    let created_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    payloads
+        .into_iter()
+        .zip(first..)
+        .map(|(payload, seq)| {
+            let msg = service_ipc::EventMsg {
+                id: seq.to_string(),
+                session_id: session_id.to_string(),
+                created_at: created_at.clone(),
+                payload,
+            };
+            published(msg, seq)
+        })
+        .collect()
+}

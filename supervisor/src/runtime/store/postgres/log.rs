@@ -1,0 +1,512 @@
+//! One session's log in PostgreSQL: an ordered writer that group-commits, and the reader that follows other nodes'
+//! writes.
+//!
+//! The runtime writes synchronously (`save_record`, `append_events` return at once): the writes queue up for the
+//! session's writer task, which commits everything queued as one transaction and then publishes the events. While
+//! the database is away the writer keeps the queue and retries, so nothing is lost while the process lives; the
+//! session's events reach subscribers when the database is back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use service_ipc::{ChatMessage, EventMsg, EventPayload};
+use tokio::sync::mpsc;
+
+use super::Inner;
+use crate::runtime::error::{Result, RuntimeError};
+use crate::runtime::journal::Published;
+use crate::runtime::record::SessionRecord;
+use crate::runtime::store::{Publish, SessionLog};
+
+/// The most writes one transaction takes.
+const GROUP: usize = 512;
+
+/// The notification channel of stored events; the payload is `<session id> <last seq>`.
+const CHANNEL: &str = "service_events";
+
+enum Op {
+    Record(String),
+    History(Vec<String>),
+    Events(Vec<EventPayload>),
+    Then(Then),
+}
+
+type Then = Box<dyn FnOnce() + Send>;
+
+/// A write the transaction carries.
+enum Write {
+    Record(String),
+    History(Vec<String>),
+    Events(Vec<EventPayload>),
+}
+
+/// What the writer, the follower and the log share.
+pub(crate) struct Shared {
+    id: String,
+    store: Weak<Inner>,
+    publish: Publish,
+    /// The highest sequence number published on this node.
+    published: AtomicU64,
+    bytes: AtomicU64,
+    /// Held while publishing, so batches go out in sequence order.
+    publishing: tokio::sync::Mutex<()>,
+}
+
+/// A session's log.
+pub struct PgLog {
+    shared: Arc<Shared>,
+    queue: mpsc::UnboundedSender<Op>,
+}
+
+impl PgLog {
+    /// Opens session `id`'s log and starts its writer.
+    pub(crate) async fn open(store: &Arc<Inner>, id: &str, publish: Publish) -> Result<PgLog> {
+        let client = store.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT last_seq, journal_bytes FROM sessions WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(|e| store.error(e))?
+            .ok_or_else(|| RuntimeError::SessionNotFound(id.to_string()))?;
+        let (last, bytes): (i64, i64) = (row.get(0), row.get(1));
+        let shared = Arc::new(Shared {
+            id: id.to_string(),
+            store: Arc::downgrade(store),
+            publish,
+            published: AtomicU64::new(last as u64),
+            bytes: AtomicU64::new(bytes as u64),
+            publishing: tokio::sync::Mutex::new(()),
+        });
+        store
+            .logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), Arc::downgrade(&shared));
+        let (queue, ops) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(shared.clone(), ops));
+        Ok(PgLog { shared, queue })
+    }
+
+    fn push(&self, op: Op) {
+        // The writer only ends when this log is dropped.
+        let _ = self.queue.send(op);
+    }
+}
+
+impl Drop for PgLog {
+    fn drop(&mut self) {
+        if let Some(store) = self.shared.store.upgrade() {
+            let mut logs = store.logs.lock().unwrap_or_else(|p| p.into_inner());
+            if logs
+                .get(&self.shared.id)
+                .is_some_and(|l| l.as_ptr() == Arc::as_ptr(&self.shared))
+            {
+                logs.remove(&self.shared.id);
+            }
+        }
+    }
+}
+
+impl SessionLog for PgLog {
+    fn save_record(&self, record: &SessionRecord, _flush: bool) -> Result<()> {
+        self.push(Op::Record(
+            serde_json::to_string(record).unwrap_or_default(),
+        ));
+        Ok(())
+    }
+
+    fn append_history(&self, messages: &[ChatMessage]) -> Result<()> {
+        if !messages.is_empty() {
+            let lines = messages
+                .iter()
+                .map(|m| serde_json::to_string(m).unwrap_or_default())
+                .collect();
+            self.push(Op::History(lines));
+        }
+        Ok(())
+    }
+
+    fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
+        async move {
+            let store = self.shared.store()?;
+            let rows = store
+                .client()
+                .await?
+                .query(
+                    "SELECT message FROM history WHERE session_id = $1 ORDER BY n",
+                    &[&self.shared.id],
+                )
+                .await
+                .map_err(|e| store.error(e))?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| serde_json::from_str(r.get(0)).ok())
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn append_events(&self, payloads: Vec<EventPayload>) -> Result<()> {
+        if !payloads.is_empty() {
+            self.push(Op::Events(payloads));
+        }
+        Ok(())
+    }
+
+    fn read_events(&self, after: u64, upto: u64) -> BoxFuture<'_, Result<Vec<Arc<Published>>>> {
+        self.shared.read(after, upto).boxed()
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.shared.published.load(Ordering::Acquire)
+    }
+
+    fn catch_up(&self) -> BoxFuture<'_, Result<()>> {
+        async move {
+            let store = self.shared.store()?;
+            let row = store
+                .client()
+                .await?
+                .query_opt(
+                    "SELECT last_seq FROM sessions WHERE id = $1",
+                    &[&self.shared.id],
+                )
+                .await
+                .map_err(|e| store.error(e))?;
+            if let Some(row) = row {
+                self.shared.follow(row.get::<_, i64>(0) as u64).await?;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn bytes(&self) -> u64 {
+        self.shared.bytes.load(Ordering::Acquire)
+    }
+
+    fn after_stored(&self, then: Box<dyn FnOnce() + Send>) {
+        self.push(Op::Then(then));
+    }
+}
+
+impl Shared {
+    fn store(&self) -> Result<Arc<Inner>> {
+        self.store.upgrade().ok_or_else(|| RuntimeError::Database {
+            host: "-".into(),
+            message: "the store was closed".into(),
+        })
+    }
+
+    /// Stored events with `after < seq <= upto`.
+    async fn read(&self, after: u64, upto: u64) -> Result<Vec<Arc<Published>>> {
+        if upto <= after {
+            return Ok(Vec::new());
+        }
+        let store = self.store()?;
+        let rows = store
+            .client()
+            .await?
+            .query(
+                "SELECT seq, body FROM events WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
+                &[&self.id, &(after as i64), &(upto as i64)],
+            )
+            .await
+            .map_err(|e| store.error(e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let body: String = r.get(1);
+                let msg: EventMsg = serde_json::from_str(&body).ok()?;
+                Some(Arc::new(Published {
+                    msg,
+                    json: body.into(),
+                    seq: r.get::<_, i64>(0) as u64,
+                }))
+            })
+            .collect())
+    }
+
+    /// Publishes what the store holds up to `upto` that this node has not published: other nodes' events.
+    async fn follow(&self, upto: u64) -> Result<()> {
+        let _order = self.publishing.lock().await;
+        let from = self.published.load(Ordering::Acquire);
+        if upto <= from {
+            return Ok(());
+        }
+        let events = self.read(from, upto).await?;
+        if let Some(last) = events.last().map(|e| e.seq) {
+            self.published.store(last, Ordering::Release);
+            (self.publish)(events);
+        }
+        Ok(())
+    }
+
+    /// Publishes a batch this node stored, after any other node's events before it.
+    async fn publish_own(&self, events: Vec<Arc<Published>>) {
+        let (Some(first), Some(last)) =
+            (events.first().map(|e| e.seq), events.last().map(|e| e.seq))
+        else {
+            return;
+        };
+        let _order = self.publishing.lock().await;
+        let from = self.published.load(Ordering::Acquire);
+        if first > from + 1 {
+            if let Ok(gap) = self.read(from, first - 1).await {
+                if !gap.is_empty() {
+                    (self.publish)(gap);
+                }
+            }
+        }
+        if last > self.published.load(Ordering::Acquire) {
+            self.published.store(last, Ordering::Release);
+            (self.publish)(events);
+        }
+    }
+}
+
+/// Why a commit did not happen.
+enum Failed {
+    /// The session is gone: its writes are dropped.
+    Gone,
+    /// The database is away or busy: try again.
+    Transient(String),
+    /// The database refused the writes themselves.
+    Refused(String),
+}
+
+fn failed(e: tokio_postgres::Error) -> Failed {
+    match e.code().map(|c| c.code()) {
+        // Connection trouble (08), the server shutting down or starting (57), out of resources (53), a
+        // serialisation conflict (40): worth another try.
+        Some(c) if !["08", "57", "53", "40"].iter().any(|p| c.starts_with(p)) => {
+            Failed::Refused(e.to_string())
+        }
+        _ => Failed::Transient(e.to_string()),
+    }
+}
+
+/// The writer: commits what queued up, one transaction at a time, and publishes each batch after its commit.
+async fn write_loop(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Op>) {
+    while let Some(op) = queue.recv().await {
+        let (mut ops, mut thens) = (Vec::new(), Vec::new());
+        let mut next = Some(op);
+        while let Some(op) = next.take() {
+            match op {
+                Op::Record(r) => ops.push(Write::Record(r)),
+                Op::History(h) => ops.push(Write::History(h)),
+                Op::Events(e) => ops.push(Write::Events(e)),
+                Op::Then(t) => thens.push(t),
+            }
+            if ops.len() + thens.len() < GROUP {
+                next = queue.try_recv().ok();
+            }
+        }
+        let mut delay = Duration::from_millis(50);
+        let batches = loop {
+            let Ok(store) = shared.store() else {
+                return;
+            };
+            match commit(&store, &shared, &ops).await {
+                Ok(batches) => break batches,
+                Err(Failed::Gone) => break Vec::new(),
+                Err(Failed::Refused(e)) => {
+                    tracing::error!(session = %shared.id, "the database refused the session's writes: {e}");
+                    break Vec::new();
+                }
+                Err(Failed::Transient(e)) => {
+                    tracing::warn!(session = %shared.id, retry_ms = delay.as_millis() as u64,
+                        "session writes wait for the database: {e}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        };
+        for events in batches {
+            shared.publish_own(events).await;
+        }
+        for then in thens {
+            then();
+        }
+    }
+}
+
+/// One transaction for `ops`: the last record, the history, and the events with sequence numbers given out here.
+async fn commit(
+    store: &Inner,
+    shared: &Shared,
+    ops: &[Write],
+) -> std::result::Result<Vec<Vec<Arc<Published>>>, Failed> {
+    let record = ops.iter().rev().find_map(|op| match op {
+        Write::Record(json) => Some(json.as_str()),
+        _ => None,
+    });
+    let history: Vec<&str> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Write::History(lines) => Some(lines.iter().map(String::as_str)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let count: usize = ops
+        .iter()
+        .map(|op| match op {
+            Write::Events(p) => p.len(),
+            _ => 0,
+        })
+        .sum();
+    if record.is_none() && history.is_empty() && count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut client = store
+        .pool
+        .get()
+        .await
+        .map_err(|e| Failed::Transient(e.to_string()))?;
+    let tx = client.transaction().await.map_err(failed)?;
+    let mut batches = Vec::new();
+    let mut bytes = 0i64;
+    if count > 0 {
+        let row = tx
+            .query_opt(
+                "UPDATE sessions SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq",
+                &[&shared.id, &(count as i64)],
+            )
+            .await
+            .map_err(failed)?
+            .ok_or(Failed::Gone)?;
+        let mut next = row.get::<_, i64>(0) as u64 - count as u64 + 1;
+        let (mut seqs, mut bodies) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        for op in ops {
+            if let Write::Events(payloads) = op {
+                let events = crate::runtime::store::stamp(&shared.id, next, payloads.clone());
+                next += events.len() as u64;
+                for e in &events {
+                    seqs.push(e.seq as i64);
+                    bodies.push(e.json.to_string());
+                    bytes += e.json.len() as i64 + 1;
+                }
+                batches.push(events);
+            }
+        }
+        tx.execute(
+            "INSERT INTO events (session_id, seq, body) SELECT $1, s, b FROM unnest($2::bigint[], $3::text[]) AS t (s, b)",
+            &[&shared.id, &seqs, &bodies],
+        )
+        .await
+        .map_err(failed)?;
+        let payload = format!("{} {}", shared.id, next - 1);
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+            .await
+            .map_err(failed)?;
+    }
+    let changed = tx
+        .execute(
+            "UPDATE sessions SET record = coalesce($2, record), journal_bytes = journal_bytes + $3 WHERE id = $1",
+            &[&shared.id, &record, &bytes],
+        )
+        .await
+        .map_err(failed)?;
+    if changed == 0 {
+        return Err(Failed::Gone);
+    }
+    if !history.is_empty() {
+        tx.execute(
+            "INSERT INTO history (session_id, message) SELECT $1, m FROM unnest($2::text[]) WITH ORDINALITY AS t (m, i) ORDER BY i",
+            &[&shared.id, &history],
+        )
+        .await
+        .map_err(failed)?;
+    }
+    tx.commit().await.map_err(failed)?;
+    shared.bytes.fetch_add(bytes as u64, Ordering::AcqRel);
+    Ok(batches)
+}
+
+/// Follows the notifications of stored events for as long as the store lives, reconnecting when the database goes
+/// away; after a reconnection every open log catches up, for the notifications missed meanwhile.
+pub(crate) async fn listen(store: Weak<Inner>, config: tokio_postgres::Config) {
+    let mut reconnected = false;
+    loop {
+        if store.strong_count() == 0 {
+            return;
+        }
+        match config.connect(tokio_postgres::NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut notes) = mpsc::unbounded_channel();
+                let driver = tokio::spawn(async move {
+                    let mut messages =
+                        futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    use futures::StreamExt;
+                    while let Some(Ok(message)) = messages.next().await {
+                        if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                            let _ = tx.send(n.payload().to_string());
+                        }
+                    }
+                });
+                if client
+                    .batch_execute(&format!("LISTEN {CHANNEL}"))
+                    .await
+                    .is_ok()
+                {
+                    if reconnected {
+                        catch_up_all(&store).await;
+                    }
+                    while let Some(payload) = notes.recv().await {
+                        let Some(inner) = store.upgrade() else { return };
+                        let Some((id, seq)) = payload.split_once(' ') else {
+                            continue;
+                        };
+                        let Ok(seq) = seq.parse::<u64>() else {
+                            continue;
+                        };
+                        let log = inner
+                            .logs
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get(id)
+                            .and_then(Weak::upgrade);
+                        if let Some(log) = log {
+                            if seq > log.published.load(Ordering::Acquire) {
+                                tokio::spawn(async move {
+                                    let _ = log.follow(seq).await;
+                                });
+                            }
+                        }
+                    }
+                }
+                driver.abort();
+            }
+            Err(e) => tracing::warn!("cannot listen for other nodes' events: {e}"),
+        }
+        reconnected = true;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Brings every open log up to the database.
+async fn catch_up_all(store: &Weak<Inner>) {
+    let Some(inner) = store.upgrade() else { return };
+    let logs: Vec<Arc<Shared>> = {
+        let mut map = inner.logs.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, l| l.strong_count() > 0);
+        map.values().filter_map(Weak::upgrade).collect()
+    };
+    let Ok(client) = inner.client().await else {
+        return;
+    };
+    for log in logs {
+        if let Ok(Some(row)) = client
+            .query_opt("SELECT last_seq FROM sessions WHERE id = $1", &[&log.id])
+            .await
+        {
+            let _ = log.follow(row.get::<_, i64>(0) as u64).await;
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The shared store: one PostgreSQL database under many `serve` nodes (`serve --store postgres://…`).
+//!
+//! - Records, events and history are rows; the schema is embedded ([`schema`]) and applied at start.
+//! - Each session's writes go through one ordered writer that commits what has queued up as one transaction
+//!   ([`log`]): event sequence numbers are given out inside it, so they are dense even with two writers.
+//! - A committed batch of events is announced with `NOTIFY`; every node `LISTEN`s and reads the rows by sequence,
+//!   so a client streams from any node with the same ids.
+//! - Who runs a session's worker is an ownership lease (`owners`: node, advertised URL, expiry), renewed in the
+//!   background while the worker lives; a node may take a session whose lease expired.
+//!
+//! The crate is `tokio-postgres` with `deadpool-postgres` for the pool: the runtime writes with a few fixed statements,
+//! so `sqlx`'s query macros and its own runtime layer would add build time and binary size for nothing used, and
+//! `tokio-postgres` gives `LISTEN` notifications straight from its connection.
+
+mod log;
+mod schema;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use super::{Claim, Publish, SessionLog, Store};
+use crate::runtime::error::{Result, RuntimeError};
+use crate::runtime::record::SessionRecord;
+
+/// This node, as other nodes see it.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Unique among the nodes sharing a database.
+    pub id: String,
+    /// Base URL other nodes forward requests to; empty: the address the server binds.
+    pub url: String,
+}
+
+/// The store over one database.
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pool: Pool,
+    /// `host:port` for messages.
+    host: String,
+    node: Node,
+    /// `node.url`, or the bound address when that was empty.
+    url: Mutex<String>,
+    lease: Duration,
+    /// Open logs by session, for the notifications of other nodes' writes.
+    logs: Mutex<HashMap<String, Weak<log::Shared>>>,
+}
+
+impl Inner {
+    /// A pooled connection, or the error that names the database.
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
+        self.pool.get().await.map_err(|e| self.error(e))
+    }
+
+    /// A database error as the runtime reports it.
+    pub(crate) fn error(&self, e: impl std::fmt::Display) -> RuntimeError {
+        RuntimeError::Database {
+            host: self.host.clone(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// `host:port` of the first host a configuration names.
+fn host_of(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
+impl PgStore {
+    /// Connects to the database at `url`, applies the schema, and starts listening for other nodes' events. A
+    /// database that cannot be reached is an error naming its host.
+    pub async fn connect(url: &str, node: Node, lease: Duration) -> Result<PgStore> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+            RuntimeError::InvalidRequest(format!(
+                "--store takes a PostgreSQL URL such as postgres://user@host:5432/db: {e}"
+            ))
+        })?;
+        config.connect_timeout(Duration::from_secs(5));
+        if config.get_application_name().is_none() {
+            config.application_name(format!("service-rs {}", node.id));
+        }
+        let host = host_of(&config);
+        let manager = deadpool_postgres::Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let timeouts = deadpool_postgres::Timeouts {
+            wait: Some(Duration::from_secs(5)),
+            create: Some(Duration::from_secs(5)),
+            recycle: Some(Duration::from_secs(5)),
+        };
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .timeouts(timeouts)
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| RuntimeError::InvalidRequest(format!("database pool: {e}")))?;
+        let inner = Arc::new(Inner {
+            pool,
+            host: host.clone(),
+            url: Mutex::new(node.url.clone()),
+            node,
+            lease,
+            logs: Mutex::new(HashMap::new()),
+        });
+        let mut client = inner.pool.get().await.map_err(|e| RuntimeError::Database {
+            host: host.clone(),
+            message: format!("cannot connect: {e}"),
+        })?;
+        schema::migrate(&mut client)
+            .await
+            .map_err(|e| inner.error(e))?;
+        drop(client);
+        tokio::spawn(log::listen(Arc::downgrade(&inner), config));
+        Ok(PgStore { inner })
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for PgStore {
+    fn describe(&self) -> String {
+        format!("postgres {} (node {})", self.inner.host, self.inner.node.id)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn insert(&self, record: &SessionRecord) -> Result<()> {
+        let json = serde_json::to_string(record).unwrap_or_default();
+        let client = self.inner.client().await?;
+        client
+            .execute(
+                "INSERT INTO sessions (id, record, created_at) VALUES ($1, $2, $3)",
+                &[&record.id, &json, &record.created_at],
+            )
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        Ok(())
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<SessionRecord>> {
+        let client = self.inner.client().await?;
+        let row = client
+            .query_opt("SELECT record FROM sessions WHERE id = $1", &[&id])
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        row.map(|r| parse_record(id, r.get(0))).transpose()
+    }
+
+    async fn list(&self) -> Result<Vec<SessionRecord>> {
+        let client = self.inner.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, record FROM sessions ORDER BY created_at, id",
+                &[],
+            )
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| parse_record(r.get(0), r.get(1)).ok())
+            .collect())
+    }
+
+    async fn delete(&self, id: &str) -> Result<()> {
+        let client = self.inner.client().await?;
+        client
+            .execute("DELETE FROM sessions WHERE id = $1", &[&id])
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        Ok(())
+    }
+
+    async fn open_log(&self, id: &str, publish: Publish) -> Result<Arc<dyn SessionLog>> {
+        Ok(Arc::new(log::PgLog::open(&self.inner, id, publish).await?))
+    }
+
+    fn bound_at(&self, url: &str) {
+        let mut mine = self.inner.url.lock().unwrap_or_else(|p| p.into_inner());
+        if mine.is_empty() {
+            *mine = url.to_string();
+        }
+    }
+
+    async fn claim(&self, id: &str) -> Result<Claim> {
+        let inner = &self.inner;
+        let url = inner.url.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut client = inner.client().await?;
+        let lease = inner.lease.as_secs_f64();
+        // Two nodes claiming a session nobody holds both find no row; the loser's insert does nothing, and it
+        // looks again.
+        for _ in 0..3 {
+            let tx = client.transaction().await.map_err(|e| inner.error(e))?;
+            let holder = tx
+                .query_opt(
+                    "SELECT node_id, url, expires_at > now() FROM owners WHERE session_id = $1 FOR UPDATE",
+                    &[&id],
+                )
+                .await
+                .map_err(|e| inner.error(e))?;
+            let claim = match holder {
+                Some(row) => {
+                    let (node_id, url, live): (String, String, bool) =
+                        (row.get(0), row.get(1), row.get(2));
+                    if live && node_id != inner.node.id {
+                        return Ok(Claim::Elsewhere { node_id, url });
+                    }
+                    tx.execute(
+                        "UPDATE owners SET node_id = $2, url = $3, \
+                         expires_at = now() + make_interval(secs => $4) WHERE session_id = $1",
+                        &[&id, &inner.node.id, &url, &lease],
+                    )
+                    .await
+                    .map_err(|e| inner.error(e))?;
+                    Claim::Mine {
+                        taken_from: (node_id != inner.node.id).then_some(node_id),
+                    }
+                }
+                None => {
+                    let made = tx
+                        .execute(
+                            "INSERT INTO owners (session_id, node_id, url, expires_at) \
+                             SELECT $1, $2, $3, now() + make_interval(secs => $4) \
+                             WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
+                             ON CONFLICT (session_id) DO NOTHING",
+                            &[&id, &inner.node.id, &url, &lease],
+                        )
+                        .await
+                        .map_err(|e| inner.error(e))?;
+                    if made == 0 {
+                        tx.rollback().await.map_err(|e| inner.error(e))?;
+                        if self.load(id).await?.is_none() {
+                            return Err(RuntimeError::SessionNotFound(id.to_string()));
+                        }
+                        continue;
+                    }
+                    Claim::Mine { taken_from: None }
+                }
+            };
+            tx.commit().await.map_err(|e| inner.error(e))?;
+            return Ok(claim);
+        }
+        Err(inner.error(format!(
+            "session {id} changed hands three times while claimed"
+        )))
+    }
+
+    async fn release(&self, id: &str) {
+        let Ok(client) = self.inner.client().await else {
+            return;
+        };
+        let _ = client
+            .execute(
+                "DELETE FROM owners WHERE session_id = $1 AND node_id = $2",
+                &[&id, &self.inner.node.id],
+            )
+            .await;
+    }
+
+    async fn renew(&self, live: &[String]) -> Result<()> {
+        let inner = &self.inner;
+        let client = inner.client().await?;
+        let lease = inner.lease.as_secs_f64();
+        client
+            .execute(
+                "UPDATE owners SET expires_at = now() + make_interval(secs => $3) \
+                 WHERE node_id = $1 AND session_id = ANY($2)",
+                &[&inner.node.id, &live, &lease],
+            )
+            .await
+            .map_err(|e| inner.error(e))?;
+        // A session claimed here whose worker never started or has stopped is let go.
+        client
+            .execute(
+                "DELETE FROM owners WHERE node_id = $1 AND NOT (session_id = ANY($2))",
+                &[&inner.node.id, &live],
+            )
+            .await
+            .map_err(|e| inner.error(e))?;
+        Ok(())
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        Some(self.inner.lease)
+    }
+
+    async fn ready(&self) -> Result<()> {
+        let client = self.inner.client().await?;
+        client
+            .execute("SELECT 1", &[])
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        Ok(())
+    }
+}
+
+fn parse_record(id: &str, json: &str) -> Result<SessionRecord> {
+    serde_json::from_str(json).map_err(|e| RuntimeError::Corrupt {
+        path: format!("sessions/{id}").into(),
+        message: format!("damaged session record in the database: {e}"),
+    })
+}

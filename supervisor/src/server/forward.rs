@@ -1,0 +1,109 @@
+//! Requests that belong to another node: with a shared store, a session's worker runs on the node that holds its
+//! lease, and a turn, command, interrupt or deletion that reaches any other node is sent on to that one over HTTP,
+//! authenticated with the cluster token. The client sees the owner's answer, streamed through.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderName, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::api::{ApiError, OwnedBy};
+use super::AppState;
+
+/// Set on a forwarded request, with the forwarding node's id: the owner answers it itself, never sends it on.
+pub const FORWARDED_BY: HeaderName = HeaderName::from_static("x-service-forwarded-by");
+
+/// What a node of a cluster knows to forward.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// This node's id.
+    pub node_id: String,
+    /// The token nodes present to each other (`--cluster-token`).
+    pub token: String,
+}
+
+/// Headers a forwarded request keeps.
+const KEPT: [HeaderName; 3] = [
+    header::CONTENT_TYPE,
+    header::ACCEPT,
+    HeaderName::from_static("last-event-id"),
+];
+
+/// Runs the request here; when the answer says another node owns the session, sends the request there instead.
+pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(cluster) = st.cluster.clone() else {
+        return next.run(req).await;
+    };
+    let (parts, body) = req.into_parts();
+    // Small JSON bodies: kept, so the same request can go on.
+    let bytes = match axum::body::to_bytes(body, super::MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "the request body is too large or was cut off",
+            )
+            .into_response()
+        }
+    };
+    let here = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
+    let response = next.run(here).await;
+    let Some(OwnedBy(owner)) = response.extensions().get::<OwnedBy>().cloned() else {
+        return response;
+    };
+    if parts.headers.contains_key(&FORWARDED_BY) {
+        // The owner moved between the two nodes' looks at the lease: the client retries (Retry-After is set).
+        return response;
+    }
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let url = format!("{}{path}", owner.trim_end_matches('/'));
+    let mut onward = st
+        .forwarder
+        .request(parts.method.clone(), &url)
+        .bearer_auth(&cluster.token)
+        .header(FORWARDED_BY, &cluster.node_id)
+        .body(bytes);
+    for name in KEPT {
+        if let Some(v) = parts.headers.get(&name) {
+            onward = onward.header(name, v);
+        }
+    }
+    match onward.send().await {
+        Ok(answer) => {
+            let mut out = Response::builder().status(answer.status());
+            for name in [
+                header::CONTENT_TYPE,
+                header::RETRY_AFTER,
+                header::CACHE_CONTROL,
+            ] {
+                if let Some(v) = answer.headers().get(&name) {
+                    out = out.header(name, v);
+                }
+            }
+            out.body(Body::from_stream(answer.bytes_stream()))
+                .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+        }
+        Err(e) => {
+            tracing::warn!(owner = %owner, "forwarding to the session's node failed: {e}");
+            let mut error = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "owner_unreachable",
+                format!(
+                    "the node running this session ({owner}) did not answer; retry: once its lease expires another \
+                     node takes the session over"
+                ),
+            )
+            .into_response();
+            error
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            error
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Several `serve` nodes over one PostgreSQL database (`serve --store postgres://…`): any node answers for any
+//! session, events stream from any node with the same ids, and a dead node's sessions go on elsewhere.
+
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use super::http::{task, Api, Sse};
+use super::postgres::Postgres;
+use super::support::{write_bundle, Server};
+
+const TOKEN: &str = "client-token-1";
+const CLUSTER: &str = "cluster-token-1";
+
+/// A turn that answers at once, then one that runs a long command (to kill its node under it), then answers.
+const SCRIPT: &str = r#"{turns: [
+  {when: "hello", replies: [{text: "hello from the cluster"}]},
+  {when: "long", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 60"}}]}, {text: "never"}]},
+  {replies: [{text: "after the failover"}]},
+]}"#;
+
+/// A node named `id` over the database at `url`, with leases of `lease`.
+fn node(pg: &Postgres, id: &str, lease: &str) -> (TempDir, Api) {
+    let home = TempDir::new().unwrap();
+    let server = Server::start(
+        home.path(),
+        &[
+            "--token",
+            TOKEN,
+            "--store",
+            &pg.url(),
+            "--node-id",
+            id,
+            "--cluster-token",
+            CLUSTER,
+            "--lease",
+            lease,
+        ],
+        &[],
+    );
+    (home, Api::with_token(server, TOKEN))
+}
+
+/// Every event of a stream up to and with the first of one of `kinds`.
+async fn until_any(sse: &mut Sse, kinds: &[&str]) -> Vec<(u64, Value)> {
+    let mut out = Vec::new();
+    loop {
+        let (id, event) = sse.next().await;
+        let done = kinds.iter().any(|k| event["payload"]["type"] == *k);
+        out.push((id.parse().unwrap(), event));
+        if done {
+            return out;
+        }
+    }
+}
+
+fn ids(events: &[(u64, Value)]) -> Vec<u64> {
+    events.iter().map(|(id, _)| *id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_made_on_one_node_runs_on_a_second_and_streams_from_a_third() {
+    let pg = Postgres::start();
+    let bundle = TempDir::new().unwrap();
+    write_bundle(bundle.path(), SCRIPT, "", "workspace_write");
+    let (_a_home, a) = node(&pg, "a", "10s");
+    let (_b_home, b) = node(&pg, "b", "10s");
+    let (_c_home, c) = node(&pg, "c", "10s");
+
+    let id = a.session(bundle.path().to_str().unwrap()).await;
+    let (status, listed) = c.get("/sessions").await;
+    assert_eq!(status, 200);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == id.as_str()),
+        "{listed}"
+    );
+
+    let mut from_c = c.events(&id, None).await;
+    let (status, result) = b
+        .post(
+            &format!("/sessions/{id}/run-sync"),
+            json!({"input": task("hello")}),
+        )
+        .await;
+    assert_eq!(
+        (status, result["status"].as_str()),
+        (200, Some("completed")),
+        "{result}"
+    );
+    assert_eq!(result["final_message"], "hello from the cluster");
+
+    let streamed = until_any(&mut from_c, &["turn_completed"]).await;
+    let expected: Vec<u64> = (1..=streamed.len() as u64).collect();
+    assert_eq!(
+        ids(&streamed),
+        expected,
+        "node c streams node b's events densely, in order"
+    );
+    let (status, journal) = a.get(&format!("/sessions/{id}/journal")).await;
+    assert_eq!(status, 200);
+    let journaled: Vec<Value> = journal.as_array().unwrap().clone();
+    assert_eq!(
+        streamed.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>(),
+        journaled,
+        "the same events, with the same ids, on every node"
+    );
+
+    // Resuming on node a from the middle of the turn gives the rest, once each.
+    let middle = streamed.len() as u64 / 2;
+    let mut resumed = a.events(&id, Some(&middle.to_string())).await;
+    let rest = until_any(&mut resumed, &["turn_completed"]).await;
+    assert_eq!(
+        ids(&rest),
+        (middle + 1..=streamed.len() as u64).collect::<Vec<_>>()
+    );
+
+    // Node b holds the session: a turn sent to node a is forwarded there, and answered.
+    let (status, record) = a.get(&format!("/sessions/{id}")).await;
+    assert_eq!(
+        (status, record["turn_count"].as_u64()),
+        (200, Some(1)),
+        "{record}"
+    );
+    let (status, again) = a
+        .post(
+            &format!("/sessions/{id}/run-sync"),
+            json!({"input": task("hello")}),
+        )
+        .await;
+    assert_eq!(
+        (status, again["status"].as_str()),
+        (200, Some("completed")),
+        "{again}"
+    );
+    let (_, record) = c.get(&format!("/sessions/{id}")).await;
+    assert_eq!(record["turn_count"], 2, "{record}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_elsewhere() {
+    let pg = Postgres::start();
+    let bundle = TempDir::new().unwrap();
+    write_bundle(bundle.path(), SCRIPT, "", "workspace_write");
+    let lease = Duration::from_secs(2);
+    let (_a_home, a) = node(&pg, "a", "2s");
+    let (_b_home, mut b) = node(&pg, "b", "2s");
+
+    let id = b.session(bundle.path().to_str().unwrap()).await;
+    let mut watch = a.events(&id, None).await;
+    let (status, accepted) = b
+        .post(
+            &format!("/sessions/{id}/run"),
+            json!({"input": task("long")}),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    let before = until_any(&mut watch, &["exec_command_begin"]).await;
+
+    // The owner dies mid-command.
+    let killed = Instant::now();
+    b.server().child.kill().unwrap();
+    b.server().child.wait().unwrap();
+
+    // The next turn, sent to the surviving node, runs once the dead node's lease has expired.
+    let answered = loop {
+        let (status, result) = a
+            .post(
+                &format!("/sessions/{id}/run-sync"),
+                json!({"input": task("next")}),
+            )
+            .await;
+        if status == 200 {
+            break result;
+        }
+        assert_eq!(status, 503, "until the lease expires: {result}");
+        assert!(
+            ["owned_elsewhere", "owner_unreachable"]
+                .contains(&result["error"]["code"].as_str().unwrap()),
+            "{result}"
+        );
+        assert!(
+            killed.elapsed() < lease * 5,
+            "no takeover after {:?}: {result}",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(answered["status"], "completed", "{answered}");
+    assert_eq!(answered["final_message"], "after the failover");
+    assert!(
+        killed.elapsed() < lease + Duration::from_secs(3),
+        "failover took {:?}",
+        killed.elapsed()
+    );
+
+    // The subscriber on the surviving node saw every event once, in order: the lost turn's failure, then the next
+    // turn.
+    let after = until_any(&mut watch, &["turn_completed"]).await;
+    let all: Vec<(u64, Value)> = before.into_iter().chain(after).collect();
+    assert_eq!(ids(&all), (1..=all.len() as u64).collect::<Vec<_>>());
+    let lost = all
+        .iter()
+        .find(|(_, e)| e["payload"]["type"] == "error")
+        .expect("an error event ends the lost turn");
+    assert_eq!(
+        lost.1["payload"]["payload"]["code"], "node_lost",
+        "{}",
+        lost.1
+    );
+    assert_eq!(
+        lost.1["payload"]["payload"]["turn_id"], accepted["turn_id"],
+        "{}",
+        lost.1
+    );
+    let (_, record) = a.get(&format!("/sessions/{id}")).await;
+    assert_eq!(record["last_turn"]["status"], "completed", "{record}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_appending_to_one_session_keep_its_sequence_dense() {
+    use service_supervisor::runtime::store::postgres::{Node, PgStore};
+    use service_supervisor::runtime::store::Store;
+    use service_supervisor::runtime::SessionRecord;
+
+    let pg = Postgres::start();
+    let node = |id: &str| Node {
+        id: id.into(),
+        url: format!("http://{id}.invalid"),
+    };
+    let x = PgStore::connect(&pg.url(), node("x"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let y = PgStore::connect(&pg.url(), node("y"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let record: SessionRecord = serde_json::from_value(json!({
+        "id": "6f1c2b9e-0000-4000-8000-000000000001", "bundle_ref": "b",
+        "bundle": {"reference": "b", "id": "b", "version": "1.0.0", "digest": "d"},
+        "created_at": "2026-11-24T00:00:00.000Z", "updated_at": "2026-11-24T00:00:00.000Z",
+        "cwd": "/", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
+    }))
+    .unwrap();
+    x.insert(&record).await.unwrap();
+    let quiet: service_supervisor::runtime::store::Publish = std::sync::Arc::new(|_| {});
+    let logs = [
+        x.open_log(&record.id, quiet.clone()).await.unwrap(),
+        y.open_log(&record.id, quiet).await.unwrap(),
+    ];
+    let delta = |n: usize| service_ipc::EventPayload::AgentMessageDelta {
+        turn_id: "t".into(),
+        delta: format!("d{n}"),
+    };
+    let mut total = 0;
+    for round in 0..200 {
+        for (i, log) in logs.iter().enumerate() {
+            let n = 1 + (round + i) % 4;
+            log.append_events((0..n).map(delta).collect()).unwrap();
+            total += n;
+        }
+    }
+    for log in &logs {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        log.after_stored(Box::new(move || {
+            let _ = tx.send(());
+        }));
+        rx.await.unwrap();
+    }
+    let events = logs[1].read_events(0, u64::MAX >> 1).await.unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=total as u64).collect::<Vec<_>>(),
+        "dense, no duplicate"
+    );
+    assert!(events.iter().all(|e| e.msg.id == e.seq.to_string()));
+}

@@ -1,0 +1,160 @@
+//! A throwaway PostgreSQL cluster: `initdb` and `pg_ctl` in a temporary directory, on a free loopback port, as an
+//! unprivileged user when the tests run as root (PostgreSQL refuses to run as root). Stopped when dropped.
+
+use std::net::TcpListener;
+use std::os::unix::fs::chown;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tempfile::TempDir;
+
+/// The user the server runs as when the tests are root.
+const UNPRIVILEGED: &str = "nobody";
+
+/// A running cluster.
+pub struct Postgres {
+    dir: TempDir,
+    bin: PathBuf,
+    port: u16,
+}
+
+/// Where Debian (or the `PATH`) keeps `initdb` and `pg_ctl`.
+fn bin_dir() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    versions.retain(|b| b.join("initdb").is_file());
+    versions.sort();
+    if let Some(newest) = versions.pop() {
+        return newest;
+    }
+    let found = Command::new("sh")
+        .args(["-c", "command -v initdb"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match found {
+        Some(path) => Path::new(&path).parent().unwrap().to_path_buf(),
+        None => panic!("PostgreSQL's server is not installed; run .ci/deps (Debian: apt-get install postgresql)"),
+    }
+}
+
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+impl Postgres {
+    /// Starts a cluster whose user `service` needs no password on loopback.
+    pub fn start() -> Postgres {
+        let dir = tempfile::Builder::new().prefix("pg").tempdir().unwrap();
+        let bin = bin_dir();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if is_root() {
+            let (uid, gid) = ids(UNPRIVILEGED);
+            chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let pg = Postgres { dir, bin, port };
+        let data = pg.data();
+        pg.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-U",
+                "service",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ],
+        );
+        pg.ctl("start");
+        pg
+    }
+
+    /// The URL `serve --store` takes.
+    pub fn url(&self) -> String {
+        format!("postgres://service@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    /// Runs `pg_ctl start` or `stop` (fast), waiting for it.
+    pub fn ctl(&self, what: &str) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log").display().to_string();
+        let data = self.data();
+        match what {
+            "start" => self.run(
+                "pg_ctl",
+                &["-D", &data, "-l", &log, "-o", &options, "-w", "start"],
+            ),
+            _ => self.run("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]),
+        }
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", UNPRIVILEGED, "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let out = cmd
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+        let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{tool} {args:?} failed: {}\n{}\nserver log:\n{log}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let data = self.data();
+        let exe = self.bin.join("pg_ctl");
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", UNPRIVILEGED, "--"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let _ = cmd
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+/// The uid and gid of a user, from /etc/passwd.
+fn ids(user: &str) -> (u32, u32) {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&user))
+        .map(|f| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+        .unwrap_or_else(|| panic!("no user {user} to run PostgreSQL as"))
+}
