@@ -280,3 +280,69 @@ async fn two_nodes_appending_to_one_session_keep_its_sequence_dense() {
     );
     assert!(events.iter().all(|e| e.msg.id == e.seq.to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_away_for_five_seconds_under_a_turn_loses_no_event() {
+    let pg = Postgres::start();
+    let bundle = TempDir::new().unwrap();
+    let words: String = (0..30).map(|i| format!("w{i} ")).collect();
+    let script = format!(
+        r#"{{turns: [{{replies: [{{text: "{}", delay_ms: 100}}]}}]}}"#,
+        words.trim_end()
+    );
+    write_bundle(bundle.path(), &script, "", "workspace_write");
+    let (_home, a) = node(&pg, "a", "30s");
+    let id = a.session(bundle.path().to_str().unwrap()).await;
+    let mut watch = a.events(&id, None).await;
+    let (status, _) = a
+        .post(
+            &format!("/sessions/{id}/run"),
+            json!({"input": task("slow")}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    watch.next().await;
+
+    pg.ctl("stop");
+    // While it is away, what needs it fails with 503 and says when to retry; the turn goes on.
+    let response = a
+        .req(reqwest::Method::GET, "/sessions")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1"),
+        "{body}"
+    );
+    let (status, _) = a.get("/readyz").await;
+    assert_eq!(status, 503);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    pg.ctl("start");
+
+    let rest = until_any(&mut watch, &["turn_completed", "error"]).await;
+    assert_eq!(rest.last().unwrap().1["payload"]["type"], "turn_completed");
+    let (status, journal) = a.get(&format!("/sessions/{id}/journal")).await;
+    assert_eq!(status, 200, "{journal}");
+    let journal = journal.as_array().unwrap();
+    assert_eq!(journal.len(), rest.len() + 1, "every event was stored");
+    let text: String = journal
+        .iter()
+        .filter(|e| e["payload"]["type"] == "agent_message_delta")
+        .map(|e| {
+            e["payload"]["payload"]["delta"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(text, words.trim_end());
+    let (status, _) = a.get("/readyz").await;
+    assert_eq!(status, 200);
+}
