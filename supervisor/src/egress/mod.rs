@@ -87,6 +87,8 @@ pub trait Sink: Send + Sync {
 struct Shared {
     policy: Policy,
     resolver: Arc<Resolver>,
+    /// Addresses no sandbox may reach, listed or not: the service's own (its session database).
+    reserved: Arc<[std::net::SocketAddr]>,
     sink: OnceLock<Arc<dyn Sink>>,
     tunnels: Arc<tokio::sync::Semaphore>,
     /// Cancelled when the proxy is dropped: ends the connections, whose tasks outlive the accept loop.
@@ -102,11 +104,13 @@ pub struct Egress {
 }
 
 impl Egress {
-    /// Binds the proxy socket at `socket` (replacing a stale one) and starts serving it.
+    /// Binds the proxy socket at `socket` (replacing a stale one) and starts serving it; connections to `reserved`
+    /// addresses are refused whatever the policy says.
     pub fn start(
         socket: &Path,
         policy: Policy,
         resolver: Arc<Resolver>,
+        reserved: Arc<[std::net::SocketAddr]>,
     ) -> std::io::Result<Egress> {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::remove_file(socket);
@@ -115,6 +119,7 @@ impl Egress {
         let shared = Arc::new(Shared {
             policy,
             resolver,
+            reserved,
             sink: OnceLock::new(),
             tunnels: Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS)),
             closed: tokio_util::sync::CancellationToken::new(),

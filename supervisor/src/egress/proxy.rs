@@ -255,6 +255,25 @@ async fn decide(
     shared: &Shared,
     conn: &Conn,
 ) -> Result<(String, Vec<SocketAddr>), (Option<String>, Refusal)> {
+    let (rule, addrs) = decide_by_policy(shared, conn).await?;
+    if let Some(own) = addrs.iter().find(|a| shared.reserved.contains(a)) {
+        return Err((
+            Some(rule),
+            Refusal::forbidden(format!(
+                "{}:{} is not allowed: it resolves to {own}, the service's own session database, which no sandbox \
+                 may reach",
+                conn.host, conn.port
+            )),
+        ));
+    }
+    Ok((rule, addrs))
+}
+
+/// [`decide`] by the bundle's policy alone.
+async fn decide_by_policy(
+    shared: &Shared,
+    conn: &Conn,
+) -> Result<(String, Vec<SocketAddr>), (Option<String>, Refusal)> {
     let (host, port) = (&conn.host, conn.port);
     if let Some(p) = policy::matching(&shared.policy.patterns, host, port) {
         let rule = p.as_str().to_string();

@@ -203,9 +203,14 @@ fn egress_for(rt: &Inner, bundle: &Bundle, run_dir: &Path) -> Result<Option<Egre
         return Ok(None);
     };
     let socket = run_dir.join("egress.sock");
-    Egress::start(&socket, policy, rt.options.resolver.clone())
-        .map(Some)
-        .map_err(|e| RuntimeError::io("cannot start the egress proxy at", &socket, e))
+    Egress::start(
+        &socket,
+        policy,
+        rt.options.resolver.clone(),
+        rt.store.reserved().into(),
+    )
+    .map(Some)
+    .map_err(|e| RuntimeError::io("cannot start the egress proxy at", &socket, e))
 }
 
 /// Configures a started worker for `session` and hands it to its actor; a worker that cannot be configured is

@@ -157,10 +157,6 @@ pub fn router(state: AppState) -> Router {
             "/sessions",
             post(handlers::create_session).get(handlers::list_sessions),
         )
-        .route(
-            "/sessions/{id}",
-            get(handlers::get_session).delete(handlers::delete_session),
-        )
         .merge(owned_routes(&state))
         .route("/sessions/{id}/events", get(handlers::events))
         .route("/sessions/{id}/journal", get(handlers::session_journal))
@@ -210,9 +206,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The requests only the node running a session can answer: sent on to it from any other node.
+/// The requests only the node running a session can answer (turns, commands, interrupts, deletion): sent on to it
+/// from any other node.
 fn owned_routes(state: &AppState) -> Router<AppState> {
     Router::new()
+        // A GET is answered here; only the DELETE can name another owner.
+        .route(
+            "/sessions/{id}",
+            get(handlers::get_session).delete(handlers::delete_session),
+        )
         .route("/sessions/{id}/run-sync", post(handlers::run_sync))
         .route("/sessions/{id}/run", post(handlers::run_async))
         .route("/sessions/{id}/interrupt", post(handlers::interrupt))

@@ -9,7 +9,7 @@ use tempfile::TempDir;
 
 use super::http::{task, Api, Sse};
 use super::postgres::Postgres;
-use super::support::{write_bundle, Server};
+use super::support::{edit, write_bundle, Server};
 
 const TOKEN: &str = "client-token-1";
 const CLUSTER: &str = "cluster-token-1";
@@ -23,23 +23,27 @@ const SCRIPT: &str = r#"{turns: [
 
 /// A node named `id` over the database at `url`, with leases of `lease`.
 fn node(pg: &Postgres, id: &str, lease: &str) -> (TempDir, Api) {
+    node_with(pg, id, lease, &[])
+}
+
+/// [`node`], with more `serve` arguments.
+fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> (TempDir, Api) {
     let home = TempDir::new().unwrap();
-    let server = Server::start(
-        home.path(),
-        &[
-            "--token",
-            TOKEN,
-            "--store",
-            &pg.url(),
-            "--node-id",
-            id,
-            "--cluster-token",
-            CLUSTER,
-            "--lease",
-            lease,
-        ],
-        &[],
-    );
+    let url = pg.url();
+    let mut args = vec![
+        "--token",
+        TOKEN,
+        "--store",
+        &url,
+        "--node-id",
+        id,
+        "--cluster-token",
+        CLUSTER,
+        "--lease",
+        lease,
+    ];
+    args.extend_from_slice(more);
+    let server = Server::start(home.path(), &args, &[]);
     (home, Api::with_token(server, TOKEN))
 }
 
@@ -161,6 +165,21 @@ async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_e
         .await;
     assert_eq!(status, 202, "{accepted}");
     let before = until_any(&mut watch, &["exec_command_begin"]).await;
+
+    // Past two leases, the owner still holds the session (it renews its lease): a turn sent to the other node is
+    // forwarded to it, and refused there because its turn runs.
+    tokio::time::sleep(lease * 2).await;
+    let (status, busy) = a
+        .post(
+            &format!("/sessions/{id}/run-sync"),
+            json!({"input": task("next")}),
+        )
+        .await;
+    assert_eq!(
+        (status, busy["error"]["code"].as_str()),
+        (409, Some("turn_in_progress")),
+        "{busy}"
+    );
 
     // The owner dies mid-command.
     let killed = Instant::now();
@@ -345,4 +364,37 @@ async fn the_database_away_for_five_seconds_under_a_turn_loses_no_event() {
     assert_eq!(text, words.trim_end());
     let (status, _) = a.get("/readyz").await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_listing_the_session_database_exactly_cannot_reach_it_from_its_sandbox() {
+    let pg = Postgres::start();
+    let port = pg.port();
+    let bundle = TempDir::new().unwrap();
+    let script = r#"{turns: [{replies: [
+      {tool_calls: [{name: "Bash", arguments: {command: "curl -sS --max-time 5 http://db.test:PORT/ 2>&1"}}]},
+      {text: "result: {{last_tool_output}}"}]}]}"#
+        .replace("PORT", &port.to_string());
+    write_bundle(bundle.path(), &script, "", "workspace_write");
+    edit(
+        &bundle.path().join("service.bundle.json5"),
+        "network: []",
+        &format!("network: [\"db.test:{port}\"]"),
+    );
+    let resolve = format!("db.test:{port}:127.0.0.1");
+    let (_home, a) = node_with(&pg, "a", "10s", &["--resolve", &resolve]);
+    let id = a.session(bundle.path().to_str().unwrap()).await;
+    let (status, result) = a
+        .post(
+            &format!("/sessions/{id}/run-sync"),
+            json!({"input": task("go")}),
+        )
+        .await;
+    assert_eq!(status, 200, "{result}");
+    let answer = result["final_message"].as_str().unwrap();
+    assert!(
+        answer.contains(&format!("db.test:{port} is not allowed"))
+            && answer.contains("session database"),
+        "the proxy refuses the database even when the bundle lists it exactly: {answer}"
+    );
 }

@@ -85,6 +85,11 @@ impl Postgres {
         format!("postgres://service@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     fn data(&self) -> String {
         self.dir.path().join("data").display().to_string()
     }

@@ -79,6 +79,11 @@ pub trait Store: Send + Sync {
     /// The address this node serves at, for other nodes to forward to, unless the operator gave one.
     fn bound_at(&self, _url: &str) {}
 
+    /// Addresses of the store's own servers, which no sandbox may reach even when a bundle lists them.
+    fn reserved(&self) -> Vec<std::net::SocketAddr> {
+        Vec::new()
+    }
+
     /// Whether the store answers now (`/readyz`).
     async fn ready(&self) -> Result<()>;
 }

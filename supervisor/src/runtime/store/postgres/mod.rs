@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     /// `node.url`, or the bound address when that was empty.
     url: Mutex<String>,
     lease: Duration,
+    /// Where the database listens, as resolved at start.
+    reserved: Vec<std::net::SocketAddr>,
     /// Open logs by session, for the notifications of other nodes' writes.
     logs: Mutex<HashMap<String, Weak<log::Shared>>>,
 }
@@ -92,6 +94,20 @@ impl PgStore {
             config.application_name(format!("service-rs {}", node.id));
         }
         let host = host_of(&config);
+        let mut reserved = Vec::new();
+        for (i, h) in config.get_hosts().iter().enumerate() {
+            if let tokio_postgres::config::Host::Tcp(name) = h {
+                let port = config
+                    .get_ports()
+                    .get(i)
+                    .or(config.get_ports().first())
+                    .copied()
+                    .unwrap_or(5432);
+                if let Ok(addrs) = tokio::net::lookup_host((name.as_str(), port)).await {
+                    reserved.extend(addrs);
+                }
+            }
+        }
         let manager = deadpool_postgres::Manager::from_config(
             config.clone(),
             NoTls,
@@ -116,6 +132,7 @@ impl PgStore {
             url: Mutex::new(node.url.clone()),
             node,
             lease,
+            reserved,
             logs: Mutex::new(HashMap::new()),
         });
         let mut client = inner.pool.get().await.map_err(|e| RuntimeError::Database {
@@ -285,15 +302,21 @@ impl Store for PgStore {
             )
             .await
             .map_err(|e| inner.error(e))?;
-        // A session claimed here whose worker never started or has stopped is let go.
+        // A session claimed here whose worker never started or has stopped is let go; one claimed within the last
+        // tenth of a lease is not, as its turn may be starting now.
         client
             .execute(
-                "DELETE FROM owners WHERE node_id = $1 AND NOT (session_id = ANY($2))",
-                &[&inner.node.id, &live],
+                "DELETE FROM owners WHERE node_id = $1 AND NOT (session_id = ANY($2)) \
+                 AND expires_at < now() + make_interval(secs => $3::float8 * 0.9)",
+                &[&inner.node.id, &live, &lease],
             )
             .await
             .map_err(|e| inner.error(e))?;
         Ok(())
+    }
+
+    fn reserved(&self) -> Vec<std::net::SocketAddr> {
+        self.inner.reserved.clone()
     }
 
     fn lease(&self) -> Option<Duration> {
