@@ -2,14 +2,16 @@
 //!
 //! It creates sessions from bundle references, starts one worker process per live session (lazily, at the first
 //! turn or command, and again after a worker died), runs turns, fans events out to subscribers, routes approvals
-//! and runs operator commands. Sessions are persisted under `$SERVICE_HOME/sessions/<id>/` (`session.json`,
-//! `events.jsonl`, `history.jsonl`, `workspace/`) and are loaded back lazily after a restart.
+//! and runs operator commands. Sessions are persisted in a [`store`]: by default under
+//! `$SERVICE_HOME/sessions/<id>/` (`session.json`, `events.jsonl`, `history.jsonl`, `workspace/`), or in PostgreSQL
+//! shared by several nodes; they are loaded back lazily after a restart.
 //!
 //! - [`session`]: one session's state; [`record`]: its persisted record; [`journal`]: events and subscriptions.
 //! - [`store`]: where records, histories and journals live (files, or PostgreSQL shared by many nodes).
 //! - [`worker`]: spawning a worker and the actor that owns it; [`launcher`]: how the process is started.
 //! - [`approvals`]: the in-memory approval store.
 //! - `operations`: metrics, idle workers reaped, bundles removed.
+//! - `ownership`: which node of a shared store runs a session, and its leases kept alive.
 
 pub mod approvals;
 mod egress_sink;
@@ -18,6 +20,7 @@ mod frame_guard;
 pub mod journal;
 pub mod launcher;
 mod operations;
+mod ownership;
 mod prestart;
 pub mod record;
 pub mod session;
@@ -374,81 +377,6 @@ impl ServiceRuntime {
         let session = self.session(id).await?;
         self.claim(&session).await?;
         self.worker(&session).await.map(drop)
-    }
-
-    /// Makes sure this node may run `session`: with a shared store, takes the session's lease (another live
-    /// node's holding is [`RuntimeError::OwnedElsewhere`]). Taking a session fails the turn its last owner was
-    /// running, if any, with `node_lost`, after bringing the record and the journal up to the store's.
-    async fn claim(&self, session: &Arc<Session>) -> Result<()> {
-        let store = &self.inner.store;
-        if !store.shared() {
-            return Ok(());
-        }
-        let slot = session.worker.lock().await;
-        if slot.as_ref().is_some_and(|w| w.is_alive()) || session.active_turn().is_some() {
-            return Ok(());
-        }
-        match store.claim(&session.id).await? {
-            store::Claim::Elsewhere { node_id, url } => Err(RuntimeError::OwnedElsewhere {
-                session_id: session.id.clone(),
-                node_id,
-                url,
-            }),
-            store::Claim::Mine { taken_from } => {
-                // What this node wrote before must be in the store before the store's record replaces it.
-                session.journal.stored().await;
-                let record = store
-                    .load(&session.id)
-                    .await?
-                    .ok_or_else(|| RuntimeError::SessionNotFound(session.id.clone()))?;
-                session.adopt_record(record);
-                session.journal.catch_up().await?;
-                drop(slot);
-                match taken_from {
-                    Some(node) => session.abandon_lost_turn(
-                        "node_lost",
-                        &format!("node {node}, which ran this turn, stopped answering; the turn was abandoned"),
-                    ),
-                    None => session.abandon_lost_turn(
-                        "supervisor_restarted",
-                        "the supervisor stopped while this turn ran; the turn was abandoned",
-                    ),
-                }
-            }
-        }
-    }
-
-    /// Keeps this node's session leases alive while their workers run, when the store has leases. When the store
-    /// cannot be reached for a whole lease, another node may take the sessions: the workers here stop first.
-    pub fn keep_claims(&self) {
-        let Some(lease) = self.inner.store.lease() else {
-            return;
-        };
-        let rt = self.clone();
-        tokio::spawn(async move {
-            let mut renewed = std::time::Instant::now();
-            loop {
-                tokio::time::sleep(lease / 3).await;
-                let sessions: Vec<Arc<Session>> = rt.sessions().values().cloned().collect();
-                let mut live = Vec::new();
-                for s in &sessions {
-                    if s.runs_here().await {
-                        live.push(s.id.clone());
-                    }
-                }
-                match rt.inner.store.renew(&live).await {
-                    Ok(()) => renewed = std::time::Instant::now(),
-                    Err(e) if renewed.elapsed() + lease / 3 >= lease => {
-                        tracing::error!("session leases not renewed for {lease:?} ({e}); stopping this node's workers");
-                        for s in &sessions {
-                            rt.stop_session(s, "this node lost its lease on the session")
-                                .await;
-                        }
-                    }
-                    Err(e) => tracing::warn!("session leases not renewed: {e}"),
-                }
-            }
-        });
     }
 
     async fn worker(&self, session: &Arc<Session>) -> Result<WorkerHandle> {

@@ -47,6 +47,15 @@ fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> (TempDir, A
     (home, Api::with_token(server, TOKEN))
 }
 
+/// Runs a turn with `run-sync` through `api`: its status code and result.
+async fn turn(api: &Api, id: &str, prompt: &str) -> (u16, Value) {
+    api.post(
+        &format!("/sessions/{id}/run-sync"),
+        json!({"input": task(prompt)}),
+    )
+    .await
+}
+
 /// Every event of a stream up to and with the first of one of `kinds`.
 async fn until_any(sse: &mut Sse, kinds: &[&str]) -> Vec<(u64, Value)> {
     let mut out = Vec::new();
@@ -86,12 +95,7 @@ async fn a_session_made_on_one_node_runs_on_a_second_and_streams_from_a_third() 
     );
 
     let mut from_c = c.events(&id, None).await;
-    let (status, result) = b
-        .post(
-            &format!("/sessions/{id}/run-sync"),
-            json!({"input": task("hello")}),
-        )
-        .await;
+    let (status, result) = turn(&b, &id, "hello").await;
     assert_eq!(
         (status, result["status"].as_str()),
         (200, Some("completed")),
@@ -131,12 +135,7 @@ async fn a_session_made_on_one_node_runs_on_a_second_and_streams_from_a_third() 
         (200, Some(1)),
         "{record}"
     );
-    let (status, again) = a
-        .post(
-            &format!("/sessions/{id}/run-sync"),
-            json!({"input": task("hello")}),
-        )
-        .await;
+    let (status, again) = turn(&a, &id, "hello").await;
     assert_eq!(
         (status, again["status"].as_str()),
         (200, Some("completed")),
@@ -169,12 +168,7 @@ async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_e
     // Past two leases, the owner still holds the session (it renews its lease): a turn sent to the other node is
     // forwarded to it, and refused there because its turn runs.
     tokio::time::sleep(lease * 2).await;
-    let (status, busy) = a
-        .post(
-            &format!("/sessions/{id}/run-sync"),
-            json!({"input": task("next")}),
-        )
-        .await;
+    let (status, busy) = turn(&a, &id, "next").await;
     assert_eq!(
         (status, busy["error"]["code"].as_str()),
         (409, Some("turn_in_progress")),
@@ -188,12 +182,7 @@ async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_e
 
     // The next turn, sent to the surviving node, runs once the dead node's lease has expired.
     let answered = loop {
-        let (status, result) = a
-            .post(
-                &format!("/sessions/{id}/run-sync"),
-                json!({"input": task("next")}),
-            )
-            .await;
+        let (status, result) = turn(&a, &id, "next").await;
         if status == 200 {
             break result;
         }
@@ -384,12 +373,7 @@ async fn a_bundle_listing_the_session_database_exactly_cannot_reach_it_from_its_
     let resolve = format!("db.test:{port}:127.0.0.1");
     let (_home, a) = node_with(&pg, "a", "10s", &["--resolve", &resolve]);
     let id = a.session(bundle.path().to_str().unwrap()).await;
-    let (status, result) = a
-        .post(
-            &format!("/sessions/{id}/run-sync"),
-            json!({"input": task("go")}),
-        )
-        .await;
+    let (status, result) = turn(&a, &id, "go").await;
     assert_eq!(status, 200, "{result}");
     let answer = result["final_message"].as_str().unwrap();
     assert!(

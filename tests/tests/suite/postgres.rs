@@ -112,20 +112,25 @@ impl Postgres {
         }
     }
 
-    fn run(&self, tool: &str, args: &[&str]) {
+    /// `tool` from PostgreSQL's bin directory, as the unprivileged user when the tests are root.
+    fn command(&self, tool: &str) -> Command {
         let exe = self.bin.join(tool);
-        let mut cmd = if is_root() {
+        if is_root() {
             let mut c = Command::new("runuser");
             c.args(["-u", UNPRIVILEGED, "--"]).arg(&exe);
             c
         } else {
             Command::new(&exe)
-        };
-        let out = cmd
+        }
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let out = self
+            .command(tool)
             .args(args)
             .current_dir(self.dir.path())
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+            .unwrap_or_else(|e| panic!("cannot run {tool}: {e}"));
         let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
         assert!(
             out.status.success(),
@@ -139,15 +144,8 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         let data = self.data();
-        let exe = self.bin.join("pg_ctl");
-        let mut cmd = if is_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", UNPRIVILEGED, "--"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let _ = cmd
+        let _ = self
+            .command("pg_ctl")
             .args(["-D", &data, "-m", "immediate", "-w", "stop"])
             .output();
     }
