@@ -84,7 +84,8 @@ impl utoipa::Modify for Contract {
         );
         link_sessions(openapi);
         for (path, item) in openapi.paths.paths.iter_mut() {
-            let health = path == "/healthz";
+            // The probes answer without a token; /readyz declares its 503 itself.
+            let health = path == "/healthz" || path == "/readyz";
             let ops: [&mut Option<Operation>; 4] = [
                 &mut item.get,
                 &mut item.post,
