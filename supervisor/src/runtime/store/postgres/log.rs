@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use service_ipc::{ChatMessage, EventMsg, EventPayload};
 use tokio::sync::mpsc;
+use tokio_postgres::error::SqlState;
 
 use super::Inner;
 use crate::runtime::error::{Result, RuntimeError};
@@ -24,7 +25,7 @@ use crate::runtime::store::{Publish, SessionLog};
 /// The most writes one transaction takes.
 const GROUP: usize = 512;
 
-/// The notification channel of stored events; the payload is `<session id> <last seq>`.
+/// The notification channel of stored events; the payload is `<session id> <last seq> <node id>`.
 const CHANNEL: &str = "service_events";
 
 enum Op {
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
     publish: Publish,
     /// The highest sequence number published on this node.
     published: AtomicU64,
+    /// The highest sequence number this node knows is stored: the next append starts after it.
+    stored: AtomicU64,
     bytes: AtomicU64,
     /// Held while publishing, so batches go out in sequence order.
     publishing: tokio::sync::Mutex<()>,
@@ -79,6 +82,7 @@ impl PgLog {
             store: Arc::downgrade(store),
             publish,
             published: AtomicU64::new(last as u64),
+            stored: AtomicU64::new(last as u64),
             bytes: AtomicU64::new(bytes as u64),
             publishing: tokio::sync::Mutex::new(()),
         });
@@ -278,6 +282,8 @@ enum Failed {
     Transient(String),
     /// The database refused the writes themselves.
     Refused(String),
+    /// Another writer appended first: try again at once.
+    Conflict,
 }
 
 fn failed(e: tokio_postgres::Error) -> Failed {
@@ -315,6 +321,7 @@ async fn write_loop(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Op>)
             match commit(&store, &shared, &ops).await {
                 Ok(batches) => break batches,
                 Err(Failed::Gone) => break Vec::new(),
+                Err(Failed::Conflict) => continue,
                 Err(Failed::Refused(e)) => {
                     tracing::error!(session = %shared.id, "the database refused the session's writes: {e}");
                     break Vec::new();
@@ -336,7 +343,14 @@ async fn write_loop(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Op>)
     }
 }
 
-/// One transaction for `ops`: the last record, the history, and the events with sequence numbers given out here.
+/// One transaction for `ops`: the last record, the history, and the events with the sequence numbers after the
+/// last one this node knows of.
+///
+/// The statements go to the server together (pipelined on one connection, prepared once per connection), so a
+/// commit costs three round trips: `BEGIN`, the statements, `COMMIT`. The sequence numbers are claimed by the
+/// `UPDATE … WHERE last_seq = <expected>` inside the transaction: when another node appended meanwhile, it matches no
+/// row (and the events' primary key refuses the taken numbers), the transaction rolls back, and the writer tries
+/// again from the stored last number.
 async fn commit(
     store: &Inner,
     shared: &Shared,
@@ -364,69 +378,120 @@ async fn commit(
     if record.is_none() && history.is_empty() && count == 0 {
         return Ok(Vec::new());
     }
+    let expected = shared.stored.load(Ordering::Acquire);
+    let mut batches = Vec::new();
+    let (mut seqs, mut bodies) = (Vec::with_capacity(count), Vec::with_capacity(count));
+    let mut bytes = 0i64;
+    let mut next = expected + 1;
+    for op in ops {
+        if let Write::Events(payloads) = op {
+            let events = crate::runtime::store::stamp(&shared.id, next, payloads.clone());
+            next += events.len() as u64;
+            for e in &events {
+                seqs.push(e.seq as i64);
+                bodies.push(e.json.to_string());
+                bytes += e.json.len() as i64 + 1;
+            }
+            batches.push(events);
+        }
+    }
+    let last = next - 1;
+    let notice = format!("{} {last} {}", shared.id, store.node.id);
+
     let mut client = store
         .pool
         .get()
         .await
         .map_err(|e| Failed::Transient(e.to_string()))?;
+    let claim = client
+        .prepare_cached(
+            "UPDATE sessions SET last_seq = $2, record = coalesce($3, record), \
+             journal_bytes = journal_bytes + $4 WHERE id = $1 AND last_seq = $5",
+        )
+        .await
+        .map_err(failed)?;
+    let insert = client
+        .prepare_cached(
+            "INSERT INTO events (session_id, seq, body) \
+             SELECT $1, s, b FROM unnest($2::bigint[], $3::text[]) AS t (s, b)",
+        )
+        .await
+        .map_err(failed)?;
+    let remember = client
+        .prepare_cached(
+            "INSERT INTO history (session_id, message) \
+             SELECT $1, m FROM unnest($2::text[]) WITH ORDINALITY AS t (m, i) ORDER BY i",
+        )
+        .await
+        .map_err(failed)?;
+    let notify = client
+        .prepare_cached("SELECT pg_notify($1, $2)")
+        .await
+        .map_err(failed)?;
     let tx = client.transaction().await.map_err(failed)?;
-    let mut batches = Vec::new();
-    let mut bytes = 0i64;
-    if count > 0 {
-        let row = tx
-            .query_opt(
-                "UPDATE sessions SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq",
-                &[&shared.id, &(count as i64)],
-            )
+    let (last_i, expected_i) = (last as i64, expected as i64);
+    let claimed = async {
+        tx.execute(&claim, &[&shared.id, &last_i, &record, &bytes, &expected_i])
             .await
-            .map_err(failed)?
-            .ok_or(Failed::Gone)?;
-        let mut next = row.get::<_, i64>(0) as u64 - count as u64 + 1;
-        let (mut seqs, mut bodies) = (Vec::with_capacity(count), Vec::with_capacity(count));
-        for op in ops {
-            if let Write::Events(payloads) = op {
-                let events = crate::runtime::store::stamp(&shared.id, next, payloads.clone());
-                next += events.len() as u64;
-                for e in &events {
-                    seqs.push(e.seq as i64);
-                    bodies.push(e.json.to_string());
-                    bytes += e.json.len() as i64 + 1;
-                }
-                batches.push(events);
-            }
+    };
+    let inserted = async {
+        match count {
+            0 => Ok(0),
+            _ => tx.execute(&insert, &[&shared.id, &seqs, &bodies]).await,
         }
-        tx.execute(
-            "INSERT INTO events (session_id, seq, body) SELECT $1, s, b FROM unnest($2::bigint[], $3::text[]) AS t (s, b)",
-            &[&shared.id, &seqs, &bodies],
-        )
-        .await
-        .map_err(failed)?;
-        let payload = format!("{} {}", shared.id, next - 1);
-        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
-            .await
-            .map_err(failed)?;
-    }
-    let changed = tx
-        .execute(
-            "UPDATE sessions SET record = coalesce($2, record), journal_bytes = journal_bytes + $3 WHERE id = $1",
-            &[&shared.id, &record, &bytes],
-        )
-        .await
-        .map_err(failed)?;
-    if changed == 0 {
-        return Err(Failed::Gone);
-    }
-    if !history.is_empty() {
-        tx.execute(
-            "INSERT INTO history (session_id, message) SELECT $1, m FROM unnest($2::text[]) WITH ORDINALITY AS t (m, i) ORDER BY i",
-            &[&shared.id, &history],
-        )
-        .await
-        .map_err(failed)?;
+    };
+    let remembered = async {
+        match history.len() {
+            0 => Ok(0),
+            _ => tx.execute(&remember, &[&shared.id, &history]).await,
+        }
+    };
+    let notified = async {
+        match count {
+            0 => Ok(0),
+            _ => tx.execute(&notify, &[&CHANNEL, &notice]).await,
+        }
+    };
+    let (claimed, inserted, remembered, notified) =
+        futures::join!(claimed, inserted, remembered, notified);
+    let outcome = claimed.and_then(|n| {
+        inserted?;
+        remembered?;
+        notified?;
+        Ok(n)
+    });
+    let conflict = match outcome {
+        Ok(1) => false,
+        Ok(_) => true,
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => true,
+        Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => return Err(Failed::Gone),
+        Err(e) => return Err(failed(e)),
+    };
+    if conflict {
+        let _ = tx.rollback().await;
+        return Err(reclaim(&client, shared).await);
     }
     tx.commit().await.map_err(failed)?;
+    shared.stored.fetch_max(last, Ordering::AcqRel);
     shared.bytes.fetch_add(bytes as u64, Ordering::AcqRel);
     Ok(batches)
+}
+
+/// After another writer appended to the session: the stored last sequence number, for the next try.
+async fn reclaim(client: &deadpool_postgres::Object, shared: &Shared) -> Failed {
+    match client
+        .query_opt("SELECT last_seq FROM sessions WHERE id = $1", &[&shared.id])
+        .await
+    {
+        Ok(Some(row)) => {
+            shared
+                .stored
+                .store(row.get::<_, i64>(0) as u64, Ordering::Release);
+            Failed::Conflict
+        }
+        Ok(None) => Failed::Gone,
+        Err(e) => failed(e),
+    }
 }
 
 /// Follows the notifications of stored events for as long as the store lives, reconnecting when the database goes
@@ -460,9 +525,16 @@ pub(crate) async fn listen(store: Weak<Inner>, config: tokio_postgres::Config) {
                     }
                     while let Some(payload) = notes.recv().await {
                         let Some(inner) = store.upgrade() else { return };
-                        let Some((id, seq)) = payload.split_once(' ') else {
+                        let mut fields = payload.split(' ');
+                        let (Some(id), Some(seq), Some(node)) =
+                            (fields.next(), fields.next(), fields.next())
+                        else {
                             continue;
                         };
+                        // This node published its own batches as it stored them.
+                        if node == inner.node.id {
+                            continue;
+                        }
                         let Ok(seq) = seq.parse::<u64>() else {
                             continue;
                         };
