@@ -1,4 +1,5 @@
-//! The shared PostgreSQL store against the embedded files, with a throwaway PostgreSQL on loopback:
+//! The shared PostgreSQL store against the embedded files, with a throwaway PostgreSQL on loopback (`fsync=on`, as in
+//! production):
 //!
 //! - the median warm turn (a confined worker, the scripted model) with each store, in interleaved rounds;
 //! - events per second journaled through PostgreSQL by 3 nodes (3 stores with their own pools, 4 sessions each),
@@ -61,7 +62,8 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let pg = postgres::Postgres::start();
+    // Durable commits, as the files store's flushed writes.
+    let pg = postgres::Postgres::start_durable();
     let work = tempfile::TempDir::new().unwrap();
     let bundle = work.path().join("bundle");
     support::write_bundle(

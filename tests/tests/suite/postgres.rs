@@ -16,6 +16,8 @@ pub struct Postgres {
     dir: TempDir,
     bin: PathBuf,
     port: u16,
+    /// Whether commits wait for the disk, as in production (`fsync=on`).
+    durable: bool,
 }
 
 /// Where Debian (or the `PATH`) keeps `initdb` and `pg_ctl`.
@@ -47,8 +49,19 @@ fn is_root() -> bool {
 }
 
 impl Postgres {
-    /// Starts a cluster whose user `service` needs no password on loopback.
+    /// Starts a cluster whose user `service` needs no password on loopback, with `fsync=off`: the tests need no
+    /// durability across a machine crash, and go faster without it.
     pub fn start() -> Postgres {
+        Self::start_with(false)
+    }
+
+    /// [`Postgres::start`] with PostgreSQL's default `fsync=on`, for benches that compare with the files store,
+    /// which flushes its writes.
+    pub fn start_durable() -> Postgres {
+        Self::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Postgres {
         let dir = tempfile::Builder::new().prefix("pg").tempdir().unwrap();
         let bin = bin_dir();
         let port = TcpListener::bind("127.0.0.1:0")
@@ -60,7 +73,12 @@ impl Postgres {
             let (uid, gid) = ids(UNPRIVILEGED);
             chown(dir.path(), Some(uid), Some(gid)).unwrap();
         }
-        let pg = Postgres { dir, bin, port };
+        let pg = Postgres {
+            dir,
+            bin,
+            port,
+            durable,
+        };
         let data = pg.data();
         pg.run(
             "initdb",
@@ -97,9 +115,10 @@ impl Postgres {
     /// Runs `pg_ctl start` or `stop` (fast), waiting for it.
     pub fn ctl(&self, what: &str) {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={} -c max_connections=200",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            if self.durable { "on" } else { "off" }
         );
         let log = self.dir.path().join("server.log").display().to_string();
         let data = self.data();
