@@ -57,6 +57,7 @@ impl Postgres {
 
     /// [`Postgres::start`] with PostgreSQL's default `fsync=on`, for benches that compare with the files store,
     /// which flushes its writes.
+    #[allow(dead_code)] // benches/store.rs includes this file and uses it; the tests do not.
     pub fn start_durable() -> Postgres {
         Self::start_with(true)
     }
