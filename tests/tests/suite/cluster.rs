@@ -128,6 +128,25 @@ async fn a_session_made_on_one_node_runs_on_a_second_and_streams_from_a_third() 
         (middle + 1..=streamed.len() as u64).collect::<Vec<_>>()
     );
 
+    // A hostile client posing as a node: the forwarding header without the cluster token, or with a wrong one, is
+    // refused before anything runs, on the node that would forward and on the owner alike.
+    let forged = reqwest::Client::new();
+    for (node, token) in [
+        (&a, None),
+        (&a, Some("not-the-cluster-token")),
+        (&b, Some("x")),
+    ] {
+        let mut request = forged
+            .post(node.url(&format!("/sessions/{id}/run-sync")))
+            .header("x-service-forwarded-by", "b")
+            .json(&json!({"input": task("hello")}));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 401, "{token:?}");
+    }
+
     // Node b holds the session: a turn sent to node a is forwarded there, and answered.
     let (status, record) = a.get(&format!("/sessions/{id}")).await;
     assert_eq!(

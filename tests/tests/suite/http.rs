@@ -55,6 +55,11 @@ impl Api {
         }
     }
 
+    /// The server's URL for `path`.
+    pub(super) fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
     /// The server under the client.
     pub(super) fn server(&mut self) -> &mut Server {
         &mut self.server

@@ -171,23 +171,7 @@ impl SessionLog for PgLog {
     }
 
     fn catch_up(&self) -> BoxFuture<'_, Result<()>> {
-        async move {
-            let store = self.shared.store()?;
-            let row = store
-                .client()
-                .await?
-                .query_opt(
-                    "SELECT last_seq FROM sessions WHERE id = $1",
-                    &[&self.shared.id],
-                )
-                .await
-                .map_err(|e| store.error(e))?;
-            if let Some(row) = row {
-                self.shared.follow(row.get::<_, i64>(0) as u64).await?;
-            }
-            Ok(())
-        }
-        .boxed()
+        self.shared.catch_up().boxed()
     }
 
     fn bytes(&self) -> u64 {
@@ -205,6 +189,31 @@ impl Shared {
             host: "-".into(),
             message: "the store was closed".into(),
         })
+    }
+
+    /// The last sequence number the database holds for the session; None when the session is gone.
+    async fn stored_last(
+        &self,
+        client: &deadpool_postgres::Object,
+    ) -> std::result::Result<Option<u64>, tokio_postgres::Error> {
+        let row = client
+            .query_opt("SELECT last_seq FROM sessions WHERE id = $1", &[&self.id])
+            .await?;
+        Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+    }
+
+    /// Publishes what other nodes stored since this node last looked.
+    async fn catch_up(&self) -> Result<()> {
+        let store = self.store()?;
+        let client = store.client().await?;
+        if let Some(last) = self
+            .stored_last(&client)
+            .await
+            .map_err(|e| store.error(e))?
+        {
+            self.follow(last).await?;
+        }
+        Ok(())
     }
 
     /// Stored events with `after < seq <= upto`.
@@ -479,14 +488,9 @@ async fn commit(
 
 /// After another writer appended to the session: the stored last sequence number, for the next try.
 async fn reclaim(client: &deadpool_postgres::Object, shared: &Shared) -> Failed {
-    match client
-        .query_opt("SELECT last_seq FROM sessions WHERE id = $1", &[&shared.id])
-        .await
-    {
-        Ok(Some(row)) => {
-            shared
-                .stored
-                .store(row.get::<_, i64>(0) as u64, Ordering::Release);
+    match shared.stored_last(client).await {
+        Ok(Some(last)) => {
+            shared.stored.store(last, Ordering::Release);
             Failed::Conflict
         }
         Ok(None) => Failed::Gone,
@@ -570,15 +574,8 @@ async fn catch_up_all(store: &Weak<Inner>) {
         map.retain(|_, l| l.strong_count() > 0);
         map.values().filter_map(Weak::upgrade).collect()
     };
-    let Ok(client) = inner.client().await else {
-        return;
-    };
+    drop(inner);
     for log in logs {
-        if let Ok(Some(row)) = client
-            .query_opt("SELECT last_seq FROM sessions WHERE id = $1", &[&log.id])
-            .await
-        {
-            let _ = log.follow(row.get::<_, i64>(0) as u64).await;
-        }
+        let _ = log.catch_up().await;
     }
 }
