@@ -1,4 +1,5 @@
-//! The in-memory approval store: pending permission requests by id, and which ids were already answered.
+//! The in-memory approval store: pending permission requests by id, and which ids were already answered; and what an
+//! `allow_always` answer grants.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -7,10 +8,31 @@ use service_ipc::{ApprovalDecision, EventPayload, ToWorker};
 use tokio::sync::mpsc;
 
 use super::error::{Result, RuntimeError};
-use super::session::Grant;
 
 /// Answered or dropped ids remembered, to tell "already resolved" from "never existed".
 const REMEMBERED: usize = 4096;
+
+/// What an `allow_always` decision allows for the rest of the session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Grant {
+    /// A tool (builtin or `mcp__<server>__<tool>`) with this key argument.
+    Tool {
+        /// The tool.
+        tool: String,
+        /// Its key argument (the command, the path, …).
+        key: String,
+    },
+    /// Connections to this host and port through the egress proxy, while it resolves to these addresses.
+    Host {
+        /// Host name as asked.
+        host: String,
+        /// Port.
+        port: u16,
+        /// The addresses it resolved to, sorted: another resolution asks again.
+        addresses: Vec<String>,
+    },
+}
 
 /// A request waiting for an operator.
 #[derive(Debug, Clone)]
@@ -94,8 +116,8 @@ impl ApprovalStore {
             return false;
         }
         let what = match &pending.grant {
-            Grant::Tool(tool, _) => tool.as_str(),
-            Grant::Host(..) => "network",
+            Grant::Tool { tool, .. } => tool.as_str(),
+            Grant::Host { .. } => "network",
         };
         tracing::info!(session = %pending.session_id, turn = %pending.turn_id, request_id = %request_id, tool = what, "approval asked");
         state.pending.insert(request_id, pending);

@@ -8,8 +8,8 @@ use futures::future::BoxFuture;
 use service_ipc::{ApprovalDecision, EventPayload};
 use tokio::sync::mpsc;
 
-use super::approvals::{Pending, Reply};
-use super::session::{Grant, Session};
+use super::approvals::{Grant, Pending, Reply};
+use super::session::Session;
 use super::Inner;
 use crate::egress::{Answer, Sink};
 
@@ -55,7 +55,11 @@ impl Sink for SessionSink {
             let mut shown: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
             shown.sort();
             // The grant is for these addresses: if the name later resolves elsewhere, the operator is asked again.
-            let grant = Grant::Host(host.clone(), port, shown.clone());
+            let grant = Grant::Host {
+                host: host.clone(),
+                port,
+                addresses: shown.clone(),
+            };
             if session.allowed_always(&grant) {
                 return Answer::Allow("approval");
             }

@@ -534,14 +534,23 @@ impl ServiceRuntime {
         request_id: &str,
         decision: ApprovalDecision,
     ) -> Result<()> {
-        let pending = self.inner.approvals.take(request_id)?;
+        let pending = match self.inner.approvals.take(request_id) {
+            Err(RuntimeError::ApprovalNotFound(_)) if self.inner.store.shared() => {
+                return Err(self.approval_elsewhere(request_id).await);
+            }
+            taken => taken?,
+        };
         tracing::info!(session = %pending.session_id, request_id, decision = ?decision, "approval resolved");
         let session = self
             .session(&pending.session_id)
             .await
             .map_err(|_| RuntimeError::ApprovalSessionGone(request_id.to_string()))?;
         if decision == ApprovalDecision::AllowAlways {
-            session.grant_always(pending.grant);
+            if session.grant_always(pending.grant.clone()) {
+                if let Err(e) = self.inner.store.grant(&session.id, &pending.grant).await {
+                    tracing::warn!(session = %session.id, "the allow_always grant holds on this node only: {e}");
+                }
+            }
         }
         // The event first: the worker acts on the decision at once, and its tool events must come after it.
         session.emit(EventPayload::ApprovalResolved {

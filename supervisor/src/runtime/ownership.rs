@@ -34,6 +34,7 @@ impl ServiceRuntime {
                     .await?
                     .ok_or_else(|| RuntimeError::SessionNotFound(session.id.clone()))?;
                 session.adopt_record(record);
+                session.adopt_grants(store.grants(&session.id).await?);
                 session.journal.catch_up().await?;
                 drop(slot);
                 match taken_from {
@@ -47,6 +48,30 @@ impl ServiceRuntime {
                     ),
                 }
             }
+        }
+    }
+
+    /// Why an approval request that is not pending on this node cannot be answered here. With a shared store, the
+    /// request may belong to a session another node runs: the error names that node, and the server forwards the
+    /// answer there. A session no live node holds has lost the turn that asked (this node takes it over and records
+    /// that), so the request is no longer pending.
+    pub(super) async fn approval_elsewhere(&self, request_id: &str) -> RuntimeError {
+        let not_found = || RuntimeError::ApprovalNotFound(request_id.to_string());
+        let session_id = match self.inner.store.approval_session(request_id).await {
+            Ok(Some(id)) => id,
+            Ok(None) => return not_found(),
+            Err(e) => return e,
+        };
+        let session = match self.session(&session_id).await {
+            Ok(s) => s,
+            Err(RuntimeError::SessionNotFound(_)) => {
+                return RuntimeError::ApprovalSessionGone(request_id.to_string())
+            }
+            Err(e) => return e,
+        };
+        match self.claim(&session).await {
+            Ok(()) => RuntimeError::ApprovalNotPending(request_id.to_string()),
+            Err(e) => e,
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use service_ipc::{ChatMessage, EventPayload, ModelRef, TurnStatus, Usage};
 use tokio::sync::oneshot;
 
+use super::approvals::Grant;
 use super::error::{Result, RuntimeError};
 use super::journal::Journal;
 use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
@@ -76,15 +77,6 @@ pub struct Session {
     /// A store write that failed during the running turn, which must end it.
     fault: Mutex<Option<(String, String)>>,
     metrics: Arc<crate::metrics::Metrics>,
-}
-
-/// What an `allow_always` decision allows for the rest of the session.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Grant {
-    /// A tool (builtin or `mcp__<server>__<tool>`) with this key argument.
-    Tool(String, String),
-    /// Connections to this host and port through the egress proxy, while it resolves to these addresses.
-    Host(String, u16, Vec<String>),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -512,8 +504,13 @@ impl Session {
         lock(&self.allow_always).contains(grant)
     }
 
-    /// Remembers an allow_always grant, in memory only.
-    pub fn grant_always(&self, grant: Grant) {
-        lock(&self.allow_always).insert(grant);
+    /// Remembers an allow_always grant. True when it is new.
+    pub fn grant_always(&self, grant: Grant) -> bool {
+        lock(&self.allow_always).insert(grant)
+    }
+
+    /// Adds the grants the store holds for this session (given on another node that ran it).
+    pub fn adopt_grants(&self, grants: Vec<Grant>) {
+        lock(&self.allow_always).extend(grants);
     }
 }

@@ -23,10 +23,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
+use super::approvals::Grant;
 use super::approvals::{Pending, Reply};
 use super::error::{Result, RuntimeError};
 use super::frame_guard::{self, Guard};
-use super::session::Grant;
 use super::session::{Session, TurnEnd};
 use super::spawn::Started;
 use super::Inner;
@@ -369,7 +369,10 @@ impl Actor {
             } => {
                 frame_guard::running_turn(&self.session, &turn_id)?;
                 frame_guard::permission_request(&self.session, &request_id, &tool, &key)?;
-                let grant = Grant::Tool(tool.clone(), key.clone());
+                let grant = Grant::Tool {
+                    tool: tool.clone(),
+                    key: key.clone(),
+                };
                 if self.session.allowed_always(&grant) {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
                         request_id,

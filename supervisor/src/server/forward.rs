@@ -1,5 +1,5 @@
 //! Requests that belong to another node: with a shared store, a session's worker runs on the node that holds its
-//! lease, and a turn, command, interrupt or deletion that reaches any other node is sent on to that one over HTTP,
+//! lease, and a turn, command, interrupt, approval or deletion that reaches any other node is sent on to that one over HTTP,
 //! authenticated with the cluster token. The client sees the owner's answer, streamed through.
 
 use axum::body::Body;

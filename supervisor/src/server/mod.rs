@@ -160,7 +160,6 @@ pub fn router(state: AppState) -> Router {
         .merge(owned_routes(&state))
         .route("/sessions/{id}/events", get(handlers::events))
         .route("/sessions/{id}/journal", get(handlers::session_journal))
-        .route("/approvals/{request_id}", post(handlers::resolve_approval))
         .route("/openapi.json", get(handlers::openapi))
         .route("/metrics", get(handlers::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -206,8 +205,8 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The requests only the node running a session can answer (turns, commands, interrupts, deletion): sent on to it
-/// from any other node.
+/// The requests only the node running a session can answer (turns, commands, interrupts, approvals, deletion): sent
+/// on to it from any other node.
 fn owned_routes(state: &AppState) -> Router<AppState> {
     Router::new()
         // A GET is answered here; only the DELETE can name another owner.
@@ -219,6 +218,7 @@ fn owned_routes(state: &AppState) -> Router<AppState> {
         .route("/sessions/{id}/run", post(handlers::run_async))
         .route("/sessions/{id}/interrupt", post(handlers::interrupt))
         .route("/sessions/{id}/commands", post(handlers::run_command))
+        .route("/approvals/{request_id}", post(handlers::resolve_approval))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             forward::forward,

@@ -249,6 +249,111 @@ async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_e
     assert_eq!(record["last_turn"]["status"], "completed", "{record}");
 }
 
+/// Every event kind from `events`.
+fn kinds_of(events: &[(u64, Value)]) -> Vec<String> {
+    events
+        .iter()
+        .map(|(_, e)| {
+            e["payload"]["type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_answered_on_any_node_reaches_the_owner_and_allow_always_survives_its_death() {
+    let pg = Postgres::start();
+    let bundle = TempDir::new().unwrap();
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{tool_calls: [{name: "Bash", arguments: {command: "touch asked"}}]}, {text: "touched"}]}]}"#,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, match: \"touch *\", action: ask }\n",
+        "workspace_write",
+    );
+    let (_a_home, a) = node(&pg, "a", "2s");
+    let (_b_home, mut b) = node(&pg, "b", "2s");
+    let id = b.session(bundle.path().to_str().unwrap()).await;
+    let mut watch = a.events(&id, None).await;
+
+    // B runs the turn; the operator watches and answers on A.
+    let (status, accepted) = b
+        .post(
+            &format!("/sessions/{id}/run"),
+            json!({"input": task("touch")}),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    let asked = until_any(&mut watch, &["permission_requested"]).await;
+    let request = asked.last().unwrap().1["payload"]["payload"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, unknown) = a
+        .post(
+            "/approvals/00000000-0000-4000-8000-000000000000",
+            json!({"decision": "allow_once"}),
+        )
+        .await;
+    assert_eq!(
+        (status, unknown["error"]["code"].as_str()),
+        (404, Some("approval_not_found")),
+        "{unknown}"
+    );
+    let (status, answered) = a
+        .post(
+            &format!("/approvals/{request}"),
+            json!({"decision": "allow_always"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answered}");
+    let rest = until_any(&mut watch, &["turn_completed"]).await;
+    assert_eq!(
+        rest[0].1["payload"]["type"],
+        "approval_resolved",
+        "{:?}",
+        kinds_of(&rest)
+    );
+    let (status, again) = a
+        .post(
+            &format!("/approvals/{request}"),
+            json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(
+        (status, again["error"]["code"].as_str()),
+        (409, Some("approval_not_pending")),
+        "{again}"
+    );
+
+    // The owner dies; the node that takes the session over does not ask again.
+    b.server().child.kill().unwrap();
+    b.server().child.wait().unwrap();
+    let started = Instant::now();
+    let result = loop {
+        // A turn that asked again would wait for an answer.
+        let (status, result) =
+            tokio::time::timeout(Duration::from_secs(20), turn(&a, &id, "touch"))
+                .await
+                .expect("the turn on the new owner waits: it asked again");
+        if status == 200 {
+            break result;
+        }
+        assert_eq!(status, 503, "until the lease expires: {result}");
+        assert!(started.elapsed() < Duration::from_secs(15), "{result}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_eq!(result["final_message"], "touched", "{result}");
+    let after = until_any(&mut watch, &["turn_completed"]).await;
+    assert!(
+        !kinds_of(&after).contains(&"permission_requested".to_string()),
+        "{:?}",
+        kinds_of(&after)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_appending_to_one_session_keep_its_sequence_dense() {
     use service_supervisor::runtime::store::postgres::{Node, PgStore};

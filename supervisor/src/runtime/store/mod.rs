@@ -16,6 +16,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use service_ipc::{ChatMessage, EventPayload};
 
+use super::approvals::Grant;
 use super::error::Result;
 use super::journal::Published;
 use super::record::SessionRecord;
@@ -82,6 +83,23 @@ pub trait Store: Send + Sync {
     /// Addresses of the store's own servers, which no sandbox may reach even when a bundle lists them.
     fn reserved(&self) -> Vec<std::net::SocketAddr> {
         Vec::new()
+    }
+
+    /// The session that asked approval request `request_id`, when another node may hold it; None when unknown. A
+    /// store of one process keeps no such index: its pending requests are all in memory.
+    async fn approval_session(&self, _request_id: &str) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    /// Keeps an `allow_always` grant of session `id` for the node that runs it next. A store of one process keeps
+    /// none: grants live in its memory and end with it, as the specification asks of one runtime.
+    async fn grant(&self, _id: &str, _grant: &Grant) -> Result<()> {
+        Ok(())
+    }
+
+    /// The grants kept for session `id`.
+    async fn grants(&self, _id: &str) -> Result<Vec<Grant>> {
+        Ok(Vec::new())
     }
 
     /// Whether the store answers now (`/readyz`).

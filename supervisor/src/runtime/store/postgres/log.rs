@@ -390,10 +390,12 @@ async fn commit(
     let expected = shared.stored.load(Ordering::Acquire);
     let mut batches = Vec::new();
     let (mut seqs, mut bodies) = (Vec::with_capacity(count), Vec::with_capacity(count));
+    let mut asked: Vec<&str> = Vec::new();
     let mut bytes = 0i64;
     let mut next = expected + 1;
     for op in ops {
         if let Write::Events(payloads) = op {
+            asked.extend(payloads.iter().filter_map(asked_id));
             let events = crate::runtime::store::stamp(&shared.id, next, payloads.clone());
             next += events.len() as u64;
             for e in &events {
@@ -433,6 +435,15 @@ async fn commit(
         )
         .await
         .map_err(failed)?;
+    // A request id is the worker's choice: when another session's request took it, the first keeps it, and an
+    // answer to it goes to that session only.
+    let index = client
+        .prepare_cached(
+            "INSERT INTO approvals (request_id, session_id) \
+             SELECT r, $1 FROM unnest($2::text[]) AS t (r) ON CONFLICT DO NOTHING",
+        )
+        .await
+        .map_err(failed)?;
     let notify = client
         .prepare_cached("SELECT pg_notify($1, $2)")
         .await
@@ -455,17 +466,24 @@ async fn commit(
             _ => tx.execute(&remember, &[&shared.id, &history]).await,
         }
     };
+    let indexed = async {
+        match asked.len() {
+            0 => Ok(0),
+            _ => tx.execute(&index, &[&shared.id, &asked]).await,
+        }
+    };
     let notified = async {
         match count {
             0 => Ok(0),
             _ => tx.execute(&notify, &[&CHANNEL, &notice]).await,
         }
     };
-    let (claimed, inserted, remembered, notified) =
-        futures::join!(claimed, inserted, remembered, notified);
+    let (claimed, inserted, remembered, indexed, notified) =
+        futures::join!(claimed, inserted, remembered, indexed, notified);
     let outcome = claimed.and_then(|n| {
         inserted?;
         remembered?;
+        indexed?;
         notified?;
         Ok(n)
     });
@@ -484,6 +502,15 @@ async fn commit(
     shared.stored.fetch_max(last, Ordering::AcqRel);
     shared.bytes.fetch_add(bytes as u64, Ordering::AcqRel);
     Ok(batches)
+}
+
+/// The request id an event asks the operator to answer.
+fn asked_id(payload: &EventPayload) -> Option<&str> {
+    match payload {
+        EventPayload::PermissionRequested { request_id, .. }
+        | EventPayload::NetworkPermissionRequested { request_id, .. } => Some(request_id),
+        _ => None,
+    }
 }
 
 /// After another writer appended to the session: the stored last sequence number, for the next try.

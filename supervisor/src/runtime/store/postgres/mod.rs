@@ -23,6 +23,7 @@ use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
 use super::{Claim, Publish, SessionLog, Store};
+use crate::runtime::approvals::Grant;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::record::SessionRecord;
 
@@ -321,6 +322,47 @@ impl Store for PgStore {
 
     fn lease(&self) -> Option<Duration> {
         Some(self.inner.lease)
+    }
+
+    async fn approval_session(&self, request_id: &str) -> Result<Option<String>> {
+        let client = self.inner.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT session_id FROM approvals WHERE request_id = $1",
+                &[&request_id],
+            )
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn grant(&self, id: &str, grant: &Grant) -> Result<()> {
+        let json = serde_json::to_string(grant).unwrap_or_default();
+        let client = self.inner.client().await?;
+        client
+            .execute(
+                "INSERT INTO grants (session_id, grant_json) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&id, &json],
+            )
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        Ok(())
+    }
+
+    async fn grants(&self, id: &str) -> Result<Vec<Grant>> {
+        let client = self.inner.client().await?;
+        let rows = client
+            .query(
+                "SELECT grant_json FROM grants WHERE session_id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        // A row this version cannot read grants nothing: the operator is asked again.
+        Ok(rows
+            .iter()
+            .filter_map(|r| serde_json::from_str(r.get(0)).ok())
+            .collect())
     }
 
     async fn ready(&self) -> Result<()> {

@@ -4,7 +4,10 @@
 //! advisory lock, so one node applies what is missing while the others wait and then find it applied.
 
 /// Versions in order, with their SQL.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("001_sessions.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("001_sessions.sql")),
+    (2, include_str!("002_approvals.sql")),
+];
 
 /// An arbitrary key for the advisory lock ("svc-rs" in ASCII).
 const LOCK_KEY: i64 = 0x7376_632d_7273;
