@@ -209,8 +209,9 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     options.idle_timeout = Some(args.idle_timeout).filter(|t| !t.is_zero());
     let token_file = home.token_file();
-    let runtime_options =
+    let mut runtime_options =
         super::runtime_options(&home, args.dangerous_sandbox_mode, true, &args.resolve)?;
+    runtime_options.pull_registries = options.policy.allowed_registries.clone();
     super::tokio()?.block_on(async move {
         let store: std::sync::Arc<dyn Store> = match shared {
             None => std::sync::Arc::new(FilesStore::new(home.clone())),

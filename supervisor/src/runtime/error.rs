@@ -87,6 +87,14 @@ pub enum RuntimeError {
         /// The digest found on this node.
         have: String,
     },
+    /// The bundle of a session made on another node could not be pulled here (a shared store, load).
+    #[error("session bundle {reference} is not on this node and pulling it failed: {message}")]
+    BundleUnavailable {
+        /// The registry reference the session was created from.
+        reference: String,
+        /// Why the pull failed.
+        message: String,
+    },
     /// Another live node runs the session; the request belongs there (a shared store).
     #[error("session {session_id} is run by node {node_id} at {url}")]
     OwnedElsewhere {

@@ -14,6 +14,7 @@
 //! - `ownership`: which node of a shared store runs a session, and its leases kept alive.
 
 pub mod approvals;
+mod bundle_fetch;
 mod egress_sink;
 pub mod error;
 mod frame_guard;
@@ -50,7 +51,7 @@ use launcher::Launcher;
 use session::Session;
 use worker::WorkerHandle;
 
-use crate::bundle;
+use crate::bundle::{self, BundleError};
 use crate::home::ServiceHome;
 use crate::sandbox::SandboxLauncher;
 
@@ -81,6 +82,9 @@ pub struct RuntimeOptions {
     pub resolver: Arc<crate::egress::Resolver>,
     /// Time without a command after which a worker stops its spare shells.
     pub spare_shell_idle: Duration,
+    /// Registries (`host[:port]`) this node pulls a session's bundle from when another node created the session and
+    /// this one lacks it (`serve --allow-registry`).
+    pub pull_registries: Vec<String>,
 }
 
 impl RuntimeOptions {
@@ -107,6 +111,7 @@ impl RuntimeOptions {
             spare_shell_idle: Duration::from_millis(
                 service_ipc::config::default_spare_shell_idle_ms(),
             ),
+            pull_registries: Vec::new(),
         }
     }
 }
@@ -268,13 +273,23 @@ impl ServiceRuntime {
         if let Some(s) = self.sessions().get(id) {
             return Ok(s.clone());
         }
-        let loaded = Session::load(
-            &self.inner.home,
-            &*self.inner.store,
-            id,
-            self.inner.metrics.clone(),
-        )
-        .await?;
+        let load = || {
+            Session::load(
+                &self.inner.home,
+                &*self.inner.store,
+                id,
+                self.inner.metrics.clone(),
+            )
+        };
+        let loaded = match load().await {
+            Err(RuntimeError::Bundle(
+                missing @ (BundleError::NotFound(_) | BundleError::NotPulled(_)),
+            )) if self.inner.store.shared() => {
+                self.fetch_bundle(id, missing).await?;
+                load().await?
+            }
+            loaded => loaded?,
+        };
         self.sessions().insert(id.to_string(), loaded.clone());
         Ok(loaded)
     }

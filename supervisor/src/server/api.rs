@@ -223,6 +223,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::WorkerUnavailable(_) => (S::SERVICE_UNAVAILABLE, "worker_unavailable"),
             RuntimeError::WorkerDied(_) => (S::SERVICE_UNAVAILABLE, "worker_died"),
             RuntimeError::BundleMismatch { .. } => (S::CONFLICT, "bundle_mismatch"),
+            RuntimeError::BundleUnavailable { .. } => (S::BAD_GATEWAY, "bundle_unavailable"),
             RuntimeError::OwnedElsewhere { url, .. } => {
                 let mut error = ApiError::new(S::SERVICE_UNAVAILABLE, "owned_elsewhere", message);
                 error.owner = Some(url.clone());

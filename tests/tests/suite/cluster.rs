@@ -11,7 +11,7 @@ use super::http::{task, Api, Sse};
 use super::postgres::Postgres;
 use super::support::{edit, write_bundle, Server};
 
-const TOKEN: &str = "client-token-1";
+pub(super) const TOKEN: &str = "client-token-1";
 const CLUSTER: &str = "cluster-token-1";
 
 /// A turn that answers at once, then one that runs a long command (to kill its node under it), then answers.
@@ -27,7 +27,7 @@ fn node(pg: &Postgres, id: &str, lease: &str) -> (TempDir, Api) {
 }
 
 /// [`node`], with more `serve` arguments.
-fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> (TempDir, Api) {
+pub(super) fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> (TempDir, Api) {
     let home = TempDir::new().unwrap();
     let url = pg.url();
     let mut args = vec![
@@ -48,7 +48,7 @@ fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> (TempDir, A
 }
 
 /// Runs a turn with `run-sync` through `api`: its status code and result.
-async fn turn(api: &Api, id: &str, prompt: &str) -> (u16, Value) {
+pub(super) async fn turn(api: &Api, id: &str, prompt: &str) -> (u16, Value) {
     api.post(
         &format!("/sessions/{id}/run-sync"),
         json!({"input": task(prompt)}),

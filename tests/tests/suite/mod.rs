@@ -2,6 +2,7 @@ mod approvals;
 mod browser;
 mod bundles;
 mod cluster;
+mod cluster_bundles;
 mod commands;
 mod console;
 mod contract;
