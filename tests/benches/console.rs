@@ -11,6 +11,12 @@
 #[path = "../tests/suite/browser.rs"]
 #[allow(dead_code)]
 mod browser;
+#[path = "../tests/suite/postgres.rs"]
+#[allow(dead_code)]
+mod postgres;
+#[path = "../tests/suite/store_backend.rs"]
+#[allow(dead_code)]
+mod store_backend;
 #[path = "../tests/suite/support.rs"]
 #[allow(dead_code)]
 mod support;

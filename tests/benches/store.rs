@@ -3,7 +3,9 @@
 //!
 //! - the median warm turn (a confined worker, the scripted model) with each store, in interleaved rounds;
 //! - events per second journaled through PostgreSQL by 3 nodes (3 stores with their own pools, 4 sessions each),
-//!   from the first append to the last commit.
+//!   from the first append to the last commit;
+//! - failover: two `serve` processes over the database, the owner of a session SIGKILLed, and the time until the next
+//!   turn sent to the other node is answered (clients retry every 20 ms, as `Retry-After` invites them to).
 //!
 //! `cargo build --release --workspace --bins && cargo bench -p service-e2e --bench store` (`BENCH_TURNS` sets the
 //! turns per round, 200 by default).
@@ -14,6 +16,9 @@
 #[path = "../tests/suite/postgres.rs"]
 #[allow(dead_code)]
 mod postgres;
+#[path = "../tests/suite/store_backend.rs"]
+#[allow(dead_code)]
+mod store_backend;
 #[path = "../tests/suite/support.rs"]
 #[allow(dead_code)]
 mod support;
@@ -147,5 +152,87 @@ async fn main() {
              {:.2} s, {rate:.0} events/s",
             start.elapsed().as_secs_f64()
         );
+    }
+
+    let lease = Duration::from_secs(3);
+    let times: Vec<f64> = {
+        let mut out = Vec::new();
+        for _ in 0..ROUNDS {
+            out.push(failover(&pg, &work, &bundle, lease).await);
+        }
+        out
+    };
+    println!(
+        "failover with a {lease:?} lease, owner SIGKILLed to the next turn answered on another node, s: {} \
+         (median {:.3}, beyond the lease {:+.3})",
+        times.iter().map(|t| format!("{t:.3}")).collect::<Vec<_>>().join(" / "),
+        median(times.clone()),
+        median(times) - lease.as_secs_f64()
+    );
+}
+
+/// One failover: seconds from SIGKILL of a session's owner to the next turn answered by the other node.
+async fn failover(
+    pg: &postgres::Postgres,
+    work: &tempfile::TempDir,
+    bundle: &str,
+    lease: Duration,
+) -> f64 {
+    const TOKEN: &str = "bench-token";
+    let url = pg.url();
+    let lease_arg = format!("{}s", lease.as_secs());
+    let node = |id: &str| {
+        let home = tempfile::TempDir::new_in(work.path()).unwrap();
+        let args = [
+            "--token",
+            TOKEN,
+            "--store",
+            &url,
+            "--node-id",
+            id,
+            "--cluster-token",
+            "bench-cluster",
+            "--lease",
+            &lease_arg,
+        ];
+        (support::Server::start(home.path(), &args, &[]), home)
+    };
+    let ((survivor, _a), (mut owner, _b)) = (node("a"), node("b"));
+    let http = reqwest::Client::new();
+    let post = |base: &str, path: &str, body: serde_json::Value| {
+        http.post(format!("{base}{path}"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+    };
+    let created: serde_json::Value = post(
+        &owner.base,
+        "/sessions",
+        serde_json::json!({"bundle_ref": bundle}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let turn = format!("/sessions/{}/run-sync", created["id"].as_str().unwrap());
+    let prompt = serde_json::json!({"input": {"prompt": "warm"}});
+    let warm = post(&owner.base, &turn, prompt.clone()).await.unwrap();
+    assert_eq!(warm.status(), 200);
+
+    let killed = Instant::now();
+    owner.child.kill().unwrap();
+    owner.child.wait().unwrap();
+    loop {
+        let answer = post(&survivor.base, &turn, prompt.clone()).await.unwrap();
+        match answer.status().as_u16() {
+            200 => return killed.elapsed().as_secs_f64(),
+            503 => tokio::time::sleep(Duration::from_millis(20)).await,
+            other => panic!(
+                "status {other}: {}",
+                answer.text().await.unwrap_or_default()
+            ),
+        }
+        assert!(killed.elapsed() < lease * 4, "no failover");
     }
 }

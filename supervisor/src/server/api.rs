@@ -160,6 +160,15 @@ pub struct ApiError {
 pub struct OwnedBy(pub String);
 
 impl ApiError {
+    /// A body over [`super::MAX_BODY`], wherever it is read.
+    pub fn payload_too_large() -> Self {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body is larger than the {} byte limit", super::MAX_BODY),
+        )
+    }
+
     /// An error with a status, code and message.
     pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         ApiError {
@@ -337,11 +346,7 @@ impl<S: Send + Sync, T: Body> FromRequest<S> for ApiJson<T> {
                     "send the body as JSON with content-type: application/json",
                 ),
                 JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                    ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "payload_too_large",
-                        format!("the body is larger than the {} byte limit", super::MAX_BODY),
-                    )
+                    ApiError::payload_too_large()
                 }
                 other => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", other.body_text()),
             }),

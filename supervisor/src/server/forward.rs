@@ -39,11 +39,12 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
     // Small JSON bodies: kept, so the same request can go on.
     let bytes = match axum::body::to_bytes(body, super::MAX_BODY).await {
         Ok(b) => b,
+        Err(e) if is_too_large(&e) => return ApiError::payload_too_large().into_response(),
         Err(_) => {
             return ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "the request body is too large or was cut off",
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "the request body was cut off before its end",
             )
             .into_response()
         }
@@ -106,4 +107,16 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
             error
         }
     }
+}
+
+/// Whether reading a body failed on its size limit, rather than on a client that went away.
+fn is_too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }

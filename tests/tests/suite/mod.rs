@@ -26,6 +26,7 @@ mod registry_server;
 mod run_cli;
 mod sandbox;
 mod sessions_cli;
+mod store_backend;
 mod support;
 mod terminal;
 mod tmux;

@@ -104,6 +104,35 @@ impl Postgres {
         format!("postgres://service@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The URL of database `name` on this cluster.
+    #[allow(dead_code)] // Used by the tests, not by benches/store.rs, which includes this file too.
+    pub fn url_of(&self, name: &str) -> String {
+        format!("postgres://service@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Runs one SQL statement with `psql`, as the cluster's user.
+    #[allow(dead_code)]
+    pub fn sql(&self, statement: &str) {
+        let port = self.port.to_string();
+        let host = self.dir.path().display().to_string();
+        self.run(
+            "psql",
+            &[
+                "-h", &host, "-p", &port, "-U", "service", "-d", "postgres", "-qc", statement,
+            ],
+        );
+    }
+
+    /// Stops the server at once, for a cluster that is never dropped.
+    #[allow(dead_code)]
+    pub fn stop_now(&self) {
+        let data = self.data();
+        let _ = self
+            .command("pg_ctl")
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .output();
+    }
+
     /// The loopback port it listens on.
     pub fn port(&self) -> u16 {
         self.port
@@ -163,11 +192,7 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let data = self.data();
-        let _ = self
-            .command("pg_ctl")
-            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
-            .output();
+        self.stop_now();
     }
 }
 

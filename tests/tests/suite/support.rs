@@ -213,7 +213,7 @@ pub fn runtime_with(
     let mut options =
         service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&binary()));
     tune(&mut options);
-    service_supervisor::ServiceRuntime::new(service_supervisor::ServiceHome::new(home), options)
+    super::store_backend::runtime(home, options)
 }
 
 /// Reads events until the one that ends `turn_id` (20 s at most).
@@ -272,6 +272,9 @@ impl Server {
         use std::io::BufRead;
         let mut cmd = Command::new(binary());
         cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(args);
+        if !args.contains(&"--store") {
+            cmd.args(super::store_backend::serve_args(home));
+        }
         if !args.contains(&"--allow-path") {
             let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
             cmd.arg("--allow-path")
