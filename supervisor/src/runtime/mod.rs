@@ -18,6 +18,7 @@ mod bundle_fetch;
 mod egress_sink;
 pub mod error;
 mod frame_guard;
+pub mod handle;
 pub mod journal;
 pub mod launcher;
 mod operations;
@@ -47,9 +48,9 @@ pub use record::SessionRecord;
 pub use session::TurnOutcome;
 
 use approvals::ApprovalStore;
+use handle::WorkerHandle;
 use launcher::Launcher;
 use session::Session;
-use worker::WorkerHandle;
 
 use crate::bundle::{self, BundleError};
 use crate::home::ServiceHome;
@@ -410,15 +411,15 @@ impl ServiceRuntime {
             .flatten();
         let handle = match prestarted {
             Some(started) => {
-                match spawn::attach(self.inner.clone(), session.clone(), started).await {
+                match worker::attach(self.inner.clone(), session.clone(), started).await {
                     Ok(handle) => handle,
                     Err(e) => {
                         tracing::debug!(session = %session.id, "the spare worker failed ({e}); starting one");
-                        spawn::spawn(self.inner.clone(), session.clone()).await?
+                        worker::spawn(self.inner.clone(), session.clone()).await?
                     }
                 }
             }
-            None => spawn::spawn(self.inner.clone(), session.clone()).await?,
+            None => worker::spawn(self.inner.clone(), session.clone()).await?,
         };
         *slot = Some(handle.clone());
         if self.inner.options.prestart_sandboxes
@@ -560,11 +561,10 @@ impl ServiceRuntime {
             .session(&pending.session_id)
             .await
             .map_err(|_| RuntimeError::ApprovalSessionGone(request_id.to_string()))?;
-        if decision == ApprovalDecision::AllowAlways {
-            if session.grant_always(pending.grant.clone()) {
-                if let Err(e) = self.inner.store.grant(&session.id, &pending.grant).await {
-                    tracing::warn!(session = %session.id, "the allow_always grant holds on this node only: {e}");
-                }
+        if decision == ApprovalDecision::AllowAlways && session.grant_always(pending.grant.clone())
+        {
+            if let Err(e) = self.inner.store.grant(&session.id, &pending.grant).await {
+                tracing::warn!(session = %session.id, "the allow_always grant holds on this node only: {e}");
             }
         }
         // The event first: the worker acts on the decision at once, and its tool events must come after it.

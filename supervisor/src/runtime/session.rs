@@ -9,10 +9,10 @@ use tokio::sync::oneshot;
 
 use super::approvals::Grant;
 use super::error::{Result, RuntimeError};
+use super::handle::WorkerHandle;
 use super::journal::Journal;
 use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
 use super::store::Store;
-use super::worker::WorkerHandle;
 use crate::bundle::{self, Bundle};
 use crate::home::ServiceHome;
 

@@ -1,7 +1,8 @@
-//! Starting a worker, in two steps: [`start`] makes a socket pair, launches the worker through the launcher with
-//! one end as an inherited descriptor, learns its pid from the kernel and reads its hello; [`attach`] gives the started worker a session (the `configure` / `ready` half
-//! of the handshake) and hands it to its actor. A sandboxed worker may be started before its session exists and
-//! attached later (see `prestart`); [`spawn`] does both steps at once.
+//! Starting a worker, a factory that knows nothing of sessions, in two steps: [`start`] makes a socket pair, launches
+//! the worker through the launcher with one end as an inherited descriptor, learns its pid from the kernel and reads
+//! its hello; [`configure`] waits until the worker is inside its limits and gives it its assignment (the `configure`
+//! / `ready` half of the handshake). A sandboxed worker may be started before its session exists and configured
+//! later (see `prestart`). Handing the configured worker to a session is `worker::attach`'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,13 +16,17 @@ use tokio_util::codec::Framed;
 
 use super::error::{Result, RuntimeError};
 use super::launcher::LaunchSpec;
-use super::session::Session;
-use super::worker::{self, Conn, WorkerHandle};
 use super::Inner;
 use crate::bundle::Bundle;
 use crate::egress::{self, Egress};
 use crate::sandbox::limits::Limits;
-use service_ipc::FrameCodec;
+use service_ipc::{ChatMessage, FrameCodec};
+
+/// The framed socket to a worker.
+pub(super) type Conn = Framed<tokio::net::UnixStream, FrameCodec<ToSupervisor, ToWorker>>;
+
+/// How long an ended worker's cgroups may take to empty before they are left to the last drop of its limits.
+pub(super) const CGROUP_RELEASE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A worker that has connected and said hello, and has no session yet.
 pub(crate) struct Started {
@@ -54,17 +59,10 @@ impl Started {
     pub(crate) async fn discard(mut self) {
         let _ = self.child.kill().await;
         if let Some(limits) = self.limits.take() {
-            limits.release(worker::CGROUP_RELEASE).await;
+            limits.release(CGROUP_RELEASE).await;
         }
         let _ = std::fs::remove_dir_all(&self.run_dir);
     }
-}
-
-/// Starts a worker and completes the handshake for `session`.
-pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<WorkerHandle> {
-    let workspace = session.cwd();
-    let started = start(&rt, &session.id, &session.bundle, &workspace).await?;
-    attach(rt, session, started).await
 }
 
 /// Starts a worker for `bundle` with `host_workspace` as its workspace, up to its hello. `name` names its socket
@@ -145,7 +143,7 @@ pub(crate) async fn start(
     let first = tokio::select! {
         p = tokio::time::timeout(timeout, sender_pid(&stream)) => p,
         status = child.wait() => {
-            return Err(unavailable(format!("the worker exited before saying hello ({})", worker::describe_exit(status.ok()))));
+            return Err(unavailable(format!("the worker exited before saying hello ({})", describe_exit(status.ok()))));
         }
     };
     let pid = match first {
@@ -213,13 +211,24 @@ fn egress_for(rt: &Inner, bundle: &Bundle, run_dir: &Path) -> Result<Option<Egre
     .map_err(|e| RuntimeError::io("cannot start the egress proxy at", &socket, e))
 }
 
-/// Configures a started worker for `session` and hands it to its actor; a worker that cannot be configured is
-/// discarded.
-pub(crate) async fn attach(
-    rt: Arc<Inner>,
-    session: Arc<Session>,
+/// What a started worker is given to run: a session's id, bundle and history, as plain data.
+pub(crate) struct Assignment<'a> {
+    /// The session id.
+    pub id: &'a str,
+    /// Its bundle.
+    pub bundle: &'a Bundle,
+    /// Its conversation so far.
+    pub history: Vec<ChatMessage>,
+}
+
+/// Waits until a started worker is inside its limits, connects its egress proxy to `sink`, and gives it
+/// `assignment`; a worker that cannot be configured is discarded.
+pub(crate) async fn configure(
+    rt: &Inner,
     mut started: Started,
-) -> Result<WorkerHandle> {
+    assignment: Assignment<'_>,
+    sink: Arc<dyn egress::Sink>,
+) -> Result<Started> {
     let timeout = rt.options.handshake_timeout;
     // The configuration starts the worker's MCP servers: it waits until the worker is inside its cgroups, or a
     // server forked before the move would stay outside them.
@@ -242,33 +251,33 @@ pub(crate) async fn attach(
     // Before the configuration: with it the worker starts its MCP servers, and an HTTP one connects through the
     // proxy at once.
     if let Some(egress) = &started.egress {
-        egress.attach(Arc::new(super::egress_sink::SessionSink::new(
-            &rt, &session,
-        )));
+        egress.attach(sink);
     }
-    let configured = match config_for(&rt, &session, &started).await {
-        Ok(config) => tokio::time::timeout(timeout, configure(&mut started.conn, config))
-            .await
-            .unwrap_or_else(|_| {
-                Err(RuntimeError::WorkerUnavailable(format!(
-                    "the worker did not finish the handshake within {timeout:?}"
-                )))
-            }),
-        Err(e) => Err(e),
-    };
-    if let Err(e) = configured {
-        started.discard().await;
-        return Err(e);
+    let config = config_for(rt, assignment, &started);
+    let configured = tokio::time::timeout(timeout, handshake(&mut started.conn, config))
+        .await
+        .unwrap_or_else(|_| {
+            Err(RuntimeError::WorkerUnavailable(format!(
+                "the worker did not finish the handshake within {timeout:?}"
+            )))
+        });
+    match configured {
+        Ok(()) => Ok(started),
+        Err(e) => {
+            started.discard().await;
+            Err(e)
+        }
     }
-    let host_workspace = session.cwd();
-    tracing::info!(session = %session.id, bundle = %session.bundle.reference(), "worker started");
-    Ok(worker::run(rt, session, started, host_workspace))
 }
 
-/// What the worker is told of its session, with paths as it sees them.
-async fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<WorkerConfig> {
-    let skills = session
-        .bundle
+/// What the worker is told of its assignment, with paths as it sees them.
+fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> WorkerConfig {
+    let Assignment {
+        id,
+        bundle,
+        history,
+    } = assignment;
+    let skills = bundle
         .skills
         .iter()
         .map(|s| service_ipc::SkillInfo {
@@ -277,46 +286,46 @@ async fn config_for(rt: &Inner, session: &Session, started: &Started) -> Result<
             path: started.bundle_dir.join(&s.path).display().to_string(),
         })
         .collect();
-    let agent = &session.bundle.agent;
-    Ok(WorkerConfig {
+    let agent = &bundle.agent;
+    WorkerConfig {
         protocol_version: PROTOCOL_VERSION,
-        session_id: session.id.clone(),
+        session_id: id.to_string(),
         bundle_dir: started.bundle_dir.display().to_string(),
         workspace: started.workspace.display().to_string(),
         sandbox_mode: started.confinement,
         system_prompt: agent.system_prompt.clone(),
-        tools: session.bundle.manifest.tools.clone(),
+        tools: bundle.manifest.tools.clone(),
         skills,
         max_steps: agent.max_steps,
         memory_window: agent.memory.window,
         permissions: agent.permissions.clone(),
-        history: session.history().await?,
+        history,
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
         egress_proxy: started
             .egress
             .as_ref()
             .map(|_| egress::SOCKET_IN_SANDBOX.to_string()),
-        mcp_servers: mcp_servers(rt, session),
+        mcp_servers: mcp_servers(rt, id, bundle),
         spare_shell_idle_ms: rt.options.spare_shell_idle.as_millis() as u64,
-    })
+    }
 }
 
 /// The worker's form of the bundle's MCP servers. `env_from_host` is read here, from the supervisor's environment,
 /// except the variables that hold provider keys or the server token, which never enter a sandbox.
 fn mcp_servers(
     rt: &Inner,
-    session: &Session,
+    id: &str,
+    bundle: &Bundle,
 ) -> std::collections::BTreeMap<String, service_ipc::McpServer> {
     let secrets = rt.options.keys.key_variables();
     let host = |name: &str| {
         if secrets.iter().any(|s| s == name) {
-            tracing::warn!(session = %session.id, "mcp_servers env_from_host names {name}, which holds a key; not passed");
+            tracing::warn!(session = %id, "mcp_servers env_from_host names {name}, which holds a key; not passed");
             return None;
         }
         std::env::var(name).ok()
     };
-    session
-        .bundle
+    bundle
         .agent
         .mcp_servers
         .iter()
@@ -395,8 +404,8 @@ async fn hello(conn: &mut Conn) -> Result<()> {
     }
 }
 
-/// Sends the session's configuration and waits for `ready`.
-async fn configure(conn: &mut Conn, config: WorkerConfig) -> Result<()> {
+/// Sends the configuration and waits for `ready`.
+async fn handshake(conn: &mut Conn, config: WorkerConfig) -> Result<()> {
     let protocol = |m: String| RuntimeError::WorkerUnavailable(m);
     conn.send(ToWorker::Configure(config))
         .await
@@ -410,5 +419,23 @@ async fn configure(conn: &mut Conn, config: WorkerConfig) -> Result<()> {
         None => Err(protocol(
             "the worker closed the socket during the handshake".into(),
         )),
+    }
+}
+
+/// "exited with code N" or "killed by signal N (NAME)".
+pub(super) fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("it exited with code {code}"),
+            (None, Some(sig)) => {
+                let name = nix::sys::signal::Signal::try_from(sig)
+                    .map(|s| s.as_str())
+                    .unwrap_or("unknown");
+                format!("it was killed by signal {sig} ({name})")
+            }
+            _ => "it exited".to_string(),
+        },
+        None => "its exit status is unknown".to_string(),
     }
 }

@@ -13,22 +13,21 @@
 //! quota per session. A frame that breaks these rules ends the worker.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, SinkExt, StreamExt};
-use service_ipc::{EventPayload, FrameCodec, ModelRequest, SandboxMode, ToSupervisor, ToWorker};
+use service_ipc::{EventPayload, ModelRequest, ToSupervisor, ToWorker};
 use tokio::sync::{mpsc, watch};
-use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
-use super::approvals::Grant;
-use super::approvals::{Pending, Reply};
-use super::error::{Result, RuntimeError};
+use super::approvals::{Grant, Pending, Reply};
+use super::error::Result;
 use super::frame_guard::{self, Guard};
+use super::handle::WorkerHandle;
 use super::session::{Session, TurnEnd};
-use super::spawn::Started;
+use super::spawn::{self, describe_exit, Assignment, Conn, Started, CGROUP_RELEASE};
 use super::Inner;
 use crate::providers;
 use crate::sandbox::limits::Limits;
@@ -36,72 +35,43 @@ use crate::sandbox::limits::Limits;
 /// Frames queued for one worker before senders wait.
 const QUEUE: usize = 1024;
 
-/// How long an ended worker's cgroups may take to empty before they are left to the last drop of its limits.
-pub(super) const CGROUP_RELEASE: Duration = Duration::from_secs(2);
-
 /// Most frames handled (and events committed) as one batch before the actor looks at its other duties.
 const MAX_BATCH: usize = 256;
 
-/// A cloneable handle on a running worker.
-#[derive(Clone)]
-pub struct WorkerHandle {
-    tx: mpsc::Sender<ToWorker>,
-    kill: CancellationToken,
-    exited: watch::Receiver<bool>,
-    /// The mode that confines this worker.
-    pub confinement: SandboxMode,
-    /// Host workspace and its path inside the worker's view.
-    pub paths: (PathBuf, PathBuf),
+/// Starts a worker for `session` and attaches it.
+pub(crate) async fn spawn(rt: Arc<Inner>, session: Arc<Session>) -> Result<WorkerHandle> {
+    let workspace = session.cwd();
+    let started = spawn::start(&rt, &session.id, &session.bundle, &workspace).await?;
+    attach(rt, session, started).await
 }
 
-impl WorkerHandle {
-    /// Queues a frame; fails once the worker is gone. (A worker gets a handle only once it is inside its limits:
-    /// `spawn::attach` waits for them before the configuration.)
-    pub async fn send(&self, msg: ToWorker) -> Result<()> {
-        self.tx
-            .send(msg)
-            .await
-            .map_err(|_| RuntimeError::WorkerUnavailable("the worker has exited".into()))
-    }
-
-    /// True until the actor has seen the worker's connection end (or was told to kill it).
-    pub fn is_alive(&self) -> bool {
-        !self.kill.is_cancelled() && !*self.exited.borrow()
-    }
-
-    /// Asks the worker to exit, waits up to `grace`, then kills it; returns once it is gone.
-    pub async fn shutdown(&self, grace: Duration) {
-        let _ = self.tx.try_send(ToWorker::Shutdown);
-        let mut exited = self.exited.clone();
-        if tokio::time::timeout(grace, exited.wait_for(|e| *e))
-            .await
-            .is_err()
-        {
-            self.kill.cancel();
-            let _ = exited.wait_for(|e| *e).await;
+/// Configures a started worker with `session` and hands it to its actor.
+pub(crate) async fn attach(
+    rt: Arc<Inner>,
+    session: Arc<Session>,
+    started: Started,
+) -> Result<WorkerHandle> {
+    let history = match session.history().await {
+        Ok(h) => h,
+        Err(e) => {
+            started.discard().await;
+            return Err(e);
         }
-    }
-
-    /// Kills the worker at once.
-    pub fn kill(&self) {
-        self.kill.cancel();
-    }
-
-    /// The worker's view of a host path (paths outside the workspace are passed unchanged).
-    pub fn worker_path(&self, host: &Path) -> PathBuf {
-        let (host_ws, worker_ws) = &self.paths;
-        match host.strip_prefix(host_ws) {
-            Ok(rel) if rel.as_os_str().is_empty() => worker_ws.clone(),
-            Ok(rel) => worker_ws.join(rel),
-            Err(_) => host.to_path_buf(),
-        }
-    }
+    };
+    let assignment = Assignment {
+        id: &session.id,
+        bundle: &session.bundle,
+        history,
+    };
+    let sink = Arc::new(super::egress_sink::SessionSink::new(&rt, &session));
+    let started = spawn::configure(&rt, started, assignment, sink).await?;
+    let host_workspace = session.cwd();
+    tracing::info!(session = %session.id, bundle = %session.bundle.reference(), "worker started");
+    Ok(run(rt, session, started, host_workspace))
 }
-
-pub(super) type Conn = Framed<tokio::net::UnixStream, FrameCodec<ToSupervisor, ToWorker>>;
 
 /// Hands a configured worker to its actor and returns the handle on it.
-pub(super) fn run(
+fn run(
     rt: Arc<Inner>,
     session: Arc<Session>,
     started: Started,
@@ -505,23 +475,5 @@ impl Trace {
             let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
             let _ = writeln!(f, "{line}");
         }
-    }
-}
-
-/// "exited with code N" or "killed by signal N (NAME)".
-pub(super) fn describe_exit(status: Option<std::process::ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => format!("it exited with code {code}"),
-            (None, Some(sig)) => {
-                let name = nix::sys::signal::Signal::try_from(sig)
-                    .map(|s| s.as_str())
-                    .unwrap_or("unknown");
-                format!("it was killed by signal {sig} ({name})")
-            }
-            _ => "it exited".to_string(),
-        },
-        None => "its exit status is unknown".to_string(),
     }
 }
