@@ -3,46 +3,53 @@
 //! Each event gets the next sequence number, is stored, and only then is broadcast, in one order: the log publishes
 //! batches in sequence order (see the backends in [`super::store`]). Events that arrive
 //! together are committed as one batch: one write to the journal and one broadcast message, so a burst of deltas
-//! costs one wake-up per subscriber, not one per event, and SSE clients get the burst in one socket write. A subscriber that
+//! costs one wake-up per subscriber, not one per event, and a subscriber can share one encoding of the burst with the
+//! others ([`Batch::shared`]: the server's SSE frames). A subscriber that
 //! falls behind the broadcast channel catches up from the journal, so no subscriber misses an event; a subscriber
 //! that starts after a given sequence number gets the journal's later events first, then live ones, without a gap
 //! or a duplicate.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use bytes::Bytes;
 use futures::Stream;
 use service_ipc::{EventMsg, EventPayload};
 use tokio::sync::broadcast;
 
 use super::error::Result;
-use super::sse_frames::{self, Frames};
 use super::store::{Publish, SessionLog, Store};
 
 /// Batches buffered per subscriber before it counts as lagging (and catches up from the journal).
 const BROADCAST_CAPACITY: usize = 4096;
 
-/// Events committed together, in sequence order, and their SSE frames (made by the first SSE subscriber that needs
-/// them, then shared by all).
-#[derive(Debug)]
-struct Batch {
+/// Events committed together, in sequence order, and one encoding of them shared by the subscribers that want it.
+pub struct Batch {
     events: Vec<Arc<Published>>,
-    frames: OnceLock<Frames>,
+    shared: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl Batch {
-    fn frames_from(&self, index: usize) -> Bytes {
-        self.frames
-            .get_or_init(|| Frames::new(self.events.iter().map(|e| &**e)))
-            .from_index(index)
+    /// The events, in sequence order.
+    pub fn events(&self) -> &[Arc<Published>] {
+        &self.events
+    }
+
+    /// The batch in another form, made by the first subscriber that asks (`make`) and shared with every other; None
+    /// when the batch already holds a form of another type (one kind of encoding per journal).
+    pub fn shared<T: Any + Send + Sync>(
+        &self,
+        make: impl FnOnce(&[Arc<Published>]) -> T,
+    ) -> Option<&T> {
+        self.shared
+            .get_or_init(|| Box::new(make(&self.events)))
+            .downcast_ref()
     }
 }
 
 /// Events a subscriber has not seen yet, as one piece.
-enum Run {
+pub enum Run {
     /// Read back from the journal, in order.
     Journaled(VecDeque<Arc<Published>>),
     /// A live batch from this index on.
@@ -72,9 +79,6 @@ pub type EventStream = Pin<Box<dyn Stream<Item = EventMsg> + Send>>;
 /// A stream of published events, each with its JSON serialised once for every subscriber.
 pub type PublishedStream = Pin<Box<dyn Stream<Item = Arc<Published>> + Send>>;
 
-/// A `text/event-stream` body: chunks of SSE frames, and a keep-alive comment when the session has been quiet.
-pub type SseStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
-
 /// An event as journaled: the message and its JSON line (without the newline). Shared by every subscriber, so
 /// fanning an event out to many SSE clients serialises it once, not once per client.
 #[derive(Debug)]
@@ -101,7 +105,7 @@ impl Journal {
         let publish: Publish = Arc::new(move |events| {
             let _ = sender.send(Arc::new(Batch {
                 events,
-                frames: OnceLock::new(),
+                shared: OnceLock::new(),
             }));
         });
         let log = store.open_log(id, publish).await?;
@@ -169,24 +173,9 @@ impl Journal {
         ))
     }
 
-    /// The same events as [`Journal::subscribe`], as SSE frames: each live batch in one chunk shared with every
-    /// subscriber, and a keep-alive comment after `keep_alive` without one.
-    pub fn subscribe_sse(self: &Arc<Self>, after: Option<u64>, keep_alive: Duration) -> SseStream {
-        let sub = self.subscription(after);
-        Box::pin(futures::stream::unfold(sub, move |mut sub| async move {
-            // `next_run` is cancel-safe (its only wait is the broadcast receive), so the timer may interrupt it.
-            let chunk = tokio::select! {
-                run = sub.next_run() => match run? {
-                    Run::Journaled(events) => Frames::new(events.iter().map(|e| &**e)).from_index(0),
-                    Run::Live(batch, from) => batch.frames_from(from),
-                },
-                () = tokio::time::sleep(keep_alive) => Bytes::from_static(sse_frames::KEEP_ALIVE),
-            };
-            Some((chunk, sub))
-        }))
-    }
-
-    fn subscription(self: &Arc<Self>, after: Option<u64>) -> Subscription {
+    /// Every event after `after` (all journaled ones when Some, none of the past when None), then live events, a
+    /// run at a time: for a subscriber that handles a burst at once.
+    pub fn subscription(self: &Arc<Self>, after: Option<u64>) -> Subscription {
         // Subscribed first: an event published in between is then both live and under the boundary, and is
         // yielded once.
         let rx = self.tx.subscribe();
@@ -203,7 +192,8 @@ impl Journal {
     }
 }
 
-struct Subscription {
+/// A subscriber's place in a journal.
+pub struct Subscription {
     journal: Arc<Journal>,
     rx: broadcast::Receiver<Arc<Batch>>,
     /// Highest sequence number yielded (or known to be unrecoverable).
@@ -218,7 +208,8 @@ struct Subscription {
 
 impl Subscription {
     /// The next events newer than anything yielded so far, in order; None when the session's journal is closed.
-    async fn next_run(&mut self) -> Option<Run> {
+    /// Cancel-safe: its only wait is the broadcast receive.
+    pub async fn next_run(&mut self) -> Option<Run> {
         loop {
             if !self.backlog.is_empty() {
                 let mut run = VecDeque::new();
@@ -273,32 +264,38 @@ impl Subscription {
     }
 }
 
+/// Journals and events for the tests of the journal and of its subscribers.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use futures::StreamExt;
 
+    /// Batches a subscriber may fall behind by before it catches up from the journal.
+    pub(crate) const CAPACITY: usize = BROADCAST_CAPACITY;
+
     /// Session `s`'s journal in a files store under `dir`.
-    async fn open(dir: &tempfile::TempDir) -> Arc<Journal> {
+    pub(crate) async fn open(dir: &tempfile::TempDir) -> Arc<Journal> {
         std::fs::create_dir_all(dir.path().join("sessions/s")).unwrap();
         let store =
             crate::runtime::store::files::FilesStore::new(crate::ServiceHome::new(dir.path()));
         Arc::new(Journal::open(&store, "s").await.unwrap())
     }
 
-    fn delta(text: &str) -> EventPayload {
+    /// A text delta event.
+    pub(crate) fn delta(text: &str) -> EventPayload {
         EventPayload::AgentMessageDelta {
             turn_id: "t".into(),
             delta: text.into(),
         }
     }
 
-    fn batch(n: usize) -> Vec<EventPayload> {
+    /// `n` deltas.
+    pub(crate) fn batch(n: usize) -> Vec<EventPayload> {
         (0..n).map(|i| delta(&i.to_string())).collect()
     }
 
     /// Up to `n` items of `stream`, stopping early after 5 s without one.
-    async fn first<T>(stream: impl Stream<Item = T>, n: usize) -> Vec<T> {
+    pub(crate) async fn first<T>(stream: impl Stream<Item = T>, n: usize) -> Vec<T> {
         let mut stream = std::pin::pin!(stream);
         let mut out = Vec::new();
         while out.len() < n {
@@ -309,16 +306,16 @@ mod tests {
         }
         out
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{batch, delta, first, open};
+    use super::*;
+    use futures::StreamExt;
 
     async fn seqs(stream: &mut PublishedStream, n: usize) -> Vec<u64> {
         first(stream.map(|p| p.seq), n).await
-    }
-
-    /// The `id:` of the first `n` events of an SSE body, read by a standard parser.
-    async fn sse_ids(stream: SseStream, n: usize) -> Vec<u64> {
-        let chunks = stream.map(Ok::<_, std::convert::Infallible>);
-        let events = eventsource_stream::Eventsource::eventsource(chunks);
-        first(events.map(|e| e.unwrap().id.parse().unwrap()), n).await
     }
 
     #[tokio::test]
@@ -345,51 +342,6 @@ mod tests {
         let mut from_two = journal.subscribe(Some(2));
         journal.emit_all(batch(2)).unwrap();
         assert_eq!(seqs(&mut from_two, 5).await, vec![3, 4, 5, 6, 7]);
-    }
-
-    #[tokio::test]
-    async fn an_sse_subscriber_gets_the_journal_then_the_rest_of_a_live_batch_then_live_events() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let journal = open(&dir).await;
-        journal.emit_all(batch(5)).unwrap();
-        let long = std::time::Duration::from_secs(60);
-        let from_two = journal.subscribe_sse(Some(2), long);
-        let live = journal.subscribe_sse(None, long);
-        journal.emit_all(batch(3)).unwrap();
-        journal.emit(delta("x")).unwrap();
-        assert_eq!(sse_ids(from_two, 7).await, vec![3, 4, 5, 6, 7, 8, 9]);
-        assert_eq!(sse_ids(live, 4).await, vec![6, 7, 8, 9]);
-    }
-
-    #[tokio::test]
-    async fn an_sse_subscriber_lagging_past_the_channel_gets_every_event_once_in_order() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let journal = open(&dir).await;
-        let live = journal.subscribe_sse(None, std::time::Duration::from_secs(60));
-        let batches = BROADCAST_CAPACITY + 10;
-        for _ in 0..batches {
-            journal.emit_all(batch(3)).unwrap();
-        }
-        let total = (batches * 3) as u64;
-        assert_eq!(
-            sse_ids(live, total as usize).await,
-            (1..=total).collect::<Vec<_>>()
-        );
-    }
-
-    #[tokio::test]
-    async fn a_quiet_sse_stream_gets_a_keep_alive_comment() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let journal = open(&dir).await;
-        let mut live = journal.subscribe_sse(None, std::time::Duration::from_millis(20));
-        let first = tokio::time::timeout(std::time::Duration::from_secs(5), live.next()).await;
-        assert_eq!(first.unwrap().unwrap(), b": keep-alive\n\n"[..]);
-        journal.emit(delta("x")).unwrap();
-        let mut next = live.next().await.unwrap();
-        while next == sse_frames::KEEP_ALIVE {
-            next = live.next().await.unwrap();
-        }
-        assert!(next.starts_with(b"id: 1\ndata: {"), "{next:?}");
     }
 
     #[tokio::test]

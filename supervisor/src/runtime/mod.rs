@@ -27,7 +27,6 @@ mod prestart;
 pub mod record;
 pub mod session;
 mod spawn;
-pub mod sse_frames;
 pub mod store;
 pub mod worker;
 
@@ -43,7 +42,7 @@ use service_ipc::{
 use tokio::sync::oneshot;
 
 pub use error::{Result, RuntimeError};
-pub use journal::{EventStream, Published, PublishedStream, SseStream};
+pub use journal::{EventStream, Published, PublishedStream};
 pub use record::SessionRecord;
 pub use session::TurnOutcome;
 
@@ -368,19 +367,10 @@ impl ServiceRuntime {
         ))
     }
 
-    /// The events after `after` (None: from now on), then live ones, as a `text/event-stream` body: each burst of
-    /// events framed once for every subscriber, and a keep-alive comment after `keep_alive` of quiet.
-    pub async fn subscribe_sse(
-        &self,
-        id: &str,
-        after: Option<u64>,
-        keep_alive: std::time::Duration,
-    ) -> Result<SseStream> {
-        Ok(self
-            .followed(id)
-            .await?
-            .journal
-            .subscribe_sse(after, keep_alive))
+    /// Session `id`'s journal, caught up with what other nodes stored: for a subscriber that frames events itself
+    /// (the server's SSE).
+    pub async fn journal(&self, id: &str) -> Result<Arc<journal::Journal>> {
+        Ok(self.followed(id).await?.journal.clone())
     }
 
     /// Whether every worker runs on the host (`--dangerous-sandbox-mode`).

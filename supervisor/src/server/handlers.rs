@@ -253,7 +253,7 @@ pub async fn resolve_approval(
 
 /// The session's events as server-sent events: each `EventMsg` as JSON in one `data:` frame, its sequence number as
 /// the SSE `id:`. With `Last-Event-ID` (or `?after=N`) the journal's later events come first, then live ones. The
-/// frames are made once per burst of events for every subscriber (see `runtime::sse_frames`).
+/// frames are made once per burst of events for every subscriber (see `server::sse`).
 #[utoipa::path(get, path = "/sessions/{id}/events",
     params(("id" = String, Path), ("after" = Option<u64>, Query, minimum = 0,
             description = "Replay the journaled events after this sequence number first (0: the whole session)"),
@@ -300,10 +300,8 @@ pub async fn events(
         ),
     };
     let subscriber = crate::metrics::GaugeGuard::new(&st.rt.counters().sse_subscribers);
-    let frames = st
-        .rt
-        .subscribe_sse(&id, last_event_id.or(q.after), SSE_KEEP_ALIVE)
-        .await?
+    let journal = st.rt.journal(&id).await?;
+    let frames = super::sse::stream(&journal, last_event_id.or(q.after), SSE_KEEP_ALIVE)
         .map(move |frame| {
             // The slot and the subscriber count live as long as the stream.
             let _held = (&slot, &subscriber);

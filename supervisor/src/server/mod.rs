@@ -18,6 +18,7 @@ pub mod handlers;
 pub mod listener;
 pub mod policy;
 pub mod registry_routes;
+pub mod sse;
 mod token;
 
 use std::net::SocketAddr;

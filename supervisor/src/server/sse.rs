@@ -1,4 +1,5 @@
-//! Server-sent event frames of journaled events, made once per batch for every subscriber.
+//! Session events as a `text/event-stream` body: server-sent event frames of journaled events, made once per batch
+//! for every subscriber.
 //!
 //! `axum`'s `Sse` builds one `Event` buffer per client per event, and hyper then writes each as a chunk of its
 //! own: with 100 clients that was most of the supervisor's CPU per delivery (a quarter allocation, the rest chunk
@@ -8,9 +9,37 @@
 //! JSON (serde never writes a raw line break, but a frame must stay valid if it did), then an empty line. The
 //! `eventsource-stream` parser reads these frames back in the tests.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::journal::Published;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::Stream;
+
+use crate::runtime::journal::{Journal, Published, Run};
+
+/// A `text/event-stream` body: chunks of SSE frames, and a keep-alive comment when the session has been quiet.
+pub type SseStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+
+/// The journal's events after `after` (None: from now on), then live ones, as SSE frames: each live batch framed
+/// once, in one chunk shared with every subscriber, and a keep-alive comment after `keep_alive` without one.
+pub fn stream(journal: &Arc<Journal>, after: Option<u64>, keep_alive: Duration) -> SseStream {
+    let sub = journal.subscription(after);
+    Box::pin(futures::stream::unfold(sub, move |mut sub| async move {
+        // `next_run` is cancel-safe, so the timer may interrupt it.
+        let chunk = tokio::select! {
+            run = sub.next_run() => match run? {
+                Run::Journaled(events) => Frames::new(events.iter().map(|e| &**e)).from_index(0),
+                Run::Live(batch, from) => match batch.shared(|events| Frames::new(events.iter().map(|e| &**e))) {
+                    Some(frames) => frames.from_index(from),
+                    None => Frames::new(batch.events()[from..].iter().map(|e| &**e)).from_index(0),
+                },
+            },
+            () = tokio::time::sleep(keep_alive) => Bytes::from_static(KEEP_ALIVE),
+        };
+        Some((chunk, sub))
+    }))
+}
 
 /// The comment sent to an idle stream, so proxies and clients know it is alive.
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
@@ -64,8 +93,61 @@ fn push(buf: &mut BytesMut, event: &Published) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::journal::testing::{batch, delta, first, open, CAPACITY};
     use futures::StreamExt;
     use service_ipc::{EventMsg, EventPayload};
+
+    /// The `id:` of the first `n` events of an SSE body, read by a standard parser.
+    async fn sse_ids(stream: SseStream, n: usize) -> Vec<u64> {
+        let chunks = stream.map(Ok::<_, std::convert::Infallible>);
+        let events = eventsource_stream::Eventsource::eventsource(chunks);
+        first(events.map(|e| e.unwrap().id.parse().unwrap()), n).await
+    }
+
+    #[tokio::test]
+    async fn an_sse_subscriber_gets_the_journal_then_the_rest_of_a_live_batch_then_live_events() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = open(&dir).await;
+        journal.emit_all(batch(5)).unwrap();
+        let long = std::time::Duration::from_secs(60);
+        let from_two = stream(&journal, Some(2), long);
+        let live = stream(&journal, None, long);
+        journal.emit_all(batch(3)).unwrap();
+        journal.emit(delta("x")).unwrap();
+        assert_eq!(sse_ids(from_two, 7).await, vec![3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(sse_ids(live, 4).await, vec![6, 7, 8, 9]);
+    }
+
+    #[tokio::test]
+    async fn an_sse_subscriber_lagging_past_the_channel_gets_every_event_once_in_order() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = open(&dir).await;
+        let live = stream(&journal, None, std::time::Duration::from_secs(60));
+        let batches = CAPACITY + 10;
+        for _ in 0..batches {
+            journal.emit_all(batch(3)).unwrap();
+        }
+        let total = (batches * 3) as u64;
+        assert_eq!(
+            sse_ids(live, total as usize).await,
+            (1..=total).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_quiet_sse_stream_gets_a_keep_alive_comment() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = open(&dir).await;
+        let mut live = stream(&journal, None, std::time::Duration::from_millis(20));
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), live.next()).await;
+        assert_eq!(first.unwrap().unwrap(), b": keep-alive\n\n"[..]);
+        journal.emit(delta("x")).unwrap();
+        let mut next = live.next().await.unwrap();
+        while next == KEEP_ALIVE {
+            next = live.next().await.unwrap();
+        }
+        assert!(next.starts_with(b"id: 1\ndata: {"), "{next:?}");
+    }
 
     fn published(seq: u64, json: &str) -> Published {
         Published {
