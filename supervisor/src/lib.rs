@@ -22,6 +22,7 @@
 pub mod bundle;
 pub mod doctor;
 pub mod egress;
+pub mod error_chain;
 pub mod event_source;
 pub use service_worker::hardening;
 pub mod home;

@@ -87,6 +87,10 @@ pub struct ServeArgs {
     /// sessions over once it expires.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "store")]
     lease: Duration,
+    /// PEM file of the CA that signed the database's certificate: connections to the store use TLS and verify the
+    /// server against it (as `sslmode=require` in the URL does against the web's roots).
+    #[arg(long, env = "SERVICE_STORE_CA", value_name = "PEM", requires = "store")]
+    store_ca: Option<PathBuf>,
 }
 
 /// Where a `serve` node keeps sessions, as its flags say.
@@ -95,6 +99,7 @@ struct StoreArgs {
     node: service_supervisor::runtime::store::postgres::Node,
     cluster_token: String,
     lease: Duration,
+    ca: Option<PathBuf>,
 }
 
 impl StoreArgs {
@@ -135,6 +140,7 @@ impl StoreArgs {
             },
             cluster_token,
             lease: args.lease.max(Duration::from_millis(300)),
+            ca: args.store_ca.clone(),
         }))
     }
 }
@@ -216,8 +222,13 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
         let store: std::sync::Arc<dyn Store> = match shared {
             None => std::sync::Arc::new(FilesStore::new(home.clone())),
             Some(shared) => {
-                let store = PgStore::connect(&shared.url, shared.node.clone(), shared.lease)
-                    .await
+                let store = PgStore::connect_with(
+                    &shared.url,
+                    shared.node.clone(),
+                    shared.lease,
+                    shared.ca.as_deref(),
+                )
+                .await
                     .context("cannot open the session store")?;
                 options.cluster = Some(server::forward::Cluster {
                     node_id: shared.node.id,

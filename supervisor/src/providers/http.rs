@@ -142,23 +142,14 @@ enum Cause {
 
 /// The kind of a transport failure and its root cause, from the error's source chain.
 fn transport_cause(e: &reqwest::Error) -> (Cause, String) {
-    let mut chain: Vec<String> = vec![e.to_string()];
+    let mut chain: Vec<String> = Vec::new();
     let (mut refused, mut tls) = (false, false);
-    let mut next = std::error::Error::source(e);
-    while let Some(s) = next {
+    for s in crate::error_chain::causes(e) {
         chain.push(s.to_string());
         tls |= s.is::<rustls::Error>();
-        next = match s.downcast_ref::<std::io::Error>() {
-            Some(io) => {
-                refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
-                // An io::Error's source() skips the error it wraps, which is where rustls puts its own.
-                match io.get_ref() {
-                    Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-                    None => std::error::Error::source(io),
-                }
-            }
-            None => s.source(),
-        };
+        refused |= s
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
     }
     let all = chain.join(": ").to_ascii_lowercase();
     let root = chain.last().cloned().unwrap_or_default();

@@ -111,12 +111,5 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
 
 /// Whether reading a body failed on its size limit, rather than on a client that went away.
 fn is_too_large(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
+    crate::error_chain::causes(e).any(|s| s.is::<http_body_util::LengthLimitError>())
 }

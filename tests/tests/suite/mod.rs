@@ -3,6 +3,7 @@ mod browser;
 mod bundles;
 mod cluster;
 mod cluster_bundles;
+mod cluster_tls;
 mod commands;
 mod console;
 mod contract;

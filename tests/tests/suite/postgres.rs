@@ -18,6 +18,8 @@ pub struct Postgres {
     port: u16,
     /// Whether commits wait for the disk, as in production (`fsync=on`).
     durable: bool,
+    /// Whether it serves TLS, with a certificate for 127.0.0.1 signed by the CA in `ca.pem`.
+    tls: bool,
 }
 
 /// Where Debian (or the `PATH`) keeps `initdb` and `pg_ctl`.
@@ -62,7 +64,18 @@ impl Postgres {
         Self::start_with(true)
     }
 
+    /// [`Postgres::start`], serving TLS with a certificate for 127.0.0.1 signed by a CA of its own
+    /// ([`Postgres::ca`]).
+    #[allow(dead_code)]
+    pub fn start_tls() -> Postgres {
+        Self::start_with_tls(false, true)
+    }
+
     fn start_with(durable: bool) -> Postgres {
+        Self::start_with_tls(durable, false)
+    }
+
+    fn start_with_tls(durable: bool, tls: bool) -> Postgres {
         let dir = tempfile::Builder::new().prefix("pg").tempdir().unwrap();
         let bin = bin_dir();
         let port = TcpListener::bind("127.0.0.1:0")
@@ -79,6 +92,7 @@ impl Postgres {
             bin,
             port,
             durable,
+            tls,
         };
         let data = pg.data();
         pg.run(
@@ -95,8 +109,102 @@ impl Postgres {
                 "--no-instructions",
             ],
         );
+        if tls {
+            pg.make_certificates();
+        }
         pg.ctl("start");
         pg
+    }
+
+    /// The CA that signed the server's certificate (PEM), for a TLS cluster.
+    #[allow(dead_code)]
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// A CA, and a server certificate for 127.0.0.1 signed by it, with `openssl`; the key is the server user's own.
+    fn make_certificates(&self) {
+        let dir = self.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("run openssl (installed by .ci/deps)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"],
+                &ec[..],
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=test database CA",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"],
+                &ec[..],
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ]);
+        let key = dir.join("server.key");
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        if is_root() {
+            let (uid, gid) = ids(UNPRIVILEGED);
+            chown(&key, Some(uid), Some(gid)).unwrap();
+        }
     }
 
     /// The URL `serve --store` takes.
@@ -110,17 +218,17 @@ impl Postgres {
         format!("postgres://service@127.0.0.1:{}/{name}", self.port)
     }
 
-    /// Runs one SQL statement with `psql`, as the cluster's user.
+    /// Runs one SQL statement with `psql`, as the cluster's user; its output, unaligned, without headers.
     #[allow(dead_code)]
-    pub fn sql(&self, statement: &str) {
+    pub fn sql(&self, statement: &str) -> String {
         let port = self.port.to_string();
         let host = self.dir.path().display().to_string();
         self.run(
             "psql",
             &[
-                "-h", &host, "-p", &port, "-U", "service", "-d", "postgres", "-qc", statement,
+                "-h", &host, "-p", &port, "-U", "service", "-d", "postgres", "-qtAc", statement,
             ],
-        );
+        )
     }
 
     /// Stops the server at once, for a cluster that is never dropped.
@@ -144,12 +252,18 @@ impl Postgres {
 
     /// Runs `pg_ctl start` or `stop` (fast), waiting for it.
     pub fn ctl(&self, what: &str) {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={} -c max_connections=200",
             self.port,
             self.dir.path().display(),
             if self.durable { "on" } else { "off" }
         );
+        if self.tls {
+            let dir = self.dir.path().display();
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={dir}/server.crt -c ssl_key_file={dir}/server.key"
+            ));
+        }
         let log = self.dir.path().join("server.log").display().to_string();
         let data = self.data();
         match what {
@@ -158,7 +272,7 @@ impl Postgres {
                 &["-D", &data, "-l", &log, "-o", &options, "-w", "start"],
             ),
             _ => self.run("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]),
-        }
+        };
     }
 
     /// `tool` from PostgreSQL's bin directory, as the unprivileged user when the tests are root.
@@ -173,7 +287,7 @@ impl Postgres {
         }
     }
 
-    fn run(&self, tool: &str, args: &[&str]) {
+    fn run(&self, tool: &str, args: &[&str]) -> String {
         let out = self
             .command(tool)
             .args(args)
@@ -187,6 +301,7 @@ impl Postgres {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 

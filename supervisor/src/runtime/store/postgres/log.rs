@@ -527,13 +527,17 @@ async fn reclaim(client: &deadpool_postgres::Object, shared: &Shared) -> Failed 
 
 /// Follows the notifications of stored events for as long as the store lives, reconnecting when the database goes
 /// away; after a reconnection every open log catches up, for the notifications missed meanwhile.
-pub(crate) async fn listen(store: Weak<Inner>, config: tokio_postgres::Config) {
+pub(crate) async fn listen(
+    store: Weak<Inner>,
+    config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+) {
     let mut reconnected = false;
     loop {
         if store.strong_count() == 0 {
             return;
         }
-        match config.connect(tokio_postgres::NoTls).await {
+        match config.connect(tls.clone()).await {
             Ok((client, mut connection)) => {
                 let (tx, mut notes) = mpsc::unbounded_channel();
                 let driver = tokio::spawn(async move {

@@ -14,13 +14,13 @@
 
 mod log;
 mod schema;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 
 use super::{Claim, Publish, SessionLog, Store};
 use crate::runtime::approvals::Grant;
@@ -85,6 +85,17 @@ impl PgStore {
     /// Connects to the database at `url`, applies the schema, and starts listening for other nodes' events. A
     /// database that cannot be reached is an error naming its host.
     pub async fn connect(url: &str, node: Node, lease: Duration) -> Result<PgStore> {
+        Self::connect_with(url, node, lease, None).await
+    }
+
+    /// [`PgStore::connect`], with TLS verified against the CA in PEM file `ca` as well as the web's roots (see
+    /// [`tls`]: `sslmode=require` in `url` asks for TLS without a CA of its own).
+    pub async fn connect_with(
+        url: &str,
+        node: Node,
+        lease: Duration,
+        ca: Option<&std::path::Path>,
+    ) -> Result<PgStore> {
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
             RuntimeError::InvalidRequest(format!(
                 "--store takes a PostgreSQL URL such as postgres://user@host:5432/db: {e}"
@@ -95,6 +106,7 @@ impl PgStore {
             config.application_name(format!("service-rs {}", node.id));
         }
         let host = host_of(&config);
+        let tls = tls::connector(&mut config, ca).map_err(RuntimeError::InvalidRequest)?;
         let mut reserved = Vec::new();
         for (i, h) in config.get_hosts().iter().enumerate() {
             if let tokio_postgres::config::Host::Tcp(name) = h {
@@ -111,7 +123,7 @@ impl PgStore {
         }
         let manager = deadpool_postgres::Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -136,15 +148,21 @@ impl PgStore {
             reserved,
             logs: Mutex::new(HashMap::new()),
         });
-        let mut client = inner.pool.get().await.map_err(|e| RuntimeError::Database {
-            host: host.clone(),
-            message: format!("cannot connect: {e}"),
+        let mut client = inner.pool.get().await.map_err(|e| match tls::refused(&e) {
+            Some(why) => RuntimeError::InvalidRequest(format!(
+                "the session database at {host} failed the TLS check: {why}; give the CA that signed its \
+                 certificate with --store-ca (or SERVICE_STORE_CA)"
+            )),
+            None => RuntimeError::Database {
+                host: host.clone(),
+                message: format!("cannot connect: {e}"),
+            },
         })?;
         schema::migrate(&mut client)
             .await
             .map_err(|e| inner.error(e))?;
         drop(client);
-        tokio::spawn(log::listen(Arc::downgrade(&inner), config));
+        tokio::spawn(log::listen(Arc::downgrade(&inner), config, tls));
         Ok(PgStore { inner })
     }
 }
