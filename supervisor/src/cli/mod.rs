@@ -101,7 +101,7 @@ enum Command {
     /// Chat with a bundle in the terminal.
     Tui(tui::TuiArgs),
     /// Start the HTTP server.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// MCP: list a bundle's MCP tools, or serve the installed bundles as an MCP server.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -184,7 +184,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => registry::push(&home()?, &bundle_ref, &target, &access),
         Command::Pull { source, access } => registry::pull(&home()?, &source, &access),
         Command::Run(args) => run::run(home()?, args),
-        Command::Serve(args) => serve::serve(home()?, args),
+        Command::Serve(args) => serve::serve(home()?, *args),
         Command::Sessions(args) => sessions::run(
             backend::Backend::Local(runtime(home()?, false, false, &[])?),
             args,
