@@ -174,6 +174,21 @@ async fn an_ask_is_resolved_by_each_decision() {
     rt.shutdown("test over").await;
 }
 
+/// Runs a turn of `prompt` in session `id` to its end, asserting that it asked the operator nothing.
+async fn turn_without_ask(rt: &ServiceRuntime, id: &str, prompt: &str) {
+    let mut events = rt.subscribe_session(id).await.unwrap();
+    let pending = rt
+        .start_turn(id, Task::new(prompt), TurnOverrides::default())
+        .await
+        .unwrap();
+    let evs = events_of_turn(&mut events, &pending.turn_id).await;
+    assert!(
+        !kinds(&evs).contains(&"permission_requested"),
+        "{:?}",
+        kinds(&evs)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_always_holds_for_its_session_only_and_a_restart_forgets_it_unless_the_store_is_shared(
 ) {
@@ -189,17 +204,7 @@ async fn allow_always_holds_for_its_session_only_and_a_restart_forgets_it_unless
 
         // Same session, same tool and path: no second ask.
         std::fs::remove_file(a.cwd.path().join("out.txt")).unwrap();
-        let mut events = rt.subscribe_session(&a.id).await.unwrap();
-        let pending = rt
-            .start_turn(&a.id, Task::new("write again"), TurnOverrides::default())
-            .await
-            .unwrap();
-        let evs = events_of_turn(&mut events, &pending.turn_id).await;
-        assert!(
-            !kinds(&evs).contains(&"permission_requested"),
-            "{:?}",
-            kinds(&evs)
-        );
+        turn_without_ask(&rt, &a.id, "write again").await;
         assert!(a.cwd.path().join("out.txt").exists());
 
         // Another session of the same runtime still asks.
@@ -216,17 +221,7 @@ async fn allow_always_holds_for_its_session_only_and_a_restart_forgets_it_unless
     if super::store_backend::postgres() {
         // A shared store keeps the grant for the session's next runner, this node after its restart included: in a
         // cluster a node's restart is not the service's (SCALING.md).
-        let mut events = rt.subscribe_session(&first_id).await.unwrap();
-        let pending = rt
-            .start_turn(&first_id, Task::new("write"), TurnOverrides::default())
-            .await
-            .unwrap();
-        let evs = events_of_turn(&mut events, &pending.turn_id).await;
-        assert!(
-            !kinds(&evs).contains(&"permission_requested"),
-            "{:?}",
-            kinds(&evs)
-        );
+        turn_without_ask(&rt, &first_id, "write").await;
     } else {
         // A new runtime has forgotten the grant.
         let (mut events, turn_id, _, rid) = turn_until_ask(&rt, &first_id, "write").await;

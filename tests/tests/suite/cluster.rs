@@ -69,6 +69,41 @@ async fn until_any(sse: &mut Sse, kinds: &[&str]) -> Vec<(u64, Value)> {
     }
 }
 
+/// Nodes A and B over one database, with 2 s leases; a session made on B, watched from A, running a turn on B.
+struct Watched {
+    /// The nodes' homes: bind them, or they are removed under the running nodes.
+    _homes: (TempDir, TempDir),
+    a: Api,
+    b: Api,
+    id: String,
+    watch: Sse,
+    /// What `POST /sessions/{id}/run` answered.
+    accepted: Value,
+}
+
+/// [`Watched`]: a turn of `prompt` in a session of the bundle in `bundle`, started on B.
+async fn watched_turn_on_b(pg: &Postgres, bundle: &std::path::Path, prompt: &str) -> Watched {
+    let (a_home, a) = node(pg, "a", "2s");
+    let (b_home, b) = node(pg, "b", "2s");
+    let id = b.session(bundle.to_str().unwrap()).await;
+    let watch = a.events(&id, None).await;
+    let (status, accepted) = b
+        .post(
+            &format!("/sessions/{id}/run"),
+            json!({"input": task(prompt)}),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    Watched {
+        _homes: (a_home, b_home),
+        a,
+        b,
+        id,
+        watch,
+        accepted,
+    }
+}
+
 fn ids(events: &[(u64, Value)]) -> Vec<u64> {
     events.iter().map(|(id, _)| *id).collect()
 }
@@ -170,18 +205,15 @@ async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_e
     let bundle = TempDir::new().unwrap();
     write_bundle(bundle.path(), SCRIPT, "", "workspace_write");
     let lease = Duration::from_secs(2);
-    let (_a_home, a) = node(&pg, "a", "2s");
-    let (_b_home, mut b) = node(&pg, "b", "2s");
-
-    let id = b.session(bundle.path().to_str().unwrap()).await;
-    let mut watch = a.events(&id, None).await;
-    let (status, accepted) = b
-        .post(
-            &format!("/sessions/{id}/run"),
-            json!({"input": task("long")}),
-        )
-        .await;
-    assert_eq!(status, 202, "{accepted}");
+    let Watched {
+        _homes,
+        a,
+        mut b,
+        id,
+        mut watch,
+        accepted,
+        ..
+    } = watched_turn_on_b(&pg, bundle.path(), "long").await;
     let before = until_any(&mut watch, &["exec_command_begin"]).await;
 
     // Past two leases, the owner still holds the session (it renews its lease): a turn sent to the other node is
@@ -272,19 +304,15 @@ async fn an_approval_answered_on_any_node_reaches_the_owner_and_allow_always_sur
         "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, match: \"touch *\", action: ask }\n",
         "workspace_write",
     );
-    let (_a_home, a) = node(&pg, "a", "2s");
-    let (_b_home, mut b) = node(&pg, "b", "2s");
-    let id = b.session(bundle.path().to_str().unwrap()).await;
-    let mut watch = a.events(&id, None).await;
-
     // B runs the turn; the operator watches and answers on A.
-    let (status, accepted) = b
-        .post(
-            &format!("/sessions/{id}/run"),
-            json!({"input": task("touch")}),
-        )
-        .await;
-    assert_eq!(status, 202, "{accepted}");
+    let Watched {
+        _homes,
+        a,
+        mut b,
+        id,
+        mut watch,
+        ..
+    } = watched_turn_on_b(&pg, bundle.path(), "touch").await;
     let asked = until_any(&mut watch, &["permission_requested"]).await;
     let request = asked.last().unwrap().1["payload"]["payload"]["request_id"]
         .as_str()
