@@ -8,10 +8,13 @@
 //!
 //! - [`session`]: one session's state; [`record`]: its persisted record; [`journal`]: events and subscriptions.
 //! - [`store`]: where records, histories and journals live (files, or PostgreSQL shared by many nodes).
-//! - [`worker`]: spawning a worker and the actor that owns it; [`launcher`]: how the process is started.
-//! - [`approvals`]: the in-memory approval store.
+//! - [`worker`]: a session's worker attached and the actor that applies its frames to the session; `spawn`: the
+//!   factory that starts and configures a worker, knowing nothing of sessions; [`handle`]: the session's hold on its
+//!   worker; [`launcher`]: how the process is started.
+//! - [`approvals`]: the in-memory approval store, and what `allow_always` grants.
 //! - `operations`: metrics, idle workers reaped, bundles removed.
-//! - `ownership`: which node of a shared store runs a session, and its leases kept alive.
+//! - `ownership`: which node of a shared store runs a session, and its leases kept alive; `bundle_fetch`: a
+//!   session's bundle pulled by a node that lacks it.
 
 pub mod approvals;
 mod bundle_fetch;
