@@ -104,8 +104,16 @@ impl KeyPolicy {
         Ok(KeyPolicy { endpoints })
     }
 
+    /// Whether a bundle may not read the host's variable `name` (an MCP server's `env_from_host`): a provider key,
+    /// the server's own settings and secrets (`SERVICE_*`: its token, the cluster token, the store's URL with its
+    /// password), or PostgreSQL's password variables.
+    pub fn withheld(&self, name: &str) -> bool {
+        name.starts_with("SERVICE_")
+            || ["PGPASSWORD", "PGPASSFILE"].contains(&name)
+            || self.key_variables().iter().any(|v| v == name)
+    }
+
     /// Every environment variable that may hold a provider key: the official ones and those `config.toml` names.
-    /// Nothing a bundle asks for (an MCP server's `env_from_host`) may read them.
     pub fn key_variables(&self) -> Vec<String> {
         let mut vars: Vec<String> = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SERVICE_TOKEN"]
             .iter()

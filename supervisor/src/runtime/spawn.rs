@@ -311,16 +311,15 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
 }
 
 /// The worker's form of the bundle's MCP servers. `env_from_host` is read here, from the supervisor's environment,
-/// except the variables that hold provider keys or the server token, which never enter a sandbox.
+/// except the variables that hold provider keys or the server's own secrets, which never enter a sandbox.
 fn mcp_servers(
     rt: &Inner,
     id: &str,
     bundle: &Bundle,
 ) -> std::collections::BTreeMap<String, service_ipc::McpServer> {
-    let secrets = rt.options.keys.key_variables();
     let host = |name: &str| {
-        if secrets.iter().any(|s| s == name) {
-            tracing::warn!(session = %id, "mcp_servers env_from_host names {name}, which holds a key; not passed");
+        if rt.options.keys.withheld(name) {
+            tracing::warn!(session = %id, "mcp_servers env_from_host names {name}, which holds a secret of the server; not passed");
             return None;
         }
         std::env::var(name).ok()

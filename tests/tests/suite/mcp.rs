@@ -122,7 +122,9 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
         &env,
         "confined",
         "ok",
-        json!({"env": {"GREETING": "hi"}, "env_from_host": ["TEAM_TOKEN", "OPENAI_API_KEY"]}),
+        json!({"env": {"GREETING": "hi"}, "env_from_host": [
+            "TEAM_TOKEN", "OPENAI_API_KEY", "SERVICE_CLUSTER_TOKEN", "SERVICE_STORE_URL", "PGPASSWORD"
+        ]}),
         json!({}),
         &[
             ("mcp__fx__echo", json!({"text": "hello"})),
@@ -136,6 +138,9 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
             ("TEAM_TOKEN", "t0k"),
             ("OPENAI_API_KEY", "sk-secret"),
             ("HOST_ONLY", "x"),
+            ("SERVICE_CLUSTER_TOKEN", "cluster-secret"),
+            ("SERVICE_STORE_URL", "postgres://service:pw@db/sessions"),
+            ("PGPASSWORD", "pw"),
         ],
     );
     assert!(
@@ -192,6 +197,12 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
         !env_names.contains(&"OPENAI_API_KEY"),
         "a provider key never enters: {env_names:?}"
     );
+    for secret in ["SERVICE_CLUSTER_TOKEN", "SERVICE_STORE_URL", "PGPASSWORD"] {
+        assert!(
+            !env_names.contains(&secret),
+            "the cluster's secrets never enter, even when a bundle names them: {env_names:?}"
+        );
+    }
     assert_gone(&marker);
 }
 
