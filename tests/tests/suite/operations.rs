@@ -326,6 +326,8 @@ async fn no_token_or_provider_key_ever_reaches_the_log() {
             .as_u16(),
         401
     );
+    // serve logs from another thread: the refusal's line may land just after the response.
+    server.json_log_with("for the refused request", |l| l["status"] == 401);
     let log = server.log.lock().unwrap().join("\n");
     assert!(
         log.contains("provider call") && log.contains("\"status\":401"),
