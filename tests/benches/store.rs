@@ -179,22 +179,12 @@ async fn failover(
     lease: Duration,
 ) -> f64 {
     const TOKEN: &str = "bench-token";
-    let url = pg.url();
     let lease_arg = format!("{}s", lease.as_secs());
     let node = |id: &str| {
         let home = tempfile::TempDir::new_in(work.path()).unwrap();
-        let args = [
-            "--token",
-            TOKEN,
-            "--store",
-            &url,
-            "--node-id",
-            id,
-            "--cluster-token",
-            "bench-cluster",
-            "--lease",
-            &lease_arg,
-        ];
+        let node = pg.node_args(id, "bench-cluster", &lease_arg);
+        let mut args = vec!["--token", TOKEN];
+        args.extend(node.iter().map(String::as_str));
         (support::Server::start(home.path(), &args, &[]), home)
     };
     let ((survivor, _a), (mut owner, _b)) = (node("a"), node("b"));

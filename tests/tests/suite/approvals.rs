@@ -11,7 +11,7 @@ use service_supervisor::runtime::{EventStream, RuntimeError};
 use service_supervisor::ServiceRuntime;
 use tempfile::TempDir;
 
-use super::support::{events_of_turn, kinds, runtime, write_bundle, Env};
+use super::support::{events_of_turn, kinds, run_turn, runtime, write_bundle, Env};
 
 const RULES: &str = "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, match: \"rm *\", action: deny }\n    - { tool: Write, action: ask }\n";
 
@@ -176,12 +176,7 @@ async fn an_ask_is_resolved_by_each_decision() {
 
 /// Runs a turn of `prompt` in session `id` to its end, asserting that it asked the operator nothing.
 async fn turn_without_ask(rt: &ServiceRuntime, id: &str, prompt: &str) {
-    let mut events = rt.subscribe_session(id).await.unwrap();
-    let pending = rt
-        .start_turn(id, Task::new(prompt), TurnOverrides::default())
-        .await
-        .unwrap();
-    let evs = events_of_turn(&mut events, &pending.turn_id).await;
+    let (_, evs) = run_turn(rt, id, prompt).await;
     assert!(
         !kinds(&evs).contains(&"permission_requested"),
         "{:?}",

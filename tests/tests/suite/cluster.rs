@@ -29,19 +29,9 @@ fn node(pg: &Postgres, id: &str, lease: &str) -> (TempDir, Api) {
 /// [`node`], with more `serve` arguments.
 pub(super) fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> (TempDir, Api) {
     let home = TempDir::new().unwrap();
-    let url = pg.url();
-    let mut args = vec![
-        "--token",
-        TOKEN,
-        "--store",
-        &url,
-        "--node-id",
-        id,
-        "--cluster-token",
-        CLUSTER,
-        "--lease",
-        lease,
-    ];
+    let node = pg.node_args(id, CLUSTER, lease);
+    let mut args = vec!["--token", TOKEN];
+    args.extend(node.iter().map(String::as_str));
     args.extend_from_slice(more);
     let server = Server::start(home.path(), &args, &[]);
     (home, Api::with_token(server, TOKEN))

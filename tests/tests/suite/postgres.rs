@@ -212,6 +212,23 @@ impl Postgres {
         format!("postgres://service@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The `serve` arguments of node `id` over this cluster: its store, node id, cluster token and lease.
+    pub fn node_args(&self, id: &str, cluster_token: &str, lease: &str) -> Vec<String> {
+        let url = self.url();
+        [
+            "--store",
+            &url,
+            "--node-id",
+            id,
+            "--cluster-token",
+            cluster_token,
+            "--lease",
+            lease,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     /// The URL of database `name` on this cluster.
     #[allow(dead_code)] // Used by the tests, not by benches/store.rs, which includes this file too.
     pub fn url_of(&self, name: &str) -> String {

@@ -216,6 +216,32 @@ pub fn runtime_with(
     super::store_backend::runtime(home, options)
 }
 
+/// Runs a turn of `prompt` in session `id`: its outcome and its events (20 s at most).
+pub async fn run_turn(
+    rt: &service_supervisor::ServiceRuntime,
+    id: &str,
+    prompt: &str,
+) -> (
+    service_supervisor::runtime::TurnOutcome,
+    Vec<service_ipc::EventMsg>,
+) {
+    let mut events = rt.subscribe_session(id).await.expect("subscribe");
+    let pending = rt
+        .start_turn(
+            id,
+            service_ipc::Task::new(prompt),
+            service_ipc::TurnOverrides::default(),
+        )
+        .await
+        .expect("start the turn");
+    let evs = events_of_turn(&mut events, &pending.turn_id).await;
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), pending.outcome)
+        .await
+        .expect("the turn's outcome within 20 s")
+        .expect("an outcome");
+    (outcome, evs)
+}
+
 /// Reads events until the one that ends `turn_id` (20 s at most).
 pub async fn events_of_turn(
     events: &mut service_supervisor::runtime::EventStream,

@@ -6,7 +6,7 @@ use pretty_assertions::assert_eq;
 use service_ipc::{EventPayload, Task, ToolCallStatus, TurnOverrides, TurnStatus};
 use tempfile::TempDir;
 
-use super::support::{events_of_turn, kinds, runtime, write_bundle};
+use super::support::{events_of_turn, kinds, run_turn as turn, runtime, write_bundle};
 
 struct Fixture {
     home: TempDir,
@@ -36,27 +36,6 @@ impl Fixture {
             .unwrap()
             .id
     }
-}
-
-async fn turn(
-    rt: &service_supervisor::ServiceRuntime,
-    id: &str,
-    prompt: &str,
-) -> (
-    service_supervisor::runtime::TurnOutcome,
-    Vec<service_ipc::EventMsg>,
-) {
-    let mut events = rt.subscribe_session(id).await.unwrap();
-    let pending = rt
-        .start_turn(id, Task::new(prompt), TurnOverrides::default())
-        .await
-        .unwrap();
-    let evs = events_of_turn(&mut events, &pending.turn_id).await;
-    let outcome = tokio::time::timeout(Duration::from_secs(20), pending.outcome)
-        .await
-        .unwrap()
-        .unwrap();
-    (outcome, evs)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
