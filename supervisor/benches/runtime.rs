@@ -470,23 +470,32 @@ fn openai_rows(
         BenchResult::Ok(rounds)
     })?;
     let boxed_ref = boxed.path().display().to_string();
-    let mut oneshots = Vec::new();
+    let thinking = tempfile::TempDir::new()?;
+    openai::write_bundle_at(thinking.path(), &server.thinking, "workspace_write")?;
+    let thinking_ref = thinking.path().display().to_string();
+    let one_shot = |reference: &str| -> BenchResult<Duration> {
+        let t = Instant::now();
+        let out = std::process::Command::new(exe)
+            .args(["run", reference, "--prompt", "hi"])
+            .env("SERVICE_HOME", home.path())
+            .output()?;
+        let took = t.elapsed();
+        if !out.status.success() || out.stdout != b"ok\n" {
+            return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+        }
+        Ok(took)
+    };
+    let (mut oneshots, mut thinking_oneshots) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let (mut oneshot, mut limit) = (Vec::new(), Vec::new());
+        let (mut oneshot, mut limit, mut slow) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..iters.min(50) {
-            let t = Instant::now();
-            let out = std::process::Command::new(exe)
-                .args(["run", &boxed_ref, "--prompt", "hi"])
-                .env("SERVICE_HOME", home.path())
-                .output()?;
-            oneshot.push(t.elapsed());
-            if !out.status.success() || out.stdout != b"ok\n" {
-                return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
-            }
+            oneshot.push(one_shot(&boxed_ref)?);
+            slow.push(one_shot(&thinking_ref)?);
             // A new client per request: a new connection, as the one-shot makes.
             let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
             limit.push(bare_bwrap_once()? + request);
         }
+        thinking_oneshots.push((stats(slow), stats(oneshot.clone())));
         oneshots.push((stats(oneshot), stats(limit)));
     }
     println!();
@@ -502,7 +511,7 @@ fn openai_rows(
     // Each row: its name, the rounds it reads (a measurement and its baseline), and the cell it makes of one.
     type Cell = fn(&Stats, &Stats) -> String;
     type Rounds = [(Stats, Stats)];
-    let rows: [(&str, &Rounds, Cell); 6] = [
+    let rows: [(&str, &Rounds, Cell); 8] = [
         (
             "warm turn (host worker), whole round trip",
             &warm,
@@ -529,6 +538,16 @@ fn openai_rows(
         ("ratio: confined one-shot / limit", &oneshots, |o, l| {
             format!("{:.2}x", o.median.as_secs_f64() / l.median.as_secs_f64())
         }),
+        (
+            "confined one-shot, model that waits 30 ms before answering",
+            &thinking_oneshots,
+            |t, _| format!("{:.2}", ms(t.median)),
+        ),
+        (
+            "what its 30 ms add to the one-shot (the rest overlaps)",
+            &thinking_oneshots,
+            |t, o| format!("{:.2}", ms(t.median) - ms(o.median)),
+        ),
     ];
     for (name, rounds, cell) in rows {
         let values: Vec<String> = rounds.iter().map(|(a, b)| cell(a, b)).collect();

@@ -93,7 +93,11 @@ impl Turn<'_> {
         usage: &mut Usage,
     ) -> Result<String, Stop> {
         let config = &self.shared.config;
-        let system = system_prompt(config);
+        let skills = config
+            .skills
+            .iter()
+            .map(|s| (s.name.as_str(), s.description.as_str()));
+        let system = system_prompt(&config.system_prompt, &config.tools, skills);
         for _ in 0..config.max_steps {
             let messages = memory::prompt(&system, history, config.memory_window);
             // Listed per call: an MCP server may have changed its tools, or died, since the last one.
@@ -345,13 +349,18 @@ fn lost() -> Stop {
     }
 }
 
-/// The system prompt from agent.yaml, plus the skill list when there are skills.
-fn system_prompt(config: &service_ipc::WorkerConfig) -> String {
-    let mut system = config.system_prompt.trim_end().to_string();
-    if !config.skills.is_empty() && config.tools.contains(&BuiltinTool::Skill) {
+/// The system prompt from agent.yaml (`base`), plus the skill list (name, description) when the Skill tool is
+/// offered. Public so the supervisor can build a turn's opening request exactly as this executor does.
+pub fn system_prompt<'a>(
+    base: &str,
+    tools: &[BuiltinTool],
+    skills: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let mut system = base.trim_end().to_string();
+    if skills.len() > 0 && tools.contains(&BuiltinTool::Skill) {
         system.push_str("\n\nSkills you can load with the Skill tool:\n");
-        for s in &config.skills {
-            system.push_str(&format!("- {}: {}\n", s.name, s.description));
+        for (name, description) in skills {
+            system.push_str(&format!("- {name}: {description}\n"));
         }
     }
     system

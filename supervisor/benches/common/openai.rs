@@ -17,7 +17,13 @@ use futures::StreamExt;
 pub struct Server {
     /// The base URL to put in a bundle's `base_url`.
     pub base: String,
+    /// The same server as a model that takes [`THINKING`] before its first byte, as a real model's prompt
+    /// processing does.
+    pub thinking: String,
 }
+
+/// How long the `thinking` model waits before it answers.
+pub const THINKING: Duration = Duration::from_millis(30);
 
 /// The answer's SSE events, each sent as one HTTP chunk.
 fn answer() -> Vec<String> {
@@ -82,12 +88,20 @@ pub fn start() -> std::io::Result<Server> {
                     return;
                 };
                 let app = axum::Router::new()
-                    .route("/v1/chat/completions", axum::routing::post(completions));
+                    .route("/v1/chat/completions", axum::routing::post(completions))
+                    .route(
+                        "/thinking/v1/chat/completions",
+                        axum::routing::post(|body: axum::body::Bytes| async move {
+                            tokio::time::sleep(THINKING).await;
+                            completions(body).await
+                        }),
+                    );
                 let _ = axum::serve(listener, app).await;
             });
         })?;
     Ok(Server {
         base: format!("http://{addr}/v1"),
+        thinking: format!("http://{addr}/thinking/v1"),
     })
 }
 
@@ -102,9 +116,17 @@ pub async fn direct(
     client: &reqwest::Client,
     server: &Server,
 ) -> Result<Duration, Box<dyn std::error::Error>> {
+    direct_to(client, &server.base).await
+}
+
+/// One direct streaming request to the server at `base`, read to its end; returns its time.
+pub async fn direct_to(
+    client: &reqwest::Client,
+    base: &str,
+) -> Result<Duration, Box<dyn std::error::Error>> {
     let t = Instant::now();
     let resp = client
-        .post(format!("{}/chat/completions", server.base))
+        .post(format!("{base}/chat/completions"))
         .json(&request_body())
         .send()
         .await?
@@ -122,6 +144,11 @@ pub async fn direct(
 
 /// A bundle whose agent talks to `server`, in sandbox `mode`.
 pub fn write_bundle(dir: &std::path::Path, server: &Server, mode: &str) -> std::io::Result<()> {
+    write_bundle_at(dir, &server.base, mode)
+}
+
+/// A bundle whose agent talks to the model server at `base`, in sandbox `mode`.
+pub fn write_bundle_at(dir: &std::path::Path, base: &str, mode: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(
         dir.join("service.bundle.json5"),
@@ -131,6 +158,6 @@ pub fn write_bundle(dir: &std::path::Path, server: &Server, mode: &str) -> std::
         ),
     )?;
     let agent = serde_json::json!({"model": {"provider": "openai", "name": "bench",
-        "config": {"base_url": server.base}}, "system_prompt": "Be brief."});
+        "config": {"base_url": base}}, "system_prompt": "Be brief."});
     std::fs::write(dir.join("agent.yaml"), agent.to_string())
 }

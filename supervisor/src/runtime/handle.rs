@@ -20,6 +20,8 @@ pub struct WorkerHandle {
     pub confinement: SandboxMode,
     /// Host workspace and its path inside the worker's view.
     pub paths: (PathBuf, PathBuf),
+    /// Its cgroups and socket directory: what a process that leaves without waiting for it must have removed.
+    pub(super) remains: (Vec<PathBuf>, PathBuf),
 }
 
 impl WorkerHandle {

@@ -11,6 +11,8 @@
 //! - [`worker`]: a session's worker attached and the actor that applies its frames to the session; `spawn`: the
 //!   factory that starts and configures a worker, knowing nothing of sessions; [`handle`]: the session's hold on its
 //!   worker; [`launcher`]: how the process is started.
+//! - `model_call`: a model call for a running turn; `opening`: a cold turn's first model call, made while its
+//!   worker starts.
 //! - [`approvals`]: the in-memory approval store, and what `allow_always` grants.
 //! - `operations`: metrics, idle workers reaped, bundles removed.
 //! - `ownership`: which node of a shared store runs a session, and its leases kept alive; `bundle_fetch`: a
@@ -24,6 +26,8 @@ mod frame_guard;
 pub mod handle;
 pub mod journal;
 pub mod launcher;
+mod model_call;
+mod opening;
 mod operations;
 mod ownership;
 mod prestart;
@@ -458,6 +462,11 @@ impl ServiceRuntime {
             });
         }
         let outcome = session.begin_turn(&turn_id, model.clone())?;
+        if let Some(opening) =
+            opening::start(&self.inner, &session, &turn_id, &model, &task.prompt).await
+        {
+            session.set_opening(&turn_id, opening);
+        }
         let worker = match self.worker(&session).await {
             Ok(w) => w,
             Err(e) => {
@@ -647,6 +656,29 @@ impl ServiceRuntime {
             w.shutdown(Duration::from_secs(2)).await;
         }
         self.inner.store.release(&session.id).await;
+    }
+
+    /// Ends the runtime of a process about to exit, without waiting for its workers: when no turn runs, each is
+    /// killed (its sandbox goes with it) and its socket directory removed, and the cgroups it leaves are returned,
+    /// for the caller to have removed once they are empty. A running turn gets the whole of [`Self::shutdown`].
+    pub async fn leave(&self, reason: &str) -> Vec<PathBuf> {
+        let sessions: Vec<_> = self.sessions().values().cloned().collect();
+        if sessions.iter().any(|s| s.active_turn().is_some()) {
+            self.shutdown(reason).await;
+            return Vec::new();
+        }
+        self.inner.prestarted.close().await;
+        let mut cgroups = Vec::new();
+        for session in sessions {
+            if let Some(worker) = session.worker.lock().await.take() {
+                worker.kill();
+                let (dirs, run_dir) = &worker.remains;
+                cgroups.extend(dirs.iter().cloned());
+                let _ = std::fs::remove_dir_all(run_dir);
+            }
+            self.inner.store.release(&session.id).await;
+        }
+        cgroups
     }
 
     /// Stops every worker; running turns end with an error saying `reason`.

@@ -11,6 +11,7 @@ use super::approvals::Grant;
 use super::error::{Result, RuntimeError};
 use super::handle::WorkerHandle;
 use super::journal::Journal;
+use super::opening::Opening;
 use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
 use super::store::Store;
 use crate::bundle::{self, Bundle};
@@ -54,6 +55,8 @@ struct ActiveTurn {
     done: Option<oneshot::Sender<TurnOutcome>>,
     /// Set when the supervisor itself interrupts the turn: the code and message its `error` event carries.
     stop_reason: Option<(String, String)>,
+    /// Its opening model request, until the worker's first request takes it; dropped (abandoned) with the turn.
+    opening: Option<Opening>,
 }
 
 /// A live session.
@@ -322,6 +325,21 @@ impl Session {
             .map(|a| a.model.clone())
     }
 
+    /// Keeps `opening` for `turn_id` while it is the running turn.
+    pub(crate) fn set_opening(&self, turn_id: &str, opening: Opening) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.opening = Some(opening);
+        }
+    }
+
+    /// The opening of `turn_id`, once: the first model request of the turn takes it.
+    pub(crate) fn take_opening(&self, turn_id: &str) -> Option<Opening> {
+        lock(&self.active)
+            .as_mut()
+            .filter(|a| a.turn_id == turn_id)
+            .and_then(|a| a.opening.take())
+    }
+
     /// True when `turn_id` is the session's last ended turn.
     pub fn knows_turn(&self, turn_id: &str) -> bool {
         lock(&self.record)
@@ -355,6 +373,7 @@ impl Session {
                 model,
                 done: Some(tx),
                 stop_reason: None,
+                opening: None,
             });
         }
         let started = self.update_unflushed(|r| {

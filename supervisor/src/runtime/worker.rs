@@ -29,7 +29,6 @@ use super::handle::WorkerHandle;
 use super::session::{Session, TurnEnd};
 use super::spawn::{self, describe_exit, Assignment, Conn, Started, CGROUP_RELEASE};
 use super::Inner;
-use crate::providers;
 use crate::sandbox::limits::Limits;
 
 /// Frames queued for one worker before senders wait.
@@ -96,6 +95,10 @@ fn run(
         exited,
         confinement,
         paths: (host_workspace, workspace),
+        remains: (
+            limits.as_ref().map(|l| l.dirs()).unwrap_or_default(),
+            run_dir.clone(),
+        ),
     };
     let rt_metrics = rt.metrics.workers.clone();
     let actor = Actor {
@@ -322,7 +325,7 @@ impl Actor {
                         frame_guard::MAX_MODEL_REQUESTS
                     ));
                 }
-                self.serve_model(ModelRequest::new(model, query));
+                self.serve_model(model, query);
             }
             ToSupervisor::CancelModel { request_id } => {
                 if let Some(task) = self.model_tasks.remove(&request_id) {
@@ -408,36 +411,21 @@ impl Actor {
         Ok(())
     }
 
-    fn serve_model(&mut self, request: ModelRequest) {
+    /// Streams the reply to `query` to the worker: from the turn's opening when it asked this very query, or from
+    /// a call of its own.
+    fn serve_model(&mut self, model: service_ipc::ModelRef, query: service_ipc::ModelQuery) {
         self.model_tasks.retain(|_, t| !t.is_finished());
-        let request_id = request.request_id.clone();
-        let session = self.session.clone();
-        let turn_id = request.turn_id.clone();
-        // The supervisor makes the call, so it journals the retries; the worker only sees the chunks.
-        let on_retry: providers::OnRetry = Arc::new(move |r: providers::Retry| {
-            tracing::info!(session = %session.id, attempt = r.attempt, delay_ms = r.delay.as_millis() as u64, "model call retried: {}", r.reason);
-            session.emit(EventPayload::ModelRetry {
-                turn_id: turn_id.clone(),
-                attempt: r.attempt,
-                max_attempts: r.max_attempts,
-                delay_ms: u64::try_from(r.delay.as_millis()).unwrap_or(u64::MAX),
-                reason: r.reason,
-            });
-        });
-        let model = request.model.clone();
-        let mut chunks = providers::stream(
-            &self.session.bundle,
-            &self.rt.options.keys,
-            request,
-            on_retry,
-        );
+        let request_id = query.request_id.clone();
+        let mut chunks = match self.session.take_opening(&query.turn_id) {
+            Some(opening) if opening.answers(&query) => opening.into_stream(),
+            _ => {
+                super::model_call::stream(&self.rt, &self.session, ModelRequest::new(model, query))
+            }
+        };
         let tx = self.tx.clone();
         let rid = request_id.clone();
-        let call = crate::metrics::ProviderCall::start(&self.rt.metrics, &self.session.id, &model);
         let task = tokio::spawn(async move {
-            let mut call = call;
             while let Some(chunk) = chunks.next().await {
-                call.saw(&chunk);
                 let msg = ToWorker::ModelChunk {
                     request_id: rid.clone(),
                     chunk,

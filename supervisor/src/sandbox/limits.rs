@@ -149,6 +149,11 @@ impl Limits {
         }
     }
 
+    /// The cgroups made so far.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.dirs.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
     /// What is enforced, for logs and docs.
     pub fn describe(&self) -> String {
         let dirs = self.dirs.lock().map(|d| d.clone()).unwrap_or_default();
@@ -241,6 +246,55 @@ pub fn sweep_stale() {
                 }
             });
     });
+}
+
+/// Has `dirs` (worker cgroups) removed once their processes are gone, by a child forked for it that outlives this
+/// process: for a process about to exit without waiting for its workers (a one-shot `run`). The child tries for
+/// about 2 s; what it cannot remove, the next `serve` does. A fork and no exec: starting a binary would cost more
+/// than the wait it saves.
+pub fn release_after_exit(dirs: &[PathBuf]) {
+    use std::os::unix::ffi::OsStrExt;
+    let paths: Vec<std::ffi::CString> = dirs
+        .iter()
+        .filter_map(|d| std::ffi::CString::new(d.as_os_str().as_bytes()).ok())
+        .collect();
+    if paths.is_empty() {
+        return;
+    }
+    let mut left = vec![true; paths.len()];
+    // SAFETY: after the fork the child only makes async-signal-safe system calls on memory prepared before it
+    // (`paths`, `left`), allocates nothing, takes no lock and leaves with `_exit`.
+    if let Ok(nix::unistd::ForkResult::Child) = unsafe { nix::unistd::fork() } {
+        unsafe { remove_in_child(&paths, &mut left) }
+    }
+}
+
+/// The forked child of [`release_after_exit`]: its own session (a terminal's Ctrl-C is not for it), none of the
+/// parent's descriptors (a shell reading the parent's output must see it end), then `rmdir` every 2 ms until done.
+unsafe fn remove_in_child(paths: &[std::ffi::CString], left: &mut [bool]) -> ! {
+    use nix::libc;
+    libc::setsid();
+    libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 2_000_000,
+    };
+    for _ in 0..1000 {
+        let mut busy = false;
+        for (path, left) in paths.iter().zip(left.iter_mut()) {
+            if *left {
+                let gone = libc::rmdir(path.as_ptr()) == 0
+                    || nix::errno::Errno::last() != nix::errno::Errno::EBUSY;
+                *left = !gone;
+                busy |= !gone;
+            }
+        }
+        if !busy {
+            break;
+        }
+        libc::nanosleep(&pause, std::ptr::null_mut());
+    }
+    libc::_exit(0)
 }
 
 /// Sets both limits of `resource` of process `pid` to `value`.

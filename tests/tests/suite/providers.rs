@@ -597,3 +597,87 @@ fn an_endpoint_in_config_toml_gets_the_key_from_its_own_variable() {
         Some("Bearer sk-lab-1")
     );
 }
+
+/// Writes a host-mode bundle using the openai provider at `server`, and a worker wrapper that starts the real worker
+/// only once `server` has had a request (or gives up after 10 s). Returns the bundle directory and the wrapper.
+fn gated_worker(
+    env: &Env,
+    server: &ProviderServer,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = env.path("gated");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        r#"{ manifest_version: "service.bundle/v1", id: "gated", version: "1.0.0", tools: ["Bash", "Read"], sandbox: { mode: "danger_full_access" } }"#,
+    )
+    .unwrap();
+    let agent = json!({"model": {"provider": "openai", "name": "gpt-test", "config": local(server)},
+                       "system_prompt": "Be brief."});
+    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+    let flag = env.path("model-asked");
+    let wrapper = env.path("gated-worker");
+    let real = service_supervisor::worker_beside(&super::support::binary());
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ni=0\nwhile [ ! -e '{}' ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 3; sleep 0.01; done\nexec '{}' \"$@\"\n",
+            flag.display(),
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, wrapper, flag)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_turns_first_model_call_is_on_the_wire_before_its_worker_starts() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_tool_call("echo first"),
+        openai_text("Done after the command."),
+        openai_text("Second turn."),
+    ]);
+    let (dir, wrapper, flag) = gated_worker(&env, &server);
+    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = wrapper);
+    let id = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    // The worker cannot start until the model server has a request: only the supervisor's opening can come first.
+    let requests = server.requests.clone();
+    let gate = tokio::task::spawn_blocking(move || {
+        super::support::wait_until(
+            Duration::from_secs(10),
+            || !requests.lock().unwrap().is_empty(),
+            || "no model request came before the worker started".into(),
+        );
+        std::fs::write(&flag, "").unwrap();
+    });
+    let turn = {
+        let (rt, id) = (rt.clone(), id.clone());
+        tokio::spawn(async move { super::support::run_turn(&rt, &id, "go").await.0 })
+    };
+    gate.await.unwrap();
+    let outcome = turn.await.unwrap();
+    assert_eq!(
+        outcome.final_message, "Done after the command.",
+        "{:?}",
+        outcome.error
+    );
+    // The opening answered the worker's first call (no second request for it); the turn's next call is the worker's.
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].body["messages"][0]["content"], "Be brief.");
+    assert_eq!(reqs[0].body["messages"][1]["content"], "go");
+    assert_eq!(reqs[0].body["tools"].as_array().map(Vec::len), Some(2));
+    assert_eq!(reqs[1].body["messages"].as_array().map(Vec::len), Some(4));
+
+    // The worker is running now: the next turn has no opening, and asks once.
+    let (second, _) = super::support::run_turn(&rt, &id, "again").await;
+    assert_eq!(second.final_message, "Second turn.");
+    assert_eq!(server.recorded().len(), 3);
+    rt.shutdown("test over").await;
+}

@@ -180,3 +180,42 @@ fn completions_are_printed_for_bash_zsh_and_fish() {
         .failed()
         .contains("invalid value"));
 }
+
+#[test]
+fn a_one_shot_run_exits_without_waiting_for_its_sandbox_and_leaves_nothing_behind() {
+    let env = Env::new();
+    // The example runs a real Bash call, so its sandbox has started and holds processes when the answer comes.
+    let out = env
+        .command(&["run", &repo_example(), "--prompt", "hi", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .expect("a JSON event");
+    let id = first["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_string();
+    let cgroups: Vec<std::path::PathBuf> = super::support::own_cgroups()
+        .into_iter()
+        .map(|(_, dir)| dir.join(format!("service-rs-{id}")))
+        .collect();
+    super::support::wait_until(
+        std::time::Duration::from_secs(5),
+        || {
+            super::support::processes_with(&format!("--label {id}")) == 0
+                && cgroups.iter().all(|c| !c.exists())
+        },
+        || format!("the run's worker or one of its cgroups {cgroups:?} outlived it"),
+    );
+    assert!(
+        !env.home.path().join("run").join(&id).exists(),
+        "the worker's socket directory was left"
+    );
+}
