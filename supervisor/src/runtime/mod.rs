@@ -427,6 +427,38 @@ impl ServiceRuntime {
         Ok(handle)
     }
 
+    /// The opening of `turn_id` (see `opening`), on the wire, when the session's worker is not running and its
+    /// bundle has no MCP servers.
+    async fn opening(
+        &self,
+        session: &Arc<Session>,
+        turn_id: &str,
+        model: &service_ipc::ModelRef,
+        prompt: &str,
+    ) -> Option<opening::Opening> {
+        // A worker being started holds the lock: it is not running yet.
+        let running = session
+            .worker
+            .try_lock()
+            .is_ok_and(|w| w.as_ref().is_some_and(|w| w.is_alive()));
+        if running {
+            return None;
+        }
+        let history = session.history().await.ok()?;
+        let (messages, tools) = opening::first_query(&session.bundle, history, prompt)?;
+        let request = service_ipc::ModelRequest::new(
+            model.clone(),
+            service_ipc::ModelQuery {
+                request_id: uuid::Uuid::new_v4().to_string(),
+                turn_id: turn_id.to_string(),
+                messages: messages.clone(),
+                tools: tools.clone(),
+            },
+        );
+        let reply = model_call::stream(&self.inner, session, request);
+        Some(opening::Opening::new(messages, tools, reply))
+    }
+
     /// Starts a turn and returns at once; the outcome arrives on the returned receiver.
     pub async fn start_turn(
         &self,
@@ -462,9 +494,7 @@ impl ServiceRuntime {
             });
         }
         let outcome = session.begin_turn(&turn_id, model.clone())?;
-        if let Some(opening) =
-            opening::start(&self.inner, &session, &turn_id, &model, &task.prompt).await
-        {
+        if let Some(opening) = self.opening(&session, &turn_id, &model, &task.prompt).await {
             session.set_opening(&turn_id, opening);
         }
         let worker = match self.worker(&session).await {

@@ -9,17 +9,12 @@
 //! gives a worker nothing it could not have asked for. Bundles with MCP servers get no opening: their tools are
 //! known only once the servers run in the sandbox.
 
-use std::sync::Arc;
-
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use service_ipc::{
-    ChatMessage, ChatRole, ModelChunk, ModelQuery, ModelRef, ModelRequest, ToolSpec,
-};
+use service_ipc::{ChatMessage, ChatRole, ModelChunk, ModelQuery, ToolSpec};
 use tokio::sync::mpsc;
 
-use super::session::Session;
-use super::Inner;
+use crate::bundle::Bundle;
 
 /// Chunks of the opening reply held until the worker asks; past this the provider's stream waits.
 const BUFFER: usize = 1024;
@@ -39,6 +34,29 @@ impl Drop for Opening {
 }
 
 impl Opening {
+    /// Starts reading `reply`, the answer to the query of `messages` and `tools`, into a buffer.
+    pub(crate) fn new(
+        messages: Vec<ChatMessage>,
+        tools: Vec<ToolSpec>,
+        mut reply: BoxStream<'static, ModelChunk>,
+    ) -> Opening {
+        let (tx, chunks) = mpsc::channel(BUFFER);
+        let call = tokio::spawn(async move {
+            while let Some(chunk) = reply.next().await {
+                if tx.send(chunk).await.is_err() {
+                    return;
+                }
+            }
+        })
+        .abort_handle();
+        Opening {
+            messages,
+            tools,
+            chunks,
+            call,
+        }
+    }
+
     /// True when `query` is the one this opening asked.
     pub(crate) fn answers(&self, query: &ModelQuery) -> bool {
         query.messages == self.messages && query.tools == self.tools
@@ -54,29 +72,16 @@ impl Opening {
     }
 }
 
-/// Starts the opening of `turn_id` on `session` with `model` and the turn's `prompt`, when its worker is not
-/// running and its bundle has no MCP servers.
-pub(crate) async fn start(
-    rt: &Inner,
-    session: &Arc<Session>,
-    turn_id: &str,
-    model: &ModelRef,
+/// The messages and tools of the first model call of a turn of `prompt` over `history`, as a worker of `bundle`
+/// asks them; None when its bundle has MCP servers, whose tools only the worker knows.
+pub(crate) fn first_query(
+    bundle: &Bundle,
+    mut history: Vec<ChatMessage>,
     prompt: &str,
-) -> Option<Opening> {
-    let bundle = &session.bundle;
+) -> Option<(Vec<ChatMessage>, Vec<ToolSpec>)> {
     if !bundle.agent.mcp_servers.is_empty() {
         return None;
     }
-    if session
-        .worker
-        .lock()
-        .await
-        .as_ref()
-        .is_some_and(|w| w.is_alive())
-    {
-        return None;
-    }
-    let mut history = session.history().await.ok()?;
     history.push(ChatMessage::text(ChatRole::User, prompt));
     let agent = &bundle.agent;
     let tools = &bundle.manifest.tools;
@@ -86,30 +91,5 @@ pub(crate) async fn start(
         .map(|s| (s.name.as_str(), s.description.as_str()));
     let system = service_worker::react::system_prompt(&agent.system_prompt, tools, skills);
     let messages = service_worker::memory::prompt(&system, &history, agent.memory.window);
-    let specs = service_worker::tools::specs(tools);
-    let request = ModelRequest::new(
-        model.clone(),
-        ModelQuery {
-            request_id: uuid::Uuid::new_v4().to_string(),
-            turn_id: turn_id.to_string(),
-            messages: messages.clone(),
-            tools: specs.clone(),
-        },
-    );
-    let mut reply = super::model_call::stream(rt, session, request);
-    let (tx, chunks) = mpsc::channel(BUFFER);
-    let call = tokio::spawn(async move {
-        while let Some(chunk) = reply.next().await {
-            if tx.send(chunk).await.is_err() {
-                return;
-            }
-        }
-    })
-    .abort_handle();
-    Some(Opening {
-        messages,
-        tools: specs,
-        chunks,
-        call,
-    })
+    Some((messages, service_worker::tools::specs(tools)))
 }
