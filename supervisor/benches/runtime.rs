@@ -544,7 +544,7 @@ fn openai_rows(
             |t, _| format!("{:.2}", ms(t.median)),
         ),
         (
-            "what its 30 ms add to the one-shot (the rest overlaps)",
+            "what its 30 ms add (30 if the sandbox did not overlap)",
             &thinking_oneshots,
             |t, o| format!("{:.2}", ms(t.median) - ms(o.median)),
         ),
