@@ -415,7 +415,23 @@ impl Session {
             return;
         };
         lock(&self.fault).take();
-        if let Err(e) = self.journal.log().append_history(&end.messages) {
+        let ended = |r: &mut SessionRecord, status: TurnStatus| {
+            r.status = SessionStatus::Idle;
+            r.active_turn = None;
+            r.last_turn = Some(LastTurn {
+                turn_id: end.turn_id.clone(),
+                status,
+                finished_at: now(),
+            });
+            r.updated_at = now();
+        };
+        // The messages and the record that ends the turn are written together (see `save_turn_end`).
+        let (history, _) = {
+            let mut record = lock(&self.record);
+            ended(&mut record, end.status);
+            self.journal.log().save_turn_end(&end.messages, &record)
+        };
+        if let Err(e) = history {
             tracing::error!(session = %self.id, "history not persisted: {e}");
             // The next turn would not see these messages: the turn did not durably happen.
             let (code, cause) = e
@@ -427,6 +443,7 @@ impl Session {
                 format!("the turn's messages were not saved: {cause}"),
             ));
             active.stop_reason = None;
+            let _ = self.update(|r| ended(r, TurnStatus::Failed));
         }
         let outcome = match end.status {
             TurnStatus::Completed => "completed",
@@ -434,15 +451,6 @@ impl Session {
             TurnStatus::Interrupted => "interrupted",
         };
         self.metrics.turn_ended(outcome);
-        let _ = self.update(|r| {
-            r.status = SessionStatus::Idle;
-            r.active_turn = None;
-            r.last_turn = Some(LastTurn {
-                turn_id: end.turn_id.clone(),
-                status: end.status,
-                finished_at: now(),
-            });
-        });
         let error = match end.status {
             TurnStatus::Completed => None,
             TurnStatus::Interrupted if active.stop_reason.is_some() => active.stop_reason.take(),

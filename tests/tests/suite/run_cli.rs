@@ -184,9 +184,14 @@ fn completions_are_printed_for_bash_zsh_and_fish() {
 #[test]
 fn a_one_shot_run_exits_without_waiting_for_its_sandbox_and_leaves_nothing_behind() {
     let env = Env::new();
-    // The example runs a real Bash call, so its sandbox has started and holds processes when the answer comes.
+    // The attack: a command that leaves a detached process behind, in its own session, as a model could write it.
+    let marker = format!("sleep 3{}", std::process::id() % 1000);
+    let script = format!(
+        r#"{{turns: [{{replies: [{{tool_calls: [{{name: "Bash", arguments: {{command: "setsid nohup {marker} > /dev/null 2>&1 & echo left"}}}}]}}, {{text: "done: {{{{last_tool_output}}}}"}}]}}]}}"#
+    );
+    write_bundle(&env.path("leaver"), &script, "", "workspace_write");
     let out = env
-        .command(&["run", &repo_example(), "--prompt", "hi", "--json"])
+        .command(&["run", "./leaver", "--prompt", "hi", "--json"])
         .output()
         .unwrap();
     assert!(
@@ -194,11 +199,21 @@ fn a_one_shot_run_exits_without_waiting_for_its_sandbox_and_leaves_nothing_behin
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let first: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .expect("a JSON event");
-    let id = first["session_id"]
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let done = events
+        .iter()
+        .find(|e| e["payload"]["type"] == "turn_completed")
+        .expect("turn_completed");
+    assert!(
+        done["payload"]["payload"]["final_message"]
+            .as_str()
+            .is_some_and(|m| m.contains("left")),
+        "{done}"
+    );
+    let id = events[0]["session_id"]
         .as_str()
         .expect("session_id")
         .to_string();
@@ -210,9 +225,17 @@ fn a_one_shot_run_exits_without_waiting_for_its_sandbox_and_leaves_nothing_behin
         std::time::Duration::from_secs(5),
         || {
             super::support::processes_with(&format!("--label {id}")) == 0
+                && super::support::processes_with(&marker) == 0
                 && cgroups.iter().all(|c| !c.exists())
         },
-        || format!("the run's worker or one of its cgroups {cgroups:?} outlived it"),
+        || {
+            format!(
+                "the run's sandbox outlived it: worker {}, left process {}, cgroups {:?}",
+                super::support::processes_with(&format!("--label {id}")),
+                super::support::processes_with(&marker),
+                cgroups.iter().filter(|c| c.exists()).collect::<Vec<_>>()
+            )
+        },
     );
     assert!(
         !env.home.path().join("run").join(&id).exists(),

@@ -115,6 +115,19 @@ pub trait SessionLog: Send + Sync {
     /// Appends a turn's messages to the history, durably.
     fn append_history(&self, messages: &[ChatMessage]) -> Result<()>;
 
+    /// Appends a turn's messages and saves the record that ends it, both durable when it returns: the history's
+    /// result, then the record's. A backend whose writes each wait for their own flush may do the two at once.
+    fn save_turn_end(
+        &self,
+        messages: &[ChatMessage],
+        record: &SessionRecord,
+    ) -> (Result<()>, Result<()>) {
+        (
+            self.append_history(messages),
+            self.save_record(record, true),
+        )
+    }
+
     /// The history, oldest first.
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>>;
 
