@@ -6,7 +6,8 @@
 //! the flush lands, a power cut can lose (or leave unreadable) a session that has had no turn yet. A process crash
 //! loses nothing (the page cache survives it). The record of a turn starting is not flushed either (0.3-0.5 ms of
 //! every turn): a power cut before the next flush may lose that turn's start, as it loses the turn's messages, which
-//! are flushed at its end. Every other save is synchronous.
+//! are flushed at its end. Every other save is synchronous; the record that ends a turn is flushed at the same time
+//! as the turn's messages (`SessionLog::save_turn_end`), so that ext4 makes one journal commit of the two.
 
 use std::io::Write;
 use std::path::Path;
