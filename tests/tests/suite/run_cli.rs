@@ -190,19 +190,12 @@ fn a_one_shot_run_exits_without_waiting_for_its_sandbox_and_leaves_nothing_behin
         r#"{{turns: [{{replies: [{{tool_calls: [{{name: "Bash", arguments: {{command: "setsid nohup {marker} > /dev/null 2>&1 & echo left"}}}}]}}, {{text: "done: {{{{last_tool_output}}}}"}}]}}]}}"#
     );
     write_bundle(&env.path("leaver"), &script, "", "workspace_write");
-    let out = env
-        .command(&["run", "./leaver", "--prompt", "hi", "--json"])
-        .output()
-        .unwrap();
+    let (out, events) = super::providers::run_json(&env, "./leaver", &[], &[]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
     let done = events
         .iter()
         .find(|e| e["payload"]["type"] == "turn_completed")
