@@ -436,7 +436,8 @@ impl ServiceRuntime {
         model: &service_ipc::ModelRef,
         prompt: &str,
     ) -> Option<opening::Opening> {
-        // A worker being started holds the lock: it is not running yet.
+        // A worker being started holds the lock: it is not running yet. Checked before the first await, so before
+        // `start_turn`'s own start of the worker takes the lock.
         let running = session
             .worker
             .try_lock()
@@ -494,10 +495,16 @@ impl ServiceRuntime {
             });
         }
         let outcome = session.begin_turn(&turn_id, model.clone())?;
-        if let Some(opening) = self.opening(&session, &turn_id, &model, &task.prompt).await {
+        // Side by side: the opening checks that no worker runs before the start takes the slot, and a store that
+        // reads the history over the network does so while the sandbox starts.
+        let (opening, worker) = tokio::join!(
+            self.opening(&session, &turn_id, &model, &task.prompt),
+            self.worker(&session)
+        );
+        if let Some(opening) = opening {
             session.set_opening(&turn_id, opening);
         }
-        let worker = match self.worker(&session).await {
+        let worker = match worker {
             Ok(w) => w,
             Err(e) => {
                 session.abandon_turn(&turn_id);
