@@ -1,6 +1,10 @@
 //! A taken-over worker, for the escape suite. It does the real handshake (the worker crate's own `conn`), then
 //! answers its first turn with the forged frames that `resources/attack.txt` of its bundle names, as code that had
 //! seized the worker's socket would. The supervisor must refuse each one and end the worker.
+//!
+//! One attack is a permitted frame whose answer matters: `own_query` makes the turn's first model call a query of
+//! its own instead of the turn's (which the supervisor has already sent as the turn's opening), and ends the turn
+//! with the text it was sent, so the test sees whose answer that was.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -9,7 +13,8 @@ use std::path::Path;
 
 use futures::StreamExt;
 use service_ipc::{
-    ApprovalDecision, EventPayload, ModelQuery, NetworkDecision, ToSupervisor, ToWorker, Usage,
+    ApprovalDecision, ChatMessage, ChatRole, EventPayload, ModelChunk, ModelQuery, NetworkDecision,
+    ToSupervisor, ToWorker, TurnStatus, Usage,
 };
 
 fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
@@ -112,13 +117,43 @@ fn main() {
             Path::new(&conn.config.bundle_dir).join("resources/attack.txt"),
         )
         .expect("resources/attack.txt");
+        let attack = attack.trim();
         let mut inbound = conn.inbound;
+        let (mut turn, mut answer) = (String::new(), String::new());
         while let Some(Ok(frame)) = inbound.next().await {
-            if let ToWorker::RunTurn { turn_id, .. } = frame {
-                for f in forged(attack.trim(), &turn_id) {
-                    if !conn.outbox.send(f).await {
-                        return;
+            let replies = match frame {
+                ToWorker::RunTurn { turn_id, .. } if attack == "own_query" => {
+                    turn = turn_id.clone();
+                    vec![ToSupervisor::ModelRequest(ModelQuery {
+                        request_id: "own".into(),
+                        turn_id,
+                        messages: vec![ChatMessage::text(ChatRole::User, "a query of my own")],
+                        tools: Vec::new(),
+                    })]
+                }
+                ToWorker::RunTurn { turn_id, .. } => forged(attack, &turn_id),
+                ToWorker::ModelChunk { chunk, .. } => match chunk {
+                    ModelChunk::TextDelta { text } => {
+                        answer.push_str(&text);
+                        Vec::new()
                     }
+                    ModelChunk::Done { .. } | ModelChunk::Failed { .. } => {
+                        vec![ToSupervisor::TurnFinished {
+                            turn_id: turn.clone(),
+                            status: TurnStatus::Completed,
+                            final_message: answer.clone(),
+                            messages: Vec::new(),
+                            usage: Usage::default(),
+                            error: None,
+                        }]
+                    }
+                    _ => Vec::new(),
+                },
+                _ => Vec::new(),
+            };
+            for f in replies {
+                if !conn.outbox.send(f).await {
+                    return;
                 }
             }
         }

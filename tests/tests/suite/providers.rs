@@ -681,3 +681,44 @@ async fn a_cold_turns_first_model_call_is_on_the_wire_before_its_worker_starts()
     assert_eq!(server.recorded().len(), 3);
     rt.shutdown("test over").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_worker_asking_its_own_first_query_gets_its_own_answer_not_the_opening() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("the opening's answer"),
+        openai_text("the answer to its own query"),
+    ]);
+    // A confined bundle whose worker is the hostile one (escape suite), playing `own_query`.
+    bundle(&env, "owned", "openai", "gpt-test", local(&server));
+    let dir = env.path("owned");
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(dir.join("resources/attack.txt"), "own_query").unwrap();
+    let exe = super::support::binary().with_file_name("hostile-worker");
+    assert!(
+        exe.is_file(),
+        "{} is missing: cargo build --workspace --bins",
+        exe.display()
+    );
+    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = exe);
+    let id = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    let (outcome, _) = super::support::run_turn(&rt, &id, "go").await;
+    assert_eq!(
+        outcome.final_message, "the answer to its own query",
+        "{:?}",
+        outcome.error
+    );
+    let reqs = server.recorded();
+    assert_eq!(
+        reqs.len(),
+        2,
+        "the opening, then a call of the worker's own"
+    );
+    assert_eq!(reqs[0].body["messages"][1]["content"], "go");
+    assert_eq!(reqs[1].body["messages"][0]["content"], "a query of my own");
+    rt.shutdown("test over").await;
+}
