@@ -126,6 +126,17 @@ pub struct ModelQuery {
     pub tools: Vec<ToolSpec>,
 }
 
+/// A turn's first model reply, read by the supervisor before the turn needed a worker (see `ToWorker::RunTurn`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FirstReply {
+    /// Its text, already streamed to clients as events.
+    pub text: String,
+    /// The tool calls the worker runs next; never empty.
+    pub tool_calls: Vec<ToolCall>,
+    /// Its token counts.
+    pub usage: Usage,
+}
+
 /// A model call as the supervisor's providers serve it: a worker's query and the model the supervisor chose.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {

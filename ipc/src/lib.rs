@@ -21,7 +21,8 @@ pub mod names;
 pub mod task;
 
 pub use chat::{
-    ChatMessage, ChatRole, ModelChunk, ModelQuery, ModelRequest, ToolCall, ToolSpec, Usage,
+    ChatMessage, ChatRole, FirstReply, ModelChunk, ModelQuery, ModelRequest, ToolCall, ToolSpec,
+    Usage,
 };
 pub use codec::{CodecError, FrameCodec, MAX_FRAME_LEN};
 pub use config::{McpServer, PermissionRule, Permissions, SkillInfo, WorkerConfig};
@@ -37,4 +38,4 @@ pub use names::{
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;

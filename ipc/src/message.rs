@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::{ChatMessage, ModelChunk, ModelQuery, Usage};
+use crate::chat::{ChatMessage, FirstReply, ModelChunk, ModelQuery, Usage};
 use crate::config::WorkerConfig;
 use crate::event::{EventPayload, TurnStatus};
 use crate::names::ApprovalDecision;
@@ -23,6 +23,16 @@ pub enum ToWorker {
         task: Task,
         /// Resolved model, cwd and sandbox mode.
         context: TurnContext,
+        /// The turn's first model reply, when the supervisor asked it before the turn needed a worker: its text
+        /// was already streamed as events, and the worker goes on from its tool calls.
+        #[serde(default)]
+        first_reply: Option<FirstReply>,
+    },
+    /// Messages of turns that ended while this worker ran none of them (text-only turns the supervisor finished
+    /// itself): the worker adds them to its copy of the conversation before the next turn.
+    AppendHistory {
+        /// The messages, in order.
+        messages: Vec<ChatMessage>,
     },
     /// A streamed piece of the answer to `ModelRequest` `request_id`.
     ModelChunk {

@@ -17,9 +17,11 @@
 //! - against an OpenAI-compatible server on loopback (`common/openai.rs`), in three rounds whose medians are all
 //!   printed, so the machine's noise shows as their spread:
 //!   - a warm turn (host worker) against the same client's direct streaming request on a kept connection; the
-//!     difference is the runtime's overhead per turn;
+//!     difference is the runtime's overhead per turn; the same for a turn of a confined session that has never
+//!     needed its worker (the supervisor answers text turns itself, see `runtime/lead.rs`);
 //!   - the confined one-shot `service-rs run`, whole process, against its limit: a bare bwrap spawn plus one
-//!     direct streaming request on a new connection, sampled in turn;
+//!     direct streaming request on a new connection, sampled in turn; the same against a model that waits 30 ms,
+//!     and against one that calls Bash once (so the sandbox starts);
 //! - workers as the session gets them (`service-worker`, the small binary beside `service-rs`) and as
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
@@ -80,6 +82,7 @@ fn write_bundle(dir: &Path, mode: &str) -> std::io::Result<()> {
     )
 }
 
+#[derive(Clone)]
 struct Stats {
     median: Duration,
     p90: Duration,
@@ -442,37 +445,34 @@ fn openai_rows(
         RuntimeOptions::new(worker_exe.to_path_buf()),
     );
     let host_ref = host.path().display().to_string();
-    let warm = tokio.block_on(async {
+    let boxed_ref = boxed.path().display().to_string();
+    let (warm, led) = tokio.block_on(async {
         let id = rt.create_session(&host_ref, None).await?.id;
         rt.start_worker(&id).await?;
+        // A confined session whose turns never call a tool: it never needs its worker.
+        let chat = rt.create_session(&boxed_ref, None).await?.id;
         let client = reqwest::Client::new();
-        let mut rounds = Vec::new();
+        let (mut warm, mut led) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            let (mut turn, mut direct) = (Vec::new(), Vec::new());
+            let (mut turn, mut chat_turn, mut direct) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..iters {
-                let t = Instant::now();
-                let outcome = rt
-                    .run_turn(&id, Task::new("hi"), TurnOverrides::default())
-                    .await?;
-                turn.push(t.elapsed());
-                if outcome.final_message != "ok" {
-                    return Err(format!(
-                        "the turn answered {:?}: {:?}",
-                        outcome.final_message, outcome.error
-                    )
-                    .into());
-                }
+                turn.push(timed_turn(&rt, &id).await?);
+                chat_turn.push(timed_turn(&rt, &chat).await?);
                 direct.push(openai::direct(&client, &server).await?);
             }
-            rounds.push((stats(turn), stats(direct)));
+            let direct = stats(direct);
+            warm.push((stats(turn), direct.clone()));
+            led.push((stats(chat_turn), direct));
         }
         rt.shutdown("bench over").await;
-        BenchResult::Ok(rounds)
+        BenchResult::Ok((warm, led))
     })?;
-    let boxed_ref = boxed.path().display().to_string();
     let thinking = tempfile::TempDir::new()?;
     openai::write_bundle_at(thinking.path(), &server.thinking, "workspace_write")?;
     let thinking_ref = thinking.path().display().to_string();
+    let bash = tempfile::TempDir::new()?;
+    openai::write_bundle_at(bash.path(), &server.bash, "workspace_write")?;
+    let bash_ref = bash.path().display().to_string();
     let one_shot = |reference: &str| -> BenchResult<Duration> {
         let t = Instant::now();
         let out = std::process::Command::new(exe)
@@ -485,17 +485,21 @@ fn openai_rows(
         }
         Ok(took)
     };
-    let (mut oneshots, mut thinking_oneshots) = (Vec::new(), Vec::new());
+    let (mut oneshots, mut thinking_oneshots, mut bash_oneshots) =
+        (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let (mut oneshot, mut limit, mut slow) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut oneshot, mut limit, mut slow, mut tool) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..iters.min(50) {
             oneshot.push(one_shot(&boxed_ref)?);
             slow.push(one_shot(&thinking_ref)?);
+            tool.push(one_shot(&bash_ref)?);
             // A new client per request: a new connection, as the one-shot makes.
             let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
             limit.push(bare_bwrap_once()? + request);
         }
         thinking_oneshots.push((stats(slow), stats(oneshot.clone())));
+        bash_oneshots.push((stats(tool), stats(limit.clone())));
         oneshots.push((stats(oneshot), stats(limit)));
     }
     println!();
@@ -511,7 +515,7 @@ fn openai_rows(
     // Each row: its name, the rounds it reads (a measurement and its baseline), and the cell it makes of one.
     type Cell = fn(&Stats, &Stats) -> String;
     type Rounds = [(Stats, Stats)];
-    let rows: [(&str, &Rounds, Cell); 8] = [
+    let rows: [(&str, &Rounds, Cell); 12] = [
         (
             "warm turn (host worker), whole round trip",
             &warm,
@@ -525,6 +529,16 @@ fn openai_rows(
         ("overhead of a warm turn (difference)", &warm, |t, d| {
             format!("{:.3}", ms(t.median.saturating_sub(d.median)))
         }),
+        (
+            "turn of a confined session with no worker (text answers)",
+            &led,
+            |t, _| format!("{:.3}", ms(t.median)),
+        ),
+        (
+            "its overhead (difference with the direct request)",
+            &led,
+            |t, d| format!("{:.3}", ms(t.median.saturating_sub(d.median))),
+        ),
         (
             "confined one-shot `service-rs run`, whole process",
             &oneshots,
@@ -543,17 +557,40 @@ fn openai_rows(
             &thinking_oneshots,
             |t, _| format!("{:.2}", ms(t.median)),
         ),
+        ("what its 30 ms add", &thinking_oneshots, |t, o| {
+            format!("{:.2}", ms(t.median) - ms(o.median))
+        }),
         (
-            "what its 30 ms add (30 if the sandbox did not overlap)",
-            &thinking_oneshots,
-            |t, o| format!("{:.2}", ms(t.median) - ms(o.median)),
+            "confined one-shot, one Bash `true` call, then the answer",
+            &bash_oneshots,
+            |t, _| format!("{:.2}", ms(t.median)),
         ),
+        ("ratio: that one-shot / limit", &bash_oneshots, |t, l| {
+            format!("{:.2}x", t.median.as_secs_f64() / l.median.as_secs_f64())
+        }),
     ];
     for (name, rounds, cell) in rows {
         let values: Vec<String> = rounds.iter().map(|(a, b)| cell(a, b)).collect();
         println!("| {name:<56} | {:>26} |", values.join(" / "));
     }
     Ok(())
+}
+
+/// One turn of `hi` in session `id`, timed; fails unless the answer is the server's `ok`.
+async fn timed_turn(rt: &ServiceRuntime, id: &str) -> BenchResult<Duration> {
+    let t = Instant::now();
+    let outcome = rt
+        .run_turn(id, Task::new("hi"), TurnOverrides::default())
+        .await?;
+    let took = t.elapsed();
+    if outcome.final_message != "ok" {
+        return Err(format!(
+            "the turn answered {:?}: {:?}",
+            outcome.final_message, outcome.error
+        )
+        .into());
+    }
+    Ok(took)
 }
 
 /// The two worker executables side by side: binary size, host session create, idle memory.

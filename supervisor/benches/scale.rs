@@ -4,11 +4,15 @@
 //! The real `service-rs serve` runs as a child process, its sessions confined (`workspace_write`), its model an
 //! OpenAI-compatible server on loopback (`common/openai.rs`, in this process). `BENCH_SESSIONS` sessions (default
 //! 300) are created over HTTP, then `BENCH_CLIENTS` clients (default 16) send `run-sync` turns at once:
-//! - cold: the first turn of every session, which starts its sandbox and worker; turns per second;
+//! - cold: the first turn of every session; turns per second;
 //! - warm: `BENCH_WARM_ROUNDS` (default 10) more turns per session, each client on its own sessions; turns per
 //!   second, median and p99 latency;
 //! - idle: then the sessions' processes, per session, and the proportional memory (PSS) of the server and all its
 //!   processes.
+//!
+//! Two kinds of sessions, each in runs of its own: sessions whose model calls a tool (Glob, which starts no shell)
+//! in answer to the first turn, so each starts its sandbox and worker then; and sessions whose turns all answer
+//! with text, which the supervisor serves itself with no worker (see `runtime/lead.rs`).
 //!
 //! The whole run is repeated `BENCH_RUNS` times (default 3), each with a new server, and every run's figures are
 //! printed, so the spread shows the machine's noise.
@@ -144,14 +148,14 @@ async fn load(
 
 async fn one_run(
     exe: &Path,
-    provider: &openai::Server,
+    model: &str,
     n: usize,
     clients: usize,
     rounds: usize,
 ) -> BenchResult<Run> {
     let home = tempfile::TempDir::new()?;
     let bundle = tempfile::TempDir::new()?;
-    openai::write_bundle(bundle.path(), provider, "workspace_write")?;
+    openai::write_bundle_at(bundle.path(), model, "workspace_write")?;
     let built = std::process::Command::new(exe)
         .args(["build", &bundle.path().display().to_string()])
         .env("SERVICE_HOME", home.path())
@@ -211,12 +215,27 @@ fn main() -> BenchResult<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let mut results = Vec::new();
+    let (mut tools, mut chats) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        results.push(tokio.block_on(one_run(&exe, &provider, n, clients, rounds))?);
+        tools.push(tokio.block_on(one_run(&exe, &provider.glob, n, clients, rounds))?);
+        chats.push(tokio.block_on(one_run(&exe, &provider.base, n, clients, rounds))?);
     }
+    println!("{n} confined sessions, {clients} clients, OpenAI-compatible server on loopback; one column per run.");
+    println!();
+    println!(
+        "Sessions whose first turn calls a tool (Glob), so each starts its sandbox and worker:"
+    );
+    print_runs(&tools);
+    println!();
+    println!(
+        "Sessions whose turns all answer with text, which the supervisor serves with no worker:"
+    );
+    print_runs(&chats);
+    Ok(())
+}
+
+fn print_runs(results: &[Run]) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("{n} confined sessions, {clients} clients, OpenAI-compatible server on loopback; one column per run:");
     println!();
     let row = |name: &str, f: &dyn Fn(&Run) -> String| {
         let values: Vec<String> = results.iter().map(f).collect();
@@ -248,5 +267,4 @@ fn main() -> BenchResult<()> {
     row("of which the serve process, MiB", &|r| {
         format!("{:>9.1}", r.server_pss_mib)
     });
-    Ok(())
 }

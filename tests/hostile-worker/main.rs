@@ -2,9 +2,9 @@
 //! answers its first turn with the forged frames that `resources/attack.txt` of its bundle names, as code that had
 //! seized the worker's socket would. The supervisor must refuse each one and end the worker.
 //!
-//! One attack is a permitted frame whose answer matters: `own_query` makes the turn's first model call a query of
-//! its own instead of the turn's (which the supervisor has already sent as the turn's opening), and ends the turn
-//! with the text it was sent, so the test sees whose answer that was.
+//! One attack is a permitted frame whose answer matters: `own_query`, handed a turn with the supervisor's first
+//! reply, makes a model call of its own query instead of running that reply's tool calls, and ends the turn with
+//! the text it was sent, so the test sees whose answer that was.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use service_ipc::{
-    BuiltinTool, ChatMessage, ChatRole, EventPayload, ModelChunk, ModelQuery, PermissionAction,
-    Task, ToSupervisor, ToolCall, ToolCallStatus, TurnContext, TurnStatus, Usage,
+    BuiltinTool, ChatMessage, ChatRole, EventPayload, FirstReply, ModelChunk, ModelQuery,
+    PermissionAction, Task, ToSupervisor, ToolCall, ToolCallStatus, TurnContext, TurnStatus, Usage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -31,12 +31,14 @@ struct Reply {
     calls: Vec<ToolCall>,
 }
 
-/// Runs one turn to its end and reports it; never panics on model or tool output.
+/// Runs one turn to its end and reports it; never panics on model or tool output. With `first_reply` the turn's
+/// first model call was made by the supervisor (and its text streamed): the turn goes on from its tool calls.
 pub async fn run_turn(
     shared: Arc<Shared>,
     turn_id: String,
     task: Task,
     context: TurnContext,
+    first_reply: Option<FirstReply>,
     cancel: CancellationToken,
 ) {
     let mut history = shared.history.lock().await;
@@ -51,7 +53,14 @@ pub async fn run_turn(
     let start = history.len();
     history.push(ChatMessage::text(ChatRole::User, task.prompt.clone()));
     let mut usage = Usage::default();
-    let outcome = turn.steps(&mut history, &mut usage).await;
+    let first = first_reply.map(|r| {
+        usage.add(r.usage);
+        Reply {
+            text: r.text,
+            calls: r.tool_calls,
+        }
+    });
+    let outcome = turn.steps(&mut history, first, &mut usage).await;
     let added = history[start..].to_vec();
 
     let (status, final_message, error) = match outcome {
@@ -90,6 +99,7 @@ impl Turn<'_> {
     async fn steps(
         &self,
         history: &mut Vec<ChatMessage>,
+        mut first: Option<Reply>,
         usage: &mut Usage,
     ) -> Result<String, Stop> {
         let config = &self.shared.config;
@@ -99,10 +109,15 @@ impl Turn<'_> {
             .map(|s| (s.name.as_str(), s.description.as_str()));
         let system = system_prompt(&config.system_prompt, &config.tools, skills);
         for _ in 0..config.max_steps {
-            let messages = memory::prompt(&system, history, config.memory_window);
-            // Listed per call: an MCP server may have changed its tools, or died, since the last one.
-            let specs = self.shared.registry.specs().await;
-            let reply = self.call_model(messages, specs, usage).await?;
+            let reply = match first.take() {
+                Some(reply) => reply,
+                None => {
+                    let messages = memory::prompt(&system, history, config.memory_window);
+                    // Listed per call: an MCP server may have changed its tools, or died, since the last one.
+                    let specs = self.shared.registry.specs().await;
+                    self.call_model(messages, specs, usage).await?
+                }
+            };
             history.push(ChatMessage {
                 role: ChatRole::Assistant,
                 content: reply.text.clone(),
@@ -111,12 +126,10 @@ impl Turn<'_> {
             });
             if reply.calls.is_empty() {
                 if reply.text.trim().is_empty() {
+                    let (code, message) = empty_response();
                     return Err(Stop::Failed {
-                        code: "empty_response".into(),
-                        message: "the model ended its answer with no text and no tool call; try again, or check \
-                                  max_tokens and stop in agent.yaml model.config (a small local model may also need \
-                                  a plainer system prompt)"
-                            .into(),
+                        code: code.into(),
+                        message: message.into(),
                     });
                 }
                 return Ok(reply.text);
@@ -347,6 +360,16 @@ fn lost() -> Stop {
         code: "supervisor_gone".into(),
         message: "the connection to the supervisor closed during the turn".into(),
     }
+}
+
+/// The error of a model answer with no text and no tool call. Public so a text-only turn the supervisor finishes
+/// itself ends the same way.
+pub fn empty_response() -> (&'static str, &'static str) {
+    (
+        "empty_response",
+        "the model ended its answer with no text and no tool call; try again, or check max_tokens and stop in \
+         agent.yaml model.config (a small local model may also need a plainer system prompt)",
+    )
 }
 
 /// The system prompt from agent.yaml (`base`), plus the skill list (name, description) when the Skill tool is

@@ -76,6 +76,7 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 turn_id,
                 task,
                 context,
+                first_reply,
             } => {
                 if turn.as_ref().is_some_and(|t| !t.task.is_finished()) {
                     refuse_turn(&shared.outbox, turn_id).await;
@@ -87,6 +88,7 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                     turn_id.clone(),
                     task,
                     context,
+                    first_reply,
                     cancel.clone(),
                 ));
                 turn = Some(RunningTurn {
@@ -94,6 +96,10 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                     cancel,
                     task,
                 });
+            }
+            ToWorker::AppendHistory { messages } => {
+                // Queued behind a running turn's own messages: the supervisor sends it only between turns.
+                shared.history.lock().await.extend(messages);
             }
             ToWorker::ModelChunk { request_id, chunk } => {
                 shared.deliver_chunk(&request_id, chunk).await;

@@ -53,6 +53,7 @@ proptest! {
                 approval_policy: None,
                 metadata: None,
             },
+            first_reply: None,
         };
         let frame = encode_frame(&msg, MAX_FRAME_LEN).unwrap();
         for cut in 0..frame.len() {

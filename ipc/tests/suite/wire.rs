@@ -268,6 +268,24 @@ fn every_to_worker() -> Vec<ToWorker> {
             turn_id: "t".into(),
             task: Task::new("hello"),
             context: context(),
+            first_reply: None,
+        },
+        ToWorker::RunTurn {
+            turn_id: "t2".into(),
+            task: Task::new("list"),
+            context: context(),
+            first_reply: Some(service_ipc::FirstReply {
+                text: "looking".into(),
+                tool_calls: vec![ToolCall {
+                    id: "c".into(),
+                    name: "Bash".into(),
+                    arguments: "{\"command\":\"ls\"}".into(),
+                }],
+                usage: Usage::default(),
+            }),
+        },
+        ToWorker::AppendHistory {
+            messages: vec![ChatMessage::text(ChatRole::User, "hi")],
         },
         ToWorker::ModelChunk {
             request_id: "m".into(),

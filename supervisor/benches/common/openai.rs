@@ -2,7 +2,8 @@
 //! baseline of a turn against it.
 //!
 //! It answers every `POST …/chat/completions` with a short streamed text answer (`ok`), chunked as llama.cpp and
-//! vLLM send it: a role chunk, a content chunk, a finish chunk with usage, `[DONE]`. It runs on a thread and a
+//! vLLM send it: a role chunk, a content chunk, a finish chunk with usage, `[DONE]`. Under `/bash/v1` and
+//! `/glob/v1` it is a model that makes one tool call in a conversation, in answer to its first prompt. It runs on a thread and a
 //! runtime of its own, like a server in another process, and takes no time of its own beyond HTTP.
 // Each bench that includes this module uses part of it.
 #![allow(dead_code)]
@@ -20,21 +21,29 @@ pub struct Server {
     /// The same server as a model that takes [`THINKING`] before its first byte, as a real model's prompt
     /// processing does.
     pub thinking: String,
+    /// The same server as a model that answers a conversation's first prompt with a Bash call of `true`, then
+    /// `ok`; every later prompt with `ok`.
+    pub bash: String,
+    /// The same with a Glob call: a tool that starts no shell.
+    pub glob: String,
 }
 
 /// How long the `thinking` model waits before it answers.
 pub const THINKING: Duration = Duration::from_millis(30);
 
+/// One SSE event of a streamed answer; the finishing one carries usage.
+fn chunk(delta: serde_json::Value, finish: serde_json::Value) -> String {
+    let mut c = serde_json::json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "bench",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    if !finish.is_null() {
+        c["usage"] =
+            serde_json::json!({"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13});
+    }
+    format!("data: {c}\n\n")
+}
+
 /// The answer's SSE events, each sent as one HTTP chunk.
 fn answer() -> Vec<String> {
-    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
-        let mut c = serde_json::json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "bench",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-        if !finish.is_null() {
-            c["usage"] = serde_json::json!({"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13});
-        }
-        format!("data: {c}\n\n")
-    };
     vec![
         chunk(
             serde_json::json!({"role": "assistant", "content": ""}),
@@ -49,16 +58,42 @@ fn answer() -> Vec<String> {
     ]
 }
 
+/// A call of `tool` with `arguments` (JSON text), streamed.
+fn call(tool: &str, arguments: &str) -> Vec<String> {
+    vec![
+        chunk(
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
+                "id": "call_bench", "type": "function", "function": {"name": tool, "arguments": arguments}}]}),
+            serde_json::Value::Null,
+        ),
+        chunk(serde_json::json!({}), serde_json::json!("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ]
+}
+
 async fn completions(body: axum::body::Bytes) -> Response {
+    respond(&body, None)
+}
+
+/// Answers `ok`, or with `tool` (its name and arguments) to a conversation that has no tool result yet.
+fn respond(body: &[u8], tool: Option<(&str, &str)>) -> Response {
     // Read like a server would, so a request body that is not JSON is a visible failure of the bench.
-    if serde_json::from_slice::<serde_json::Value>(&body).is_err() {
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Response::builder()
             .status(400)
             .body(Body::from("not JSON"))
             .unwrap_or_default();
-    }
+    };
+    // Once per conversation: a session's later turns are answered with text.
+    let called = request["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    let answer = match tool {
+        Some((name, arguments)) if !called => call(name, arguments),
+        _ => answer(),
+    };
     let events = futures::stream::iter(
-        answer()
+        answer
             .into_iter()
             .map(|e| Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(e))),
     );
@@ -95,6 +130,18 @@ pub fn start() -> std::io::Result<Server> {
                             tokio::time::sleep(THINKING).await;
                             completions(body).await
                         }),
+                    )
+                    .route(
+                        "/bash/v1/chat/completions",
+                        axum::routing::post(|body: axum::body::Bytes| async move {
+                            respond(&body, Some(("Bash", r#"{"command":"true"}"#)))
+                        }),
+                    )
+                    .route(
+                        "/glob/v1/chat/completions",
+                        axum::routing::post(|body: axum::body::Bytes| async move {
+                            respond(&body, Some(("Glob", r#"{"pattern":"*"}"#)))
+                        }),
                     );
                 let _ = axum::serve(listener, app).await;
             });
@@ -102,6 +149,8 @@ pub fn start() -> std::io::Result<Server> {
     Ok(Server {
         base: format!("http://{addr}/v1"),
         thinking: format!("http://{addr}/thinking/v1"),
+        bash: format!("http://{addr}/bash/v1"),
+        glob: format!("http://{addr}/glob/v1"),
     })
 }
 
@@ -153,7 +202,7 @@ pub fn write_bundle_at(dir: &std::path::Path, base: &str, mode: &str) -> std::io
     std::fs::write(
         dir.join("service.bundle.json5"),
         format!(
-            r#"{{ manifest_version: "service.bundle/v1", id: "bench-openai", version: "1.0.0", tools: ["Bash"],
+            r#"{{ manifest_version: "service.bundle/v1", id: "bench-openai", version: "1.0.0", tools: ["Bash", "Glob"],
                  sandbox: {{ mode: "{mode}" }} }}"#
         ),
     )?;

@@ -34,6 +34,11 @@ impl WorkerHandle {
             .map_err(|_| RuntimeError::WorkerUnavailable("the worker has exited".into()))
     }
 
+    /// Queues a frame without waiting; false when the queue is full or the worker is gone.
+    pub fn try_send(&self, msg: ToWorker) -> bool {
+        self.tx.try_send(msg).is_ok()
+    }
+
     /// True until the actor has seen the worker's connection end (or was told to kill it).
     pub fn is_alive(&self) -> bool {
         !self.kill.is_cancelled() && !*self.exited.borrow()
@@ -59,11 +64,16 @@ impl WorkerHandle {
 
     /// The worker's view of a host path (paths outside the workspace are passed unchanged).
     pub fn worker_path(&self, host: &Path) -> PathBuf {
-        let (host_ws, worker_ws) = &self.paths;
-        match host.strip_prefix(host_ws) {
-            Ok(rel) if rel.as_os_str().is_empty() => worker_ws.clone(),
-            Ok(rel) => worker_ws.join(rel),
-            Err(_) => host.to_path_buf(),
-        }
+        worker_path(&self.paths, host)
+    }
+}
+
+/// The view of `host` of a worker whose workspace is `paths.1` for the host's `paths.0` (paths outside the
+/// workspace are passed unchanged).
+pub(super) fn worker_path((host_ws, worker_ws): &(PathBuf, PathBuf), host: &Path) -> PathBuf {
+    match host.strip_prefix(host_ws) {
+        Ok(rel) if rel.as_os_str().is_empty() => worker_ws.clone(),
+        Ok(rel) => worker_ws.join(rel),
+        Err(_) => host.to_path_buf(),
     }
 }

@@ -45,8 +45,20 @@ pub struct Launch {
     pub limits: Option<Arc<Limits>>,
 }
 
+/// How a worker of a bundle would see its session: known before one starts, for a turn that needs none yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct View {
+    /// Workspace inside the worker's view.
+    pub workspace: PathBuf,
+    /// The mode that would confine the worker.
+    pub confinement: SandboxMode,
+}
+
 /// Starts workers.
 pub trait Launcher: Send + Sync {
+    /// The workspace and confinement a worker of `sandbox` over `workspace` would get, or why none can start.
+    fn view(&self, sandbox: &SandboxSpec, workspace: &Path) -> Result<View>;
+
     /// Prepares the command for one worker.
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch>;
 }
@@ -73,6 +85,13 @@ pub fn minimal_env(command: &mut tokio::process::Command, home: &Path) {
 }
 
 impl Launcher for HostLauncher {
+    fn view(&self, _: &SandboxSpec, workspace: &Path) -> Result<View> {
+        Ok(View {
+            workspace: workspace.to_path_buf(),
+            confinement: SandboxMode::DangerFullAccess,
+        })
+    }
+
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch> {
         let mut command = tokio::process::Command::new(spec.exe);
         command
@@ -91,11 +110,12 @@ impl Launcher for HostLauncher {
                     .map_err(std::io::Error::from)
             });
         }
+        let view = self.view(spec.sandbox, spec.workspace)?;
         Ok(Launch {
             command,
             bundle_dir: spec.bundle_root.to_path_buf(),
-            workspace: spec.workspace.to_path_buf(),
-            confinement: SandboxMode::DangerFullAccess,
+            workspace: view.workspace,
+            confinement: view.confinement,
             limits: None,
         })
     }

@@ -1,7 +1,7 @@
 //! `ServiceRuntime`: the one type the CLI, the TUI and the HTTP server sit on.
 //!
-//! It creates sessions from bundle references, starts one worker process per live session (lazily, at the first
-//! turn or command, and again after a worker died), runs turns, fans events out to subscribers, routes approvals
+//! It creates sessions from bundle references, starts one worker process per live session (lazily, when a turn's
+//! model first calls a tool or an operator runs a command, and again after a worker died), runs turns, fans events out to subscribers, routes approvals
 //! and runs operator commands. Sessions are persisted in a [`store`]: by default under
 //! `$SERVICE_HOME/sessions/<id>/` (`session.json`, `events.jsonl`, `history.jsonl`, `workspace/`), or in PostgreSQL
 //! shared by several nodes; they are loaded back lazily after a restart.
@@ -11,8 +11,8 @@
 //! - [`worker`]: a session's worker attached and the actor that applies its frames to the session; `spawn`: the
 //!   factory that starts and configures a worker, knowing nothing of sessions; [`handle`]: the session's hold on its
 //!   worker; [`launcher`]: how the process is started.
-//! - `model_call`: a model call for a running turn; `opening`: a cold turn's first model call, made while its
-//!   worker starts.
+//! - `turns`: turns started, run and interrupted; `lead`: a turn the supervisor leads until it needs its
+//!   sandbox; `model_call`: a model call for a running turn.
 //! - [`approvals`]: the in-memory approval store, and what `allow_always` grants.
 //! - `operations`: metrics, idle workers reaped, bundles removed.
 //! - `ownership`: which node of a shared store runs a session, and its leases kept alive; `bundle_fetch`: a
@@ -26,8 +26,8 @@ mod frame_guard;
 pub mod handle;
 pub mod journal;
 pub mod launcher;
+mod lead;
 mod model_call;
-mod opening;
 mod operations;
 mod ownership;
 mod prestart;
@@ -35,6 +35,7 @@ pub mod record;
 pub mod session;
 mod spawn;
 pub mod store;
+mod turns;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -42,10 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use service_ipc::{
-    ApprovalDecision, EventMsg, EventPayload, SandboxMode, Task, ToWorker, TurnContext,
-    TurnOverrides,
-};
+use service_ipc::{ApprovalDecision, EventMsg, EventPayload, SandboxMode, ToWorker};
 use tokio::sync::oneshot;
 
 pub use error::{Result, RuntimeError};
@@ -425,162 +423,6 @@ impl ServiceRuntime {
             prestart::Prestarted::refill(&self.inner, &session.bundle);
         }
         Ok(handle)
-    }
-
-    /// The opening of `turn_id` (see `opening`), on the wire, when the session's worker is not running and its
-    /// bundle has no MCP servers.
-    async fn opening(
-        &self,
-        session: &Arc<Session>,
-        turn_id: &str,
-        model: &service_ipc::ModelRef,
-        prompt: &str,
-    ) -> Option<opening::Opening> {
-        // A worker being started holds the lock: it is not running yet. Checked before the first await, so before
-        // `start_turn`'s own start of the worker takes the lock.
-        let running = session
-            .worker
-            .try_lock()
-            .is_ok_and(|w| w.as_ref().is_some_and(|w| w.is_alive()));
-        if running {
-            return None;
-        }
-        let history = session.history().await.ok()?;
-        let (messages, tools) = opening::first_query(&session.bundle, history, prompt)?;
-        let request = service_ipc::ModelRequest::new(
-            model.clone(),
-            service_ipc::ModelQuery {
-                request_id: uuid::Uuid::new_v4().to_string(),
-                turn_id: turn_id.to_string(),
-                messages: messages.clone(),
-                tools: tools.clone(),
-            },
-        );
-        let reply = model_call::stream(&self.inner, session, request);
-        Some(opening::Opening::new(messages, tools, reply))
-    }
-
-    /// Starts a turn and returns at once; the outcome arrives on the returned receiver.
-    pub async fn start_turn(
-        &self,
-        id: &str,
-        task: Task,
-        overrides: TurnOverrides,
-    ) -> Result<PendingTurn> {
-        let session = self.session(id).await?;
-        self.claim(&session).await?;
-        let model = overrides
-            .model
-            .unwrap_or_else(|| session.bundle.agent.model.to_ref());
-        crate::providers::check_model(&model).map_err(RuntimeError::InvalidRequest)?;
-        let base = session.cwd();
-        let cwd = match overrides.cwd.as_deref() {
-            None => base,
-            Some(c) => {
-                let p = base.join(c);
-                if !p.is_dir() {
-                    return Err(RuntimeError::CwdNotFound(format!(
-                        "cwd {} is not a directory",
-                        p.display()
-                    )));
-                }
-                p
-            }
-        };
-        let turn_id = uuid::Uuid::new_v4().to_string();
-        if session.journal.bytes() >= self.inner.options.journal_quota {
-            return Err(RuntimeError::JournalQuota {
-                session_id: id.to_string(),
-                quota: self.inner.options.journal_quota,
-            });
-        }
-        let outcome = session.begin_turn(&turn_id, model.clone())?;
-        // Side by side: the opening checks that no worker runs before the start takes the slot, and a store that
-        // reads the history over the network does so while the sandbox starts.
-        let (opening, worker) = tokio::join!(
-            self.opening(&session, &turn_id, &model, &task.prompt),
-            self.worker(&session)
-        );
-        if let Some(opening) = opening {
-            session.set_opening(&turn_id, opening);
-        }
-        let worker = match worker {
-            Ok(w) => w,
-            Err(e) => {
-                session.abandon_turn(&turn_id);
-                return Err(e);
-            }
-        };
-        if worker.confinement != SandboxMode::DangerFullAccess && !cwd.starts_with(&worker.paths.0)
-        {
-            session.abandon_turn(&turn_id);
-            return Err(RuntimeError::CwdOutsideWorkspace(format!(
-                "cwd {} is outside the session workspace {}; a sandboxed turn can only run inside it",
-                cwd.display(),
-                worker.paths.0.display()
-            )));
-        }
-        let context = TurnContext {
-            cwd: worker.worker_path(&cwd).display().to_string(),
-            model,
-            sandbox_mode: worker.confinement,
-            approval_policy: None,
-            metadata: None,
-        };
-        // The supervisor's own event: a worker cannot start or describe a turn.
-        session.emit(EventPayload::TurnStarted {
-            turn_id: turn_id.clone(),
-            context: context.clone(),
-            submission_id: task.submission_id.to_string(),
-            prompt: task.prompt.clone(),
-        });
-        let run = ToWorker::RunTurn {
-            turn_id: turn_id.clone(),
-            task,
-            context,
-        };
-        if let Err(e) = worker.send(run).await {
-            session.fail_active_turn("worker_unavailable", &e.to_string());
-            return Err(e);
-        }
-        Ok(PendingTurn { turn_id, outcome })
-    }
-
-    /// Runs a turn to its end.
-    pub async fn run_turn(
-        &self,
-        id: &str,
-        task: Task,
-        overrides: TurnOverrides,
-    ) -> Result<TurnOutcome> {
-        let pending = self.start_turn(id, task, overrides).await?;
-        pending
-            .outcome
-            .await
-            .map_err(|_| RuntimeError::WorkerDied("the turn ended without an outcome".into()))
-    }
-
-    /// Interrupts the running turn: tools are killed and it ends with an `interrupted` error.
-    pub async fn interrupt(&self, id: &str) -> Result<String> {
-        let session = self.session(id).await?;
-        self.claim(&session).await?;
-        let turn_id = session
-            .active_turn()
-            .ok_or_else(|| RuntimeError::NoTurnRunning(id.to_string()))?;
-        self.inner.approvals.drop_turn(&turn_id);
-        let worker = session.worker.lock().await.clone();
-        match worker {
-            Some(w) if w.is_alive() => {
-                w.send(ToWorker::Interrupt {
-                    turn_id: turn_id.clone(),
-                })
-                .await?
-            }
-            _ => {
-                session.fail_active_turn("interrupted", "the turn was interrupted by the operator");
-            }
-        }
-        Ok(turn_id)
     }
 
     /// Resolves a pending approval request.

@@ -1,6 +1,6 @@
 //! A model call for a session's running turn, as the supervisor makes it: the provider's stream, its retries
-//! journaled as `model_retry` events, the call timed in the metrics. A worker's requests and a cold turn's opening
-//! request (`opening`) are both made here.
+//! journaled as `model_retry` events, the call timed in the metrics. A worker's requests and the first call of a
+//! turn the supervisor leads (`lead`) are both made here.
 
 use std::sync::Arc;
 

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use service_ipc::{ChatMessage, EventPayload, ModelRef, TurnStatus, Usage};
 use tokio::sync::oneshot;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::approvals::Grant;
 use super::error::{Result, RuntimeError};
 use super::handle::WorkerHandle;
 use super::journal::Journal;
-use super::opening::Opening;
 use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
 use super::store::Store;
 use crate::bundle::{self, Bundle};
@@ -55,8 +55,8 @@ struct ActiveTurn {
     done: Option<oneshot::Sender<TurnOutcome>>,
     /// Set when the supervisor itself interrupts the turn: the code and message its `error` event carries.
     stop_reason: Option<(String, String)>,
-    /// Its opening model request, until the worker's first request takes it; dropped (abandoned) with the turn.
-    opening: Option<Opening>,
+    /// While the supervisor leads the turn (see `lead`): cancels the lead when the turn ends or is interrupted.
+    lead: Option<DropGuard>,
 }
 
 /// A live session.
@@ -272,10 +272,15 @@ impl Session {
 
     /// Journals and broadcasts events that arrived together as one batch (see `Journal::emit_all`).
     pub fn emit_all(&self, payloads: Vec<EventPayload>) {
+        self.journal_batch(payloads, || self.active_turn().is_some());
+    }
+
+    /// `emit_all`; a store write that fails while `turn_running` is kept as the fault that ends the turn.
+    fn journal_batch(&self, payloads: Vec<EventPayload>, turn_running: impl FnOnce() -> bool) {
         *lock(&self.last_active) = std::time::Instant::now();
         if let Err(e) = self.journal.emit_all(payloads) {
             tracing::error!(session = %self.id, "event not journaled: {e}");
-            if let (Some((code, cause)), true) = (e.storage_fault(), self.active_turn().is_some()) {
+            if let (Some((code, cause)), true) = (e.storage_fault(), turn_running()) {
                 lock(&self.fault).get_or_insert((code.into(), cause));
             }
         }
@@ -325,19 +330,46 @@ impl Session {
             .map(|a| a.model.clone())
     }
 
-    /// Keeps `opening` for `turn_id` while it is the running turn.
-    pub(crate) fn set_opening(&self, turn_id: &str, opening: Opening) {
-        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
-            a.opening = Some(opening);
-        }
+    /// Marks `turn_id` as led by the supervisor (see `lead`); the token is cancelled when the turn ends, or by
+    /// `interrupt_lead`, until `hand_over`.
+    pub(crate) fn lead(&self, turn_id: &str) -> Option<CancellationToken> {
+        let mut active = lock(&self.active);
+        let a = active.as_mut().filter(|a| a.turn_id == turn_id)?;
+        let token = CancellationToken::new();
+        a.lead = Some(token.clone().drop_guard());
+        Some(token)
     }
 
-    /// The opening of `turn_id`, once: the first model request of the turn takes it.
-    pub(crate) fn take_opening(&self, turn_id: &str) -> Option<Opening> {
+    /// Cancels the lead of `turn_id`; false when the turn is not in its lead (its worker has it, or it ended).
+    pub(crate) fn interrupt_lead(&self, turn_id: &str) -> bool {
         lock(&self.active)
             .as_mut()
             .filter(|a| a.turn_id == turn_id)
-            .and_then(|a| a.opening.take())
+            .and_then(|a| a.lead.take())
+            .is_some()
+    }
+
+    /// Hands `turn_id` from its lead to its worker with `send` (true when sent); None when the turn ended or was
+    /// interrupted first. Under the turn's lock: an interrupt either stops the lead or reaches the worker after the
+    /// turn.
+    pub(crate) fn hand_over(&self, turn_id: &str, send: impl FnOnce() -> bool) -> Option<bool> {
+        let mut active = lock(&self.active);
+        let a = active.as_mut().filter(|a| a.turn_id == turn_id)?;
+        a.lead.take()?.disarm();
+        Some(send())
+    }
+
+    /// Emits `payloads` while `turn_id` runs; false (and nothing emitted) once it has ended. Under the turn's lock,
+    /// so they come before its end event.
+    pub(crate) fn emit_in_turn(&self, turn_id: &str, payloads: Vec<EventPayload>) -> bool {
+        let active = lock(&self.active);
+        if active.as_ref().is_none_or(|a| a.turn_id != turn_id) {
+            return false;
+        }
+        if !payloads.is_empty() {
+            self.journal_batch(payloads, || true);
+        }
+        true
     }
 
     /// True when `turn_id` is the session's last ended turn.
@@ -373,7 +405,7 @@ impl Session {
                 model,
                 done: Some(tx),
                 stop_reason: None,
-                opening: None,
+                lead: None,
             });
         }
         let started = self.update_unflushed(|r| {
@@ -409,10 +441,11 @@ impl Session {
     }
 
     /// Records the end of `turn_id` (history, record), then emits its `turn_completed` or `error` event, then wakes
-    /// the waiter: whoever sees the end event finds the session idle and the history saved.
-    pub fn finish_turn(&self, mut end: TurnEnd) {
+    /// the waiter: whoever sees the end event finds the session idle and the history saved. True when the turn was
+    /// running and its messages are saved.
+    pub fn finish_turn(&self, mut end: TurnEnd) -> bool {
         let Some(mut active) = lock(&self.active).take_if(|a| a.turn_id == end.turn_id) else {
-            return;
+            return false;
         };
         lock(&self.fault).take();
         let ended = |r: &mut SessionRecord, status: TurnStatus| {
@@ -431,6 +464,7 @@ impl Session {
             ended(&mut record, end.status);
             self.journal.log().save_turn_end(&end.messages, &record)
         };
+        let saved = history.is_ok();
         if let Err(e) = history {
             tracing::error!(session = %self.id, "history not persisted: {e}");
             // The next turn would not see these messages: the turn did not durably happen.
@@ -484,6 +518,7 @@ impl Session {
                 let _ = done.send(outcome);
             }));
         }
+        saved
     }
 
     /// Records why the supervisor is about to interrupt `turn_id`, for the `error` event that ends it.
@@ -496,7 +531,7 @@ impl Session {
     /// Ends the running turn (if any) as failed with `code`, keeping no messages.
     pub fn fail_active_turn(&self, code: &str, message: &str) -> Option<String> {
         let turn_id = self.active_turn()?;
-        self.finish_turn(TurnEnd {
+        let _ = self.finish_turn(TurnEnd {
             turn_id: turn_id.clone(),
             status: TurnStatus::Failed,
             final_message: String::new(),

@@ -411,17 +411,12 @@ impl Actor {
         Ok(())
     }
 
-    /// Streams the reply to `query` to the worker: from the turn's opening when it asked this very query, or from
-    /// a call of its own.
+    /// Streams the reply to `query` to the worker.
     fn serve_model(&mut self, model: service_ipc::ModelRef, query: service_ipc::ModelQuery) {
         self.model_tasks.retain(|_, t| !t.is_finished());
         let request_id = query.request_id.clone();
-        let mut chunks = match self.session.take_opening(&query.turn_id) {
-            Some(opening) if opening.answers(&query) => opening.into_stream(),
-            _ => {
-                super::model_call::stream(&self.rt, &self.session, ModelRequest::new(model, query))
-            }
-        };
+        let mut chunks =
+            super::model_call::stream(&self.rt, &self.session, ModelRequest::new(model, query));
         let tx = self.tx.clone();
         let rid = request_id.clone();
         let task = tokio::spawn(async move {

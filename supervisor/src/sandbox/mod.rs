@@ -14,11 +14,12 @@ pub mod etc_snapshot;
 pub mod limits;
 pub mod profile;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::bundle::SandboxSpec;
 use crate::runtime::error::{Result, RuntimeError};
-use crate::runtime::launcher::{HostLauncher, Launch, LaunchSpec, Launcher};
+use crate::runtime::launcher::{HostLauncher, Launch, LaunchSpec, Launcher, View};
 
 /// Starts workers confined as their manifest says (or on the host when `dangerous` is set).
 pub struct SandboxLauncher {
@@ -32,6 +33,18 @@ impl SandboxLauncher {
         SandboxLauncher {
             dangerous,
             bwrap: find_bwrap(),
+        }
+    }
+
+    /// The bwrap to confine a worker of `sandbox` with and its mode's profile; None when it runs on the host.
+    fn confining(&self, sandbox: &SandboxSpec) -> Result<Option<(&PathBuf, profile::ModeProfile)>> {
+        let mode = profile::mode_profile(sandbox.mode).map_err(RuntimeError::SandboxUnavailable)?;
+        if self.dangerous || !mode.confined {
+            return Ok(None);
+        }
+        match (&self.bwrap, cfg!(target_os = "linux")) {
+            (Some(b), true) => Ok(Some((b, mode))),
+            _ => Err(unavailable(sandbox.mode)),
         }
     }
 }
@@ -70,15 +83,20 @@ fn unavailable(mode: service_ipc::SandboxMode) -> RuntimeError {
 }
 
 impl Launcher for SandboxLauncher {
+    fn view(&self, sandbox: &SandboxSpec, workspace: &Path) -> Result<View> {
+        Ok(match self.confining(sandbox)? {
+            None => HostLauncher.view(sandbox, workspace)?,
+            Some(_) => View {
+                workspace: PathBuf::from(bwrap::WORKSPACE_DIR),
+                confinement: sandbox.mode,
+            },
+        })
+    }
+
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch> {
         let sandbox = spec.sandbox;
-        let mode = profile::mode_profile(sandbox.mode).map_err(RuntimeError::SandboxUnavailable)?;
-        if self.dangerous || !mode.confined {
+        let Some((bwrap, mode)) = self.confining(sandbox)? else {
             return HostLauncher.prepare(spec);
-        }
-        let bwrap = match (&self.bwrap, cfg!(target_os = "linux")) {
-            (Some(b), true) => b,
-            _ => return Err(unavailable(sandbox.mode)),
         };
         let tools = profile::tools_profile(sandbox.system_tools_mode)
             .map_err(RuntimeError::SandboxUnavailable)?;
@@ -117,11 +135,12 @@ impl Launcher for SandboxLauncher {
                 memory_mb: sandbox.resources.memory_mb,
             },
         ));
+        let view = self.view(sandbox, spec.workspace)?;
         Ok(Launch {
             command,
             bundle_dir: PathBuf::from(bwrap::BUNDLE_DIR),
-            workspace: PathBuf::from(bwrap::WORKSPACE_DIR),
-            confinement: sandbox.mode,
+            workspace: view.workspace,
+            confinement: view.confinement,
             limits: Some(limits),
         })
     }

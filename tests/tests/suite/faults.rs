@@ -231,7 +231,9 @@ async fn a_worker_killed_mid_model_stream_fails_the_turn_and_the_next_turn_works
     let env = Env::new();
     write_bundle(
         &env.path("s"),
-        r#"{turns: [{when: "long", replies: [{text: "one two three four five six seven eight nine ten eleven twelve", delay_ms: 300}]},
+        // A tool call first, so the worker has the turn (a text-only turn the supervisor answers by itself).
+        r#"{turns: [{when: "long", replies: [{tool_calls: [{name: "Glob", arguments: {pattern: "*"}}]},
+                                            {text: "one two three four five six seven eight nine ten eleven twelve", delay_ms: 300}]},
                     {replies: [{text: "fresh {{message_count}}"}]}]}"#,
         "",
         "danger_full_access",

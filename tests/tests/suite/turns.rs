@@ -378,7 +378,11 @@ async fn settle_at(id: &str, n: usize) -> Vec<(i32, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
-    let f = fixture(r#"{turns: [{replies: [{text: "hello"}]}]}"#, "");
+    // A turn that runs a tool (a text-only one starts no sandbox), and one that starts no shell.
+    let f = fixture(
+        r#"{turns: [{replies: [{tool_calls: [{name: "Glob", arguments: {pattern: "*"}}]}, {text: "hello"}]}]}"#,
+        "",
+    );
     let rt = runtime(f.home.path());
     let id = f.session(&rt).await;
     assert_eq!(turn(&rt, &id, "hi").await.0.final_message, "hello");

@@ -1,0 +1,331 @@
+//! A turn led by the supervisor until it needs its sandbox.
+//!
+//! When a turn starts and its session has no running worker, the supervisor makes the turn's first model call
+//! itself, with the query the worker would have built (the worker library's own functions build it), and streams
+//! the reply as the turn's events. A reply with no tool call ends the turn there: no sandbox is started for a turn
+//! that runs nothing. A reply with tool calls starts the worker (a spare when one is ready) and hands the turn over
+//! in `RunTurn`, carrying the reply: the worker runs the calls and goes on as for any turn.
+//!
+//! Nothing here comes from the sandbox: the supervisor chose the model and wrote the query from its own state, and
+//! the worker receives only what the model answered, which it would have been sent anyway. Bundles with MCP servers
+//! are never led, because their tools are known only once the servers run in the sandbox.
+//!
+//! A session's worker keeps its own copy of the conversation. A worker that started while a led turn ran (an
+//! operator command started it) lacks that turn's messages: they are sent to it, in `AppendHistory`, under the
+//! lock a worker start holds while it reads the history, so it gets each message exactly once.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use service_ipc::{
+    ChatMessage, ChatRole, EventPayload, FirstReply, ModelChunk, ModelQuery, ModelRef,
+    ModelRequest, Task, ToWorker, ToolCall, ToolSpec, TurnContext, TurnStatus, Usage,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::error::{Result, RuntimeError};
+use super::handle::WorkerHandle;
+use super::session::{Session, TurnEnd};
+use super::{model_call, Inner};
+use crate::bundle::Bundle;
+
+/// The messages and tools of the first model call of a turn of `prompt` over `history`, as a worker of `bundle`
+/// asks them; None when its bundle has MCP servers, whose tools only the worker knows.
+pub(super) fn first_query(
+    bundle: &Bundle,
+    mut history: Vec<ChatMessage>,
+    prompt: &str,
+) -> Option<(Vec<ChatMessage>, Vec<ToolSpec>)> {
+    if !bundle.agent.mcp_servers.is_empty() {
+        return None;
+    }
+    history.push(ChatMessage::text(ChatRole::User, prompt));
+    let agent = &bundle.agent;
+    let tools = &bundle.manifest.tools;
+    let skills = bundle
+        .skills
+        .iter()
+        .map(|s| (s.name.as_str(), s.description.as_str()));
+    let system = service_worker::react::system_prompt(&agent.system_prompt, tools, skills);
+    let messages = service_worker::memory::prompt(&system, &history, agent.memory.window);
+    Some((messages, service_worker::tools::specs(tools)))
+}
+
+/// Starts (or finds) the session's worker, when the turn comes to need it.
+pub(super) type StartWorker = Box<dyn FnOnce() -> BoxFuture<'static, Result<WorkerHandle>> + Send>;
+
+/// A turn the supervisor leads: what its worker needs if it comes to one.
+pub(super) struct Led {
+    /// The runtime's shared state, for the model call.
+    pub rt: Arc<Inner>,
+    /// The session.
+    pub session: Arc<Session>,
+    /// The turn's id.
+    pub turn_id: String,
+    /// The user's input.
+    pub task: Task,
+    /// The turn's context, as `turn_started` gave it.
+    pub context: TurnContext,
+    /// The model the supervisor chose.
+    pub model: ModelRef,
+    /// The first call's query (see `first_query`).
+    pub query: (Vec<ChatMessage>, Vec<ToolSpec>),
+    /// Cancelled when the turn ends or is interrupted (see `Session::lead`).
+    pub cancel: CancellationToken,
+}
+
+/// What the first reply came to.
+enum Reply {
+    /// It streamed to its end.
+    Done {
+        text: String,
+        calls: Vec<ToolCall>,
+        usage: Usage,
+    },
+    /// The call failed, or the turn had to stop: `(code, message)`.
+    Failed(String, String),
+    /// The turn was interrupted, or ended elsewhere.
+    Cancelled,
+}
+
+impl Led {
+    /// Leads the turn to its end, or to its worker, started with `start_worker`.
+    pub(super) async fn run(self, start_worker: StartWorker) {
+        match self.first_reply().await {
+            Reply::Cancelled => self.interrupted(None),
+            Reply::Failed(code, message) => {
+                // As a worker keeps it: the prompt, which the model did not answer.
+                let asked = vec![self.prompt()];
+                self.end(
+                    TurnStatus::Failed,
+                    String::new(),
+                    asked,
+                    Usage::default(),
+                    Some((code, message)),
+                );
+            }
+            Reply::Done { text, calls, usage } if calls.is_empty() => {
+                self.answered(text, usage).await
+            }
+            Reply::Done { text, calls, usage } => {
+                let reply = FirstReply {
+                    text,
+                    tool_calls: calls,
+                    usage,
+                };
+                self.hand_over(reply, start_worker).await
+            }
+        }
+    }
+
+    /// Streams the first model call's reply as the turn's events, batching the chunks that are ready together.
+    async fn first_reply(&self) -> Reply {
+        let (messages, tools) = self.query.clone();
+        let request = ModelRequest::new(
+            self.model.clone(),
+            ModelQuery {
+                request_id: uuid::Uuid::new_v4().to_string(),
+                turn_id: self.turn_id.clone(),
+                messages,
+                tools,
+            },
+        );
+        let mut stream = model_call::stream(&self.rt, &self.session, request);
+        let (mut text, mut calls) = (String::new(), Vec::new());
+        let turn_id = || self.turn_id.clone();
+        loop {
+            let mut next = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Reply::Cancelled,
+                chunk = stream.next() => chunk,
+            };
+            let mut batch = Vec::new();
+            let end = loop {
+                let event = match next {
+                    None => {
+                        break Some(Reply::Failed(
+                            "model_stream_ended".into(),
+                            "the model's stream ended before its answer did".into(),
+                        ))
+                    }
+                    Some(ModelChunk::ReasoningDelta { text }) => {
+                        Some(EventPayload::ReasoningDelta {
+                            turn_id: turn_id(),
+                            delta: text,
+                        })
+                    }
+                    Some(ModelChunk::ReasoningSectionBreak) => {
+                        Some(EventPayload::ReasoningSectionBreak { turn_id: turn_id() })
+                    }
+                    Some(ModelChunk::TextDelta { text: delta }) => {
+                        text.push_str(&delta);
+                        Some(EventPayload::AgentMessageDelta {
+                            turn_id: turn_id(),
+                            delta,
+                        })
+                    }
+                    Some(ModelChunk::ToolCall { call }) => {
+                        calls.push(call);
+                        None
+                    }
+                    Some(ModelChunk::Done { usage }) => {
+                        break Some(Reply::Done {
+                            text: std::mem::take(&mut text),
+                            calls: std::mem::take(&mut calls),
+                            usage,
+                        })
+                    }
+                    Some(ModelChunk::Failed { code, message }) => {
+                        break Some(Reply::Failed(code, message))
+                    }
+                };
+                batch.extend(event);
+                match stream.next().now_or_never() {
+                    Some(chunk) => next = chunk,
+                    None => break None,
+                }
+            };
+            if self.cancel.is_cancelled() || !self.session.emit_in_turn(&self.turn_id, batch) {
+                return Reply::Cancelled;
+            }
+            if let Some((code, cause)) = self.session.take_fault() {
+                return Reply::Failed(code, cause);
+            }
+            let quota = self.rt.options.journal_quota;
+            if self.session.journal.bytes() >= quota {
+                return Reply::Failed(
+                    "journal_quota".into(),
+                    format!(
+                        "the session's journal reached its quota of {quota} bytes; the turn was stopped. Delete \
+                         the session and start a new one"
+                    ),
+                );
+            }
+            if let Some(end) = end {
+                return end;
+            }
+        }
+    }
+
+    /// Ends a turn whose reply called no tool, as the worker would have.
+    async fn answered(&self, text: String, usage: Usage) {
+        let messages = vec![
+            self.prompt(),
+            ChatMessage::text(ChatRole::Assistant, text.clone()),
+        ];
+        let (status, error) = if text.trim().is_empty() {
+            let (code, message) = service_worker::react::empty_response();
+            (TurnStatus::Failed, Some((code.into(), message.into())))
+        } else {
+            (TurnStatus::Completed, None)
+        };
+        let final_message = if error.is_none() { text } else { String::new() };
+        // Held while the end is saved: a worker started meanwhile has read the history without this turn, and one
+        // starting now waits and reads it with the turn.
+        let worker = self.session.worker.lock().await;
+        let saved = self.end(status, final_message, messages.clone(), usage, error);
+        if let Some(w) = worker.as_ref().filter(|w| saved && w.is_alive()) {
+            let _ = w.send(ToWorker::AppendHistory { messages }).await;
+        }
+    }
+
+    /// Starts the worker and gives it the turn from the first reply's tool calls.
+    async fn hand_over(self, reply: FirstReply, start_worker: StartWorker) {
+        let worker = match start_worker().await {
+            Ok(w) => w,
+            Err(e) => {
+                let code = match e {
+                    RuntimeError::SandboxUnavailable(_) => "sandbox_unavailable",
+                    RuntimeError::BundleRemoved(_) => "bundle_removed",
+                    _ => "worker_unavailable",
+                };
+                let message = format!(
+                    "the turn needs its sandbox to run a tool, and it could not start: {e}"
+                );
+                self.end(
+                    TurnStatus::Failed,
+                    String::new(),
+                    Vec::new(),
+                    Usage::default(),
+                    Some((code.into(), message)),
+                );
+                return;
+            }
+        };
+        let run = ToWorker::RunTurn {
+            turn_id: self.turn_id.clone(),
+            task: self.task.clone(),
+            context: self.context.clone(),
+            first_reply: Some(reply.clone()),
+        };
+        match self
+            .session
+            .hand_over(&self.turn_id, || worker.try_send(run))
+        {
+            Some(true) => {}
+            Some(false) => {
+                self.session
+                    .fail_active_turn("worker_unavailable", "the worker could not take the turn");
+            }
+            None => self.interrupted(Some(reply)),
+        }
+    }
+
+    /// Ends a turn interrupted before its worker had it (a no-op when it ended otherwise). Calls the reply made
+    /// get a result each, so the history stays valid for the next turn.
+    fn interrupted(&self, reply: Option<FirstReply>) {
+        let mut messages = vec![self.prompt()];
+        let mut usage = Usage::default();
+        if let Some(reply) = reply {
+            usage = reply.usage;
+            messages.push(ChatMessage {
+                role: ChatRole::Assistant,
+                content: reply.text,
+                tool_calls: reply.tool_calls.clone(),
+                tool_call_id: None,
+            });
+            for call in &reply.tool_calls {
+                messages.push(ChatMessage::tool_result(
+                    &call.id,
+                    "not run: the turn was interrupted",
+                ));
+            }
+        }
+        let error = (
+            "interrupted".into(),
+            "the turn was interrupted by the operator".into(),
+        );
+        self.end(
+            TurnStatus::Interrupted,
+            String::new(),
+            messages,
+            usage,
+            Some(error),
+        );
+    }
+
+    /// The turn's user message.
+    fn prompt(&self) -> ChatMessage {
+        ChatMessage::text(ChatRole::User, self.task.prompt.clone())
+    }
+
+    /// Records the turn's end (see `Session::finish_turn`); true when it was running and its messages are saved.
+    fn end(
+        &self,
+        status: TurnStatus,
+        final_message: String,
+        messages: Vec<ChatMessage>,
+        usage: Usage,
+        error: Option<(String, String)>,
+    ) -> bool {
+        self.session.finish_turn(TurnEnd {
+            turn_id: self.turn_id.clone(),
+            status,
+            final_message,
+            messages,
+            usage,
+            error,
+        })
+    }
+}

@@ -1,0 +1,225 @@
+//! Turns: started (led by the supervisor, or given to the session's running worker), run to their end, interrupted.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::FutureExt;
+
+use service_ipc::{
+    EventPayload, ModelRef, SandboxMode, Task, ToWorker, TurnContext, TurnOverrides,
+};
+
+use super::error::{Result, RuntimeError};
+use super::lead::{self, Led};
+use super::session::{Session, TurnOutcome};
+use super::{handle, PendingTurn, ServiceRuntime};
+
+impl ServiceRuntime {
+    /// Starts a turn and returns at once; the outcome arrives on the returned receiver.
+    pub async fn start_turn(
+        &self,
+        id: &str,
+        task: Task,
+        overrides: TurnOverrides,
+    ) -> Result<PendingTurn> {
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
+        let model = overrides
+            .model
+            .unwrap_or_else(|| session.bundle.agent.model.to_ref());
+        crate::providers::check_model(&model).map_err(RuntimeError::InvalidRequest)?;
+        let base = session.cwd();
+        let cwd = match overrides.cwd.as_deref() {
+            None => base,
+            Some(c) => {
+                let p = base.join(c);
+                if !p.is_dir() {
+                    return Err(RuntimeError::CwdNotFound(format!(
+                        "cwd {} is not a directory",
+                        p.display()
+                    )));
+                }
+                p
+            }
+        };
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        if session.journal.bytes() >= self.inner.options.journal_quota {
+            return Err(RuntimeError::JournalQuota {
+                session_id: id.to_string(),
+                quota: self.inner.options.journal_quota,
+            });
+        }
+        if !session.bundle.root.is_dir() {
+            return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
+        }
+        let outcome = session.begin_turn(&turn_id, model.clone())?;
+        let started = match self.lead_query(&session, &task.prompt).await {
+            Some(query) => self.start_led(&session, &turn_id, task, &cwd, model, query),
+            None => {
+                self.start_on_worker(&session, &turn_id, task, &cwd, model)
+                    .await
+            }
+        };
+        if let Err(e) = started {
+            session.abandon_turn(&turn_id);
+            return Err(e);
+        }
+        Ok(PendingTurn { turn_id, outcome })
+    }
+
+    /// The first model call's query of a turn of `prompt` the supervisor leads (see `lead`): when the session's
+    /// worker is not running and its bundle has no MCP servers.
+    async fn lead_query(
+        &self,
+        session: &Arc<Session>,
+        prompt: &str,
+    ) -> Option<(Vec<service_ipc::ChatMessage>, Vec<service_ipc::ToolSpec>)> {
+        // A worker being started holds the lock and is not running yet: the lead's end waits for it (see `lead`).
+        let running = session
+            .worker
+            .try_lock()
+            .is_ok_and(|w| w.as_ref().is_some_and(|w| w.is_alive()));
+        if running || !session.bundle.agent.mcp_servers.is_empty() {
+            return None;
+        }
+        let history = session.history().await.ok()?;
+        lead::first_query(&session.bundle, history, prompt)
+    }
+
+    /// Starts a turn the supervisor leads until its model calls a tool.
+    fn start_led(
+        &self,
+        session: &Arc<Session>,
+        turn_id: &str,
+        task: Task,
+        cwd: &Path,
+        model: ModelRef,
+        query: (Vec<service_ipc::ChatMessage>, Vec<service_ipc::ToolSpec>),
+    ) -> Result<()> {
+        let view = self
+            .inner
+            .launcher
+            .view(&session.bundle.manifest.sandbox, &session.cwd())?;
+        let paths = (session.cwd(), view.workspace);
+        let context = turn_context(&paths, view.confinement, cwd, model.clone())?;
+        let cancel = session.lead(turn_id).ok_or_else(|| {
+            RuntimeError::WorkerUnavailable("the turn ended as it started".into())
+        })?;
+        emit_started(session, turn_id, &task, &context);
+        let (rt, for_worker) = (self.clone(), session.clone());
+        let start_worker: lead::StartWorker =
+            Box::new(move || async move { rt.worker(&for_worker).await }.boxed());
+        let led = Led {
+            rt: self.inner.clone(),
+            session: session.clone(),
+            turn_id: turn_id.to_string(),
+            task,
+            context,
+            model,
+            query,
+            cancel,
+        };
+        tokio::spawn(led.run(start_worker));
+        Ok(())
+    }
+
+    /// Starts a turn on the session's worker, started for it when it does not run.
+    async fn start_on_worker(
+        &self,
+        session: &Arc<Session>,
+        turn_id: &str,
+        task: Task,
+        cwd: &Path,
+        model: ModelRef,
+    ) -> Result<()> {
+        let worker = self.worker(session).await?;
+        let context = turn_context(&worker.paths, worker.confinement, cwd, model)?;
+        emit_started(session, turn_id, &task, &context);
+        let run = ToWorker::RunTurn {
+            turn_id: turn_id.to_string(),
+            task,
+            context,
+            first_reply: None,
+        };
+        if let Err(e) = worker.send(run).await {
+            session.fail_active_turn("worker_unavailable", &e.to_string());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Runs a turn to its end.
+    pub async fn run_turn(
+        &self,
+        id: &str,
+        task: Task,
+        overrides: TurnOverrides,
+    ) -> Result<TurnOutcome> {
+        let pending = self.start_turn(id, task, overrides).await?;
+        pending
+            .outcome
+            .await
+            .map_err(|_| RuntimeError::WorkerDied("the turn ended without an outcome".into()))
+    }
+
+    /// Interrupts the running turn: tools are killed and it ends with an `interrupted` error.
+    pub async fn interrupt(&self, id: &str) -> Result<String> {
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
+        let turn_id = session
+            .active_turn()
+            .ok_or_else(|| RuntimeError::NoTurnRunning(id.to_string()))?;
+        self.inner.approvals.drop_turn(&turn_id);
+        // A turn the supervisor leads ends itself, at once.
+        if session.interrupt_lead(&turn_id) {
+            return Ok(turn_id);
+        }
+        let worker = session.worker.lock().await.clone();
+        match worker {
+            Some(w) if w.is_alive() => {
+                w.send(ToWorker::Interrupt {
+                    turn_id: turn_id.clone(),
+                })
+                .await?
+            }
+            _ => {
+                session.fail_active_turn("interrupted", "the turn was interrupted by the operator");
+            }
+        }
+        Ok(turn_id)
+    }
+}
+
+/// The context of a turn in `cwd` for a worker seeing the workspace as `paths` (host, its own) under `confinement`;
+/// a confined turn must run inside the workspace.
+fn turn_context(
+    paths: &(PathBuf, PathBuf),
+    confinement: SandboxMode,
+    cwd: &Path,
+    model: ModelRef,
+) -> Result<TurnContext> {
+    if confinement != SandboxMode::DangerFullAccess && !cwd.starts_with(&paths.0) {
+        return Err(RuntimeError::CwdOutsideWorkspace(format!(
+            "cwd {} is outside the session workspace {}; a sandboxed turn can only run inside it",
+            cwd.display(),
+            paths.0.display()
+        )));
+    }
+    Ok(TurnContext {
+        cwd: handle::worker_path(paths, cwd).display().to_string(),
+        model,
+        sandbox_mode: confinement,
+        approval_policy: None,
+        metadata: None,
+    })
+}
+
+/// The supervisor's own event: a worker cannot start or describe a turn.
+fn emit_started(session: &Session, turn_id: &str, task: &Task, context: &TurnContext) {
+    session.emit(EventPayload::TurnStarted {
+        turn_id: turn_id.to_string(),
+        context: context.clone(),
+        submission_id: task.submission_id.to_string(),
+        prompt: task.prompt.clone(),
+    });
+}
