@@ -91,8 +91,9 @@ enum Reply {
 
 impl Led {
     /// Leads the turn to its end, or to its worker, started with `start_worker`.
-    pub(super) async fn run(self, start_worker: StartWorker) {
-        match self.first_reply().await {
+    pub(super) async fn run(mut self, start_worker: StartWorker) {
+        let query = std::mem::take(&mut self.query);
+        match self.first_reply(query).await {
             Reply::Cancelled => self.interrupted(None),
             Reply::Failed(code, message) => {
                 // As a worker keeps it: the prompt, which the model did not answer.
@@ -120,8 +121,7 @@ impl Led {
     }
 
     /// Streams the first model call's reply as the turn's events, batching the chunks that are ready together.
-    async fn first_reply(&self) -> Reply {
-        let (messages, tools) = self.query.clone();
+    async fn first_reply(&self, (messages, tools): (Vec<ChatMessage>, Vec<ToolSpec>)) -> Reply {
         let request = ModelRequest::new(
             self.model.clone(),
             ModelQuery {

@@ -306,6 +306,11 @@ impl Session {
         self.journal.log().history().await
     }
 
+    /// The last `n` messages of the conversation, oldest first.
+    pub async fn recent_history(&self, n: usize) -> Result<Vec<ChatMessage>> {
+        self.journal.log().recent_history(n).await
+    }
+
     /// True when this process runs the session: a live worker, or a turn started here.
     pub async fn runs_here(&self) -> bool {
         self.active_turn().is_some()

@@ -82,7 +82,9 @@ impl ServiceRuntime {
         if running || !session.bundle.agent.mcp_servers.is_empty() {
             return None;
         }
-        let history = session.history().await.ok()?;
+        // The model sees the memory window only: a long history is not read whole.
+        let window = session.bundle.agent.memory.window;
+        let history = session.recent_history(window).await.ok()?;
         lead::first_query(&session.bundle, history, prompt)
     }
 

@@ -218,6 +218,24 @@ impl SessionLog for FilesLog {
         .boxed()
     }
 
+    fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
+        let path = self.dir.join("history.jsonl");
+        async move {
+            let tail = match tail_lines(&path, n) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
+            };
+            let mut recent: Vec<ChatMessage> = tail
+                .split(|b| *b == b'\n')
+                .filter_map(|l| serde_json::from_slice(l).ok())
+                .collect();
+            recent.drain(..recent.len().saturating_sub(n));
+            Ok(recent)
+        }
+        .boxed()
+    }
+
     /// One write to the journal and one publication, under one lock so journal order, sequence order and
     /// publication order agree.
     fn append_events(&self, payloads: Vec<EventPayload>) -> Result<()> {
@@ -331,4 +349,75 @@ fn repair(path: &Path) -> Result<u64> {
             .map_err(|e| RuntimeError::io("cannot repair", path, e))?;
     }
     Ok(last_seq)
+}
+
+/// An end of the file at `path` that starts at a line and holds at least its last `n` complete lines (and a torn
+/// line after them, if any), read backwards in blocks.
+fn tail_lines(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    const BLOCK: u64 = 64 * 1024;
+    let mut file = File::open(path)?;
+    let mut start = file.metadata()?.len();
+    let mut tail = Vec::new();
+    // More than `n` line ends: the line before the last `n` has ended, so they are all whole.
+    while start > 0 && tail.iter().filter(|b| **b == b'\n').count() <= n {
+        let from = start.saturating_sub(BLOCK);
+        let mut block = vec![0; (start - from) as usize];
+        file.seek(SeekFrom::Start(from))?;
+        file.read_exact(&mut block)?;
+        block.extend_from_slice(&tail);
+        tail = block;
+        start = from;
+    }
+    if start > 0 {
+        // The first line began before what was read.
+        let first_end = tail.iter().position(|b| *b == b'\n').map_or(0, |i| i + 1);
+        tail.drain(..first_end);
+    }
+    Ok(tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_lines;
+
+    fn lines(bytes: &[u8]) -> Vec<String> {
+        String::from_utf8_lossy(bytes)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_tail_read_holds_the_last_whole_lines_across_blocks_and_a_torn_end() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("history.jsonl");
+        // About 200 KiB: the last lines come from more than one block.
+        let all: Vec<String> = (0..6000)
+            .map(|i| format!("{{\"line\": {i:>20}}}"))
+            .collect();
+        std::fs::write(&path, all.join("\n") + "\n").unwrap();
+        // Whole lines only, the file's last ones, at least as many as asked.
+        let suffix = |n: usize| {
+            let tail = lines(&tail_lines(&path, n).unwrap());
+            assert!(
+                tail.len() >= n.min(all.len()),
+                "{} lines for {n}",
+                tail.len()
+            );
+            assert_eq!(tail, all[all.len() - tail.len()..]);
+            tail.len()
+        };
+        assert!(suffix(40) < all.len(), "a short tail read the whole file");
+        suffix(5000);
+        assert_eq!(suffix(10_000), all.len());
+
+        // A crash mid-append leaves a torn last line: the whole lines before it are all there.
+        std::fs::write(&path, all.join("\n") + "\n{\"line\": 60").unwrap();
+        let tail = lines(&tail_lines(&path, 3).unwrap());
+        let (torn, whole) = tail.split_last().unwrap();
+        assert_eq!(torn, "{\"line\": 60");
+        assert!(whole.len() >= 3);
+        assert_eq!(whole, &all[all.len() - whole.len()..]);
+    }
 }

@@ -14,6 +14,7 @@ pub mod postgres;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use service_ipc::{ChatMessage, EventPayload};
 
 use super::approvals::Grant;
@@ -130,6 +131,17 @@ pub trait SessionLog: Send + Sync {
 
     /// The history, oldest first.
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>>;
+
+    /// The last `n` messages of the history, oldest first: all that a turn's model call reads of it (its memory
+    /// window), without reading a long history whole.
+    fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
+        async move {
+            let mut all = self.history().await?;
+            all.drain(..all.len().saturating_sub(n));
+            Ok(all)
+        }
+        .boxed()
+    }
 
     /// Stamps events with the next sequence numbers and stores them as one batch, then hands them to the publisher.
     /// An error is returned after the events were still published, so live subscribers are not starved.

@@ -155,6 +155,28 @@ impl SessionLog for PgLog {
         .boxed()
     }
 
+    fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
+        async move {
+            let store = self.shared.store()?;
+            let limit = i64::try_from(n).unwrap_or(i64::MAX);
+            let rows = store
+                .client()
+                .await?
+                .query(
+                    "SELECT message FROM (SELECT n, message FROM history WHERE session_id = $1 \
+                     ORDER BY n DESC LIMIT $2) recent ORDER BY n",
+                    &[&self.shared.id, &limit],
+                )
+                .await
+                .map_err(|e| store.error(e))?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| serde_json::from_str(r.get(0)).ok())
+                .collect())
+        }
+        .boxed()
+    }
+
     fn append_events(&self, payloads: Vec<EventPayload>) -> Result<()> {
         if !payloads.is_empty() {
             self.push(Op::Events(payloads));
