@@ -25,10 +25,55 @@ enum Stop {
     Failed { code: String, message: String },
 }
 
-/// What one model call produced.
-struct Reply {
-    text: String,
-    calls: Vec<ToolCall>,
+/// What one model call produced, as it is read.
+#[derive(Debug, Default)]
+pub struct Reply {
+    /// Its text so far.
+    pub text: String,
+    /// Its tool calls so far.
+    pub calls: Vec<ToolCall>,
+}
+
+/// What one chunk of a model reply comes to.
+pub enum Piece {
+    /// An event for the turn's clients: reasoning, or text (which the reply also keeps).
+    Event(EventPayload),
+    /// Nothing to tell: a tool call, which the reply keeps.
+    Kept,
+    /// The reply is whole.
+    Done(Usage),
+    /// The call failed: code and message.
+    Failed(String, String),
+}
+
+impl Reply {
+    /// Takes the next chunk of the reply to turn `turn_id`'s model call. Public so a turn the supervisor leads
+    /// streams a reply as this executor does.
+    pub fn take(&mut self, turn_id: &str, chunk: ModelChunk) -> Piece {
+        let turn_id = turn_id.to_string();
+        match chunk {
+            ModelChunk::ReasoningDelta { text } => Piece::Event(EventPayload::ReasoningDelta {
+                turn_id,
+                delta: text,
+            }),
+            ModelChunk::ReasoningSectionBreak => {
+                Piece::Event(EventPayload::ReasoningSectionBreak { turn_id })
+            }
+            ModelChunk::TextDelta { text } => {
+                self.text.push_str(&text);
+                Piece::Event(EventPayload::AgentMessageDelta {
+                    turn_id,
+                    delta: text,
+                })
+            }
+            ModelChunk::ToolCall { call } => {
+                self.calls.push(call);
+                Piece::Kept
+            }
+            ModelChunk::Done { usage } => Piece::Done(usage),
+            ModelChunk::Failed { code, message } => Piece::Failed(code, message),
+        }
+    }
 }
 
 /// Runs one turn to its end and reports it; never panics on model or tool output. With `first_reply` the turn's
@@ -197,42 +242,23 @@ impl Turn<'_> {
         chunks: &mut tokio::sync::mpsc::Receiver<ModelChunk>,
         usage: &mut Usage,
     ) -> Result<Reply, Stop> {
-        let mut reply = Reply {
-            text: String::new(),
-            calls: Vec::new(),
-        };
-        let turn_id = || self.turn_id.to_string();
+        let mut reply = Reply::default();
         loop {
             let chunk = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Stop::Interrupted),
                 chunk = chunks.recv() => chunk.ok_or_else(lost)?,
             };
-            let event = match chunk {
-                ModelChunk::ReasoningDelta { text } => EventPayload::ReasoningDelta {
-                    turn_id: turn_id(),
-                    delta: text,
-                },
-                ModelChunk::ReasoningSectionBreak => {
-                    EventPayload::ReasoningSectionBreak { turn_id: turn_id() }
+            match reply.take(self.turn_id, chunk) {
+                Piece::Event(event) => {
+                    self.shared.outbox.event(event).await;
                 }
-                ModelChunk::TextDelta { text } => {
-                    reply.text.push_str(&text);
-                    EventPayload::AgentMessageDelta {
-                        turn_id: turn_id(),
-                        delta: text,
-                    }
-                }
-                ModelChunk::ToolCall { call } => {
-                    reply.calls.push(call);
-                    continue;
-                }
-                ModelChunk::Done { usage: u } => {
+                Piece::Kept => {}
+                Piece::Done(u) => {
                     usage.add(u);
                     return Ok(reply);
                 }
-                ModelChunk::Failed { code, message } => return Err(Stop::Failed { code, message }),
-            };
-            self.shared.outbox.event(event).await;
+                Piece::Failed(code, message) => return Err(Stop::Failed { code, message }),
+            }
         }
     }
 

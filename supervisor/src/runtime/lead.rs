@@ -19,9 +19,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use service_ipc::{
-    ChatMessage, ChatRole, EventPayload, FirstReply, ModelChunk, ModelQuery, ModelRef,
-    ModelRequest, Task, ToWorker, ToolCall, ToolSpec, TurnContext, TurnStatus, Usage,
+    ChatMessage, ChatRole, FirstReply, ModelQuery, ModelRef, ModelRequest, Task, ToWorker,
+    ToolSpec, TurnContext, TurnStatus, Usage,
 };
+use service_worker::react::{Piece, Reply};
 use tokio_util::sync::CancellationToken;
 
 use super::error::{Result, RuntimeError};
@@ -76,13 +77,9 @@ pub(super) struct Led {
 }
 
 /// What the first reply came to.
-enum Reply {
+enum Outcome {
     /// It streamed to its end.
-    Done {
-        text: String,
-        calls: Vec<ToolCall>,
-        usage: Usage,
-    },
+    Done(Reply, Usage),
     /// The call failed, or the turn had to stop: `(code, message)`.
     Failed(String, String),
     /// The turn was interrupted, or ended elsewhere.
@@ -94,8 +91,8 @@ impl Led {
     pub(super) async fn run(mut self, start_worker: StartWorker) {
         let query = std::mem::take(&mut self.query);
         match self.first_reply(query).await {
-            Reply::Cancelled => self.interrupted(None),
-            Reply::Failed(code, message) => {
+            Outcome::Cancelled => self.interrupted(None),
+            Outcome::Failed(code, message) => {
                 // As a worker keeps it: the prompt, which the model did not answer.
                 let asked = vec![self.prompt()];
                 self.end(
@@ -106,13 +103,13 @@ impl Led {
                     Some((code, message)),
                 );
             }
-            Reply::Done { text, calls, usage } if calls.is_empty() => {
-                self.answered(text, usage).await
+            Outcome::Done(reply, usage) if reply.calls.is_empty() => {
+                self.answered(reply.text, usage).await
             }
-            Reply::Done { text, calls, usage } => {
+            Outcome::Done(reply, usage) => {
                 let reply = FirstReply {
-                    text,
-                    tool_calls: calls,
+                    text: reply.text,
+                    tool_calls: reply.calls,
                     usage,
                 };
                 self.hand_over(reply, start_worker).await
@@ -121,7 +118,7 @@ impl Led {
     }
 
     /// Streams the first model call's reply as the turn's events, batching the chunks that are ready together.
-    async fn first_reply(&self, (messages, tools): (Vec<ChatMessage>, Vec<ToolSpec>)) -> Reply {
+    async fn first_reply(&self, (messages, tools): (Vec<ChatMessage>, Vec<ToolSpec>)) -> Outcome {
         let request = ModelRequest::new(
             self.model.clone(),
             ModelQuery {
@@ -132,69 +129,43 @@ impl Led {
             },
         );
         let mut stream = model_call::stream(&self.rt, &self.session, request);
-        let (mut text, mut calls) = (String::new(), Vec::new());
-        let turn_id = || self.turn_id.clone();
+        let mut reply = Reply::default();
         loop {
             let mut next = tokio::select! {
                 biased;
-                _ = self.cancel.cancelled() => return Reply::Cancelled,
+                _ = self.cancel.cancelled() => return Outcome::Cancelled,
                 chunk = stream.next() => chunk,
             };
             let mut batch = Vec::new();
             let end = loop {
-                let event = match next {
-                    None => {
-                        break Some(Reply::Failed(
-                            "model_stream_ended".into(),
-                            "the model's stream ended before its answer did".into(),
-                        ))
-                    }
-                    Some(ModelChunk::ReasoningDelta { text }) => {
-                        Some(EventPayload::ReasoningDelta {
-                            turn_id: turn_id(),
-                            delta: text,
-                        })
-                    }
-                    Some(ModelChunk::ReasoningSectionBreak) => {
-                        Some(EventPayload::ReasoningSectionBreak { turn_id: turn_id() })
-                    }
-                    Some(ModelChunk::TextDelta { text: delta }) => {
-                        text.push_str(&delta);
-                        Some(EventPayload::AgentMessageDelta {
-                            turn_id: turn_id(),
-                            delta,
-                        })
-                    }
-                    Some(ModelChunk::ToolCall { call }) => {
-                        calls.push(call);
-                        None
-                    }
-                    Some(ModelChunk::Done { usage }) => {
-                        break Some(Reply::Done {
-                            text: std::mem::take(&mut text),
-                            calls: std::mem::take(&mut calls),
-                            usage,
-                        })
-                    }
-                    Some(ModelChunk::Failed { code, message }) => {
-                        break Some(Reply::Failed(code, message))
-                    }
+                let Some(chunk) = next else {
+                    break Some(Outcome::Failed(
+                        "model_stream_ended".into(),
+                        "the model's stream ended before its answer did".into(),
+                    ));
                 };
-                batch.extend(event);
+                match reply.take(&self.turn_id, chunk) {
+                    Piece::Event(event) => batch.push(event),
+                    Piece::Kept => {}
+                    Piece::Done(usage) => {
+                        break Some(Outcome::Done(std::mem::take(&mut reply), usage))
+                    }
+                    Piece::Failed(code, message) => break Some(Outcome::Failed(code, message)),
+                }
                 match stream.next().now_or_never() {
                     Some(chunk) => next = chunk,
                     None => break None,
                 }
             };
             if self.cancel.is_cancelled() || !self.session.emit_in_turn(&self.turn_id, batch) {
-                return Reply::Cancelled;
+                return Outcome::Cancelled;
             }
             if let Some((code, cause)) = self.session.take_fault() {
-                return Reply::Failed(code, cause);
+                return Outcome::Failed(code, cause);
             }
             let quota = self.rt.options.journal_quota;
             if self.session.journal.bytes() >= quota {
-                return Reply::Failed(
+                return Outcome::Failed(
                     "journal_quota".into(),
                     format!(
                         "the session's journal reached its quota of {quota} bytes; the turn was stopped. Delete \

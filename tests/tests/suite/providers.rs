@@ -598,12 +598,16 @@ fn an_endpoint_in_config_toml_gets_the_key_from_its_own_variable() {
     );
 }
 
-/// Writes a host-mode bundle using the openai provider at `server`, and a worker wrapper that appends a line to
-/// the file it returns each time it starts the real worker. Returns the bundle directory, the wrapper, the file.
-fn counted_worker(
+/// A session of a host-mode bundle using the openai provider at `server`, in a runtime whose worker wrapper appends
+/// a line to the returned file each time it starts the real worker.
+async fn counted_session(
     env: &Env,
     server: &ProviderServer,
-) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+) -> (
+    service_supervisor::ServiceRuntime,
+    String,
+    std::path::PathBuf,
+) {
     use std::os::unix::fs::PermissionsExt;
     let dir = env.path("counted");
     std::fs::create_dir_all(&dir).unwrap();
@@ -628,7 +632,13 @@ fn counted_worker(
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (dir, wrapper, starts)
+    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = wrapper);
+    let id = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    (rt, id, starts)
 }
 
 fn starts(file: &std::path::Path) -> usize {
@@ -649,13 +659,7 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
         openai_text("Done after the command."),
         openai_text("Third."),
     ]);
-    let (dir, wrapper, started) = counted_worker(&env, &server);
-    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = wrapper);
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let (rt, id, started) = counted_session(&env, &server).await;
 
     // A text answer: the supervisor asked the model itself, and no worker started.
     let (first, events) = super::support::run_turn(&rt, &id, "hi").await;
@@ -742,13 +746,7 @@ async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_message
         openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(1500)),
         openai_text("Next."),
     ]);
-    let (dir, wrapper, started) = counted_worker(&env, &server);
-    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = wrapper);
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let (rt, id, started) = counted_session(&env, &server).await;
     let turn = {
         let (rt, id) = (rt.clone(), id.clone());
         tokio::spawn(async move { super::support::run_turn(&rt, &id, "hi").await.0 })
@@ -791,13 +789,7 @@ async fn an_interrupted_led_turn_ends_at_once_keeps_its_prompt_and_starts_no_wor
         openai_text("Never finished.").pause_after("Never", Duration::from_secs(30)),
         openai_text("Fine."),
     ]);
-    let (dir, wrapper, started) = counted_worker(&env, &server);
-    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = wrapper);
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let (rt, id, started) = counted_session(&env, &server).await;
     let mut events = rt.subscribe_session(&id).await.unwrap();
     let pending = rt
         .start_turn(&id, service_ipc::Task::new("wait"), Default::default())

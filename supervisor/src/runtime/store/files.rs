@@ -163,24 +163,13 @@ impl SessionLog for FilesLog {
         if messages.is_empty() {
             return Ok(());
         }
-        let path = self.dir.join("history.jsonl");
-        let mut buf = Vec::new();
-        for m in messages {
-            buf.extend(serde_json::to_vec(m).unwrap_or_default());
-            buf.push(b'\n');
-        }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| RuntimeError::io("cannot open", &path, e))?;
-        file.write_all(&buf)
-            .and_then(|()| file.sync_data())
-            .map_err(|e| RuntimeError::io("cannot append to", &path, e))
+        append_lines(&self.dir.join("history.jsonl"), &lines(messages))
     }
 
     /// The two flushes at once: on ext4 they then share one journal commit. Measured with both files on this
-    /// machine's disk: one commit's time instead of two (5.9 against 9.9 ms while CI wrote to the same disk).
+    /// machine's disk: one commit's time instead of two (5.9 against 9.9 ms while CI wrote to the same disk). The
+    /// history's goes to tokio's blocking pool, whose threads are kept: a thread started per turn cost more than
+    /// the flush it saved.
     fn save_turn_end(
         &self,
         messages: &[ChatMessage],
@@ -189,16 +178,24 @@ impl SessionLog for FilesLog {
         if messages.is_empty() {
             return (Ok(()), self.save_record(record, true));
         }
-        std::thread::scope(|scope| {
-            let history = scope.spawn(|| self.append_history(messages));
-            let saved = self.save_record(record, true);
-            let history = history.join().unwrap_or_else(|_| {
-                let path = self.dir.join("history.jsonl");
-                let panicked = std::io::Error::other("its writer thread panicked");
-                Err(RuntimeError::io("cannot append to", &path, panicked))
-            });
-            (history, saved)
-        })
+        let (path, buf) = (self.dir.join("history.jsonl"), lines(messages));
+        let (done, appended) = std::sync::mpsc::sync_channel(1);
+        let append = {
+            let path = path.clone();
+            move || {
+                let _ = done.send(append_lines(&path, &buf));
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(append)),
+            Err(_) => drop(std::thread::spawn(append)),
+        }
+        let saved = self.save_record(record, true);
+        let history = appended.recv().unwrap_or_else(|_| {
+            let stopped = std::io::Error::other("its writer stopped before it was done");
+            Err(RuntimeError::io("cannot append to", &path, stopped))
+        });
+        (history, saved)
     }
 
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
@@ -349,6 +346,28 @@ fn repair(path: &Path) -> Result<u64> {
             .map_err(|e| RuntimeError::io("cannot repair", path, e))?;
     }
     Ok(last_seq)
+}
+
+/// `messages` as history lines, one JSON object each.
+fn lines(messages: &[ChatMessage]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for m in messages {
+        buf.extend(serde_json::to_vec(m).unwrap_or_default());
+        buf.push(b'\n');
+    }
+    buf
+}
+
+/// Appends `buf` to the file at `path` and flushes it.
+fn append_lines(path: &Path, buf: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| RuntimeError::io("cannot open", path, e))?;
+    file.write_all(buf)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| RuntimeError::io("cannot append to", path, e))
 }
 
 /// An end of the file at `path` that starts at a line and holds at least its last `n` complete lines (and a torn
