@@ -12,6 +12,7 @@ mod egress;
 mod escape;
 mod faults;
 mod http;
+mod lead;
 mod llama_server;
 mod mcp;
 mod mcp_real;

@@ -100,6 +100,25 @@ impl PgLog {
         // The writer only ends when this log is dropped.
         let _ = self.queue.send(op);
     }
+
+    /// The history's last `limit` messages (all of them for None: `LIMIT NULL`), oldest first.
+    async fn last_messages(&self, limit: Option<i64>) -> Result<Vec<ChatMessage>> {
+        let store = self.shared.store()?;
+        let rows = store
+            .client()
+            .await?
+            .query(
+                "SELECT message FROM (SELECT n, message FROM history WHERE session_id = $1 \
+                 ORDER BY n DESC LIMIT $2) recent ORDER BY n",
+                &[&self.shared.id, &limit],
+            )
+            .await
+            .map_err(|e| store.error(e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| serde_json::from_str(r.get(0)).ok())
+            .collect())
+    }
 }
 
 impl Drop for PgLog {
@@ -136,45 +155,12 @@ impl SessionLog for PgLog {
     }
 
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
-        async move {
-            let store = self.shared.store()?;
-            let rows = store
-                .client()
-                .await?
-                .query(
-                    "SELECT message FROM history WHERE session_id = $1 ORDER BY n",
-                    &[&self.shared.id],
-                )
-                .await
-                .map_err(|e| store.error(e))?;
-            Ok(rows
-                .iter()
-                .filter_map(|r| serde_json::from_str(r.get(0)).ok())
-                .collect())
-        }
-        .boxed()
+        self.last_messages(None).boxed()
     }
 
     fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
-        async move {
-            let store = self.shared.store()?;
-            let limit = i64::try_from(n).unwrap_or(i64::MAX);
-            let rows = store
-                .client()
-                .await?
-                .query(
-                    "SELECT message FROM (SELECT n, message FROM history WHERE session_id = $1 \
-                     ORDER BY n DESC LIMIT $2) recent ORDER BY n",
-                    &[&self.shared.id, &limit],
-                )
-                .await
-                .map_err(|e| store.error(e))?;
-            Ok(rows
-                .iter()
-                .filter_map(|r| serde_json::from_str(r.get(0)).ok())
-                .collect())
-        }
-        .boxed()
+        self.last_messages(Some(i64::try_from(n).unwrap_or(i64::MAX)))
+            .boxed()
     }
 
     fn append_events(&self, payloads: Vec<EventPayload>) -> Result<()> {

@@ -1,0 +1,312 @@
+//! Turns led by the supervisor (`supervisor/src/runtime/lead.rs`): a session with no running worker has its turn's
+//! first model call made by the supervisor, which ends a text-only turn itself and hands a tool-calling one to a
+//! worker started then. Against the openai provider on a local server, with the real worker.
+
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use super::provider_server::ProviderServer;
+use super::providers::{bundle, local, openai_text, openai_tool_call};
+use super::support::Env;
+
+/// A session of a host-mode bundle using the openai provider at `server`, in a runtime whose worker wrapper appends
+/// a line to the returned file each time it starts the real worker.
+async fn counted_session(
+    env: &Env,
+    server: &ProviderServer,
+) -> (
+    service_supervisor::ServiceRuntime,
+    String,
+    std::path::PathBuf,
+) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = env.path("counted");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        r#"{ manifest_version: "service.bundle/v1", id: "counted", version: "1.0.0", tools: ["Bash", "Read"], sandbox: { mode: "danger_full_access" } }"#,
+    )
+    .unwrap();
+    let agent = json!({"model": {"provider": "openai", "name": "gpt-test", "config": local(server)},
+                       "system_prompt": "Be brief."});
+    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+    let starts = env.path("worker-starts");
+    let wrapper = env.path("counted-worker");
+    let real = service_supervisor::worker_beside(&super::support::binary());
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho started >> '{}'\nexec '{}' \"$@\"\n",
+            starts.display(),
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = wrapper);
+    let id = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    (rt, id, starts)
+}
+
+fn starts(file: &std::path::Path) -> usize {
+    std::fs::read_to_string(file).map_or(0, |s| s.lines().count())
+}
+
+fn kinds(events: &[service_ipc::EventMsg]) -> Vec<&'static str> {
+    events.iter().map(|e| e.payload.kind()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goes_on_from_that_reply(
+) {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("Hello there."),
+        openai_tool_call("echo first"),
+        openai_text("Done after the command."),
+        openai_text("Third."),
+    ]);
+    let (rt, id, started) = counted_session(&env, &server).await;
+
+    // A text answer: the supervisor asked the model itself, and no worker started.
+    let (first, events) = super::support::run_turn(&rt, &id, "hi").await;
+    assert_eq!(first.final_message, "Hello there.", "{:?}", first.error);
+    assert_eq!(
+        kinds(&events),
+        [
+            "turn_started",
+            "agent_message_delta",
+            "agent_message_delta",
+            "turn_completed"
+        ]
+    );
+    assert_eq!(starts(&started), 0, "a worker started for a text answer");
+    assert_eq!(server.recorded().len(), 1);
+
+    // A tool call: the worker starts then, runs the call from the reply it is handed, and asks the next call.
+    let (second, events) = super::support::run_turn(&rt, &id, "go").await;
+    assert_eq!(
+        second.final_message, "Done after the command.",
+        "{:?}",
+        second.error
+    );
+    assert_eq!(starts(&started), 1);
+    assert_eq!(
+        kinds(&events),
+        [
+            "turn_started",
+            "reasoning_delta",
+            "reasoning_delta",
+            "tool_call_started",
+            "tool_call_delta",
+            "exec_command_begin",
+            "exec_command_output_delta",
+            "exec_command_end",
+            "tool_call_finished",
+            "agent_message_delta",
+            "agent_message_delta",
+            "agent_message_delta",
+            "agent_message_delta",
+            "turn_completed"
+        ],
+        "the first reply's events come once, from the supervisor"
+    );
+    assert_eq!(
+        second.usage.input_tokens,
+        Some(50),
+        "the first reply's usage counts"
+    );
+    let reqs = server.recorded();
+    assert_eq!(
+        reqs.len(),
+        3,
+        "one call per reply: the first is not asked again"
+    );
+    assert_eq!(reqs[1].body["messages"][0]["content"], "Be brief.");
+    assert_eq!(reqs[1].body["messages"][3]["content"], "go");
+    assert_eq!(reqs[1].body["tools"].as_array().map(Vec::len), Some(2));
+    // system, hi, Hello there., go, the call, its result
+    let asked = reqs[2].body["messages"].as_array().unwrap();
+    assert_eq!(asked.len(), 6);
+    assert!(
+        asked[5]["content"].as_str().unwrap().contains("first"),
+        "{asked:?}"
+    );
+
+    // The worker runs now: it has the whole conversation, the led turn's included, and asks once.
+    let (third, _) = super::support::run_turn(&rt, &id, "again").await;
+    assert_eq!(third.final_message, "Third.");
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 4);
+    let asked = reqs[3].body["messages"].as_array().unwrap();
+    assert_eq!(asked.len(), 8, "{asked:?}");
+    assert_eq!(asked[1]["content"], "hi");
+    assert_eq!(asked[2]["content"], "Hello there.");
+    assert_eq!(starts(&started), 1);
+    rt.shutdown("test over").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_messages() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(1500)),
+        openai_text("Next."),
+    ]);
+    let (rt, id, started) = counted_session(&env, &server).await;
+    let turn = {
+        let (rt, id) = (rt.clone(), id.clone());
+        tokio::spawn(async move { super::support::run_turn(&rt, &id, "hi").await.0 })
+    };
+    let requests = server.requests.clone();
+    tokio::task::spawn_blocking(move || {
+        super::support::wait_until(
+            Duration::from_secs(10),
+            || !requests.lock().unwrap().is_empty(),
+            || "the led turn made no request".into(),
+        )
+    })
+    .await
+    .unwrap();
+    // The model is still answering: an operator command starts the worker, which reads the history without it.
+    let command = rt.run_session_command(&id, "true").await.unwrap();
+    assert_eq!(command.exit_code, Some(0));
+    assert_eq!(starts(&started), 1);
+    let first = turn.await.unwrap();
+    assert_eq!(
+        first.final_message, "Slow answer here.",
+        "{:?}",
+        first.error
+    );
+
+    let (second, _) = super::support::run_turn(&rt, &id, "and then").await;
+    assert_eq!(second.final_message, "Next.", "{:?}", second.error);
+    let reqs = server.recorded();
+    let asked = reqs[1].body["messages"].as_array().unwrap();
+    // system, hi, Slow answer here., and then
+    assert_eq!(asked.len(), 4, "the worker lacks the led turn: {asked:?}");
+    assert_eq!(asked[2]["content"], "Slow answer here.");
+    rt.shutdown("test over").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_led_turn_ends_at_once_keeps_its_prompt_and_starts_no_worker() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("Never finished.").pause_after("Never", Duration::from_secs(30)),
+        openai_text("Fine."),
+    ]);
+    let (rt, id, started) = counted_session(&env, &server).await;
+    let mut events = rt.subscribe_session(&id).await.unwrap();
+    let pending = rt
+        .start_turn(&id, service_ipc::Task::new("wait"), Default::default())
+        .await
+        .unwrap();
+    // Once the first delta is out, the model is mid-answer.
+    loop {
+        let msg = futures::StreamExt::next(&mut events).await.unwrap();
+        if msg.payload.kind() == "agent_message_delta" {
+            break;
+        }
+    }
+    let t = Instant::now();
+    assert_eq!(rt.interrupt(&id).await.unwrap(), pending.turn_id);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), pending.outcome)
+        .await
+        .expect("the interrupted turn ended")
+        .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(outcome.error.map(|e| e.0).as_deref(), Some("interrupted"));
+    assert_eq!(starts(&started), 0);
+
+    let (next, _) = super::support::run_turn(&rt, &id, "go on").await;
+    assert_eq!(next.final_message, "Fine.");
+    let reqs = server.recorded();
+    let asked = reqs[1].body["messages"].as_array().unwrap();
+    // system, wait (kept, unanswered), go on
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert_eq!(asked[1]["content"], "wait");
+    rt.shutdown("test over").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_worker_handed_a_turn_gets_the_answer_to_its_own_query() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_tool_call("echo hi"),
+        openai_text("the answer to its own query"),
+    ]);
+    // A confined bundle whose worker is the hostile one (escape suite), playing `own_query`: handed the turn after
+    // the first reply called a tool, it asks a query of its own making.
+    bundle(&env, "owned", "openai", "gpt-test", local(&server));
+    let dir = env.path("owned");
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(dir.join("resources/attack.txt"), "own_query").unwrap();
+    let exe = super::support::binary().with_file_name("hostile-worker");
+    assert!(
+        exe.is_file(),
+        "{} is missing: cargo build --workspace --bins",
+        exe.display()
+    );
+    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = exe);
+    let id = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    let (outcome, _) = super::support::run_turn(&rt, &id, "go").await;
+    assert_eq!(
+        outcome.final_message, "the answer to its own query",
+        "{:?}",
+        outcome.error
+    );
+    let reqs = server.recorded();
+    assert_eq!(
+        reqs.len(),
+        2,
+        "the supervisor's first call, then the worker's own"
+    );
+    assert_eq!(reqs[0].body["messages"][1]["content"], "go");
+    assert_eq!(reqs[1].body["messages"][0]["content"], "a query of my own");
+    rt.shutdown("test over").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_led_turn_asks_with_the_memory_window_of_a_longer_history() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("one"),
+        openai_text("two"),
+        openai_text("three"),
+    ]);
+    bundle(&env, "windowed", "openai", "gpt-test", local(&server));
+    let dir = env.path("windowed");
+    let agent = json!({"model": {"provider": "openai", "name": "gpt-test", "config": local(&server)},
+                       "system_prompt": "Be brief.", "memory": {"provider": "sliding_window", "window": 3}});
+    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+    let rt = super::support::runtime(env.home.path());
+    let id = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    for prompt in ["first", "second", "third"] {
+        let (outcome, _) = super::support::run_turn(&rt, &id, prompt).await;
+        assert_eq!(outcome.error, None);
+    }
+    // The third call sees the window: the last two messages kept, then its prompt.
+    let asked: Vec<_> = server.recorded()[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(asked, ["Be brief.", "second", "two", "third"]);
+    rt.shutdown("test over").await;
+}
