@@ -223,11 +223,15 @@ impl SessionLog for FilesLog {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
                 Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
             };
+            // Only the last lines are parsed (one more for a torn end, which does not parse).
             let mut recent: Vec<ChatMessage> = tail
-                .split(|b| *b == b'\n')
+                .rsplit(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .take(n + 1)
                 .filter_map(|l| serde_json::from_slice(l).ok())
                 .collect();
-            recent.drain(..recent.len().saturating_sub(n));
+            recent.truncate(n);
+            recent.reverse();
             Ok(recent)
         }
         .boxed()
@@ -374,18 +378,20 @@ fn append_lines(path: &Path, buf: &[u8]) -> Result<()> {
 /// line after them, if any), read backwards in blocks.
 fn tail_lines(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    const BLOCK: u64 = 64 * 1024;
     let mut file = File::open(path)?;
     let mut start = file.metadata()?.len();
     let mut tail = Vec::new();
+    // A memory window of messages is usually a few KiB: start small, double.
+    let mut block: u64 = 16 * 1024;
     // More than `n` line ends: the line before the last `n` has ended, so they are all whole.
     while start > 0 && tail.iter().filter(|b| **b == b'\n').count() <= n {
-        let from = start.saturating_sub(BLOCK);
-        let mut block = vec![0; (start - from) as usize];
+        let from = start.saturating_sub(block);
+        block = block.saturating_mul(2);
+        let mut read = vec![0; (start - from) as usize];
         file.seek(SeekFrom::Start(from))?;
-        file.read_exact(&mut block)?;
-        block.extend_from_slice(&tail);
-        tail = block;
+        file.read_exact(&mut read)?;
+        read.extend_from_slice(&tail);
+        tail = read;
         start = from;
     }
     if start > 0 {
