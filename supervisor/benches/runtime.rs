@@ -16,9 +16,10 @@
 //!
 //! - against an OpenAI-compatible server on loopback (`common/openai.rs`), in three rounds whose medians are all
 //!   printed, so the machine's noise shows as their spread:
-//!   - a warm turn (host worker) against the same client's direct streaming request on a kept connection; the
-//!     difference is the runtime's overhead per turn; the same for a turn of a confined session that has never
-//!     needed its worker (the supervisor answers text turns itself, see `runtime/lead.rs`);
+//!   - a warm turn (its session's host worker running) against the same client's direct streaming request on a
+//!     kept connection; the difference is the runtime's overhead per turn; the same for a turn of a confined
+//!     session that has never needed its worker (the supervisor answers text turns itself, see
+//!     `runtime/lead.rs`);
 //!   - the confined one-shot `service-rs run`, whole process, against its limit: a bare bwrap spawn plus one
 //!     direct streaming request on a new connection, sampled in turn; the same against a model that waits 30 ms,
 //!     and against one that calls Bash once (so the sandbox starts);
@@ -517,7 +518,7 @@ fn openai_rows(
     type Rounds = [(Stats, Stats)];
     let rows: [(&str, &Rounds, Cell); 12] = [
         (
-            "warm turn (host worker), whole round trip",
+            "warm turn (host worker running), whole round trip",
             &warm,
             |t, _| format!("{:.3}", ms(t.median)),
         ),

@@ -1,18 +1,18 @@
-//! A turn led by the supervisor until it needs its sandbox.
+//! Every turn is led by the supervisor until it needs its sandbox.
 //!
-//! When a turn starts and its session has no running worker, the supervisor makes the turn's first model call
-//! itself, with the query the worker would have built (the worker library's own functions build it), and streams
-//! the reply as the turn's events. A reply with no tool call ends the turn there: no sandbox is started for a turn
-//! that runs nothing. A reply with tool calls starts the worker (a spare when one is ready) and hands the turn over
-//! in `RunTurn`, carrying the reply: the worker runs the calls and goes on as for any turn.
+//! The supervisor makes a turn's first model call itself, with the query the worker would have built (the worker
+//! library's own functions build it), and streams the reply as the turn's events. A reply with no tool call ends
+//! the turn there: no sandbox is started, and no worker is involved, for a turn that runs nothing. A reply with
+//! tool calls starts the worker (a spare when one is ready) when none runs, and hands it the turn in `RunTurn`,
+//! carrying the reply: the worker runs the calls and goes on as for any turn.
 //!
 //! Nothing here comes from the sandbox: the supervisor chose the model and wrote the query from its own state, and
 //! the worker receives only what the model answered, which it would have been sent anyway. Bundles with MCP servers
 //! are never led, because their tools are known only once the servers run in the sandbox.
 //!
-//! A session's worker keeps its own copy of the conversation. A worker that started while a led turn ran (an
-//! operator command started it) lacks that turn's messages: they are sent to it, in `AppendHistory`, under the
-//! lock a worker start holds while it reads the history, so it gets each message exactly once.
+//! A session's worker keeps its own copy of the conversation, which lacks the turns the supervisor ended by itself:
+//! their messages are sent to it in `AppendHistory`. That happens under the lock a worker's start holds while it
+//! reads the history, so a worker started meanwhile (by an operator command) gets each message exactly once.
 
 use std::sync::Arc;
 

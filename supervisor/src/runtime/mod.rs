@@ -1,8 +1,8 @@
 //! `ServiceRuntime`: the one type the CLI, the TUI and the HTTP server sit on.
 //!
 //! It creates sessions from bundle references, starts one worker process per live session (lazily, when a turn's
-//! model first calls a tool or an operator runs a command, and again after a worker died), runs turns, fans events out to subscribers, routes approvals
-//! and runs operator commands. Sessions are persisted in a [`store`]: by default under
+//! model first calls a tool or an operator runs a command, and again after a worker died), runs turns, fans events
+//! out to subscribers, routes approvals and runs operator commands. Sessions are persisted in a [`store`]: by default under
 //! `$SERVICE_HOME/sessions/<id>/` (`session.json`, `events.jsonl`, `history.jsonl`, `workspace/`), or in PostgreSQL
 //! shared by several nodes; they are loaded back lazily after a restart.
 //!

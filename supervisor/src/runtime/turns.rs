@@ -1,4 +1,5 @@
-//! Turns: started (led by the supervisor, or given to the session's running worker), run to their end, interrupted.
+//! Turns: started (led by the supervisor, or, for bundles with MCP servers, given to the worker), run to their
+//! end, interrupted.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,19 +68,14 @@ impl ServiceRuntime {
         Ok(PendingTurn { turn_id, outcome })
     }
 
-    /// The first model call's query of a turn of `prompt` the supervisor leads (see `lead`): when the session's
-    /// worker is not running and its bundle has no MCP servers.
+    /// The first model call's query of a turn of `prompt` the supervisor leads (see `lead`): every turn of a bundle
+    /// with no MCP servers.
     async fn lead_query(
         &self,
         session: &Arc<Session>,
         prompt: &str,
     ) -> Option<(Vec<service_ipc::ChatMessage>, Vec<service_ipc::ToolSpec>)> {
-        // A worker being started holds the lock and is not running yet: the lead's end waits for it (see `lead`).
-        let running = session
-            .worker
-            .try_lock()
-            .is_ok_and(|w| w.as_ref().is_some_and(|w| w.is_alive()));
-        if running || !session.bundle.agent.mcp_servers.is_empty() {
+        if !session.bundle.agent.mcp_servers.is_empty() {
             return None;
         }
         // The model sees the memory window only: a long history is not read whole.

@@ -71,6 +71,8 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
         openai_tool_call("echo first"),
         openai_text("Done after the command."),
         openai_text("Third."),
+        openai_tool_call("echo last"),
+        openai_text("Fourth."),
     ]);
     let (rt, id, started) = counted_session(&env, &server).await;
 
@@ -139,7 +141,7 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
         "{asked:?}"
     );
 
-    // The worker runs now: it has the whole conversation, the led turn's included, and asks once.
+    // A text answer with the worker running: still the supervisor's, and the worker is told of it.
     let (third, _) = super::support::run_turn(&rt, &id, "again").await;
     assert_eq!(third.final_message, "Third.");
     let reqs = server.recorded();
@@ -148,6 +150,18 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
     assert_eq!(asked.len(), 8, "{asked:?}");
     assert_eq!(asked[1]["content"], "hi");
     assert_eq!(asked[2]["content"], "Hello there.");
+
+    // A tool call again: the running worker's own next request holds the whole conversation, both led text
+    // turns included.
+    let (fourth, _) = super::support::run_turn(&rt, &id, "last").await;
+    assert_eq!(fourth.final_message, "Fourth.", "{:?}", fourth.error);
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 6);
+    let asked = reqs[5].body["messages"].as_array().unwrap();
+    // system, 2 + 4 + 2 of the three turns, then last, its call and the call's result
+    assert_eq!(asked.len(), 12, "{asked:?}");
+    assert_eq!(asked[2]["content"], "Hello there.");
+    assert_eq!(asked[8]["content"], "Third.");
     assert_eq!(starts(&started), 1);
     rt.shutdown("test over").await;
 }
@@ -157,6 +171,7 @@ async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_message
     let env = Env::new();
     let server = ProviderServer::start(vec![
         openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(1500)),
+        openai_tool_call("echo next"),
         openai_text("Next."),
     ]);
     let (rt, id, started) = counted_session(&env, &server).await;
@@ -185,12 +200,13 @@ async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_message
         first.error
     );
 
+    // A tool call: the worker's own request after it shows the worker's copy of the conversation.
     let (second, _) = super::support::run_turn(&rt, &id, "and then").await;
     assert_eq!(second.final_message, "Next.", "{:?}", second.error);
     let reqs = server.recorded();
-    let asked = reqs[1].body["messages"].as_array().unwrap();
-    // system, hi, Slow answer here., and then
-    assert_eq!(asked.len(), 4, "the worker lacks the led turn: {asked:?}");
+    let asked = reqs[2].body["messages"].as_array().unwrap();
+    // system, hi, Slow answer here., and then, the call, its result
+    assert_eq!(asked.len(), 6, "the worker lacks the led turn: {asked:?}");
     assert_eq!(asked[2]["content"], "Slow answer here.");
     rt.shutdown("test over").await;
 }
