@@ -4,7 +4,8 @@
 //!
 //! One attack is a permitted frame whose answer matters: `own_query`, handed a turn with the supervisor's first
 //! reply, makes a model call of its own query instead of running that reply's tool calls, and ends the turn with
-//! the text it was sent, so the test sees whose answer that was.
+//! the text it was sent, so the test sees whose answer that was. `late_forgery` ends the turn it is handed, then
+//! forges a frame while the supervisor answers the next turn by itself.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -131,6 +132,16 @@ fn main() {
                         tools: Vec::new(),
                     })]
                 }
+                ToWorker::RunTurn { turn_id, .. } if attack == "late_forgery" => {
+                    // Ends the turn it was handed, then breaks the rules a little later, while the supervisor
+                    // answers the session's next (text) turn by itself, and is killed for it.
+                    let outbox = conn.outbox.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        outbox.send(finished("a-turn-it-never-had", "forged")).await;
+                    });
+                    vec![finished(&turn_id, "handed")]
+                }
                 ToWorker::RunTurn { turn_id, .. } => forged(attack, &turn_id),
                 ToWorker::ModelChunk { chunk, .. } => match chunk {
                     ModelChunk::TextDelta { text } => {
@@ -158,4 +169,16 @@ fn main() {
             }
         }
     });
+}
+
+/// A completed `TurnFinished` of `turn_id` answering `text`, with no messages.
+fn finished(turn_id: &str, text: &str) -> ToSupervisor {
+    ToSupervisor::TurnFinished {
+        turn_id: turn_id.into(),
+        status: TurnStatus::Completed,
+        final_message: text.into(),
+        messages: Vec::new(),
+        usage: Usage::default(),
+        error: None,
+    }
 }

@@ -327,6 +327,15 @@ impl Session {
         lock(&self.active).as_ref().map(|a| a.turn_id.clone())
     }
 
+    /// The running turn's id once a worker has it: not while the supervisor leads it (see `lead`), when a worker's
+    /// end is none of its business.
+    pub fn handed_turn(&self) -> Option<String> {
+        lock(&self.active)
+            .as_ref()
+            .filter(|a| a.lead.is_none())
+            .map(|a| a.turn_id.clone())
+    }
+
     /// The model of `turn_id` when it is the running turn.
     pub fn turn_model(&self, turn_id: &str) -> Option<ModelRef> {
         lock(&self.active)
@@ -536,15 +545,20 @@ impl Session {
     /// Ends the running turn (if any) as failed with `code`, keeping no messages.
     pub fn fail_active_turn(&self, code: &str, message: &str) -> Option<String> {
         let turn_id = self.active_turn()?;
+        self.fail_turn(&turn_id, code, message);
+        Some(turn_id)
+    }
+
+    /// Ends `turn_id`, if it is the running turn, as failed with `code`, keeping no messages.
+    pub fn fail_turn(&self, turn_id: &str, code: &str, message: &str) {
         let _ = self.finish_turn(TurnEnd {
-            turn_id: turn_id.clone(),
+            turn_id: turn_id.to_string(),
             status: TurnStatus::Failed,
             final_message: String::new(),
             messages: Vec::new(),
             usage: Usage::default(),
             error: Some((code.into(), message.into())),
         });
-        Some(turn_id)
     }
 
     /// Registers an operator command; its exit code arrives on the receiver (dropped if the worker dies).

@@ -271,13 +271,15 @@ impl Actor {
         // reported failed (below) gets a new worker, whose run directory the line above can no longer remove.
         kill.cancel();
         self.session.drop_commands();
-        if let Some(turn_id) = self.session.active_turn() {
+        // Only a turn this worker was given: a worker that dies (or is killed for a forgery) while the supervisor
+        // answers a text turn by itself does not end that turn.
+        if let Some(turn_id) = self.session.handed_turn() {
             self.rt.approvals.drop_turn(&turn_id);
             let message = match code {
                 "journal_quota" => format!("{cause}; the turn was stopped. Delete the session and start a new one"),
                 _ => format!("the session worker ended during the turn: {cause}; the next turn starts a new worker"),
             };
-            self.session.fail_active_turn(code, &message);
+            self.session.fail_turn(&turn_id, code, &message);
         }
         let _ = exited.send(true);
     }

@@ -326,3 +326,44 @@ async fn a_led_turn_asks_with_the_memory_window_of_a_longer_history() {
     assert_eq!(asked, ["Be brief.", "second", "two", "third"]);
     rt.shutdown("test over").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_worker_killed_for_a_forgery_cannot_end_a_text_turn_it_has_no_part_in() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_tool_call("echo hi"),
+        openai_text("Patient answer.").pause_after("Patient", Duration::from_millis(1500)),
+    ]);
+    // A confined bundle whose worker is the escape suite's hostile one, playing `late_forgery`: it ends the turn
+    // it is handed, then forges a frame 300 ms later, inside its sandbox, and is killed for it.
+    bundle(&env, "forger", "openai", "gpt-test", local(&server));
+    let dir = env.path("forger");
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(dir.join("resources/attack.txt"), "late_forgery").unwrap();
+    let exe = super::support::binary().with_file_name("hostile-worker");
+    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = exe);
+    let id = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    let (handed, _) = super::support::run_turn(&rt, &id, "go").await;
+    assert_eq!(handed.final_message, "handed", "{:?}", handed.error);
+    // The next turn is a text answer the supervisor streams itself; the worker dies in the middle of it.
+    let (text, events) = super::support::run_turn(&rt, &id, "hi").await;
+    assert_eq!(
+        text.final_message, "Patient answer.",
+        "the worker's end ended the supervisor's turn: {:?}",
+        text.error
+    );
+    assert_eq!(
+        kinds(&events),
+        [
+            "turn_started",
+            "agent_message_delta",
+            "agent_message_delta",
+            "turn_completed"
+        ]
+    );
+    rt.shutdown("test over").await;
+}
