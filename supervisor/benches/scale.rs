@@ -15,7 +15,8 @@
 //! with text, which the supervisor serves itself with no worker (see `runtime/lead.rs`).
 //!
 //! The whole run is repeated `BENCH_RUNS` times (default 3), each with a new server, and every run's figures are
-//! printed, so the spread shows the machine's noise.
+//! printed, so the spread shows the machine's noise. `BENCH_HOLD_SECS` keeps each server that long once its
+//! sessions are idle (its pid printed), to look at its processes.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -183,6 +184,11 @@ async fn one_run(
     let (mut warm, warm_wall) = load(&client, &base, &ids, clients, rounds).await?;
     warm.sort();
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let hold = env_or("BENCH_HOLD_SECS", 0);
+    if hold > 0 {
+        eprintln!("serve {server_pid} holds its {n} idle sessions for {hold} s");
+        tokio::time::sleep(Duration::from_secs(hold as u64)).await;
+    }
     let procs = descendants(server_pid);
     let server_pss = pss_kib(server_pid);
     let pss: u64 = server_pss + procs.iter().map(|p| pss_kib(*p)).sum::<u64>();

@@ -19,12 +19,14 @@
 //! - [`egress`]: the loopback port that leads to the supervisor's egress proxy.
 //! - [`confine`]: what every tool process runs under (its own pid namespace, a seccomp filter).
 //! - [`hardening`]: what the worker and supervisor processes do first (not dumpable, no core dumps, no `LD_*`).
+//! - [`footprint`]: what an idle worker gives back (free heap pages, unused stack).
 //! - [`orphans`]: reaping the processes a worker that is pid 1 of its sandbox inherits.
 
 pub mod confine;
 pub mod conn;
 pub mod egress;
 pub mod error;
+pub mod footprint;
 pub mod hardening;
 pub mod mcp;
 pub mod memory;

@@ -28,7 +28,7 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
         outbox,
         writer,
         finish,
-    }) = conn::connect(socket).await?
+    }) = Box::pin(conn::connect(socket)).await?
     else {
         return Ok(());
     };
@@ -83,14 +83,15 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                     continue;
                 }
                 let cancel = stop.child_token();
-                let task = tokio::spawn(react::run_turn(
+                // Boxed, so that the turn's large future is not laid out in this loop's stack frame.
+                let task = tokio::spawn(Box::pin(react::run_turn(
                     shared.clone(),
                     turn_id.clone(),
                     task,
                     context,
                     first_reply,
                     cancel.clone(),
-                ));
+                )));
                 turn = Some(RunningTurn {
                     turn_id,
                     cancel,
@@ -113,14 +114,14 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 command,
                 cwd,
             } => {
-                tokio::spawn(tools::exec::operator_command(
+                tokio::spawn(Box::pin(tools::exec::operator_command(
                     shared.outbox.clone(),
                     shared.workspace(),
                     exec_id,
                     command,
                     cwd,
                     stop.child_token(),
-                ));
+                )));
             }
             ToWorker::Interrupt { turn_id } => {
                 if let Some(t) = turn.as_ref().filter(|t| t.turn_id == turn_id) {
@@ -157,6 +158,7 @@ async fn heartbeat(outbox: Outbox, every: Duration) {
         if !outbox.send(ToSupervisor::Heartbeat).await {
             return;
         }
+        crate::footprint::give_back();
     }
 }
 

@@ -161,7 +161,9 @@ impl Servers {
                 count.clone(),
             );
             tokio::spawn(async move {
-                let running = run(&server, config, &outbox, &workspace).await;
+                // Boxed: rmcp's futures are tens of KiB, and held inline they would make every caller's stack
+                // frame that large (touched, and so resident, in every worker), servers or not.
+                let running = Box::pin(run(&server, config, &outbox, &workspace)).await;
                 count.send_modify(|n| *n = n.saturating_sub(1));
                 if let Some((running, child)) = running {
                     // The server lives until its transport closes: it exited, crashed or broke the protocol.
