@@ -29,6 +29,13 @@
 //! `BENCH_ITERS` sets the number of samples (default 200); `BENCH_EXE` runs another build of `service-rs` (to
 //! compare two builds in one sitting). Build the small worker first (`cargo build --release -p service-worker`);
 //! without it the runtime uses `service-rs worker`, and the bench says so.
+//!
+//! The file system under the temporary directory shows in every row that makes sessions. On the bench machine's
+//! ext4 (no journal), the confined one-shot slows from run to run (1.24-1.34x, then up to 2.0x, even with 40 s
+//! between runs), and with `TMPDIR=/dev/shm` it does not (1.03-1.20x in back-to-back runs). One cause is measured:
+//! ext4 without a journal steps over every recently freed inode when it makes a file (0.59-0.67 ms a file just
+//! after 2,000 were deleted, 0.04 ms after 45 s of quiet), and a run deletes thousands at its end while a one-shot
+//! makes six. It does not explain all of the drift (see BENCHMARKS.md).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -15,7 +15,10 @@
 //! with text, which the supervisor serves itself with no worker (see `runtime/lead.rs`).
 //!
 //! The whole run is repeated `BENCH_RUNS` times (default 3), each with a new server, and every run's figures are
-//! printed, so the spread shows the machine's noise. `BENCH_HOLD_SECS` keeps each server that long once its
+//! printed, so the spread shows the machine's noise. Every run's directories are removed only after the last run:
+//! ext4 without a journal (the bench machine's) steps over every recently freed inode when it makes a file (0.59-0.67
+//! ms a file just after 2,000 were deleted, 0.04 ms after 45 s of quiet), so removing a run's 300 sessions made the
+//! next run measure that cleanup rather than its own turns (see `runtime.rs`). `BENCH_HOLD_SECS` keeps each server that long once its
 //! sessions are idle (its pid printed), to look at its processes.
 
 use std::path::Path;
@@ -147,12 +150,12 @@ async fn load(
     Ok((all, started.elapsed()))
 }
 
+/// One run over a new home and bundle directory, which are added to `kept`.
 async fn one_run(
     exe: &Path,
     model: &str,
-    n: usize,
-    clients: usize,
-    rounds: usize,
+    (n, clients, rounds): (usize, usize, usize),
+    kept: &mut Vec<tempfile::TempDir>,
 ) -> BenchResult<Run> {
     let home = tempfile::TempDir::new()?;
     let bundle = tempfile::TempDir::new()?;
@@ -203,6 +206,7 @@ async fn one_run(
         server_pss_mib: server_pss as f64 / 1024.0,
     };
     drop(server);
+    kept.extend([home, bundle]);
     Ok(run)
 }
 
@@ -221,11 +225,13 @@ fn main() -> BenchResult<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let (mut tools, mut chats) = (Vec::new(), Vec::new());
+    let (mut tools, mut chats, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+    let shape = (n, clients, rounds);
     for _ in 0..runs {
-        tools.push(tokio.block_on(one_run(&exe, &provider.glob, n, clients, rounds))?);
-        chats.push(tokio.block_on(one_run(&exe, &provider.base, n, clients, rounds))?);
+        tools.push(tokio.block_on(one_run(&exe, &provider.glob, shape, &mut kept))?);
+        chats.push(tokio.block_on(one_run(&exe, &provider.base, shape, &mut kept))?);
     }
+    drop(kept);
     println!("{n} confined sessions, {clients} clients, OpenAI-compatible server on loopback; one column per run.");
     println!();
     println!(

@@ -36,7 +36,7 @@ pub(crate) struct Started {
     pub(super) limits: Option<Arc<Limits>>,
     /// Resolves once the worker is inside its limits.
     pub(super) confining: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-    /// Its socket's directory, removed when the worker ends.
+    /// Its egress socket's directory (made only for a proxy), removed when the worker ends.
     pub(super) run_dir: PathBuf,
     /// The bundle root in the worker's view.
     pub(super) bundle_dir: PathBuf,
@@ -65,8 +65,8 @@ impl Started {
     }
 }
 
-/// Starts a worker for `bundle` with `host_workspace` as its workspace, up to its hello. `name` names its socket
-/// directory (`run/<name>`) and its cgroups.
+/// Starts a worker for `bundle` with `host_workspace` as its workspace, up to its hello. `name` names its egress
+/// socket's directory (`run/<name>`, when it has a proxy) and its cgroups.
 pub(crate) async fn start(
     rt: &Inner,
     name: &str,
@@ -74,9 +74,9 @@ pub(crate) async fn start(
     host_workspace: &Path,
 ) -> Result<Started> {
     let unavailable = |m: String| RuntimeError::WorkerUnavailable(m);
+    // Made only for an egress proxy's socket: a worker's own socket is a pair with no path, and on ext4 a
+    // directory per session start was a third of the inodes a cold turn made (see `egress_for`).
     let run_dir = rt.home.run_dir().join(name);
-    std::fs::create_dir_all(&run_dir)
-        .map_err(|e| RuntimeError::io("cannot create", &run_dir, e))?;
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| unavailable(format!("cannot make the worker's socket pair: {e}")))?;
     // With SO_PASSCRED the kernel attaches the sender's pid to what the worker writes: that is how the supervisor
@@ -185,7 +185,8 @@ pub(crate) async fn start(
     })
 }
 
-/// The egress proxy of a worker for `bundle`, bound in `run_dir`; None when its sandbox may reach no host.
+/// The egress proxy of a worker for `bundle`, bound in `run_dir` (made here); None when its sandbox may reach no
+/// host, and then `run_dir` is not made.
 fn egress_for(rt: &Inner, bundle: &Bundle, run_dir: &Path) -> Result<Option<Egress>> {
     // The manifest was validated when the bundle was built; a failure here means the store was edited since.
     let patterns = bundle
@@ -200,6 +201,7 @@ fn egress_for(rt: &Inner, bundle: &Bundle, run_dir: &Path) -> Result<Option<Egre
     let Some(policy) = egress::Policy::new(patterns, ask) else {
         return Ok(None);
     };
+    std::fs::create_dir_all(run_dir).map_err(|e| RuntimeError::io("cannot create", run_dir, e))?;
     let socket = run_dir.join("egress.sock");
     Egress::start(
         &socket,

@@ -75,9 +75,22 @@ fn ensure(files: &[(PathBuf, PathBuf)], network_files: &[String], cache: &Path) 
     if dir.is_dir() {
         return Some(dir);
     }
+    // One build at a time in this process: the sessions that start together when a server has just started (or
+    // `/etc` has just changed) would otherwise each copy `/etc/alternatives` (hundreds of links), and all but one
+    // then delete their copy. Others wait for the one build, then find it.
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    if dir.is_dir() {
+        return Some(dir);
+    }
     // Built under a unique name and renamed into place, so a concurrent supervisor never sees half a snapshot.
     // Old snapshots are kept: a live sandbox of another session may still have one as its /etc.
     let tmp = cache.join(format!(".etc-{}", uuid::Uuid::new_v4()));
+    #[cfg(test)]
+    tests::BUILDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(dir.clone());
     let result = build(&tmp, files, network_files).and_then(|()| std::fs::rename(&tmp, &dir));
     // A concurrent supervisor may have renamed the same snapshot into place first: then ours is surplus.
     let _ = std::fs::remove_dir_all(&tmp);
@@ -111,18 +124,36 @@ fn fingerprint(path: &Path, hasher: &mut DefaultHasher) -> Option<()> {
     )
         .hash(hasher);
     if meta.is_dir() {
-        let mut subdirs: Vec<PathBuf> = std::fs::read_dir(path)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| e.path())
-            .collect();
-        subdirs.sort();
-        for dir in subdirs {
+        for dir in subdirs(path, &meta)? {
             fingerprint(&dir, hasher)?;
         }
     }
     Some(())
+}
+
+/// The subdirectories of `dir`, sorted. They are listed again only when `dir` changed: an entry added, removed or
+/// renamed changes a directory's modification time. Listing `/etc/alternatives` (hundreds of entries, an ext4
+/// hashed directory) at every session start was 1% of the CPU of the scale bench's cold turns.
+fn subdirs(dir: &Path, meta: &std::fs::Metadata) -> Option<Vec<PathBuf>> {
+    type Listed = std::collections::HashMap<PathBuf, ((u64, i64, i64), Vec<PathBuf>)>;
+    static LISTED: std::sync::Mutex<Option<Listed>> = std::sync::Mutex::new(None);
+    let version = (meta.ino(), meta.mtime(), meta.mtime_nsec());
+    let mut listed = LISTED.lock().unwrap_or_else(|e| e.into_inner());
+    let listed = listed.get_or_insert_with(Default::default);
+    if let Some((seen, subdirs)) = listed.get(dir) {
+        if *seen == version {
+            return Some(subdirs.clone());
+        }
+    }
+    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    subdirs.sort();
+    listed.insert(dir.to_path_buf(), (version, subdirs.clone()));
+    Some(subdirs)
 }
 
 fn build(
@@ -255,6 +286,47 @@ mod tests {
         let third = snap(mounts());
         assert_ne!(third, second);
         assert!(third.join("alternatives/editor").is_symlink());
+    }
+
+    /// Every snapshot directory a build was started for.
+    pub(super) static BUILDS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+    #[test]
+    fn sessions_starting_together_build_one_snapshot() {
+        let host = tempfile::TempDir::new().unwrap();
+        let cache = tempfile::TempDir::new().unwrap();
+        let alternatives = host.path().join("alternatives");
+        std::fs::create_dir(&alternatives).unwrap();
+        for i in 0..200 {
+            std::os::unix::fs::symlink("/usr/bin/true", alternatives.join(format!("t{i}")))
+                .unwrap();
+        }
+        std::fs::write(host.path().join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+        let mounts = vec![
+            ro(&host.path().join("passwd"), "/etc/passwd"),
+            ro(&alternatives, "/etc/alternatives"),
+        ];
+        let barrier = std::sync::Barrier::new(8);
+        let snapshots: Vec<Vec<Mount>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        consolidate(mounts.clone(), &[], cache.path())
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert!(snapshots.iter().all(|m| m == &snapshots[0]));
+        let builds = BUILDS.lock().unwrap();
+        assert_eq!(
+            builds
+                .iter()
+                .filter(|d| d.starts_with(cache.path()))
+                .count(),
+            1
+        );
     }
 
     #[test]
