@@ -3,9 +3,9 @@
 //! A sandboxed worker's start is mostly bwrap's and the worker binary's own (7-10 ms on the bench machine, against
 //! under 1 ms for the rest of a session create). With `RuntimeOptions::prestart_sandboxes` on (`serve` and the
 //! TUI; not the one-shot `run`, which starts one session), every time a sandboxed worker starts for a bundle, a
-//! spare for the same bundle is started in the background, up to its hello. Its egress socket's
-//! directory (if it has a proxy) is `run/spare-<uuid>/` and its workspace `run/workspaces/spare-<uuid>/`, bound at the same places inside the
-//! sandbox as a session's.
+//! spare for the same bundle is started in the background, up to its hello. Its workspace is
+//! `run/workspaces/spare-<uuid>/`, bound at the same place inside the sandbox as a session's (and its egress
+//! socket's directory, if it has a proxy, `run/spare-<uuid>/`).
 //!
 //! The next session of that bundle takes the spare: the session's new, empty workspace directory is replaced by the
 //! spare's (a rename, so the sandbox's bind, which follows the directory, now shows the session's workspace), and
