@@ -77,8 +77,10 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
     );
     assert!(!sessions.join(&first).join("workspace/second.txt").exists());
     let run = home.path().join("run");
-    assert!(
-        !run.join(&second).exists(),
+    // A worker started for a session is labelled with its id; a spare keeps its own label once taken.
+    assert_eq!(
+        processes_with(&format!("--label {second}")),
+        0,
         "the second session's worker was started for it, not taken from the spare"
     );
 
@@ -92,13 +94,13 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
     let (_, out, _) = command(&rt, &third, "pwd; echo third > third.txt").await;
     assert_eq!(out, "/workspace\n");
     assert!(own.path().join("third.txt").exists());
-    assert!(run.join(&third).exists());
+    assert!(processes_with(&format!("--label {third}")) > 0);
 
     wait_for_a_spare(&rt).await;
     let spare = "--label spare-";
     assert!(processes_with(spare) > 0, "no process of the spare");
     // This runtime's spares by name: other tests run servers with spares of their own at the same time.
-    let spares = entries(&run, "spare-");
+    let spares = entries(&run.join("workspaces"), "spare-");
     let spare_cgroups: Vec<_> = spares.iter().flat_map(|name| cgroups_of(name)).collect();
     rt.shutdown("test over").await;
     let left: Vec<_> = spare_cgroups.iter().filter(|d| d.exists()).collect();
