@@ -182,6 +182,30 @@ fn without_network_the_host_loopback_is_unreachable() {
     );
 }
 
+/// Every socket file a sandboxed command can find, outside `/proc` and the host's read-only `/usr` (whose full
+/// walk takes seconds). `%Y` stats each path: `-type s` would trust the directory entry, which for a socket bound
+/// over a file says "file".
+const FIND_SOCKETS: &str =
+    "find / \\( -path /proc -o -path /usr \\) -prune -o -printf '%Y %p\\n' 2>/dev/null \\
+    | sed -n 's/^s //p'; echo '[end]'";
+
+#[test]
+fn without_network_no_socket_of_the_supervisor_is_inside_and_with_it_only_the_proxy() {
+    let env = env_with_workspace();
+    let offline = attempt(&env, "no-sockets", NO_NET, FIND_SOCKETS);
+    assert!(offline.contains("[end]"), "{offline}");
+    let found = |out: &str| -> Vec<String> {
+        out.lines()
+            .take_while(|l| !l.contains("[end]"))
+            .filter(|l| l.starts_with('/'))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(found(&offline), Vec::<String>::new(), "{offline}");
+    let online = attempt(&env, "one-socket", NET, FIND_SOCKETS);
+    assert_eq!(found(&online), vec!["/run/service/egress.sock"], "{online}");
+}
+
 #[test]
 fn with_network_star_the_host_loopback_is_still_unreachable() {
     let env = env_with_workspace();
