@@ -16,9 +16,9 @@
 //! handshake, competing with the worker for the 2 cores. Moving a process into a cgroup v1 waits for an RCU grace
 //! period when no migration happened in the last ~50 ms (measured: 5-15 ms, against 0.25 ms back to back); done in
 //! the child before exec, as before, that wait sat in front of bwrap's start and forced a fork instead of
-//! `posix_spawn`. [`warm_up`] starts that grace period early (at the start of `run`, and right after the cgroups
-//! are made), on a thread of its own, so the worker's own move finds it over or under way (in a one-shot `run` it
-//! was the slowest third of runs: 5-15 ms between the worker's hello and its first frame).
+//! `posix_spawn`. [`warm_up`] starts that grace period early (10 ms into a `run`, see [`warm_up_after`], and right
+//! after the cgroups are made), on a thread of its own, so the worker's own move finds it over or under way (in a
+//! one-shot `run` it was the slowest third of runs: 5-15 ms between the worker's hello and its first frame).
 //!
 //! The worker gets its configuration only once it is inside its limits: the configuration starts its MCP servers,
 //! and a process forked before the move would stay outside the session's cgroups (a bundle's MCP server could then
@@ -186,10 +186,19 @@ impl Limits {
 /// made 16 threads each migrating the whole multi-threaded server every 2 ms, 3% of all CPU on the scale bench's
 /// cold turns, for a lock one of them already kept warm.
 pub fn warm_up(at_most: Duration) -> WarmUp {
-    let until = Instant::now() + at_most;
+    warm_up_after(Duration::ZERO, at_most)
+}
+
+/// [`warm_up`], with its first write `delay` from now: for a process that may well end before it needs the lock.
+/// Until then the thread only sleeps, which does not hold up the process's exit, as a write waiting out the grace
+/// period would.
+pub fn warm_up_after(delay: Duration, at_most: Duration) -> WarmUp {
+    let now = Instant::now();
+    let (from, until) = (now + delay, now + at_most);
     let mut state = warmer();
     state.holders += 1;
     state.until = Some(state.until.map_or(until, |u| u.max(until)));
+    state.from = Some(state.from.map_or(from, |f| f.min(from)));
     if !state.running && !state.unavailable {
         state.running = std::thread::Builder::new()
             .name("cgroup-warm-up".into())
@@ -199,12 +208,17 @@ pub fn warm_up(at_most: Duration) -> WarmUp {
     WarmUp(())
 }
 
+/// Time between two writes of the warm-up thread.
+const WARM_EVERY: Duration = Duration::from_millis(2);
+
 /// What the one warm-up thread serves.
 struct Warmer {
     /// Guards alive.
     holders: usize,
     /// The latest `at_most` of those guards.
     until: Option<Instant>,
+    /// The earliest first write any of them asked for.
+    from: Option<Instant>,
     /// Whether the thread runs.
     running: bool,
     /// Set when this process has no cgroup it can write to: no thread is started again.
@@ -215,6 +229,7 @@ fn warmer() -> std::sync::MutexGuard<'static, Warmer> {
     static WARMER: Mutex<Warmer> = Mutex::new(Warmer {
         holders: 0,
         until: None,
+        from: None,
         running: false,
         unavailable: false,
     });
@@ -231,21 +246,33 @@ fn keep_warm() {
     let pid = std::process::id().to_string();
     let mut failed = procs.is_none();
     loop {
-        {
+        let early = {
             let mut state = warmer();
-            let over = state.until.is_none_or(|u| Instant::now() >= u);
+            let now = Instant::now();
+            let over = state.until.is_none_or(|u| now >= u);
             if failed || state.holders == 0 || over {
                 state.running = false;
                 state.until = None;
+                state.from = None;
                 state.unavailable |= failed;
                 return;
             }
+            state
+                .from
+                .and_then(|f| f.checked_duration_since(now))
+                .filter(|d| !d.is_zero())
+        };
+        if let Some(early) = early {
+            std::thread::sleep(early.min(WARM_EVERY));
+            continue;
         }
         failed = procs
             .as_ref()
             .is_none_or(|procs| std::fs::write(procs, &pid).is_err());
+        #[cfg(test)]
+        tests::WRITES.fetch_add(1, Ordering::Relaxed);
         if !failed {
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(WARM_EVERY);
         }
     }
 }
@@ -412,6 +439,13 @@ fn own_cgroups() -> Vec<(String, PathBuf)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Writes of the warm-up thread, made or tried, by every test of this binary.
+    pub(super) static WRITES: AtomicUsize = AtomicUsize::new(0);
+
+    /// The tests of the one warm-up thread, one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
 
     fn warm_up_threads() -> usize {
         std::fs::read_dir("/proc/self/task")
@@ -429,6 +463,7 @@ mod tests {
 
     #[test]
     fn guards_alive_together_share_one_warm_up_thread_which_ends_after_the_last() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let guards: Vec<WarmUp> = (0..3).map(|_| warm_up(Duration::from_secs(5))).collect();
         std::thread::sleep(Duration::from_millis(20));
         let writable = !warmer().unavailable;
@@ -441,6 +476,26 @@ mod tests {
         }
         if warmer().holders == 0 {
             assert_eq!(warm_up_threads(), 0);
+        }
+    }
+
+    #[test]
+    fn a_delayed_warm_up_moves_nothing_before_its_delay_and_stops_with_its_guard() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let before = WRITES.load(Ordering::Relaxed);
+        let guard = warm_up_after(Duration::from_millis(500), Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(50));
+        // No guard of another test asked for an earlier start (the earliest start is kept while a guard lives).
+        if warmer().from.is_some_and(|f| f > Instant::now()) {
+            assert_eq!(WRITES.load(Ordering::Relaxed), before);
+        }
+        drop(guard);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while warmer().running && warmer().holders == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if warmer().holders == 0 {
+            assert!(!warmer().running, "the thread outlived its last guard");
         }
     }
 }
