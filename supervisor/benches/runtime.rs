@@ -35,7 +35,8 @@
 //! between runs), and with `TMPDIR=/dev/shm` it does not (1.03-1.20x in back-to-back runs). One cause is measured:
 //! ext4 without a journal steps over every recently freed inode when it makes a file (0.59-0.67 ms a file just
 //! after 2,000 were deleted, 0.04 ms after 45 s of quiet), and a run deletes thousands at its end while a one-shot
-//! makes six. It does not explain all of the drift (see BENCHMARKS.md).
+//! makes six. So the loopback rows run first, before the rows that create and delete hundreds of sessions; a run
+//! that follows another within minutes still meets that run's deletions (see BENCHMARKS.md).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -256,6 +257,9 @@ fn main() -> BenchResult<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    // First: the rows below create and delete hundreds of sessions, and on ext4 without a journal a new file
+    // costs more for a while after many were deleted (see the header). The one-shots should not measure that.
+    openai_rows(&exe, &worker_exe, iters, &tokio)?;
 
     let m = tokio.block_on(async {
         // Interleaved, so the sandboxed create and its baseline share the machine's drift.
@@ -426,7 +430,6 @@ fn main() -> BenchResult<()> {
         "| {:<46} | {:>6} KiB | {:>10} |",
         "RSS of the supervisor with 100 live sessions", m.supervisor_rss, ""
     );
-    openai_rows(&exe, &worker_exe, iters, &tokio)?;
     worker_kinds(&exe, &worker_exe, &host_ref, iters, &tokio)?;
     Ok(())
 }
