@@ -38,4 +38,13 @@ pub use names::{
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
+
+/// The worker's command-line flag that asks it to read the cgroup handoff before its `hello`: one byte from the
+/// supervisor carrying, as `SCM_RIGHTS`, a descriptor of the `tasks` file of each cgroup v1 the supervisor made for
+/// it (none where there are none, or only v2). The worker writes `0` into each, moving its only thread, and closes
+/// them. The supervisor checks the move before it sends `configure`, and makes it itself where it was not made.
+pub const ENTER_CGROUPS_FLAG: &str = "--enter-cgroups";
+
+/// The most descriptors the cgroup handoff carries (cgroup v1 `pids`, `memory` and `cpu`, with room to spare).
+pub const MAX_CGROUP_HANDLES: usize = 8;

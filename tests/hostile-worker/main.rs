@@ -5,7 +5,8 @@
 //! One attack is a permitted frame whose answer matters: `own_query`, handed a turn with the supervisor's first
 //! reply, makes a model call of its own query instead of running that reply's tool calls, and ends the turn with
 //! the text it was sent, so the test sees whose answer that was. `late_forgery` ends the turn it is handed, then
-//! forges a frame while the supervisor answers the next turn by itself.
+//! forges a frame while the supervisor answers the next turn by itself. `stay_outside_cgroups` drops the cgroups the
+//! supervisor hands it instead of moving into them, and answers its turn with `/proc/self/cgroup`.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -102,7 +103,17 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|s| s.parse().ok())
         .expect("--ipc-fd N");
-    let socket = service_worker::conn::adopt(fd).expect("the inherited socket");
+    let mut socket = service_worker::conn::adopt(fd).expect("the inherited socket");
+    if args.iter().any(|a| a == service_ipc::ENTER_CGROUPS_FLAG) {
+        // Read before the handshake, from where the sandbox mounts the bundle.
+        let attack = std::fs::read_to_string("/bundle/resources/attack.txt").unwrap_or_default();
+        if attack.trim() == "stay_outside_cgroups" {
+            // Takes the handoff's byte without its descriptors (the kernel closes those), and moves nowhere.
+            std::io::Read::read_exact(&mut socket, &mut [0u8; 1]).expect("the handoff");
+        } else if !service_worker::conn::enter_cgroups(&socket).expect("the handoff") {
+            return;
+        }
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -141,6 +152,11 @@ fn main() {
                         outbox.send(finished("a-turn-it-never-had", "forged")).await;
                     });
                     vec![finished(&turn_id, "handed")]
+                }
+                ToWorker::RunTurn { turn_id, .. } if attack == "stay_outside_cgroups" => {
+                    // Says where it ended up, as the sandbox sees it (paths from its cgroup namespace's root).
+                    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+                    vec![finished(&turn_id, &cgroups)]
                 }
                 ToWorker::RunTurn { turn_id, .. } => forged(attack, &turn_id),
                 ToWorker::ModelChunk { chunk, .. } => match chunk {

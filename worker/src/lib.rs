@@ -41,9 +41,14 @@ pub mod tools;
 pub use error::{Result, WorkerError};
 
 /// Runs a worker over the inherited socket `ipc_fd` until shutdown; the entry of `service-worker` and
-/// `service-rs worker`. The caller has made the process non-dumpable first ([`hardening::pre_main`]).
-pub fn main(ipc_fd: std::os::fd::RawFd) -> Result<()> {
+/// `service-rs worker`. With `enter_cgroups` it first moves into the cgroups the supervisor hands over
+/// ([`conn::enter_cgroups`]). The caller has made the process non-dumpable first ([`hardening::pre_main`]).
+pub fn main(ipc_fd: std::os::fd::RawFd, enter_cgroups: bool) -> Result<()> {
     let socket = conn::adopt(ipc_fd)?;
+    // Before the runtime: the move takes only the calling thread, so it must be the only one.
+    if enter_cgroups && !conn::enter_cgroups(&socket)? {
+        return Ok(());
+    }
     // One thread is enough: every wait is I/O, and it keeps an idle worker small.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -124,6 +124,9 @@ enum Command {
         /// The session (or spare) it serves; only shown in process listings.
         #[arg(long)]
         label: Option<String>,
+        /// Move into the cgroups the supervisor hands over before saying hello.
+        #[arg(long)]
+        enter_cgroups: bool,
     },
 }
 
@@ -202,8 +205,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Tui(args) => tui::run(home()?, args),
         Command::Doctor(args) => doctor::run(home()?, args),
-        Command::Worker { ipc_fd, .. } => {
-            service_worker::main(ipc_fd)?;
+        Command::Worker {
+            ipc_fd,
+            enter_cgroups,
+            ..
+        } => {
+            service_worker::main(ipc_fd, enter_cgroups)?;
             Ok(ExitCode::SUCCESS)
         }
     }

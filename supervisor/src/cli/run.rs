@@ -152,16 +152,19 @@ fn ask(question: &str) -> ApprovalDecision {
     }
 }
 
-/// When a run starts warming up the cgroup lock for a worker it may start. Not at once: a text answer from a model
-/// on loopback comes within 4 ms, and the run's exit then waited for the warm-up's first move to return (a process
-/// has exited only when its last thread has): 13.5 ms at p90 against 3.6 ms (BENCHMARKS.md, stop 36).
+/// When a run starts warming up the cgroup lock for a worker it may start, where one is needed (cgroup v2). Not at
+/// once: a text answer from a model on loopback comes within 4 ms, and the run's exit then waited for the warm-up's
+/// first move to return (a process has exited only when its last thread has): 13.5 ms at p90 against 3.6 ms
+/// (BENCHMARKS.md, stop 36).
 const WARM_UP_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
-    // The worker's move into its cgroups waits for an RCU grace period (5-15 ms here) unless a move happened just
+    // On cgroup v2 the worker's move into its cgroups waits for an RCU grace period unless a move happened just
     // before: start one early (see `WARM_UP_AFTER` for why not at once). A worker started sooner warms up on its
-    // own (`spawn::start`).
-    let _warm = (!args.dangerous_sandbox_mode).then(|| {
+    // own (`spawn::start`). On v1 the worker moves itself, without that wait (`sandbox::limits`).
+    let warm = !args.dangerous_sandbox_mode
+        && !service_supervisor::sandbox::limits::workers_move_themselves();
+    let _warm = warm.then(|| {
         service_supervisor::sandbox::limits::warm_up_after(
             WARM_UP_AFTER,
             std::time::Duration::from_secs(1),

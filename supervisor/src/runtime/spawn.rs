@@ -1,8 +1,9 @@
 //! Starting a worker, a factory that knows nothing of sessions, in two steps: [`start`] makes a socket pair, launches
-//! the worker through the launcher with one end as an inherited descriptor, learns its pid from the kernel and reads
-//! its hello; [`configure`] waits until the worker is inside its limits and gives it its assignment (the `configure`
-//! / `ready` half of the handshake). A sandboxed worker may be started before its session exists and configured
-//! later (see `prestart`). Handing the configured worker to a session is `worker::attach`'s.
+//! the worker through the launcher with one end as an inherited descriptor, hands a confined worker its cgroups
+//! (see `sandbox::limits`), learns its pid from the kernel and reads its hello; [`configure`] waits until the worker
+//! is inside its limits and gives it its assignment (the `configure` / `ready` half of the handshake). A sandboxed
+//! worker may be started before its session exists and configured later (see `prestart`). Handing the configured
+//! worker to a session is `worker::attach`'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,17 +114,30 @@ pub(crate) async fn start(
     })?;
     drop(theirs);
 
-    // The cgroups are made on a blocking thread while bwrap starts; the worker enters them once it has said hello.
-    // It gets its configuration (and so starts no MCP server, turn or command) only after that (see `attach`).
-    let (worker_pid, confining) = match &limits {
-        None => (None, None),
-        Some(limits) => {
+    // The cgroups are made on a blocking thread while bwrap starts, and handed to the worker, which moves itself
+    // in before its hello; once it has said hello, the supervisor checks the move (and makes what it did not). It
+    // gets its configuration (and so starts no MCP server, turn or command) only after that (see `attach`).
+    let handoff = limits
+        .as_ref()
+        .map(|_| ours.try_clone())
+        .transpose()
+        .map_err(|e| unavailable(format!("cannot set up the worker's socket: {e}")))?;
+    let (worker_pid, confining) = match (&limits, handoff) {
+        (Some(limits), Some(handoff)) => {
             let (pid_tx, pid_rx) = oneshot::channel::<u32>();
             let (limits, name) = (limits.clone(), name.to_string());
             let confining = tokio::task::spawn_blocking(move || {
                 limits.prepare();
-                // After the mkdirs: a migration holds the cgroup mutex while it waits, and would hold them up.
-                let _warm = crate::sandbox::limits::warm_up(warm_for);
+                let handles = limits.handles();
+                // Sent even when empty: the worker waits for it. A worker that is gone already needs nothing.
+                if let Err(e) = hand_over(&handoff, &handles) {
+                    tracing::debug!(worker = %name, "cannot hand the worker its cgroups: {e}");
+                }
+                // Only a move by pid needs the lock warm: where the worker cannot move itself (v2). After the
+                // mkdirs, as a migration holds the cgroup mutex while it waits, and would hold them up.
+                let _warm = (handles.len() < limits.dirs().len())
+                    .then(|| crate::sandbox::limits::warm_up(warm_for));
+                drop((handles, handoff));
                 let pid = pid_rx.blocking_recv().map_err(|_| {
                     std::io::Error::other("the worker never connected, so it was not confined")
                 })?;
@@ -133,6 +147,7 @@ pub(crate) async fn start(
             });
             (Some(pid_tx), Some(confining))
         }
+        _ => (None, None),
     };
 
     let timeout = rt.options.handshake_timeout;
@@ -349,6 +364,35 @@ fn spawn_with_fd(
     let spawned = command.spawn();
     fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
     spawned
+}
+
+/// Sends the cgroup handoff over the worker's socket: one byte carrying `handles` (see
+/// `service_ipc::ENTER_CGROUPS_FLAG`).
+fn hand_over(
+    socket: &std::os::unix::net::UnixStream,
+    handles: &[std::fs::File],
+) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds: Vec<std::os::fd::RawFd> = handles
+        .iter()
+        .take(service_ipc::MAX_CGROUP_HANDLES)
+        .map(AsRawFd::as_raw_fd)
+        .collect();
+    let rights = [ControlMessage::ScmRights(&fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    let iov = [std::io::IoSlice::new(&[0])];
+    loop {
+        match sendmsg::<()>(
+            socket.as_raw_fd(),
+            &iov,
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            sent => return sent.map(drop).map_err(std::io::Error::from),
+        }
+    }
 }
 
 /// Waits for the worker's first bytes and returns the pid the kernel stamped on them (in our pid namespace), without

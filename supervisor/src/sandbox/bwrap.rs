@@ -18,7 +18,8 @@
 //!    needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
 //! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write;
 //! 8. `--chdir` into the workspace, then the worker command with its inherited socket descriptor (`--ipc-fd`):
-//!    no host directory is bound for the IPC, so nothing host-backed is writable in `read_only`.
+//!    no host directory is bound for the IPC, so nothing host-backed is writable in `read_only`. Its cgroups come
+//!    over that socket too (`--enter-cgroups`), as descriptors of their `tasks` files; no cgroup file is mounted.
 //!
 //! Anything not mounted does not exist inside: the host home, `$SERVICE_HOME`, other sessions, `/var`, `/root`.
 
@@ -153,6 +154,8 @@ pub fn args(
     a.push(paths.ipc_fd.to_string().into());
     a.push("--label".into());
     a.push(paths.label.clone().into());
+    // The supervisor always makes limits for a sandboxed worker, and hands their cgroups over (`spawn::start`).
+    a.push(service_ipc::ENTER_CGROUPS_FLAG.into());
     a
 }
 
@@ -255,6 +258,7 @@ mod tests {
             "7",
             "--label",
             "s1",
+            "--enter-cgroups",
         ];
         assert_eq!(
             strings(args(&mounts, &paths(), perms, "C.UTF-8", "dumb")),

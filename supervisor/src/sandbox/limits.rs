@@ -9,16 +9,16 @@
 //! processes (the kernel exempts root from `RLIMIT_NPROC`), hence the cgroup. Which limits were applied is reported
 //! by [`Limits::describe`].
 //!
-//! The cgroups are made and their limits written while bwrap starts ([`Limits::prepare`]); the worker process itself
-//! enters them once it has connected (its pid comes from the socket's peer credentials), while the handshake runs,
-//! and before the supervisor hands it any turn or command ([`Limits::enter`]); everything the worker starts
-//! afterwards inherits them. Making the cgroups (three v1 hierarchies) cost about 0.5 ms; it used to run during the
-//! handshake, competing with the worker for the 2 cores. Moving a process into a cgroup v1 waits for an RCU grace
-//! period when no migration happened in the last ~50 ms (measured: 5-15 ms, against 0.25 ms back to back); done in
-//! the child before exec, as before, that wait sat in front of bwrap's start and forced a fork instead of
-//! `posix_spawn`. [`warm_up`] starts that grace period early (10 ms into a `run`, see [`warm_up_after`], and right
-//! after the cgroups are made), on a thread of its own, so the worker's own move finds it over or under way (in a
-//! one-shot `run` it was the slowest third of runs: 5-15 ms between the worker's hello and its first frame).
+//! The cgroups are made and their limits written while bwrap starts ([`Limits::prepare`]). On cgroup v1 the worker
+//! then moves itself in: the supervisor sends it a descriptor of each cgroup's `tasks` file over its socket
+//! ([`Limits::handles`]), and before any other thread starts, before its hello, it writes `0` into each. Moving
+//! a process by its pid takes the kernel's global threadgroup lock, whose first taker waits for an RCU grace period
+//! (5-15 ms on the bench machine, against 0.25 ms when another move came just before); a thread moving itself skips
+//! that lock (0.06 ms). The supervisor does not take the worker's word for it: once the worker has connected (its
+//! pid comes from the socket's peer credentials), it checks the move and makes any that was not made, by pid
+//! ([`Limits::enter`]), before it hands the worker any configuration. On v2, which has no `tasks` file, that
+//! move by pid is the only one; [`warm_up`] starts its grace period early there, on a thread of its own (and in a
+//! `run`, 10 ms in, see [`warm_up_after`]), so the worker's move finds it over or under way.
 //!
 //! The worker gets its configuration only once it is inside its limits: the configuration starts its MCP servers,
 //! and a process forked before the move would stay outside the session's cgroups (a bundle's MCP server could then
@@ -117,11 +117,36 @@ impl Limits {
         }
     }
 
-    /// Moves process `pid` into the cgroups [`Limits::prepare`] made and sets its rlimits. Blocking.
+    /// The `tasks` file of each cgroup v1 made here, opened for the worker to move itself (see
+    /// `service_worker::conn::enter_cgroups`). A worker holding them can only move its own threads into its own
+    /// cgroups: a pid written there names a process of the writer's pid namespace (the sandbox's), and a file gives
+    /// no way to its directory or to other cgroups. v2 has no `tasks` file; [`Limits::enter`] moves the worker there.
+    pub fn handles(&self) -> Vec<std::fs::File> {
+        self.dirs()
+            .iter()
+            .filter_map(|dir| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("tasks"))
+                    .ok()
+            })
+            .collect()
+    }
+
+    /// Makes sure process `pid` is in every cgroup [`Limits::prepare`] made, moving it into those it has not moved
+    /// itself into, and sets its rlimits. Blocking. A cgroup counts as entered when its `tasks` lists `pid` and,
+    /// read after that, the process has one thread: a thread made later is made inside, and no thread can leave.
     pub fn enter(&self, pid: u32) -> std::io::Result<()> {
         let dirs = self.dirs.lock().map(|d| d.clone()).unwrap_or_default();
-        for dir in &dirs {
-            std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
+        let listed: Vec<bool> = dirs
+            .iter()
+            .map(|dir| lists(&dir.join("tasks"), pid))
+            .collect();
+        let alone = listed.contains(&true) && threads(pid) == Some(1);
+        for (dir, listed) in dirs.iter().zip(listed) {
+            if !(listed && alone) {
+                std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
+            }
         }
         if !self.memory_cgroup.load(Ordering::Relaxed) {
             set_rlimit(pid, nix::libc::RLIMIT_AS, self.memory_bytes())?;
@@ -172,6 +197,17 @@ impl Limits {
             format!("cgroups {} and {rlimits}", groups.join(", "))
         }
     }
+}
+
+/// Whether every cgroup [`Limits::prepare`] makes on this host is v1, where a worker moves itself in without the
+/// global lock: then nothing needs [`warm_up`].
+pub fn workers_move_themselves() -> bool {
+    static ALL_V1: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALL_V1.get_or_init(|| {
+        own_cgroups()
+            .iter()
+            .all(|(controller, _)| !controller.is_empty())
+    })
 }
 
 /// Keeps the kernel's cgroup migration lock warm, on a thread of its own, until the guard is dropped or `at_most`
@@ -402,6 +438,21 @@ impl Drop for Limits {
             let _ = std::fs::remove_dir(dir);
         }
     }
+}
+
+/// Whether the cgroup file `tasks` lists thread `tid` (false when there is no such file, as in v2).
+fn lists(tasks: &Path, tid: u32) -> bool {
+    let tid = tid.to_string();
+    std::fs::read_to_string(tasks).is_ok_and(|text| text.lines().any(|l| l.trim() == tid))
+}
+
+/// The number of threads of process `pid`, from `/proc`.
+fn threads(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 /// This process's cgroup directory per controller: v1 entries by controller name, the v2 one with an empty name.

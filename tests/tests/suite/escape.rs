@@ -321,7 +321,9 @@ fn half_open_connections_are_closed_after_the_header_time_out() {
 }
 
 /// The turn outcome and every event kind of a session whose worker is the hostile one, playing `attack`.
-async fn hostile_turn(attack: &str) -> (Option<(String, String)>, Vec<&'static str>) {
+async fn hostile_turn(
+    attack: &str,
+) -> (service_supervisor::runtime::TurnOutcome, Vec<&'static str>) {
     let env = Env::new();
     let sandbox = r#"{ mode: "workspace_write", permissions: { network: [] } }"#;
     super::sandbox::bundle(&env, attack, sandbox, "true");
@@ -365,7 +367,7 @@ async fn hostile_turn(attack: &str) -> (Option<(String, String)>, Vec<&'static s
         })
         .expect("an outcome");
     rt.shutdown("test done").await;
-    (outcome.error, kinds)
+    (outcome, kinds)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,10 +384,92 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "model_flood",
         "unlisted_tool",
     ] {
-        let (error, kinds) = hostile_turn(attack).await;
-        let (code, message) = error.unwrap_or_else(|| panic!("{attack}: the turn did not fail"));
+        let (outcome, kinds) = hostile_turn(attack).await;
+        let (code, message) = outcome
+            .error
+            .unwrap_or_else(|| panic!("{attack}: the turn did not fail"));
         assert_eq!(code, "worker_violation", "{attack}: {message}");
         // Only the supervisor's own events are journaled: the turn's start and the error that ended it.
         assert_eq!(kinds, ["turn_started", "error"], "{attack}: {message}");
     }
+}
+
+/// Whether this host has a cgroup v1 `pids` hierarchy that the tests can write (where the supervisor makes its
+/// workers' cgroups).
+fn pids_hierarchy() -> bool {
+    super::support::own_cgroups()
+        .iter()
+        .any(|(c, dir)| c == "pids" && std::fs::create_dir_all(dir).is_ok())
+}
+
+/// The last component of the `pids` line of a `/proc/<pid>/cgroup` text.
+fn pids_leaf(cgroups: &str) -> Option<&str> {
+    cgroups
+        .lines()
+        .find(|l| l.split(':').nth(1) == Some("pids"))
+        .and_then(|l| l.rsplit('/').next())
+}
+
+/// Attack: a worker taken over before its hello drops the cgroups the supervisor hands it, so as to run, and fork,
+/// free of `pids.max` and the memory limit. The supervisor checks the move before it configures the worker, and
+/// moves the worker itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_does_not_move_into_its_cgroups_is_moved_before_it_is_configured() {
+    if !pids_hierarchy() {
+        eprintln!("skipped: no cgroup v1 pids hierarchy here");
+        return;
+    }
+    let (outcome, _) = hostile_turn("stay_outside_cgroups").await;
+    assert_eq!(outcome.error, None);
+    let leaf = pids_leaf(&outcome.final_message);
+    assert!(
+        leaf.is_some_and(|l| l.starts_with("service-rs-")),
+        "the worker runs outside its session's cgroups: {}",
+        outcome.final_message
+    );
+}
+
+/// The cgroups a confined worker is handed are descriptors of its own cgroups' `tasks` files. It moves itself in
+/// with them and closes them before its hello, so that nothing in the sandbox (the worker once taken over, or a
+/// command that came to hold its descriptors) keeps a handle on a cgroup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_worker_moves_itself_into_its_cgroups_and_keeps_no_handle_to_them() {
+    if !pids_hierarchy() {
+        eprintln!("skipped: no cgroup v1 pids hierarchy here");
+        return;
+    }
+    let env = Env::new();
+    bundle(&env, "cg", "workspace_write", "true");
+    let rt = super::support::runtime(env.home.path());
+    for _ in 0..3 {
+        let id = rt
+            .create_session(env.path("cg").to_str().unwrap(), None)
+            .await
+            .unwrap()
+            .id;
+        rt.start_worker(&id).await.unwrap();
+        let worker = super::support::pids_with(&format!("--label {id}"))
+            .into_iter()
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(b"/run/service/worker\0"))
+            })
+            .expect("the session's worker");
+        let cgroups = std::fs::read_to_string(format!("/proc/{worker}/cgroup")).unwrap();
+        assert_eq!(
+            pids_leaf(&cgroups),
+            Some(format!("service-rs-{id}").as_str()),
+            "{cgroups}"
+        );
+        let held: Vec<String> = std::fs::read_dir(format!("/proc/{worker}/fd"))
+            .unwrap()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .map(|target| target.display().to_string())
+            .filter(|target| target.starts_with("/sys/fs/cgroup"))
+            .collect();
+        assert!(held.is_empty(), "the worker still holds {held:?}");
+        rt.delete_session(&id).await.unwrap();
+    }
+    rt.shutdown("test over").await;
 }
