@@ -448,13 +448,7 @@ async fn a_confined_worker_moves_itself_into_its_cgroups_and_keeps_no_handle_to_
             .unwrap()
             .id;
         rt.start_worker(&id).await.unwrap();
-        let worker = super::support::pids_with(&format!("--label {id}"))
-            .into_iter()
-            .find(|p| {
-                std::fs::read(format!("/proc/{p}/cmdline"))
-                    .is_ok_and(|c| c.starts_with(b"/run/service/worker\0"))
-            })
-            .expect("the session's worker");
+        let worker = super::support::confined_worker(&id).expect("the session's worker");
         let cgroups = std::fs::read_to_string(format!("/proc/{worker}/cgroup")).unwrap();
         assert_eq!(
             pids_leaf(&cgroups),

@@ -758,13 +758,7 @@ async fn a_bundles_mcp_server_starts_inside_the_sessions_cgroups() {
             .unwrap()
             .id;
         rt.start_worker(&id).await.unwrap();
-        let worker = pids_with(&format!("--label {id}"))
-            .into_iter()
-            .find(|p| {
-                std::fs::read(format!("/proc/{p}/cmdline"))
-                    .is_ok_and(|c| c.starts_with(b"/run/service/worker\0"))
-            })
-            .expect("the session's worker");
+        let worker = super::support::confined_worker(&id).expect("the session's worker");
         let session_cgroup = pids_cgroup(worker).unwrap();
         assert!(
             session_cgroup.ends_with(&format!("/service-rs-{id}")),

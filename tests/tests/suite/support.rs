@@ -453,6 +453,14 @@ pub fn pids_with(marker: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The pid of session `id`'s confined worker (the process bwrap runs as the sandbox's pid 1), as the host sees it.
+pub fn confined_worker(id: &str) -> Option<i32> {
+    pids_with(&format!("--label {id}")).into_iter().find(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"/run/service/worker\0"))
+    })
+}
+
 /// This process's cgroup directory of each cgroup v1 controller, as `(controller, directory)`.
 pub fn own_cgroups() -> Vec<(String, PathBuf)> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
