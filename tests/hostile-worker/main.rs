@@ -105,7 +105,7 @@ fn main() {
         .expect("--ipc-fd N");
     let mut socket = service_worker::conn::adopt(fd).expect("the inherited socket");
     if args.iter().any(|a| a == service_ipc::ENTER_CGROUPS_FLAG) {
-        // Read before the handshake, from where the sandbox mounts the bundle.
+        // Read before the handshake, from where the sandbox mounts the bundle (the supervisor's `BUNDLE_DIR`).
         let attack = std::fs::read_to_string("/bundle/resources/attack.txt").unwrap_or_default();
         if attack.trim() == "stay_outside_cgroups" {
             // Takes the handoff's byte without its descriptors (the kernel closes those), and moves nowhere.

@@ -137,7 +137,7 @@ impl Limits {
     /// itself into, and sets its rlimits. Blocking. A cgroup counts as entered when its `tasks` lists `pid` and,
     /// read after that, the process has one thread: a thread made later is made inside, and no thread can leave.
     pub fn enter(&self, pid: u32) -> std::io::Result<()> {
-        let dirs = self.dirs.lock().map(|d| d.clone()).unwrap_or_default();
+        let dirs = self.dirs();
         let listed: Vec<bool> = dirs
             .iter()
             .map(|dir| lists(&dir.join("tasks"), pid))
