@@ -223,43 +223,32 @@ pub(super) fn model_override(
     }))
 }
 
-/// The session a run continues (`--session`, `--continue`), or a new one; true when this run created it.
-async fn pick_session(backend: &Backend, args: &RunArgs) -> anyhow::Result<(SessionRecord, bool)> {
+/// The session a run continues (`--session`, `--continue`); None for a new one.
+async fn continued(backend: &Backend, args: &RunArgs) -> anyhow::Result<Option<SessionRecord>> {
     if let Some(prefix) = &args.session {
-        return Ok((backend.find_session(prefix).await?, false));
+        return Ok(Some(backend.find_session(prefix).await?));
     }
-    if args.continue_last {
-        let records = backend.sessions().await?;
-        let last = records
-            .into_iter()
-            .filter(|r| {
-                args.bundle_ref.as_deref().is_none_or(|b| {
-                    r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b
-                })
-            })
-            .max_by(|a, b| a.updated_at.cmp(&b.updated_at));
-        return match (last, &args.bundle_ref) {
-            (Some(r), _) => Ok((r, false)),
-            (None, Some(b)) => Err(anyhow::anyhow!(
-                "--continue: no session of bundle {b} yet; start one with `service-rs run {b} --prompt TEXT`"
-            )),
-            (None, None) => Err(anyhow::anyhow!(
-                "--continue: there is no session yet; start one with `service-rs run <bundle> --prompt TEXT`"
-            )),
-        };
+    if !args.continue_last {
+        return Ok(None);
     }
-    let bundle_ref = args.bundle_ref.as_deref().ok_or_else(|| {
-        anyhow::anyhow!("name a bundle (service-rs run <bundle>), or continue a session with --session ID or --continue")
-    })?;
-    if let Backend::Local(rt) = backend {
-        super::registry::pull_on_first_use(rt.home(), bundle_ref).await?;
+    let records = backend.sessions().await?;
+    let last = records
+        .into_iter()
+        .filter(|r| {
+            args.bundle_ref
+                .as_deref()
+                .is_none_or(|b| r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b)
+        })
+        .max_by(|a, b| a.updated_at.cmp(&b.updated_at));
+    match (last, &args.bundle_ref) {
+        (Some(r), _) => Ok(Some(r)),
+        (None, Some(b)) => Err(anyhow::anyhow!(
+            "--continue: no session of bundle {b} yet; start one with `service-rs run {b} --prompt TEXT`"
+        )),
+        (None, None) => Err(anyhow::anyhow!(
+            "--continue: there is no session yet; start one with `service-rs run <bundle> --prompt TEXT`"
+        )),
     }
-    Ok((
-        backend
-            .create_session(bundle_ref, args.cwd.as_deref())
-            .await?,
-        true,
-    ))
 }
 
 /// One turn in a new or continued session; the answer on stdout, progress on stderr.
@@ -269,24 +258,66 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
     // From here on Ctrl-C is this run's to handle: it interrupts the turn rather than killing the process.
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C: {e}"))?;
-    let (record, created) = pick_session(backend, args).await?;
+    let (record, events, turn_id) = match continued(backend, args).await? {
+        Some(record) => {
+            let (events, turn_id) = start(backend, args, &record, prompt).await?;
+            (record, events, turn_id)
+        }
+        None => start_new(backend, args, prompt).await?,
+    };
     if args.verbose || std::io::stderr().is_terminal() {
         eprintln!("session: {}", record.id);
     }
-    // A session this run made but never started a turn in is not worth keeping.
-    let started = start(backend, args, &record, prompt).await;
-    let (events, turn_id) = match started {
-        Ok(s) => s,
-        Err(e) => {
-            if created {
-                let _ = backend.delete(&record.id).await;
-            }
-            return Err(e);
-        }
-    };
     follow(backend, args, &record.id, events, &turn_id, &mut sigint).await
 }
 
+/// A new session of the run's bundle, with the run's turn started in it: its record, events and turn id. A
+/// session whose turn did not start is not kept.
+async fn start_new(
+    backend: &Backend,
+    args: &RunArgs,
+    prompt: String,
+) -> anyhow::Result<(SessionRecord, EventStream, String)> {
+    let bundle_ref = args.bundle_ref.as_deref().ok_or_else(|| {
+        anyhow::anyhow!("name a bundle (service-rs run <bundle>), or continue a session with --session ID or --continue")
+    })?;
+    let rt = match backend {
+        Backend::Local(rt) => rt,
+        Backend::Remote(_) => {
+            let record = backend
+                .create_session(bundle_ref, args.cwd.as_deref())
+                .await?;
+            return match start(backend, args, &record, prompt).await {
+                Ok((events, turn_id)) => Ok((record, events, turn_id)),
+                Err(e) => {
+                    let _ = backend.delete(&record.id).await;
+                    Err(e)
+                }
+            };
+        }
+    };
+    super::registry::pull_on_first_use(rt.home(), bundle_ref).await?;
+    let bundle = service_supervisor::bundle::resolve(rt.home(), bundle_ref)?;
+    super::warn_unconfined(&bundle.manifest, args.dangerous_sandbox_mode);
+    let overrides = TurnOverrides {
+        // The session runs in --cwd already.
+        cwd: None,
+        model: model_override(args.model.as_deref(), Some(bundle.agent.model.to_ref()))?,
+    };
+    // Its first model call goes out while the session is made (`create_session_with_turn`).
+    let first = rt
+        .create_session_with_turn(
+            bundle,
+            bundle_ref,
+            args.cwd.as_deref(),
+            Task::new(prompt),
+            overrides,
+        )
+        .await?;
+    Ok((first.record, first.events, first.turn.turn_id))
+}
+
+/// The run's turn started in the existing session `record`: its events and turn id.
 async fn start(
     backend: &Backend,
     args: &RunArgs,

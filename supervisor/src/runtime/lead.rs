@@ -53,6 +53,23 @@ pub(super) fn first_query(
     Some((messages, service_worker::tools::specs(tools)))
 }
 
+/// The request of a turn's first model call, of `query` to `model`.
+pub(super) fn request(
+    model: ModelRef,
+    turn_id: &str,
+    (messages, tools): (Vec<ChatMessage>, Vec<ToolSpec>),
+) -> ModelRequest {
+    ModelRequest::new(
+        model,
+        ModelQuery {
+            request_id: uuid::Uuid::new_v4().to_string(),
+            turn_id: turn_id.to_string(),
+            messages,
+            tools,
+        },
+    )
+}
+
 /// Starts (or finds) the session's worker, when the turn comes to need it.
 pub(super) type StartWorker = Box<dyn FnOnce() -> BoxFuture<'static, Result<WorkerHandle>> + Send>;
 
@@ -70,10 +87,18 @@ pub(super) struct Led {
     pub context: TurnContext,
     /// The model the supervisor chose.
     pub model: ModelRef,
-    /// The first call's query (see `first_query`).
-    pub query: (Vec<ChatMessage>, Vec<ToolSpec>),
+    /// The first call: to make, or made ahead of the session.
+    pub first: FirstCall,
     /// Cancelled when the turn ends or is interrupted (see `Session::lead`).
     pub cancel: CancellationToken,
+}
+
+/// A turn's first model call, as its lead gets it.
+pub(super) enum FirstCall {
+    /// The query to ask (see `first_query`).
+    Ask((Vec<ChatMessage>, Vec<ToolSpec>)),
+    /// A call already made, ahead of a new session (see `model_call::ahead`).
+    Made(model_call::Ahead),
 }
 
 /// What the first reply came to.
@@ -89,8 +114,8 @@ enum Outcome {
 impl Led {
     /// Leads the turn to its end, or to its worker, started with `start_worker`.
     pub(super) async fn run(mut self, start_worker: StartWorker) {
-        let query = std::mem::take(&mut self.query);
-        match self.first_reply(query).await {
+        let first = std::mem::replace(&mut self.first, FirstCall::Ask(Default::default()));
+        match self.first_reply(first).await {
             Outcome::Cancelled => self.interrupted(None),
             Outcome::Failed(code, message) => {
                 // As a worker keeps it: the prompt, which the model did not answer.
@@ -118,17 +143,14 @@ impl Led {
     }
 
     /// Streams the first model call's reply as the turn's events, batching the chunks that are ready together.
-    async fn first_reply(&self, (messages, tools): (Vec<ChatMessage>, Vec<ToolSpec>)) -> Outcome {
-        let request = ModelRequest::new(
-            self.model.clone(),
-            ModelQuery {
-                request_id: uuid::Uuid::new_v4().to_string(),
-                turn_id: self.turn_id.clone(),
-                messages,
-                tools,
-            },
-        );
-        let mut stream = model_call::stream(&self.rt, &self.session, request);
+    async fn first_reply(&self, first: FirstCall) -> Outcome {
+        let mut stream = match first {
+            FirstCall::Ask(query) => {
+                let request = request(self.model.clone(), &self.turn_id, query);
+                model_call::stream(&self.rt, &self.session, request)
+            }
+            FirstCall::Made(ahead) => ahead.stream(&self.session),
+        };
         let mut reply = Reply::default();
         loop {
             let mut next = tokio::select! {

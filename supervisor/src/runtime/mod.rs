@@ -12,7 +12,7 @@
 //!   factory that starts and configures a worker, knowing nothing of sessions; [`handle`]: the session's hold on its
 //!   worker; [`launcher`]: how the process is started.
 //! - `turns`: turns started, run and interrupted; `lead`: a turn the supervisor leads until it needs its
-//!   sandbox; `model_call`: a model call for a running turn.
+//!   sandbox; `model_call`: a model call for a running turn, or made ahead of a new session's first turn.
 //! - [`approvals`]: the in-memory approval store, and what `allow_always` grants.
 //! - `operations`: metrics, idle workers reaped, bundles removed.
 //! - `ownership`: which node of a shared store runs a session, and its leases kept alive; `bundle_fetch`: a
@@ -140,6 +140,16 @@ pub struct PendingTurn {
     pub outcome: oneshot::Receiver<TurnOutcome>,
 }
 
+/// A new session with its first turn started (see [`ServiceRuntime::create_session_with_turn`]).
+pub struct FirstTurn {
+    /// The session's record as created.
+    pub record: SessionRecord,
+    /// The session's events from its creation on: the turn's, from its start.
+    pub events: EventStream,
+    /// The turn.
+    pub turn: PendingTurn,
+}
+
 /// How an operator command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandOutcome {
@@ -255,18 +265,31 @@ impl ServiceRuntime {
         bundle_ref: &str,
         cwd: Option<&Path>,
     ) -> Result<SessionRecord> {
+        self.create_session_as(uuid::Uuid::new_v4().to_string(), bundle, bundle_ref, cwd)
+            .await
+            .map(|session| session.record())
+    }
+
+    /// Creates session `id` of `bundle` and keeps it live.
+    async fn create_session_as(
+        &self,
+        id: String,
+        bundle: bundle::Bundle,
+        bundle_ref: &str,
+        cwd: Option<&Path>,
+    ) -> Result<Arc<Session>> {
         let session = Session::create(
             &self.inner.home,
             &*self.inner.store,
+            id,
             bundle,
             bundle_ref,
             cwd,
             self.inner.metrics.clone(),
         )
         .await?;
-        let record = session.record();
-        self.sessions().insert(session.id.clone(), session);
-        Ok(record)
+        self.sessions().insert(session.id.clone(), session.clone());
+        Ok(session)
     }
 
     async fn session(&self, id: &str) -> Result<Arc<Session>> {

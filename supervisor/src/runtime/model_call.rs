@@ -1,15 +1,21 @@
 //! A model call for a session's running turn, as the supervisor makes it: the provider's stream, its retries
 //! journaled as `model_retry` events, the call timed in the metrics. A worker's requests and the first call of a
 //! turn the supervisor leads (`lead`) are both made here.
+//!
+//! A new session's first call can also be made ahead of its session ([`ahead`]): it depends only on the bundle,
+//! the model and the prompt, so it need not wait for the session's directory, record and journal to be written.
 
 use std::sync::Arc;
 
+use futures::channel::mpsc;
 use futures::stream::BoxStream;
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use service_ipc::{EventPayload, ModelChunk, ModelRequest};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::session::Session;
 use super::Inner;
+use crate::bundle::Bundle;
 use crate::providers;
 
 /// Streams `request` for `session`; dropping the stream abandons the call.
@@ -21,18 +27,94 @@ pub(super) fn stream(
     let retried = session.clone();
     let turn_id = request.turn_id.clone();
     // The supervisor makes the call, so it journals the retries; the worker only sees the chunks.
-    let on_retry: providers::OnRetry = Arc::new(move |r: providers::Retry| {
-        tracing::info!(session = %retried.id, attempt = r.attempt, delay_ms = r.delay.as_millis() as u64, "model call retried: {}", r.reason);
-        retried.emit(EventPayload::ModelRetry {
-            turn_id: turn_id.clone(),
-            attempt: r.attempt,
-            max_attempts: r.max_attempts,
-            delay_ms: u64::try_from(r.delay.as_millis()).unwrap_or(u64::MAX),
-            reason: r.reason,
-        });
-    });
+    let on_retry: providers::OnRetry = Arc::new(move |r| journal_retry(&retried, &turn_id, r));
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, &session.id, &request.model);
     providers::stream(&session.bundle, &rt.options.keys, request, on_retry)
         .inspect(move |chunk| call.saw(chunk))
         .boxed()
+}
+
+fn journal_retry(session: &Session, turn_id: &str, r: providers::Retry) {
+    tracing::info!(session = %session.id, attempt = r.attempt, delay_ms = r.delay.as_millis() as u64, "model call retried: {}", r.reason);
+    session.emit(EventPayload::ModelRetry {
+        turn_id: turn_id.to_string(),
+        attempt: r.attempt,
+        max_attempts: r.max_attempts,
+        delay_ms: u64::try_from(r.delay.as_millis()).unwrap_or(u64::MAX),
+        reason: r.reason,
+    });
+}
+
+/// What a call made ahead of its session heard, in order.
+enum Heard {
+    Chunk(ModelChunk),
+    Retry(providers::Retry),
+}
+
+/// Chunks a call made ahead may hold before its turn reads them; then the call waits.
+const AHEAD_BUFFER: usize = 64;
+
+/// A model call made before its session existed (see [`ahead`]); dropping it abandons the call.
+pub(super) struct Ahead {
+    turn_id: String,
+    heard: mpsc::Receiver<Heard>,
+    call: AbortOnDropHandle<()>,
+}
+
+/// Starts `request`, the first call of a turn of the session `session_id` of `bundle`, which is still being made.
+/// The call runs on a task of its own; what it hears waits in the returned [`Ahead`] until [`Ahead::stream`].
+pub(super) fn ahead(rt: &Inner, bundle: &Bundle, session_id: &str, request: ModelRequest) -> Ahead {
+    let (mut tx, heard) = mpsc::channel(AHEAD_BUFFER);
+    let turn_id = request.turn_id.clone();
+    let retries = tx.clone();
+    // A call is retried only before its response starts, so the channel has room for the notice.
+    let on_retry: providers::OnRetry = Arc::new(move |r| {
+        let _ = retries.clone().try_send(Heard::Retry(r));
+    });
+    let mut call = crate::metrics::ProviderCall::start(&rt.metrics, session_id, &request.model);
+    let mut chunks = providers::stream(bundle, &rt.options.keys, request, on_retry);
+    let task = tokio::spawn(async move {
+        while let Some(chunk) = chunks.next().await {
+            call.saw(&chunk);
+            if tx.send(Heard::Chunk(chunk)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ahead {
+        turn_id,
+        heard,
+        call: AbortOnDropHandle::new(task),
+    }
+}
+
+impl Ahead {
+    /// The id of the turn the call is for.
+    pub(super) fn turn_id(&self) -> &str {
+        &self.turn_id
+    }
+
+    /// The call's chunks, now that `session` runs its turn: retries heard so far are journaled as the stream
+    /// reaches them, as [`stream`] journals them. Dropping the stream abandons the call.
+    pub(super) fn stream(self, session: &Arc<Session>) -> BoxStream<'static, ModelChunk> {
+        let Ahead {
+            turn_id,
+            heard,
+            call,
+        } = self;
+        let session = session.clone();
+        heard
+            .filter_map(move |heard| {
+                // Held by the stream: the call lives as long as its reader.
+                let _call = &call;
+                futures::future::ready(match heard {
+                    Heard::Chunk(chunk) => Some(chunk),
+                    Heard::Retry(r) => {
+                        journal_retry(&session, &turn_id, r);
+                        None
+                    }
+                })
+            })
+            .boxed()
+    }
 }

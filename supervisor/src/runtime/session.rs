@@ -87,16 +87,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Session {
-    /// Creates a new session directory for `bundle`; `cwd` defaults to the session's own `workspace/`.
-    pub async fn create(
+    /// Creates new session `id` (a UUID the runtime made) of `bundle`, with its directory; `cwd` defaults to the
+    /// session's own `workspace/`.
+    pub(crate) async fn create(
         home: &ServiceHome,
         store: &dyn Store,
+        id: String,
         bundle: Bundle,
         bundle_ref: &str,
         cwd: Option<&Path>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Arc<Session>> {
-        let id = uuid::Uuid::new_v4().to_string();
         let dir = home.sessions().join(&id);
         let workspace = dir.join("workspace");
         std::fs::create_dir_all(&workspace)

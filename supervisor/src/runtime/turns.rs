@@ -11,9 +11,9 @@ use service_ipc::{
 };
 
 use super::error::{Result, RuntimeError};
-use super::lead::{self, Led};
+use super::lead::{self, FirstCall, Led};
 use super::session::{Session, TurnOutcome};
-use super::{handle, PendingTurn, ServiceRuntime};
+use super::{handle, model_call, FirstTurn, PendingTurn, ServiceRuntime};
 
 impl ServiceRuntime {
     /// Starts a turn and returns at once; the outcome arrives on the returned receiver.
@@ -24,7 +24,82 @@ impl ServiceRuntime {
         overrides: TurnOverrides,
     ) -> Result<PendingTurn> {
         let session = self.session(id).await?;
-        self.claim(&session).await?;
+        self.start_in(&session, task, overrides, None).await
+    }
+
+    /// Creates a session of `bundle` (resolved from `bundle_ref`) in `cwd` and starts its first turn, of `task`.
+    /// The turn's first model call is on the wire while the session is made, when the supervisor leads the turn
+    /// (see `lead`). Subscribed before the turn starts, the returned events miss none of it. A session whose turn
+    /// cannot start is deleted.
+    pub async fn create_session_with_turn(
+        &self,
+        bundle: crate::bundle::Bundle,
+        bundle_ref: &str,
+        cwd: Option<&Path>,
+        task: Task,
+        mut overrides: TurnOverrides,
+    ) -> Result<FirstTurn> {
+        let model = overrides
+            .model
+            .take()
+            .unwrap_or_else(|| bundle.agent.model.to_ref());
+        crate::providers::check_model(&model).map_err(RuntimeError::InvalidRequest)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let ahead = self.call_ahead(&bundle, &id, cwd, &task, &overrides, &model);
+        overrides.model = Some(model);
+        let session = self.create_session_as(id, bundle, bundle_ref, cwd).await?;
+        let events = super::messages(session.journal.subscribe(None));
+        match self.start_in(&session, task, overrides, ahead).await {
+            Ok(turn) => Ok(FirstTurn {
+                record: session.record(),
+                events,
+                turn,
+            }),
+            Err(e) => {
+                if let Err(gone) = self.delete_session(&session.id).await {
+                    tracing::warn!(session = %session.id, "a session whose first turn did not start stays: {gone}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The first model call of a new session `id`'s turn of `task`, made now; None when the supervisor would not
+    /// lead the turn (see `lead::first_query`) or the turn could not start, so that no call is made for nothing.
+    fn call_ahead(
+        &self,
+        bundle: &crate::bundle::Bundle,
+        id: &str,
+        cwd: Option<&Path>,
+        task: &Task,
+        overrides: &TurnOverrides,
+        model: &ModelRef,
+    ) -> Option<model_call::Ahead> {
+        // A turn directory, or a session directory that is not one, fails the start with its own error.
+        if overrides.cwd.is_some() || cwd.is_some_and(|c| !c.is_dir()) {
+            return None;
+        }
+        let workspace = self.inner.home.sessions().join(id).join("workspace");
+        self.inner
+            .launcher
+            .view(&bundle.manifest.sandbox, cwd.unwrap_or(&workspace))
+            .ok()?;
+        let query = lead::first_query(bundle, Vec::new(), &task.prompt)?;
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let request = lead::request(model.clone(), &turn_id, query);
+        Some(model_call::ahead(&self.inner, bundle, id, request))
+    }
+
+    /// Starts a turn in `session`; `ahead` is its first model call when it was made already.
+    async fn start_in(
+        &self,
+        session: &Arc<Session>,
+        task: Task,
+        overrides: TurnOverrides,
+        ahead: Option<model_call::Ahead>,
+    ) -> Result<PendingTurn> {
+        let id = session.id.as_str();
+        self.claim(session).await?;
         let model = overrides
             .model
             .unwrap_or_else(|| session.bundle.agent.model.to_ref());
@@ -43,7 +118,10 @@ impl ServiceRuntime {
                 p
             }
         };
-        let turn_id = uuid::Uuid::new_v4().to_string();
+        let turn_id = match &ahead {
+            Some(ahead) => ahead.turn_id().to_string(),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
         if session.journal.bytes() >= self.inner.options.journal_quota {
             return Err(RuntimeError::JournalQuota {
                 session_id: id.to_string(),
@@ -54,10 +132,17 @@ impl ServiceRuntime {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }
         let outcome = session.begin_turn(&turn_id, model.clone())?;
-        let started = match self.lead_query(&session, &task.prompt).await {
-            Some(query) => self.start_led(&session, &turn_id, task, &cwd, model, query),
+        let first = match ahead {
+            Some(ahead) => Some(FirstCall::Made(ahead)),
+            None => self
+                .lead_query(session, &task.prompt)
+                .await
+                .map(FirstCall::Ask),
+        };
+        let started = match first {
+            Some(first) => self.start_led(session, &turn_id, task, &cwd, model, first),
             None => {
-                self.start_on_worker(&session, &turn_id, task, &cwd, model)
+                self.start_on_worker(session, &turn_id, task, &cwd, model)
                     .await
             }
         };
@@ -92,7 +177,7 @@ impl ServiceRuntime {
         task: Task,
         cwd: &Path,
         model: ModelRef,
-        query: (Vec<service_ipc::ChatMessage>, Vec<service_ipc::ToolSpec>),
+        first: FirstCall,
     ) -> Result<()> {
         let view = self
             .inner
@@ -114,7 +199,7 @@ impl ServiceRuntime {
             task,
             context,
             model,
-            query,
+            first,
             cancel,
         };
         tokio::spawn(led.run(start_worker));

@@ -201,6 +201,16 @@ fn a_refused_connection_names_the_url_is_retried_twice_and_the_retries_are_journ
         2,
         "a refused connection is retried at most twice"
     );
+    // The call went out before the session was made; its retries are journaled within the turn all the same.
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["payload"]["type"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["turn_started", "model_retry", "model_retry", "error"],
+        "{events:?}"
+    );
     assert_eq!(retries[0]["max_attempts"], 3);
     assert!(retries[0]["reason"].as_str().unwrap().contains(&base));
     let error = &of_type(&events, "error")[0];

@@ -286,6 +286,42 @@ fn anthropic_stream_with_thinking_sections_and_a_bash_round_trip() {
 }
 
 #[test]
+fn a_run_whose_turn_cannot_start_makes_no_model_call_and_leaves_no_session() {
+    // A one-shot's first call goes out while its session is made; a run that cannot get that far must not make it.
+    let env = Env::new();
+    let server = ProviderServer::start(vec![openai_text("never asked")]);
+    bundle(&env, "idle", "openai", "gpt-test", local(&server));
+    let missing = env.path("no-such-dir");
+    // Several times: a call made for nothing would be abandoned at once, and could lose the race to the wire.
+    for _ in 0..5 {
+        let err = env
+            .run(&[
+                "run",
+                "./idle",
+                "--prompt",
+                "go",
+                "--cwd",
+                missing.to_str().unwrap(),
+            ])
+            .failed()
+            .to_string();
+        assert!(err.contains("is not a directory"), "{err}");
+    }
+    let err = env
+        .run(&["run", "./idle", "--prompt", "go", "--model", "acme/x"])
+        .failed()
+        .to_string();
+    assert!(err.contains("unknown model provider \"acme\""), "{err}");
+    assert_eq!(server.recorded().len(), 0);
+    let sessions: Vec<String> = env
+        .store_files()
+        .into_iter()
+        .filter(|f| f.starts_with("sessions/"))
+        .collect();
+    assert_eq!(sessions, Vec::<String>::new());
+}
+
+#[test]
 fn a_429_is_retried_and_a_500_storm_fails_the_turn_after_bounded_retries() {
     let env = Env::new();
     let server = ProviderServer::start(vec![
