@@ -10,6 +10,9 @@
 //! the worker receives only what the model answered, which it would have been sent anyway. Bundles with MCP servers
 //! are never led, because their tools are known only once the servers run in the sandbox.
 //!
+//! A new session's first call may be made before the session is (`model_call::ahead`, for `run`): the lead then
+//! reads that call's reply instead of making one.
+//!
 //! A session's worker keeps its own copy of the conversation, which lacks the turns the supervisor ended by itself:
 //! their messages are sent to it in `AppendHistory`. That happens under the lock a worker's start holds while it
 //! reads the history, so a worker started meanwhile (by an operator command) gets each message exactly once.
