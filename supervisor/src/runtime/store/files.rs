@@ -43,8 +43,28 @@ impl Store for FilesStore {
         false
     }
 
+    /// Makes every file of the new session, and flushes them on a blocking thread (inline when there is no Tokio
+    /// runtime): the turn that follows then only writes into files that are on disk. The first `fsync` of a new
+    /// file on ext4 without a journal also writes out its directory; it happens here, while a one-shot's first
+    /// model call is on the wire, rather than as the turn ends.
     async fn insert(&self, record: &SessionRecord) -> Result<()> {
-        record.save_new(&self.record_path(&record.id))
+        let [record_file, spare] = record.save_new(&self.record_path(&record.id))?;
+        let history = self.home.sessions().join(&record.id).join("history.jsonl");
+        let history = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&history)
+            .map_err(|e| RuntimeError::io("cannot create", &history, e))?;
+        let flush = move || {
+            for file in [record_file, spare, history] {
+                let _ = file.sync_all();
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(flush)),
+            Err(_) => flush(),
+        }
+        Ok(())
     }
 
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>> {
@@ -404,7 +424,62 @@ fn tail_lines(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::tail_lines;
+    use super::{tail_lines, FilesStore, Store};
+    use crate::home::ServiceHome;
+    use crate::runtime::record::SessionRecord;
+
+    #[tokio::test]
+    async fn a_new_session_gets_every_file_at_once_and_its_saves_make_none() {
+        use std::os::unix::fs::MetadataExt;
+        let home = tempfile::TempDir::new().unwrap();
+        let store = FilesStore::new(ServiceHome::new(home.path()));
+        let mut record: SessionRecord = serde_json::from_value(serde_json::json!({
+            "id": "s1", "bundle_ref": "b",
+            "bundle": {"reference": "local/b:1.0.0", "id": "b", "version": "1.0.0", "digest": "sha256:0"},
+            "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
+            "cwd": "/tmp", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
+        }))
+        .unwrap();
+        let dir = home.path().join("sessions/s1");
+        std::fs::create_dir_all(&dir).unwrap();
+        store.insert(&record).await.unwrap();
+        let inodes = || {
+            let mut found: Vec<(String, u64)> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .map(|e| {
+                    (
+                        e.file_name().into_string().unwrap(),
+                        e.metadata().unwrap().ino(),
+                    )
+                })
+                .collect();
+            found.sort();
+            found
+        };
+        let made = inodes();
+        let names: Vec<&str> = made.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["history.jsonl", "session.json", "session.json.next"]
+        );
+        assert_eq!(
+            std::fs::read(dir.join("session.json.next")).unwrap(),
+            std::fs::read(dir.join("session.json")).unwrap()
+        );
+        assert_eq!(std::fs::read(dir.join("history.jsonl")).unwrap(), b"");
+        // The first turn's saves swap the record with its spare, as every later one does.
+        let path = dir.join("session.json");
+        record.turn_count = 1;
+        record.save_unflushed(&path).unwrap();
+        record.save(&path).unwrap();
+        assert_eq!(SessionRecord::load(&path).unwrap().turn_count, 1);
+        let mut before: Vec<u64> = made.iter().map(|(_, i)| *i).collect();
+        let mut after: Vec<u64> = inodes().iter().map(|(_, i)| *i).collect();
+        before.sort();
+        after.sort();
+        assert_eq!(before, after, "a save made a file");
+    }
 
     fn lines(bytes: &[u8]) -> Vec<String> {
         String::from_utf8_lossy(bytes)
