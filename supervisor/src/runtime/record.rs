@@ -102,17 +102,23 @@ impl SessionRecord {
         self.write_atomically(path, false).map(drop)
     }
 
-    /// Writes a new session's first record atomically, and its spare copy (see [`exchange`]), so that no save of
-    /// the session makes a file. Returns both, unflushed, for the caller to flush.
-    pub fn save_new(&self, path: &Path) -> Result<[std::fs::File; 2]> {
-        let record = self.write_atomically(path, false)?;
+    /// Writes a new session's first record atomically, and flushes it to disk on a blocking thread (inline when
+    /// there is no Tokio runtime).
+    pub fn save_new(&self, path: &Path) -> Result<()> {
+        let file = self.write_atomically(path, false)?;
+        flush_later(vec![file]);
+        Ok(())
+    }
+
+    /// Writes the spare copy of the record at `path` (see [`exchange`]) before any save needs it, unflushed.
+    pub fn save_spare(&self, path: &Path) -> Result<std::fs::File> {
         let spare = path.with_extension("json.next");
         let json = serde_json::to_vec_pretty(self).unwrap_or_default();
-        let mut copy = std::fs::File::create(&spare)
+        let mut file = std::fs::File::create(&spare)
             .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
-        copy.write_all(&json)
+        file.write_all(&json)
             .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
-        Ok([record, copy])
+        Ok(file)
     }
 
     fn write_atomically(&self, path: &Path, sync: bool) -> Result<std::fs::File> {
@@ -134,6 +140,19 @@ impl SessionRecord {
             .map_err(|e| RuntimeError::io("cannot write", tmp.path().to_path_buf(), e))?;
         tmp.persist(path)
             .map_err(|e| RuntimeError::io("cannot replace", path, e.error))
+    }
+}
+
+/// Flushes `files` to disk on a blocking thread (inline when there is no Tokio runtime).
+pub(crate) fn flush_later(files: Vec<std::fs::File>) {
+    let flush = move || {
+        for file in files {
+            let _ = file.sync_all();
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(flush)),
+        Err(_) => flush(),
     }
 }
 

@@ -459,7 +459,10 @@ impl Session {
     /// the waiter: whoever sees the end event finds the session idle and the history saved. True when the turn was
     /// running and its messages are saved.
     pub fn finish_turn(&self, mut end: TurnEnd) -> bool {
-        let Some(mut active) = lock(&self.active).take_if(|a| a.turn_id == end.turn_id) else {
+        // Held until the end is saved: whoever then finds no turn running (a one-shot about to exit) finds its end
+        // on disk, not still being written.
+        let mut turn = lock(&self.active);
+        let Some(mut active) = turn.take_if(|a| a.turn_id == end.turn_id) else {
             return false;
         };
         lock(&self.fault).take();
@@ -494,6 +497,7 @@ impl Session {
             active.stop_reason = None;
             let _ = self.update(|r| ended(r, TurnStatus::Failed));
         }
+        drop(turn);
         let outcome = match end.status {
             TurnStatus::Completed => "completed",
             TurnStatus::Failed => "failed",

@@ -48,6 +48,10 @@ impl ServiceRuntime {
         let ahead = self.call_ahead(&bundle, &id, cwd, &task, &overrides, &model);
         overrides.model = Some(model);
         let session = self.create_session_as(id, bundle, bundle_ref, cwd).await?;
+        // Its files for the turn are made while the call is on the wire; a failure shows again at the turn's saves.
+        if let Err(e) = session.journal.log().prepare_first_turn(&session.record()) {
+            tracing::debug!(session = %session.id, "files for the first turn not made ahead: {e}");
+        }
         let events = super::messages(session.journal.subscribe(None));
         match self.start_in(&session, task, overrides, ahead).await {
             Ok(turn) => Ok(FirstTurn {

@@ -43,28 +43,8 @@ impl Store for FilesStore {
         false
     }
 
-    /// Makes every file of the new session, and flushes them on a blocking thread (inline when there is no Tokio
-    /// runtime): the turn that follows then only writes into files that are on disk. The first `fsync` of a new
-    /// file on ext4 without a journal also writes out its directory; it happens here, while a one-shot's first
-    /// model call is on the wire, rather than as the turn ends.
     async fn insert(&self, record: &SessionRecord) -> Result<()> {
-        let [record_file, spare] = record.save_new(&self.record_path(&record.id))?;
-        let history = self.home.sessions().join(&record.id).join("history.jsonl");
-        let history = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&history)
-            .map_err(|e| RuntimeError::io("cannot create", &history, e))?;
-        let flush = move || {
-            for file in [record_file, spare, history] {
-                let _ = file.sync_all();
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn_blocking(flush)),
-            Err(_) => flush(),
-        }
-        Ok(())
+        record.save_new(&self.record_path(&record.id))
     }
 
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>> {
@@ -177,6 +157,22 @@ impl SessionLog for FilesLog {
         } else {
             record.save_unflushed(&path)
         }
+    }
+
+    /// Makes the record's spare copy and an empty history, and flushes them on a blocking thread: the first turn
+    /// then writes only into files that are on disk. The first `fsync` of a new file on ext4 without a journal also
+    /// writes out its directory (`ext4_sync_parent`); it happens here, while a one-shot's first model call is on
+    /// the wire, rather than as the turn ends.
+    fn prepare_first_turn(&self, record: &SessionRecord) -> Result<()> {
+        let spare = record.save_spare(&self.dir.join("session.json"))?;
+        let path = self.dir.join("history.jsonl");
+        let history = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| RuntimeError::io("cannot create", &path, e))?;
+        crate::runtime::record::flush_later(vec![spare, history]);
+        Ok(())
     }
 
     fn append_history(&self, messages: &[ChatMessage]) -> Result<()> {
@@ -429,7 +425,7 @@ mod tests {
     use crate::runtime::record::SessionRecord;
 
     #[tokio::test]
-    async fn a_new_session_gets_every_file_at_once_and_its_saves_make_none() {
+    async fn a_session_prepared_for_its_first_turn_has_every_file_and_its_saves_make_none() {
         use std::os::unix::fs::MetadataExt;
         let home = tempfile::TempDir::new().unwrap();
         let store = FilesStore::new(ServiceHome::new(home.path()));
@@ -443,6 +439,11 @@ mod tests {
         let dir = home.path().join("sessions/s1");
         std::fs::create_dir_all(&dir).unwrap();
         store.insert(&record).await.unwrap();
+        let log = store
+            .open_log("s1", std::sync::Arc::new(|_| {}))
+            .await
+            .unwrap();
+        log.prepare_first_turn(&record).unwrap();
         let inodes = || {
             let mut found: Vec<(String, u64)> = std::fs::read_dir(&dir)
                 .unwrap()
@@ -461,7 +462,12 @@ mod tests {
         let names: Vec<&str> = made.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
-            ["history.jsonl", "session.json", "session.json.next"]
+            [
+                "events.jsonl",
+                "history.jsonl",
+                "session.json",
+                "session.json.next"
+            ]
         );
         assert_eq!(
             std::fs::read(dir.join("session.json.next")).unwrap(),

@@ -113,6 +113,12 @@ pub trait SessionLog: Send + Sync {
     /// Saves the record; `flush` makes it durable before returning where the backend writes synchronously.
     fn save_record(&self, record: &SessionRecord, flush: bool) -> Result<()>;
 
+    /// Readies a new session for the turn about to start (`record` is its record), ahead of the turn's own
+    /// saves, where the backend gains by it.
+    fn prepare_first_turn(&self, _record: &SessionRecord) -> Result<()> {
+        Ok(())
+    }
+
     /// Appends a turn's messages to the history, durably.
     fn append_history(&self, messages: &[ChatMessage]) -> Result<()>;
 
