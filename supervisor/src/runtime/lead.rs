@@ -90,8 +90,6 @@ pub(super) struct Led {
     pub context: TurnContext,
     /// The model the supervisor chose.
     pub model: ModelRef,
-    /// The first call: to make, or made ahead of the session.
-    pub first: FirstCall,
     /// Cancelled when the turn ends or is interrupted (see `Session::lead`).
     pub cancel: CancellationToken,
 }
@@ -115,9 +113,8 @@ enum Outcome {
 }
 
 impl Led {
-    /// Leads the turn to its end, or to its worker, started with `start_worker`.
-    pub(super) async fn run(mut self, start_worker: StartWorker) {
-        let first = std::mem::replace(&mut self.first, FirstCall::Ask(Default::default()));
+    /// Leads the turn from its `first` call to its end, or to its worker, started with `start_worker`.
+    pub(super) async fn run(self, first: FirstCall, start_worker: StartWorker) {
         match self.first_reply(first).await {
             Outcome::Cancelled => self.interrupted(None),
             Outcome::Failed(code, message) => {

@@ -203,10 +203,9 @@ impl ServiceRuntime {
             task,
             context,
             model,
-            first,
             cancel,
         };
-        tokio::spawn(led.run(start_worker));
+        tokio::spawn(led.run(first, start_worker));
         Ok(())
     }
 
