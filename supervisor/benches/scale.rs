@@ -18,8 +18,11 @@
 //! printed, so the spread shows the machine's noise. Every run's directories are removed only after the last run:
 //! ext4 without a journal (the bench machine's) steps over every recently freed inode when it makes a file (0.59-0.67
 //! ms a file just after 2,000 were deleted, 0.04 ms after 45 s of quiet), so removing a run's 300 sessions made the
-//! next run measure that cleanup rather than its own turns (see `runtime.rs`). `BENCH_HOLD_SECS` keeps each server that long once its
-//! sessions are idle (its pid printed), to look at its processes.
+//! next run measure that cleanup rather than its own turns (see `runtime.rs`).
+//!
+//! `BENCH_HOLD_SECS` keeps each server that long once its sessions are idle (its pid printed), to look at its
+//! processes. `BENCH_EXE` runs another build of `service-rs` (with its `service-worker` beside it), to compare two
+//! builds in one sitting.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -211,7 +214,9 @@ async fn one_run(
 }
 
 fn main() -> BenchResult<()> {
-    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_service-rs"));
+    let exe = std::env::var_os("BENCH_EXE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
     if service_supervisor::worker_beside(&exe) == exe {
         println!(
             "note: no service-worker beside {}; workers are `service-rs worker`",

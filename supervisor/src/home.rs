@@ -52,6 +52,11 @@ impl ServiceHome {
         self.root.join("run")
     }
 
+    /// `run/sandbox`: files every sandbox of this home shares, prepared once (see `sandbox::etc_snapshot`).
+    pub fn sandbox_cache(&self) -> PathBuf {
+        self.run_dir().join("sandbox")
+    }
+
     /// `serve.token`: the token a server generated (mode 0600), read by `--remote` clients.
     pub fn token_file(&self) -> PathBuf {
         self.root.join("serve.token")

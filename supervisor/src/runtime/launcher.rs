@@ -61,6 +61,10 @@ pub trait Launcher: Send + Sync {
 
     /// Prepares the command for one worker.
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch>;
+
+    /// Starts making, in the background, what workers of `sandbox` share and find in `cache_dir`, so that no
+    /// worker start waits for it; returns at once. Nothing to make by default.
+    fn warm(&self, _sandbox: &SandboxSpec, _cache_dir: &Path) {}
 }
 
 /// Runs the worker directly on the host, with no confinement.

@@ -76,7 +76,8 @@ pub struct RuntimeOptions {
     pub handshake_timeout: Duration,
     /// Run every worker on the host, whatever its manifest asks (`--dangerous-sandbox-mode`).
     pub dangerous_sandbox_mode: bool,
-    /// Keep a sandboxed worker started ahead for each bundle in use, for its next session (see `prestart`).
+    /// Keep a sandboxed worker started ahead for each bundle in use, for its next session (see `prestart`), and
+    /// make the files sandboxes share when a session is created rather than at its worker's start.
     pub prestart_sandboxes: bool,
     /// Bytes a session's journal may hold; past it the running turn fails with `journal_quota` and no new turn
     /// starts.
@@ -278,6 +279,12 @@ impl ServiceRuntime {
         bundle_ref: &str,
         cwd: Option<&Path>,
     ) -> Result<Arc<Session>> {
+        // A long-running runtime makes what its sandboxes share while the session waits for its first turn, so that
+        // no turn's worker start waits for it.
+        if self.inner.options.prestart_sandboxes {
+            let cache = self.inner.home.sandbox_cache();
+            self.inner.launcher.warm(&bundle.manifest.sandbox, &cache);
+        }
         let session = Session::create(
             &self.inner.home,
             &*self.inner.store,

@@ -92,7 +92,7 @@ pub(crate) async fn start(
         bundle_root: &bundle.root,
         workspace: host_workspace,
         sandbox: &bundle.manifest.sandbox,
-        cache_dir: &rt.home.run_dir().join("sandbox"),
+        cache_dir: &rt.home.sandbox_cache(),
         egress_socket: egress.as_ref().map(|e| e.socket()),
     })?;
     // A worker on the host has the host's network; a proxy would only be a detour it need not take.

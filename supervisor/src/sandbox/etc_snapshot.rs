@@ -13,7 +13,8 @@
 //! the resolver configuration is always current and certificate keys are never copied.
 //!
 //! Whatever cannot be snapshotted (an unreadable file, a full disk) leaves the mounts as they were: one bind per
-//! file, as before.
+//! file, as before. So does a start that finds its snapshot being built: it does not wait for it. A server makes
+//! the snapshot when a session is created (`Launcher::warm`), so its first turn's worker finds it made.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -75,11 +76,12 @@ fn ensure(files: &[(PathBuf, PathBuf)], network_files: &[String], cache: &Path) 
     if dir.is_dir() {
         return Some(dir);
     }
-    // One build at a time in this process: the sessions that start together when a server has just started (or
-    // `/etc` has just changed) would otherwise each copy `/etc/alternatives` (hundreds of links), and all but one
-    // then delete their copy. Others wait for the one build, then find it.
-    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    // One build of a snapshot at a time in this process: the sessions that start together when a server has just
+    // started (or `/etc` has just changed) would otherwise each copy `/etc/alternatives` (hundreds of links), and
+    // all but one then delete their copy. Others bind each file meanwhile rather than wait: on ext4 without a
+    // journal, just after many files were deleted, a build took 170-330 ms, and the scale bench's first sandbox
+    // starts all waited for it.
+    let _building = Building::claim(&dir)?;
     if dir.is_dir() {
         return Some(dir);
     }
@@ -104,6 +106,31 @@ fn ensure(files: &[(PathBuf, PathBuf)], network_files: &[String], cache: &Path) 
             );
             None
         }
+    }
+}
+
+/// A snapshot directory this process is building; released when dropped.
+struct Building(PathBuf);
+
+/// The snapshot directories being built in this process.
+static BUILDING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+impl Building {
+    /// Claims the build of `dir`; None when it is under way already.
+    fn claim(dir: &Path) -> Option<Building> {
+        let mut building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+        if building.iter().any(|d| d == dir) {
+            return None;
+        }
+        building.push(dir.to_path_buf());
+        Some(Building(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        let mut building = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+        building.retain(|d| d != &self.0);
     }
 }
 
@@ -318,7 +345,11 @@ mod tests {
                 .collect();
             workers.into_iter().map(|w| w.join().unwrap()).collect()
         });
-        assert!(snapshots.iter().all(|m| m == &snapshots[0]));
+        // The one that built it has the snapshot; the others have it too, or bound each file while it was built.
+        let snapshot = consolidate(mounts.clone(), &[], cache.path());
+        assert_ne!(snapshot, mounts);
+        assert!(snapshots.iter().all(|m| m == &snapshot || m == &mounts));
+        assert!(snapshots.contains(&snapshot));
         let builds = BUILDS.lock().unwrap();
         assert_eq!(
             builds
@@ -326,6 +357,31 @@ mod tests {
                 .filter(|d| d.starts_with(cache.path()))
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn a_start_that_finds_its_snapshot_being_built_binds_each_file_instead_of_waiting() {
+        let host = tempfile::TempDir::new().unwrap();
+        let (passwd, group) = (host.path().join("passwd"), host.path().join("group"));
+        std::fs::write(&passwd, "root:x:0:0::/root:/bin/sh\n").unwrap();
+        std::fs::write(&group, "root:x:0:\n").unwrap();
+        let mounts = vec![ro(&passwd, "/etc/passwd"), ro(&group, "/etc/group")];
+        // The snapshot's name, learnt from a build elsewhere: it depends on the files, not on the cache.
+        let elsewhere = tempfile::TempDir::new().unwrap();
+        let Mount::ReadOnly { src: built, .. } =
+            &consolidate(mounts.clone(), &[], elsewhere.path())[0]
+        else {
+            panic!("no snapshot made");
+        };
+        let cache = tempfile::TempDir::new().unwrap();
+        let name = built.file_name().unwrap();
+        let under_way = Building::claim(&cache.path().join(name)).unwrap();
+        assert_eq!(consolidate(mounts.clone(), &[], cache.path()), mounts);
+        drop(under_way);
+        assert_eq!(
+            consolidate(mounts.clone(), &[], cache.path()),
+            vec![ro(&cache.path().join(name), "/etc")]
         );
     }
 

@@ -14,8 +14,9 @@ pub mod etc_snapshot;
 pub mod limits;
 pub mod profile;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::bundle::SandboxSpec;
 use crate::runtime::error::{Result, RuntimeError};
@@ -25,7 +26,12 @@ use crate::runtime::launcher::{HostLauncher, Launch, LaunchSpec, Launcher, View}
 pub struct SandboxLauncher {
     dangerous: bool,
     bwrap: Option<PathBuf>,
+    /// The host views whose shared files [`Launcher::warm`] has made ready (or is making) in this process.
+    warmed: Arc<Mutex<HashSet<Warmed>>>,
 }
+
+/// What decides a sandbox's host mounts besides the host itself, so what one warm-up makes ready for a bundle.
+type Warmed = (service_ipc::SystemToolsMode, Vec<String>, bool, PathBuf);
 
 impl SandboxLauncher {
     /// A launcher that finds bwrap in PATH; `dangerous` runs every worker on the host.
@@ -33,7 +39,26 @@ impl SandboxLauncher {
         SandboxLauncher {
             dangerous,
             bwrap: find_bwrap(),
+            warmed: Arc::default(),
         }
+    }
+
+    /// The host mounts of a sandbox of `sandbox`, its `/etc` files as one snapshot in `cache_dir` when it can have
+    /// one (made if missing; see [`etc_snapshot`]).
+    fn mounts(sandbox: &SandboxSpec, cache_dir: &Path) -> Result<Vec<profile::Mount>> {
+        let tools = profile::tools_profile(sandbox.system_tools_mode)
+            .map_err(RuntimeError::SandboxUnavailable)?;
+        let mounts = profile::host_mounts(
+            &tools,
+            &sandbox.executables,
+            sandbox.permissions.network_enabled(),
+        )
+        .map_err(RuntimeError::SandboxUnavailable)?;
+        Ok(etc_snapshot::consolidate(
+            mounts,
+            &tools.network_files,
+            cache_dir,
+        ))
     }
 
     /// The bwrap to confine a worker of `sandbox` with and its mode's profile; None when it runs on the host.
@@ -58,6 +83,10 @@ pub fn backend(dangerous: bool) -> String {
             "none found: install bubblewrap; only danger_full_access bundles can run".into()
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// bwrap in PATH, if installed.
@@ -93,20 +122,44 @@ impl Launcher for SandboxLauncher {
         })
     }
 
+    fn warm(&self, sandbox: &SandboxSpec, cache_dir: &Path) {
+        if !matches!(self.confining(sandbox), Ok(Some(_))) {
+            return;
+        }
+        let key = (
+            sandbox.system_tools_mode,
+            sandbox.executables.clone(),
+            sandbox.permissions.network_enabled(),
+            cache_dir.to_path_buf(),
+        );
+        if !lock(&self.warmed).insert(key.clone()) {
+            return;
+        }
+        let (sandbox, cache_dir, warmed) = (
+            sandbox.clone(),
+            cache_dir.to_path_buf(),
+            self.warmed.clone(),
+        );
+        let made = std::thread::Builder::new()
+            .name("sandbox-warm".into())
+            .spawn(move || {
+                if let Err(e) = Self::mounts(&sandbox, &cache_dir) {
+                    tracing::debug!("sandbox files not made ahead: {e}");
+                    // The first start reports it; a later warm-up may try again.
+                    lock(&warmed).remove(&key);
+                }
+            });
+        if let Err(e) = made {
+            tracing::debug!("no thread to make sandbox files ahead: {e}");
+        }
+    }
+
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch> {
         let sandbox = spec.sandbox;
         let Some((bwrap, mode)) = self.confining(sandbox)? else {
             return HostLauncher.prepare(spec);
         };
-        let tools = profile::tools_profile(sandbox.system_tools_mode)
-            .map_err(RuntimeError::SandboxUnavailable)?;
-        let mounts = profile::host_mounts(
-            &tools,
-            &sandbox.executables,
-            sandbox.permissions.network_enabled(),
-        )
-        .map_err(RuntimeError::SandboxUnavailable)?;
-        let mounts = etc_snapshot::consolidate(mounts, &tools.network_files, spec.cache_dir);
+        let mounts = Self::mounts(sandbox, spec.cache_dir)?;
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
         let paths = bwrap::HostPaths {
             exe,

@@ -128,3 +128,35 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_makes_the_sandbox_etc_snapshot_when_a_session_is_created_not_at_its_first_turn() {
+    let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    let reference = bundle.path().to_str().unwrap();
+    let rt = prestarting_runtime(home.path());
+    let id = rt.create_session(reference, None).await.unwrap().id;
+    let cache = home.path().join("run/sandbox");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while entries(&cache, "etc-").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no /etc snapshot was made for the new session: {:?}",
+            entries(&cache, "")
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Made with no worker: the session has had no turn, and no spare is started before a first worker.
+    assert_eq!(processes_with(&id), 0);
+    assert_eq!(rt.spare_workers(), 0);
+    // The first turn's worker takes it as it is.
+    let (code, out, _) = command(&rt, &id, "ls /etc/passwd").await;
+    assert_eq!((code, out.as_str()), (Some(0), "/etc/passwd\n"));
+    assert_eq!(entries(&cache, "etc-").len(), 1);
+    rt.shutdown("test over").await;
+}
