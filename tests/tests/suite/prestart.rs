@@ -13,6 +13,18 @@ fn prestarting_runtime(home: &Path) -> service_supervisor::ServiceRuntime {
     super::support::runtime_with(home, |o| o.prestart_sandboxes = true)
 }
 
+/// A new home, and a confined (`workspace_write`) bundle whose model answers "ok".
+fn home_and_confined_bundle() -> (TempDir, TempDir) {
+    let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    (home, bundle)
+}
+
 async fn wait_for_a_spare(rt: &service_supervisor::ServiceRuntime) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while rt.spare_workers() == 0 {
@@ -44,13 +56,7 @@ fn entries(dir: &Path, prefix: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_nothing_outlives_shutdown(
 ) {
-    let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    write_bundle(
-        bundle.path(),
-        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
-        "",
-        "workspace_write",
-    );
+    let (home, bundle) = home_and_confined_bundle();
     let reference = bundle.path().to_str().unwrap();
     let rt = prestarting_runtime(home.path());
     let first = rt.create_session(reference, None).await.unwrap().id;
@@ -131,13 +137,7 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_makes_the_sandbox_etc_snapshot_when_a_session_is_created_not_at_its_first_turn() {
-    let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    write_bundle(
-        bundle.path(),
-        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
-        "",
-        "workspace_write",
-    );
+    let (home, bundle) = home_and_confined_bundle();
     let reference = bundle.path().to_str().unwrap();
     let rt = prestarting_runtime(home.path());
     let id = rt.create_session(reference, None).await.unwrap().id;
