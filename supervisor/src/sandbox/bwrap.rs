@@ -12,7 +12,8 @@
 //!    drops);
 //! 2. environment: `--clearenv` and the minimal variables;
 //! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
-//! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
+//! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it;
+//!    without a snapshot, each `/etc` file is bound into a tmpfs `/etc` that is then made read-only);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
 //! 6. the bundle, read-only, at [`BUNDLE_DIR`], and the egress proxy's socket, read-only (connecting to a socket
 //!    needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
@@ -73,6 +74,14 @@ fn push_mount(args: &mut Vec<OsString>, flag: &str, a: &Path, b: &Path) {
     args.push(b.into());
 }
 
+/// Where a mount appears inside the sandbox.
+fn dest(m: &Mount) -> &Path {
+    match m {
+        Mount::ReadOnly { dest, .. } | Mount::ReadWrite { dest, .. } => dest,
+        Mount::Symlink { link, .. } => link,
+    }
+}
+
 /// The bwrap arguments (without the `bwrap` program itself) that run the worker.
 pub fn args(
     mounts: &[Mount],
@@ -117,12 +126,24 @@ pub fn args(
         &mut a,
         &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
     );
+    // Files bound one by one into `/etc` (no snapshot) would sit in a directory of the sandbox's writable root, where
+    // sandboxed code could add its own (`/etc/ld.so.preload` for every later command). They go into a tmpfs made
+    // read-only once they are in, as read-only as a snapshot bind.
+    let etc = Path::new("/etc");
+    let etc_by_file =
+        mounts.iter().any(|m| dest(m).starts_with(etc)) && !mounts.iter().any(|m| dest(m) == etc);
+    if etc_by_file {
+        push(&mut a, &["--tmpfs", "/etc"]);
+    }
     for m in mounts {
         match m {
             Mount::ReadOnly { src, dest } => push_mount(&mut a, "--ro-bind", src, dest),
             Mount::ReadWrite { src, dest } => push_mount(&mut a, "--bind", src, dest),
             Mount::Symlink { target, link } => push_mount(&mut a, "--symlink", target, link),
         }
+    }
+    if etc_by_file {
+        push(&mut a, &["--remount-ro", "/etc"]);
     }
     push_mount(&mut a, "--ro-bind", &paths.exe, Path::new(WORKER_EXE));
     push_mount(&mut a, "--ro-bind", &paths.bundle, Path::new(BUNDLE_DIR));
@@ -231,6 +252,8 @@ mod tests {
             "/dev",
             "--tmpfs",
             "/tmp",
+            "--tmpfs",
+            "/etc",
             "--ro-bind",
             "/usr",
             "/usr",
@@ -240,6 +263,8 @@ mod tests {
             "--ro-bind",
             "/run/systemd/resolve/stub-resolv.conf",
             "/etc/resolv.conf",
+            "--remount-ro",
+            "/etc",
             "--ro-bind",
             "/opt/bin/service-worker",
             "/run/service/worker",

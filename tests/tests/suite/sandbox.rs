@@ -122,6 +122,39 @@ fn etc_shows_the_host_files_read_only_and_the_network_files_only_with_the_networ
 }
 
 #[test]
+fn a_sandbox_that_binds_each_etc_file_shows_them_read_only_and_nothing_else_of_the_hosts_etc() {
+    // A start that finds its `/etc` snapshot being built, or that cannot make one, binds each file instead. No
+    // snapshot can be made here: where the snapshots go is a file.
+    let env = env_with_workspace();
+    std::fs::create_dir_all(env.home.path().join("run")).unwrap();
+    std::fs::write(env.home.path().join("run/sandbox"), "not a directory").unwrap();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let first_user = passwd.lines().next().unwrap();
+    let cmd = "head -n 1 /etc/passwd; echo x > /etc/passwd; echo x > /etc/planted; \
+               ls /etc/shadow /etc/ssh 2>&1; echo hosts=$(wc -c < /etc/hosts); echo end";
+    let out = attempt(&env, "etc-binds", NO_NET, cmd);
+    assert!(out.contains(first_user), "{out}");
+    assert_eq!(std::fs::read_to_string("/etc/passwd").unwrap(), passwd);
+    assert!(!Path::new("/etc/planted").exists());
+    assert!(
+        out.contains("/etc/passwd: Read-only file system")
+            && out.contains("/etc/planted: Read-only file system"),
+        "{out}"
+    );
+    assert!(
+        out.contains("/etc/shadow': No such file or directory")
+            && out.contains("/etc/ssh': No such file or directory"),
+        "{out}"
+    );
+    // No network: no network file either (a snapshot has an empty one, a mount point).
+    assert!(
+        out.contains("/etc/hosts: No such file or directory") && out.contains("end"),
+        "{out}"
+    );
+    assert!(env.home.path().join("run/sandbox").is_file());
+}
+
+#[test]
 fn read_only_mode_refuses_writes_inside_the_workspace() {
     let env = env_with_workspace();
     let out = attempt(&env, "ro", READ_ONLY, "echo x > inside.txt; echo end");
