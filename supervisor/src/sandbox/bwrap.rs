@@ -12,12 +12,12 @@
 //!    drops);
 //! 2. environment: `--clearenv` and the minimal variables;
 //! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
-//! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it;
-//!    without a snapshot, each `/etc` file is bound into a tmpfs `/etc` that is then made read-only);
+//! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
 //! 6. the bundle, read-only, at [`BUNDLE_DIR`], and the egress proxy's socket, read-only (connecting to a socket
 //!    needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
-//! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write;
+//! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write, then `--remount-ro /`: the root bwrap made
+//!    (a tmpfs the sandbox user owns, holding the mount points and the symlinks) becomes read-only;
 //! 8. `--chdir` into the workspace, then the worker command with its inherited socket descriptor (`--ipc-fd`):
 //!    no host directory is bound for the IPC, so nothing host-backed is writable in `read_only`. Its cgroups come
 //!    over that socket too (`--enter-cgroups`), as descriptors of their `tasks` files; no cgroup file is mounted.
@@ -74,14 +74,6 @@ fn push_mount(args: &mut Vec<OsString>, flag: &str, a: &Path, b: &Path) {
     args.push(b.into());
 }
 
-/// Where a mount appears inside the sandbox.
-fn dest(m: &Mount) -> &Path {
-    match m {
-        Mount::ReadOnly { dest, .. } | Mount::ReadWrite { dest, .. } => dest,
-        Mount::Symlink { link, .. } => link,
-    }
-}
-
 /// The bwrap arguments (without the `bwrap` program itself) that run the worker.
 pub fn args(
     mounts: &[Mount],
@@ -126,24 +118,12 @@ pub fn args(
         &mut a,
         &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
     );
-    // Files bound one by one into `/etc` (no snapshot) would sit in a directory of the sandbox's writable root, where
-    // sandboxed code could add its own (`/etc/ld.so.preload` for every later command). They go into a tmpfs made
-    // read-only once they are in, as read-only as a snapshot bind.
-    let etc = Path::new("/etc");
-    let etc_by_file =
-        mounts.iter().any(|m| dest(m).starts_with(etc)) && !mounts.iter().any(|m| dest(m) == etc);
-    if etc_by_file {
-        push(&mut a, &["--tmpfs", "/etc"]);
-    }
     for m in mounts {
         match m {
             Mount::ReadOnly { src, dest } => push_mount(&mut a, "--ro-bind", src, dest),
             Mount::ReadWrite { src, dest } => push_mount(&mut a, "--bind", src, dest),
             Mount::Symlink { target, link } => push_mount(&mut a, "--symlink", target, link),
         }
-    }
-    if etc_by_file {
-        push(&mut a, &["--remount-ro", "/etc"]);
     }
     push_mount(&mut a, "--ro-bind", &paths.exe, Path::new(WORKER_EXE));
     push_mount(&mut a, "--ro-bind", &paths.bundle, Path::new(BUNDLE_DIR));
@@ -161,6 +141,11 @@ pub fn args(
         "--ro-bind"
     };
     push_mount(&mut a, ws_flag, &paths.workspace, Path::new(WORKSPACE_DIR));
+    // bwrap's root is a tmpfs owned by the sandbox user: left writable, sandboxed code could replace `/bin` or
+    // `/lib64` (the dynamic loader of every later command, operator commands included) or add
+    // `/etc/ld.so.preload` where `/etc` is bound file by file. Read-only once everything is mounted on it; the
+    // mounts keep their own modes (`/tmp`, a writable workspace).
+    push(&mut a, &["--remount-ro", "/"]);
     push(
         &mut a,
         &[
@@ -252,8 +237,6 @@ mod tests {
             "/dev",
             "--tmpfs",
             "/tmp",
-            "--tmpfs",
-            "/etc",
             "--ro-bind",
             "/usr",
             "/usr",
@@ -263,8 +246,6 @@ mod tests {
             "--ro-bind",
             "/run/systemd/resolve/stub-resolv.conf",
             "/etc/resolv.conf",
-            "--remount-ro",
-            "/etc",
             "--ro-bind",
             "/opt/bin/service-worker",
             "/run/service/worker",
@@ -274,6 +255,8 @@ mod tests {
             "--ro-bind",
             "/home/u/.service/sessions/s1/workspace",
             "/workspace",
+            "--remount-ro",
+            "/",
             "--chdir",
             "/workspace",
             "--",

@@ -155,6 +155,27 @@ fn a_sandbox_that_binds_each_etc_file_shows_them_read_only_and_nothing_else_of_t
 }
 
 #[test]
+fn no_command_can_replace_the_sandboxs_bin_or_loader_for_the_commands_after_it() {
+    // bwrap's root is a tmpfs the sandbox user owns. Writable, it would let one command swap `/bin` or `/lib64`
+    // (the dynamic loader) under every later command of the session, operator commands included.
+    let env = env_with_workspace();
+    std::fs::write(env.path("ws/evil"), "#!/bin/sh\necho hijacked\n").unwrap();
+    let cmd = "rm /bin; ln -s /workspace /bin; mv /lib64 /lib64.old; echo x > /planted; \
+               echo x > /run/service/planted; readlink /bin /lib64; /bin/true && echo true-ran; echo end";
+    let out = attempt(&env, "swap", NO_NET, cmd);
+    for refused in [
+        "rm: cannot remove '/bin': Read-only file system",
+        "ln: failed to create symbolic link '/bin/workspace': Read-only file system",
+        "mv: cannot move '/lib64' to '/lib64.old': Read-only file system",
+        "/planted: Read-only file system",
+        "/run/service/planted: Read-only file system",
+    ] {
+        assert!(out.contains(refused), "{refused}\n{out}");
+    }
+    assert!(out.contains("usr/bin\nusr/lib64\ntrue-ran\nend"), "{out}");
+}
+
+#[test]
 fn read_only_mode_refuses_writes_inside_the_workspace() {
     let env = env_with_workspace();
     let out = attempt(&env, "ro", READ_ONLY, "echo x > inside.txt; echo end");
