@@ -11,13 +11,14 @@
 //!    creator's uid onto itself only when that uid is not 0 (mapping root needs `CAP_SETFCAP`, which the sandbox
 //!    drops);
 //! 2. environment: `--clearenv` and the minimal variables;
-//! 3. kernel filesystems: `/proc`, `/dev`, a tmpfs `/tmp`;
+//! 3. kernel filesystems: `/proc`, `/dev` with a tmpfs `/dev/shm`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
 //! 6. the bundle, read-only, at [`BUNDLE_DIR`], and the egress proxy's socket, read-only (connecting to a socket
 //!    needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
-//! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write, then `--remount-ro /`: the root bwrap made
-//!    (a tmpfs the sandbox user owns, holding the mount points and the symlinks) becomes read-only;
+//! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write, then `--remount-ro /dev --remount-ro /`: the
+//!    root and `/dev` bwrap made (tmpfs the sandbox user owns, holding the mount points and the symlinks) become
+//!    read-only;
 //! 8. `--chdir` into the workspace, then the worker command with its inherited socket descriptor (`--ipc-fd`):
 //!    no host directory is bound for the IPC, so nothing host-backed is writable in `read_only`. Its cgroups come
 //!    over that socket too (`--enter-cgroups`), as descriptors of their `tasks` files; no cgroup file is mounted.
@@ -114,9 +115,12 @@ pub fn args(
         &mut a,
         &["--setenv", "LANG", lang, "--setenv", "TERM", term],
     );
+    // `/dev/shm` a tmpfs of its own, so that it stays writable when `/dev` is made read-only below.
     push(
         &mut a,
-        &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
+        &[
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
+        ],
     );
     for m in mounts {
         match m {
@@ -141,11 +145,11 @@ pub fn args(
         "--ro-bind"
     };
     push_mount(&mut a, ws_flag, &paths.workspace, Path::new(WORKSPACE_DIR));
-    // bwrap's root is a tmpfs owned by the sandbox user: left writable, sandboxed code could replace `/bin` or
-    // `/lib64` (the dynamic loader of every later command, operator commands included) or add
-    // `/etc/ld.so.preload` where `/etc` is bound file by file. Read-only once everything is mounted on it; the
-    // mounts keep their own modes (`/tmp`, a writable workspace).
-    push(&mut a, &["--remount-ro", "/"]);
+    // bwrap's root and `/dev` are tmpfs owned by the sandbox user: left writable, sandboxed code could replace `/bin`,
+    // `/lib64` (the dynamic loader of every later command, operator commands included) or `/dev/stdout`, or add
+    // `/etc/ld.so.preload` where `/etc` is bound file by file. Read-only once everything is mounted on them; the
+    // mounts keep their own modes (the device nodes, `/dev/shm`, `/tmp`, a writable workspace).
+    push(&mut a, &["--remount-ro", "/dev", "--remount-ro", "/"]);
     push(
         &mut a,
         &[
@@ -236,6 +240,8 @@ mod tests {
             "--dev",
             "/dev",
             "--tmpfs",
+            "/dev/shm",
+            "--tmpfs",
             "/tmp",
             "--ro-bind",
             "/usr",
@@ -255,6 +261,8 @@ mod tests {
             "--ro-bind",
             "/home/u/.service/sessions/s1/workspace",
             "/workspace",
+            "--remount-ro",
+            "/dev",
             "--remount-ro",
             "/",
             "--chdir",

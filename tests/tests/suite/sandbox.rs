@@ -155,13 +155,15 @@ fn a_sandbox_that_binds_each_etc_file_shows_them_read_only_and_nothing_else_of_t
 }
 
 #[test]
-fn no_command_can_replace_the_sandboxs_bin_or_loader_for_the_commands_after_it() {
-    // bwrap's root is a tmpfs the sandbox user owns. Writable, it would let one command swap `/bin` or `/lib64`
-    // (the dynamic loader) under every later command of the session, operator commands included.
+fn no_command_can_replace_the_sandboxs_bin_loader_or_dev_for_the_commands_after_it() {
+    // bwrap's root and `/dev` are tmpfs the sandbox user owns. Writable, they would let one command swap `/bin`,
+    // `/lib64` (the dynamic loader) or `/dev/stdout` under every later command of the session, operator commands
+    // included. `/dev/shm` and the device nodes stay usable.
     let env = env_with_workspace();
-    std::fs::write(env.path("ws/evil"), "#!/bin/sh\necho hijacked\n").unwrap();
     let cmd = "rm /bin; ln -s /workspace /bin; mv /lib64 /lib64.old; echo x > /planted; \
-               echo x > /run/service/planted; readlink /bin /lib64; /bin/true && echo true-ran; echo end";
+               echo x > /run/service/planted; rm /dev/stdout; echo x > /dev/planted; \
+               echo x > /dev/shm/own && echo shm-writable; echo x > /dev/null && echo null-writable; \
+               readlink /bin /lib64 /dev/stdout; /bin/true && echo true-ran; echo end";
     let out = attempt(&env, "swap", NO_NET, cmd);
     for refused in [
         "rm: cannot remove '/bin': Read-only file system",
@@ -169,10 +171,17 @@ fn no_command_can_replace_the_sandboxs_bin_or_loader_for_the_commands_after_it()
         "mv: cannot move '/lib64' to '/lib64.old': Read-only file system",
         "/planted: Read-only file system",
         "/run/service/planted: Read-only file system",
+        "rm: cannot remove '/dev/stdout': Read-only file system",
+        "/dev/planted: Read-only file system",
     ] {
         assert!(out.contains(refused), "{refused}\n{out}");
     }
-    assert!(out.contains("usr/bin\nusr/lib64\ntrue-ran\nend"), "{out}");
+    assert!(
+        out.contains(
+            "shm-writable\nnull-writable\nusr/bin\nusr/lib64\n/proc/self/fd/1\ntrue-ran\nend"
+        ),
+        "{out}"
+    );
 }
 
 #[test]
