@@ -7,7 +7,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use super::http::{task, Api, Sse};
+use super::http_client::{task, Api, Sse};
 use super::postgres::Postgres;
 use super::support::{edit, write_bundle, Server};
 

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 
-use super::http::{task, Api};
+use super::http_client::{task, Api};
 use super::sandbox::bundle_with_agent;
 use super::support::{Env, Server};
 

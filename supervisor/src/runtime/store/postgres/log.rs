@@ -1,5 +1,5 @@
 //! One session's log in PostgreSQL: an ordered writer that group-commits, and the reader that follows other nodes'
-//! writes.
+//! writes when `listen` hears of them.
 //!
 //! The runtime writes synchronously (`save_record`, `append_events` return at once): the writes queue up for the
 //! session's writer task, which commits everything queued as one transaction and then publishes the events. While
@@ -26,7 +26,7 @@ use crate::runtime::store::{Publish, SessionLog};
 const GROUP: usize = 512;
 
 /// The notification channel of stored events; the payload is `<session id> <last seq> <node id>`.
-const CHANNEL: &str = "service_events";
+pub(super) const CHANNEL: &str = "service_events";
 
 enum Op {
     Record(String),
@@ -50,7 +50,7 @@ pub(crate) struct Shared {
     store: Weak<Inner>,
     publish: Publish,
     /// The highest sequence number published on this node.
-    published: AtomicU64,
+    pub(super) published: AtomicU64,
     /// The highest sequence number this node knows is stored: the next append starts after it.
     stored: AtomicU64,
     bytes: AtomicU64,
@@ -211,7 +211,7 @@ impl Shared {
     }
 
     /// Publishes what other nodes stored since this node last looked.
-    async fn catch_up(&self) -> Result<()> {
+    pub(super) async fn catch_up(&self) -> Result<()> {
         let store = self.store()?;
         let client = store.client().await?;
         if let Some(last) = self
@@ -254,7 +254,7 @@ impl Shared {
     }
 
     /// Publishes what the store holds up to `upto` that this node has not published: other nodes' events.
-    async fn follow(&self, upto: u64) -> Result<()> {
+    pub(super) async fn follow(&self, upto: u64) -> Result<()> {
         let _order = self.publishing.lock().await;
         let from = self.published.load(Ordering::Acquire);
         if upto <= from {
@@ -530,91 +530,5 @@ async fn reclaim(client: &deadpool_postgres::Object, shared: &Shared) -> Failed 
         }
         Ok(None) => Failed::Gone,
         Err(e) => failed(e),
-    }
-}
-
-/// Follows the notifications of stored events for as long as the store lives, reconnecting when the database goes
-/// away; after a reconnection every open log catches up, for the notifications missed meanwhile.
-pub(crate) async fn listen(
-    store: Weak<Inner>,
-    config: tokio_postgres::Config,
-    tls: tokio_postgres_rustls::MakeRustlsConnect,
-) {
-    let mut reconnected = false;
-    loop {
-        if store.strong_count() == 0 {
-            return;
-        }
-        match config.connect(tls.clone()).await {
-            Ok((client, mut connection)) => {
-                let (tx, mut notes) = mpsc::unbounded_channel();
-                let driver = tokio::spawn(async move {
-                    let mut messages =
-                        futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-                    use futures::StreamExt;
-                    while let Some(Ok(message)) = messages.next().await {
-                        if let tokio_postgres::AsyncMessage::Notification(n) = message {
-                            let _ = tx.send(n.payload().to_string());
-                        }
-                    }
-                });
-                if client
-                    .batch_execute(&format!("LISTEN {CHANNEL}"))
-                    .await
-                    .is_ok()
-                {
-                    if reconnected {
-                        catch_up_all(&store).await;
-                    }
-                    while let Some(payload) = notes.recv().await {
-                        let Some(inner) = store.upgrade() else { return };
-                        let mut fields = payload.split(' ');
-                        let (Some(id), Some(seq), Some(node)) =
-                            (fields.next(), fields.next(), fields.next())
-                        else {
-                            continue;
-                        };
-                        // This node published its own batches as it stored them.
-                        if node == inner.node.id {
-                            continue;
-                        }
-                        let Ok(seq) = seq.parse::<u64>() else {
-                            continue;
-                        };
-                        let log = inner
-                            .logs
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get(id)
-                            .and_then(Weak::upgrade);
-                        if let Some(log) = log {
-                            if seq > log.published.load(Ordering::Acquire) {
-                                tokio::spawn(async move {
-                                    let _ = log.follow(seq).await;
-                                });
-                            }
-                        }
-                    }
-                }
-                driver.abort();
-            }
-            Err(e) => tracing::warn!("cannot listen for other nodes' events: {e}"),
-        }
-        reconnected = true;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// Brings every open log up to the database.
-async fn catch_up_all(store: &Weak<Inner>) {
-    let Some(inner) = store.upgrade() else { return };
-    let logs: Vec<Arc<Shared>> = {
-        let mut map = inner.logs.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, l| l.strong_count() > 0);
-        map.values().filter_map(Weak::upgrade).collect()
-    };
-    drop(inner);
-    for log in logs {
-        let _ = log.catch_up().await;
     }
 }

@@ -12,6 +12,7 @@
 //! so `sqlx`'s query macros and its own runtime layer would add build time and binary size for nothing used, and
 //! `tokio-postgres` gives `LISTEN` notifications straight from its connection.
 
+mod listen;
 mod log;
 mod schema;
 mod tls;
@@ -162,7 +163,7 @@ impl PgStore {
             .await
             .map_err(|e| inner.error(e))?;
         drop(client);
-        tokio::spawn(log::listen(Arc::downgrade(&inner), config, tls));
+        tokio::spawn(listen::listen(Arc::downgrade(&inner), config, tls));
         Ok(PgStore { inner })
     }
 }
