@@ -14,7 +14,8 @@
 //!
 //! Whatever cannot be snapshotted (an unreadable file, a full disk) leaves the mounts as they were: one bind per
 //! file, as before. So does a start that finds its snapshot being built: it does not wait for it. A server makes
-//! the snapshot when a session is created (`Launcher::warm`), so its first turn's worker finds it made.
+//! the snapshot when a session is created (`Launcher::warm`), so its first turn's worker finds it made. A build
+//! that a killed supervisor left unfinished (`.etc-<uuid>`) is removed by a later build.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -96,6 +97,7 @@ fn ensure(files: &[(PathBuf, PathBuf)], network_files: &[String], cache: &Path) 
     let result = build(&tmp, files, network_files).and_then(|()| std::fs::rename(&tmp, &dir));
     // A concurrent supervisor may have renamed the same snapshot into place first: then ours is surplus.
     let _ = std::fs::remove_dir_all(&tmp);
+    remove_abandoned_builds(cache);
     match result {
         Ok(()) => Some(dir),
         Err(_) if dir.is_dir() => Some(dir),
@@ -105,6 +107,28 @@ fn ensure(files: &[(PathBuf, PathBuf)], network_files: &[String], cache: &Path) 
                 cache.display()
             );
             None
+        }
+    }
+}
+
+/// How old an unfinished build must be to count as abandoned. A build takes well under a second (330 ms at worst,
+/// measured); one this old was cut off by a supervisor that was killed or lost power.
+const ABANDONED: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes the unfinished builds (`.etc-<uuid>`) that killed supervisors left in `cache`. Run after each build,
+/// which is when `/etc` changed or the home is new, so a stable home pays nothing for it.
+fn remove_abandoned_builds(cache: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let abandoned = entry.file_name().to_string_lossy().starts_with(".etc-")
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > ABANDONED));
+        if abandoned {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }
@@ -382,6 +406,36 @@ mod tests {
         assert_eq!(
             consolidate(mounts.clone(), &[], cache.path()),
             vec![ro(&cache.path().join(name), "/etc")]
+        );
+    }
+
+    #[test]
+    fn a_build_removes_the_builds_that_killed_supervisors_left_and_not_one_under_way() {
+        let host = tempfile::TempDir::new().unwrap();
+        let (passwd, group) = (host.path().join("passwd"), host.path().join("group"));
+        std::fs::write(&passwd, "root:x:0:0::/root:/bin/sh\n").unwrap();
+        std::fs::write(&group, "root:x:0:\n").unwrap();
+        let cache = tempfile::TempDir::new().unwrap();
+        let (abandoned, under_way) = (cache.path().join(".etc-old"), cache.path().join(".etc-new"));
+        for dir in [&abandoned, &under_way] {
+            std::fs::create_dir_all(dir.join("alternatives")).unwrap();
+            std::fs::write(dir.join("passwd"), "half").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - ABANDONED * 2;
+        std::fs::File::open(&abandoned)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        let mounts = vec![ro(&passwd, "/etc/passwd"), ro(&group, "/etc/group")];
+        let out = consolidate(mounts, &[], cache.path());
+        assert!(
+            matches!(&out[..], [Mount::ReadOnly { dest, .. }] if dest == Path::new(ETC)),
+            "no snapshot was made: {out:?}"
+        );
+        assert!(!abandoned.exists(), "the abandoned build was kept");
+        assert!(
+            under_way.join("passwd").is_file(),
+            "a recent build was removed"
         );
     }
 
