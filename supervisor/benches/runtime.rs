@@ -23,6 +23,8 @@
 //!   - the confined one-shot `service-rs run`, whole process, against its limit: a bare bwrap spawn plus one
 //!     direct streaming request on a new connection, sampled in turn; the same against a model that waits 30 ms,
 //!     and against one that calls Bash once (so the sandbox starts);
+//!   - before each round, the time to make a new file in the home's file system, which tells a run that met
+//!     recent deletions (below) from a slower build;
 //! - workers as the session gets them (`service-worker`, the small binary beside `service-rs`) and as
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
@@ -36,7 +38,9 @@
 //! ext4 without a journal steps over every recently freed inode when it makes a file (0.59-0.67 ms a file just
 //! after 2,000 were deleted, 0.04 ms after 45 s of quiet), and a run deletes thousands at its end while a one-shot
 //! makes six. So the loopback rows run first, before the rows that create and delete hundreds of sessions; a run
-//! that follows another within minutes still meets that run's deletions (see BENCHMARKS.md).
+//! that follows another within minutes still meets that run's deletions (see BENCHMARKS.md). The kernel counts a
+//! freed inode as recent for 60 s, or 360 s while its inode table block is not written back; with a journal it
+//! does not check (`find_inode_bit` in `fs/ext4/ialloc.c`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -46,6 +50,9 @@ use service_supervisor::{worker_beside, RuntimeOptions, ServiceHome, ServiceRunt
 
 #[path = "common/openai.rs"]
 mod openai;
+
+#[path = "runtime/loopback.rs"]
+mod loopback;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -259,7 +266,7 @@ fn main() -> BenchResult<()> {
         .build()?;
     // First: the rows below create and delete hundreds of sessions, and on ext4 without a journal a new file
     // costs more for a while after many were deleted (see the header). The one-shots should not measure that.
-    openai_rows(&exe, &worker_exe, iters, &tokio)?;
+    loopback::rows(&exe, &worker_exe, iters, &tokio)?;
 
     let m = tokio.block_on(async {
         // Interleaved, so the sandboxed create and its baseline share the machine's drift.
@@ -432,176 +439,6 @@ fn main() -> BenchResult<()> {
     );
     worker_kinds(&exe, &worker_exe, &host_ref, iters, &tokio)?;
     Ok(())
-}
-
-/// Rounds of each comparison against the loopback server; each round's medians are printed.
-const ROUNDS: usize = 3;
-
-/// The warm turn and the confined one-shot against an OpenAI-compatible server on loopback, each next to its
-/// baseline, in [`ROUNDS`] rounds.
-fn openai_rows(
-    exe: &Path,
-    worker_exe: &Path,
-    iters: usize,
-    tokio: &tokio::runtime::Runtime,
-) -> BenchResult<()> {
-    let server = openai::start()?;
-    let home = tempfile::TempDir::new()?;
-    let host = tempfile::TempDir::new()?;
-    openai::write_bundle(host.path(), &server, "danger_full_access")?;
-    let boxed = tempfile::TempDir::new()?;
-    openai::write_bundle(boxed.path(), &server, "workspace_write")?;
-    let rt = ServiceRuntime::new(
-        ServiceHome::new(home.path()),
-        RuntimeOptions::new(worker_exe.to_path_buf()),
-    );
-    let host_ref = host.path().display().to_string();
-    let boxed_ref = boxed.path().display().to_string();
-    let (warm, led) = tokio.block_on(async {
-        let id = rt.create_session(&host_ref, None).await?.id;
-        rt.start_worker(&id).await?;
-        // A confined session whose turns never call a tool: it never needs its worker.
-        let chat = rt.create_session(&boxed_ref, None).await?.id;
-        let client = reqwest::Client::new();
-        let (mut warm, mut led) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            let (mut turn, mut chat_turn, mut direct) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..iters {
-                turn.push(timed_turn(&rt, &id).await?);
-                chat_turn.push(timed_turn(&rt, &chat).await?);
-                direct.push(openai::direct(&client, &server).await?);
-            }
-            let direct = stats(direct);
-            warm.push((stats(turn), direct.clone()));
-            led.push((stats(chat_turn), direct));
-        }
-        rt.shutdown("bench over").await;
-        BenchResult::Ok((warm, led))
-    })?;
-    let thinking = tempfile::TempDir::new()?;
-    openai::write_bundle_at(thinking.path(), &server.thinking, "workspace_write")?;
-    let thinking_ref = thinking.path().display().to_string();
-    let bash = tempfile::TempDir::new()?;
-    openai::write_bundle_at(bash.path(), &server.bash, "workspace_write")?;
-    let bash_ref = bash.path().display().to_string();
-    let one_shot = |reference: &str| -> BenchResult<Duration> {
-        let t = Instant::now();
-        let out = std::process::Command::new(exe)
-            .args(["run", reference, "--prompt", "hi"])
-            .env("SERVICE_HOME", home.path())
-            .output()?;
-        let took = t.elapsed();
-        if !out.status.success() || out.stdout != b"ok\n" {
-            return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
-        }
-        Ok(took)
-    };
-    let (mut oneshots, mut thinking_oneshots, mut bash_oneshots) =
-        (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let (mut oneshot, mut limit, mut slow, mut tool) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..iters.min(50) {
-            oneshot.push(one_shot(&boxed_ref)?);
-            slow.push(one_shot(&thinking_ref)?);
-            tool.push(one_shot(&bash_ref)?);
-            // A new client per request: a new connection, as the one-shot makes.
-            let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
-            limit.push(bare_bwrap_once()? + request);
-        }
-        thinking_oneshots.push((stats(slow), stats(oneshot.clone())));
-        bash_oneshots.push((stats(tool), stats(limit.clone())));
-        oneshots.push((stats(oneshot), stats(limit)));
-    }
-    println!();
-    println!(
-        "Against an OpenAI-compatible server on loopback, the median of each of {ROUNDS} rounds:"
-    );
-    println!();
-    println!(
-        "| {:<56} | {:>26} |",
-        "benchmark", "median ms, rounds 1 / 2 / 3"
-    );
-    println!("|{:-<58}|{:-<28}|", "", "");
-    // Each row: its name, the rounds it reads (a measurement and its baseline), and the cell it makes of one.
-    type Cell = fn(&Stats, &Stats) -> String;
-    type Rounds = [(Stats, Stats)];
-    let rows: [(&str, &Rounds, Cell); 12] = [
-        (
-            "warm turn (host worker running), whole round trip",
-            &warm,
-            |t, _| format!("{:.3}", ms(t.median)),
-        ),
-        (
-            "direct streaming request, same client, kept connection",
-            &warm,
-            |_, d| format!("{:.3}", ms(d.median)),
-        ),
-        ("overhead of a warm turn (difference)", &warm, |t, d| {
-            format!("{:.3}", ms(t.median.saturating_sub(d.median)))
-        }),
-        (
-            "turn of a confined session with no worker (text answers)",
-            &led,
-            |t, _| format!("{:.3}", ms(t.median)),
-        ),
-        (
-            "its overhead (difference with the direct request)",
-            &led,
-            |t, d| format!("{:.3}", ms(t.median.saturating_sub(d.median))),
-        ),
-        (
-            "confined one-shot `service-rs run`, whole process",
-            &oneshots,
-            |o, _| format!("{:.2}", ms(o.median)),
-        ),
-        (
-            "limit: bare bwrap + direct request, new connection",
-            &oneshots,
-            |_, l| format!("{:.2}", ms(l.median)),
-        ),
-        ("ratio: confined one-shot / limit", &oneshots, |o, l| {
-            format!("{:.2}x", o.median.as_secs_f64() / l.median.as_secs_f64())
-        }),
-        (
-            "confined one-shot, model that waits 30 ms before answering",
-            &thinking_oneshots,
-            |t, _| format!("{:.2}", ms(t.median)),
-        ),
-        ("what its 30 ms add", &thinking_oneshots, |t, o| {
-            format!("{:.2}", ms(t.median) - ms(o.median))
-        }),
-        (
-            "confined one-shot, one Bash `true` call, then the answer",
-            &bash_oneshots,
-            |t, _| format!("{:.2}", ms(t.median)),
-        ),
-        ("ratio: that one-shot / limit", &bash_oneshots, |t, l| {
-            format!("{:.2}x", t.median.as_secs_f64() / l.median.as_secs_f64())
-        }),
-    ];
-    for (name, rounds, cell) in rows {
-        let values: Vec<String> = rounds.iter().map(|(a, b)| cell(a, b)).collect();
-        println!("| {name:<56} | {:>26} |", values.join(" / "));
-    }
-    Ok(())
-}
-
-/// One turn of `hi` in session `id`, timed; fails unless the answer is the server's `ok`.
-async fn timed_turn(rt: &ServiceRuntime, id: &str) -> BenchResult<Duration> {
-    let t = Instant::now();
-    let outcome = rt
-        .run_turn(id, Task::new("hi"), TurnOverrides::default())
-        .await?;
-    let took = t.elapsed();
-    if outcome.final_message != "ok" {
-        return Err(format!(
-            "the turn answered {:?}: {:?}",
-            outcome.final_message, outcome.error
-        )
-        .into());
-    }
-    Ok(took)
 }
 
 /// The two worker executables side by side: binary size, host session create, idle memory.

@@ -1,0 +1,204 @@
+//! The runtime bench's rows against an OpenAI-compatible server on loopback: the warm turn and the confined
+//! one-shot, each next to its baseline (see the bench's header).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use service_ipc::{Task, TurnOverrides};
+use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
+
+use super::{bare_bwrap_once, ms, openai, stats, BenchResult, Stats};
+
+/// Rounds of each comparison against the loopback server; each round's medians are printed.
+const ROUNDS: usize = 3;
+
+/// The warm turn and the confined one-shot against an OpenAI-compatible server on loopback, each next to its
+/// baseline, in [`ROUNDS`] rounds.
+pub(super) fn rows(
+    exe: &Path,
+    worker_exe: &Path,
+    iters: usize,
+    tokio: &tokio::runtime::Runtime,
+) -> BenchResult<()> {
+    let server = openai::start()?;
+    let home = tempfile::TempDir::new()?;
+    let host = tempfile::TempDir::new()?;
+    openai::write_bundle(host.path(), &server, "danger_full_access")?;
+    let boxed = tempfile::TempDir::new()?;
+    openai::write_bundle(boxed.path(), &server, "workspace_write")?;
+    let rt = ServiceRuntime::new(
+        ServiceHome::new(home.path()),
+        RuntimeOptions::new(worker_exe.to_path_buf()),
+    );
+    let host_ref = host.path().display().to_string();
+    let boxed_ref = boxed.path().display().to_string();
+    let (warm, led) = tokio.block_on(async {
+        let id = rt.create_session(&host_ref, None).await?.id;
+        rt.start_worker(&id).await?;
+        // A confined session whose turns never call a tool: it never needs its worker.
+        let chat = rt.create_session(&boxed_ref, None).await?.id;
+        let client = reqwest::Client::new();
+        let (mut warm, mut led) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let (mut turn, mut chat_turn, mut direct) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..iters {
+                turn.push(timed_turn(&rt, &id).await?);
+                chat_turn.push(timed_turn(&rt, &chat).await?);
+                direct.push(openai::direct(&client, &server).await?);
+            }
+            let direct = stats(direct);
+            warm.push((stats(turn), direct.clone()));
+            led.push((stats(chat_turn), direct));
+        }
+        rt.shutdown("bench over").await;
+        BenchResult::Ok((warm, led))
+    })?;
+    let thinking = tempfile::TempDir::new()?;
+    openai::write_bundle_at(thinking.path(), &server.thinking, "workspace_write")?;
+    let thinking_ref = thinking.path().display().to_string();
+    let bash = tempfile::TempDir::new()?;
+    openai::write_bundle_at(bash.path(), &server.bash, "workspace_write")?;
+    let bash_ref = bash.path().display().to_string();
+    let one_shot = |reference: &str| -> BenchResult<Duration> {
+        let t = Instant::now();
+        let out = std::process::Command::new(exe)
+            .args(["run", reference, "--prompt", "hi"])
+            .env("SERVICE_HOME", home.path())
+            .output()?;
+        let took = t.elapsed();
+        if !out.status.success() || out.stdout != b"ok\n" {
+            return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+        }
+        Ok(took)
+    };
+    let (mut oneshots, mut thinking_oneshots, mut bash_oneshots) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let mut new_files = Vec::new();
+    for round in 0..ROUNDS {
+        new_files.push(new_file(&home.path().join(format!("probe-{round}")))?);
+        let (mut oneshot, mut limit, mut slow, mut tool) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..iters.min(50) {
+            oneshot.push(one_shot(&boxed_ref)?);
+            slow.push(one_shot(&thinking_ref)?);
+            tool.push(one_shot(&bash_ref)?);
+            // A new client per request: a new connection, as the one-shot makes.
+            let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
+            limit.push(bare_bwrap_once()? + request);
+        }
+        thinking_oneshots.push((stats(slow), stats(oneshot.clone())));
+        bash_oneshots.push((stats(tool), stats(limit.clone())));
+        oneshots.push((stats(oneshot), stats(limit)));
+    }
+    println!();
+    println!(
+        "Against an OpenAI-compatible server on loopback, the median of each of {ROUNDS} rounds:"
+    );
+    println!();
+    println!(
+        "| {:<56} | {:>26} |",
+        "benchmark", "median ms, rounds 1 / 2 / 3"
+    );
+    println!("|{:-<58}|{:-<28}|", "", "");
+    // Each row: its name, the rounds it reads (a measurement and its baseline), and the cell it makes of one.
+    type Cell = fn(&Stats, &Stats) -> String;
+    type Rounds = [(Stats, Stats)];
+    let rows: [(&str, &Rounds, Cell); 12] = [
+        (
+            "warm turn (host worker running), whole round trip",
+            &warm,
+            |t, _| format!("{:.3}", ms(t.median)),
+        ),
+        (
+            "direct streaming request, same client, kept connection",
+            &warm,
+            |_, d| format!("{:.3}", ms(d.median)),
+        ),
+        ("overhead of a warm turn (difference)", &warm, |t, d| {
+            format!("{:.3}", ms(t.median.saturating_sub(d.median)))
+        }),
+        (
+            "turn of a confined session with no worker (text answers)",
+            &led,
+            |t, _| format!("{:.3}", ms(t.median)),
+        ),
+        (
+            "its overhead (difference with the direct request)",
+            &led,
+            |t, d| format!("{:.3}", ms(t.median.saturating_sub(d.median))),
+        ),
+        (
+            "confined one-shot `service-rs run`, whole process",
+            &oneshots,
+            |o, _| format!("{:.2}", ms(o.median)),
+        ),
+        (
+            "limit: bare bwrap + direct request, new connection",
+            &oneshots,
+            |_, l| format!("{:.2}", ms(l.median)),
+        ),
+        ("ratio: confined one-shot / limit", &oneshots, |o, l| {
+            format!("{:.2}x", o.median.as_secs_f64() / l.median.as_secs_f64())
+        }),
+        (
+            "confined one-shot, model that waits 30 ms before answering",
+            &thinking_oneshots,
+            |t, _| format!("{:.2}", ms(t.median)),
+        ),
+        ("what its 30 ms add", &thinking_oneshots, |t, o| {
+            format!("{:.2}", ms(t.median) - ms(o.median))
+        }),
+        (
+            "confined one-shot, one Bash `true` call, then the answer",
+            &bash_oneshots,
+            |t, _| format!("{:.2}", ms(t.median)),
+        ),
+        ("ratio: that one-shot / limit", &bash_oneshots, |t, l| {
+            format!("{:.2}x", t.median.as_secs_f64() / l.median.as_secs_f64())
+        }),
+    ];
+    for (name, rounds, cell) in rows {
+        let values: Vec<String> = rounds.iter().map(|(a, b)| cell(a, b)).collect();
+        println!("| {name:<56} | {:>26} |", values.join(" / "));
+    }
+    let values: Vec<String> = new_files.iter().map(|d| format!("{:.3}", ms(*d))).collect();
+    println!(
+        "| {:<56} | {:>26} |",
+        "a new file in the home's file system (before the round)",
+        values.join(" / ")
+    );
+    Ok(())
+}
+
+/// The median of 30 times to make a new empty file in a new directory `dir`, kept until the home is removed (a
+/// deletion now would slow what follows). A one-shot makes six files and directories, so
+/// this shows the state of the file system that its row met: about 0.03 ms on a quiet ext4, 0.2-0.7 ms on one
+/// without a journal just after many files were deleted (see the bench's header).
+fn new_file(dir: &Path) -> BenchResult<Duration> {
+    std::fs::create_dir(dir)?;
+    let samples = (0..30)
+        .map(|i| {
+            let t = Instant::now();
+            std::fs::File::create_new(dir.join(i.to_string()))?;
+            Ok(t.elapsed())
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(stats(samples).median)
+}
+
+/// One turn of `hi` in session `id`, timed; fails unless the answer is the server's `ok`.
+async fn timed_turn(rt: &ServiceRuntime, id: &str) -> BenchResult<Duration> {
+    let t = Instant::now();
+    let outcome = rt
+        .run_turn(id, Task::new("hi"), TurnOverrides::default())
+        .await?;
+    let took = t.elapsed();
+    if outcome.final_message != "ok" {
+        return Err(format!(
+            "the turn answered {:?}: {:?}",
+            outcome.final_message, outcome.error
+        )
+        .into());
+    }
+    Ok(took)
+}
