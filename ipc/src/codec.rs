@@ -16,6 +16,19 @@ pub const MAX_FRAME_LEN: usize = 16 * 1024 * 1024;
 
 const HEADER_LEN: usize = 4;
 
+/// What a connection's read or write buffer keeps while it holds nothing (see [`shrink_idle`]).
+pub const IDLE_BUFFER: usize = 512;
+
+/// Replaces an empty buffer by one of [`IDLE_BUFFER`] bytes. tokio-util starts each read and write buffer at 8 KiB
+/// and keeps whatever a large frame grew it to; with hundreds of idle sessions those buffers, on both ends of each
+/// connection, were the largest use of memory of the supervisor and of each worker. Its capacity does not say what
+/// it holds: a read buffer whose frames were split off keeps their whole allocation at a capacity of 0.
+pub fn shrink_idle(buf: &mut BytesMut) {
+    if buf.is_empty() && buf.capacity() != IDLE_BUFFER {
+        *buf = BytesMut::with_capacity(IDLE_BUFFER);
+    }
+}
+
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
@@ -111,6 +124,13 @@ impl<In, Out> FrameCodec<In, Out> {
             max,
             _types: PhantomData,
         }
+    }
+}
+
+// By hand: a derive would require `In` and `Out` to be `Clone`, and the codec holds neither.
+impl<In, Out> Clone for FrameCodec<In, Out> {
+    fn clone(&self) -> Self {
+        Self::with_max(self.max)
     }
 }
 

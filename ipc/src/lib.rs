@@ -24,7 +24,7 @@ pub use chat::{
     ChatMessage, ChatRole, FirstReply, ModelChunk, ModelQuery, ModelRequest, ToolCall, ToolSpec,
     Usage,
 };
-pub use codec::{CodecError, FrameCodec, MAX_FRAME_LEN};
+pub use codec::{shrink_idle, CodecError, FrameCodec, IDLE_BUFFER, MAX_FRAME_LEN};
 pub use config::{McpServer, PermissionRule, Permissions, SkillInfo, WorkerConfig};
 pub use event::{
     EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus, ToolCallStatus,

@@ -9,7 +9,9 @@ use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use futures::{SinkExt, StreamExt};
-use service_ipc::{FrameCodec, ToSupervisor, ToWorker, WorkerConfig, PROTOCOL_VERSION};
+use service_ipc::{
+    shrink_idle, FrameCodec, ToSupervisor, ToWorker, WorkerConfig, PROTOCOL_VERSION,
+};
 use tokio::net::UnixStream as Stream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -172,6 +174,9 @@ pub async fn connect(stream: std::os::unix::net::UnixStream) -> Result<Option<Co
         });
     }
     outbound.send(ToSupervisor::Ready).await?;
+    // The configuration is the largest frame most sessions ever get; an idle session need not keep its room.
+    shrink_idle(inbound.read_buffer_mut());
+    shrink_idle(outbound.write_buffer_mut());
 
     let (tx, mut rx) = mpsc::channel::<ToSupervisor>(OUTBOX_CAPACITY);
     let finish = CancellationToken::new();
@@ -193,8 +198,11 @@ pub async fn connect(stream: std::os::unix::net::UnixStream) -> Result<Option<Co
             if outbound.feed(msg).await.is_err() {
                 return;
             }
-            if rx.is_empty() && outbound.flush().await.is_err() {
-                return;
+            if rx.is_empty() {
+                if outbound.flush().await.is_err() {
+                    return;
+                }
+                shrink_idle(outbound.write_buffer_mut());
             }
         }
     });

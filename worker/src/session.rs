@@ -64,6 +64,7 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
     let mut result = Ok(());
 
     while let Some(frame) = inbound.next().await {
+        service_ipc::shrink_idle(inbound.read_buffer_mut());
         let frame = match frame {
             Ok(f) => f,
             Err(e) => {

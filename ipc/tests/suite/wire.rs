@@ -456,3 +456,40 @@ fn garbage_payload_is_a_decode_error() {
     let mut dec = FrameCodec::<ToWorker, ToSupervisor>::new();
     assert!(matches!(dec.decode(&mut buf), Err(CodecError::Decode(_))));
 }
+
+#[test]
+fn a_read_buffer_gives_back_what_a_large_frame_grew_it_to_once_it_is_empty() {
+    let mut codec = FrameCodec::<ToWorker, ToSupervisor>::new();
+    let Some(ToWorker::Configure(mut config)) = every_to_worker().into_iter().next() else {
+        panic!("the first frame of every_to_worker is a configuration");
+    };
+    config.system_prompt = "x".repeat(64 * 1024);
+    let big = ToWorker::Configure(config);
+    let mut wire = BytesMut::new();
+    FrameCodec::<ToSupervisor, ToWorker>::new()
+        .encode(big, &mut wire)
+        .unwrap();
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    buf.extend_from_slice(&wire[..10]);
+    assert!(codec.decode(&mut buf).unwrap().is_none());
+    // A frame under way keeps its buffer.
+    shrink_idle(&mut buf);
+    assert!(buf.capacity() >= wire.len());
+    buf.extend_from_slice(&wire[10..]);
+    assert!(matches!(
+        codec.decode(&mut buf),
+        Ok(Some(ToWorker::Configure(_)))
+    ));
+    shrink_idle(&mut buf);
+    assert_eq!(buf.capacity(), IDLE_BUFFER);
+    // What it kept is enough to read the next frame whole.
+    let mut small = BytesMut::new();
+    FrameCodec::<ToSupervisor, ToWorker>::new()
+        .encode(ToWorker::Shutdown, &mut small)
+        .unwrap();
+    buf.extend_from_slice(&small);
+    assert!(matches!(
+        codec.decode(&mut buf),
+        Ok(Some(ToWorker::Shutdown))
+    ));
+}

@@ -18,8 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, SinkExt, StreamExt};
-use service_ipc::{EventPayload, ModelRequest, ToSupervisor, ToWorker};
+use service_ipc::{shrink_idle, EventPayload, ModelRequest, ToSupervisor, ToWorker};
+
 use tokio::sync::{mpsc, watch};
+use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
 use super::approvals::{Grant, Pending, Reply};
@@ -159,7 +161,15 @@ impl Actor {
         kill: CancellationToken,
         exited: watch::Sender<bool>,
     ) {
-        let (mut sink, mut frames) = conn.split();
+        // Two owned halves, not `split()` of the framed socket, so that each can give its buffer back while the
+        // session is idle (`shrink_idle`); the bytes already read past the hello stay in the read half.
+        let parts = conn.into_parts();
+        let (read, write) = parts.io.into_split();
+        let mut sink = FramedWrite::new(write, parts.codec.clone());
+        let mut frames = FramedRead::new(read, parts.codec);
+        *frames.read_buffer_mut() = parts.read_buf;
+        shrink_idle(frames.read_buffer_mut());
+        shrink_idle(sink.write_buffer_mut());
         // Writing has its own task: the actor must always keep reading, or a worker that is itself blocked on a
         // full socket (while we wait to hand it a model chunk) would deadlock both sides.
         let writer_failed = CancellationToken::new();
@@ -172,6 +182,9 @@ impl Actor {
                 // Flush only once the queue is drained: a stream of model chunks shares one write.
                 if sink.feed(msg).await.is_err() || (rx.is_empty() && sink.flush().await.is_err()) {
                     break;
+                }
+                if rx.is_empty() {
+                    shrink_idle(sink.write_buffer_mut());
                 }
             }
             writer_done.cancel();
@@ -208,6 +221,7 @@ impl Actor {
                         if broken.is_none() {
                             self.commit();
                         }
+                        shrink_idle(frames.read_buffer_mut());
                         if broken.is_none() && self.session.journal.bytes() >= self.rt.options.journal_quota {
                             broken = Some(End::Quota(self.rt.options.journal_quota));
                         }
