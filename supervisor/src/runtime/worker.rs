@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, SinkExt, StreamExt};
 use service_ipc::{shrink_idle, EventPayload, ModelRequest, ToSupervisor, ToWorker};
-
 use tokio::sync::{mpsc, watch};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
