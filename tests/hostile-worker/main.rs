@@ -6,7 +6,11 @@
 //! reply, makes a model call of its own query instead of running that reply's tool calls, and ends the turn with
 //! the text it was sent, so the test sees whose answer that was. `late_forgery` ends the turn it is handed, then
 //! forges a frame while the supervisor answers the next turn by itself. `stay_outside_cgroups` drops the cgroups the
-//! supervisor hands it instead of moving into them, and answers its turn with `/proc/self/cgroup`.
+//! supervisor hands it instead of moving into them, and answers its turn with `/proc/self/cgroup`. `trickle` sends
+//! a delta and then a large `TurnFinished` straight to the socket, in pieces: the delta together with the start of
+//! the next frame's header, the rest of it later, its payload in 1 KiB writes with pauses, so that the
+//! supervisor's reads end inside a frame, right after handling a complete one (where it gives idle buffers back).
+//! The answer is [`trickled_answer`].
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -104,6 +108,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .expect("--ipc-fd N");
     let mut socket = service_worker::conn::adopt(fd).expect("the inherited socket");
+    // Its own handle on the socket, to write a frame in pieces past the worker's framed writer.
+    let raw = socket.try_clone().expect("a second handle on the socket");
     if args.iter().any(|a| a == service_ipc::ENTER_CGROUPS_FLAG) {
         // Read before the handshake, from where the sandbox mounts the bundle (the supervisor's `BUNDLE_DIR`).
         let attack = std::fs::read_to_string("/bundle/resources/attack.txt").unwrap_or_default();
@@ -158,6 +164,22 @@ fn main() {
                     let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
                     vec![finished(&turn_id, &cgroups)]
                 }
+                ToWorker::RunTurn { turn_id, .. } if attack == "trickle" => {
+                    let encode = |msg: &ToSupervisor| {
+                        service_ipc::codec::encode_frame(msg, service_ipc::MAX_FRAME_LEN)
+                            .expect("a frame")
+                    };
+                    let delta = encode(&ToSupervisor::Event(EventPayload::AgentMessageDelta {
+                        turn_id: turn_id.clone(),
+                        delta: "a".into(),
+                    }));
+                    let end = encode(&finished(&turn_id, &trickled_answer()));
+                    let raw = raw.try_clone().expect("a handle for the writer");
+                    tokio::task::spawn_blocking(move || trickle(raw, &delta, &end))
+                        .await
+                        .expect("the trickle");
+                    Vec::new()
+                }
                 ToWorker::RunTurn { turn_id, .. } => forged(attack, &turn_id),
                 ToWorker::ModelChunk { chunk, .. } => match chunk {
                     ModelChunk::TextDelta { text } => {
@@ -196,5 +218,32 @@ fn finished(turn_id: &str, text: &str) -> ToSupervisor {
         messages: Vec::new(),
         usage: Usage::default(),
         error: None,
+    }
+}
+
+/// The answer of the `trickle` attack: 100,000 letters, large enough that the supervisor's read buffer must grow.
+fn trickled_answer() -> String {
+    (0..100_000u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect()
+}
+
+/// Writes `whole`, then `frame` in pieces: `whole` and two bytes of `frame`'s header in one write (so that one
+/// read ends with a complete frame and the start of the next), a pause, the rest of the header, then 1 KiB at a
+/// time with a pause every 16 writes.
+fn trickle(mut socket: std::os::unix::net::UnixStream, whole: &[u8], frame: &[u8]) {
+    use std::io::Write;
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
+    socket
+        .write_all(&[whole, &frame[..2]].concat())
+        .expect("a write");
+    pause();
+    socket.write_all(&frame[2..4]).expect("a write");
+    pause();
+    for (i, piece) in frame[4..].chunks(1024).enumerate() {
+        socket.write_all(piece).expect("a write");
+        if i % 16 == 15 {
+            pause();
+        }
     }
 }

@@ -394,6 +394,28 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
     }
 }
 
+/// Attack on the buffers' swap: a taken-over worker writes a delta together with the first bytes of a 100 KB
+/// `TurnFinished`, then the rest in pieces with pauses, so that the supervisor handles a complete frame while the
+/// next one is half read. A swap of a buffer that holds part of a frame would lose those bytes: the frame would
+/// not decode, or decode as something else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_a_taken_over_worker_trickles_in_pieces_is_read_whole() {
+    let (outcome, kinds) = hostile_turn("trickle").await;
+    assert_eq!(outcome.error, None, "{kinds:?}");
+    let expected: String = (0..100_000u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    assert!(
+        outcome.final_message == expected,
+        "the trickled answer arrived as {} bytes, not 100,000 letters",
+        outcome.final_message.len()
+    );
+    assert_eq!(
+        kinds,
+        ["turn_started", "agent_message_delta", "turn_completed"]
+    );
+}
+
 /// Whether this host has a cgroup v1 `pids` hierarchy that the tests can write (where the supervisor makes its
 /// workers' cgroups).
 fn pids_hierarchy() -> bool {
