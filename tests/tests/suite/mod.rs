@@ -21,6 +21,7 @@ mod mcp_real;
 mod operations;
 mod postgres;
 mod prestart;
+mod processes;
 mod provider_compat;
 mod provider_keys;
 mod provider_server;

@@ -8,14 +8,14 @@ use tempfile::TempDir;
 
 use super::support::{events_of_turn, kinds, run_turn as turn, runtime, write_bundle};
 
-struct Fixture {
-    home: TempDir,
+pub(super) struct Fixture {
+    pub(super) home: TempDir,
     bundle: TempDir,
     cwd: TempDir,
 }
 
 /// A sandboxed (workspace_write) session fixture.
-fn fixture(script: &str, agent_extra: &str) -> Fixture {
+pub(super) fn fixture(script: &str, agent_extra: &str) -> Fixture {
     fixture_in(script, agent_extra, "workspace_write")
 }
 
@@ -30,7 +30,7 @@ fn fixture_in(script: &str, agent_extra: &str, mode: &str) -> Fixture {
 }
 
 impl Fixture {
-    async fn session(&self, rt: &service_supervisor::ServiceRuntime) -> String {
+    pub(super) async fn session(&self, rt: &service_supervisor::ServiceRuntime) -> String {
         rt.create_session(self.bundle.path().to_str().unwrap(), Some(self.cwd.path()))
             .await
             .unwrap()
@@ -230,7 +230,7 @@ async fn supervisor_restart_between_turns_continues_the_history() {
     rt.shutdown("test over").await;
 }
 
-const SLOW_TOOL: &str = r#"{turns: [
+pub(super) const SLOW_TOOL: &str = r#"{turns: [
   {when: "slow", replies: [{tool_calls: [{name: "Bash", arguments: {command: "(read -r _ _ _ B _ < /proc/self/stat; read -r _ _ _ R _ < /proc/$B/stat; read -r _ _ _ W _ < /proc/$R/stat; echo $W) > worker.pid; sleep 30"}}]}, {text: "unreachable"}]},
   {replies: [{text: "quick {{message_count}}"}]},
 ]}"#;
@@ -290,7 +290,7 @@ async fn worker_killed_mid_turn_fails_the_turn_and_the_next_turn_respawns_it() {
 
 /// Starts the slow tool's turn in a new session of `f`, interrupts it once the command runs, and returns the
 /// session, the turn's outcome and the time from the interrupt to the outcome.
-async fn interrupt_slow_tool(
+pub(super) async fn interrupt_slow_tool(
     rt: &service_supervisor::ServiceRuntime,
     f: &Fixture,
 ) -> (
@@ -322,149 +322,6 @@ async fn interrupt_kills_the_running_tool_and_ends_the_turn() {
     assert_eq!(outcome.status, TurnStatus::Interrupted);
     assert_eq!(outcome.error.unwrap().0, "interrupted");
     // The interrupted turn's prompt, call and result stay in history: system + u, a(call), tool, u.
-    assert_eq!(turn(&rt, &id, "next").await.0.final_message, "quick 5");
-    rt.shutdown("test over").await;
-}
-
-/// The host pids of a session's processes (bwrap's and the worker's command lines name the session).
-fn session_pids(id: &str) -> Vec<i32> {
-    super::support::pids_with(&format!("--label {id}"))
-}
-
-/// The `State:` letter of a process, from the host's /proc.
-fn state(pid: i32) -> Option<char> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))
-        .and_then(|s| s.trim().chars().next())
-}
-
-/// Every child of `pid`, over all its threads.
-fn children(pid: i32) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-                .flat_map(|c| {
-                    c.split_whitespace()
-                        .filter_map(|p| p.parse().ok())
-                        .collect::<Vec<i32>>()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The session's processes, with their command lines, when there are `n` of them (within 5 s).
-async fn settle_at(id: &str, n: usize) -> Vec<(i32, String)> {
-    let mut found = Vec::new();
-    for _ in 0..250 {
-        found = session_pids(id)
-            .into_iter()
-            .map(|p| {
-                let line = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-                (p, String::from_utf8_lossy(&line).replace('\0', " "))
-            })
-            .collect();
-        if found.len() == n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    found
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
-    // A turn that runs a tool (a text-only one starts no sandbox), and one that starts no shell.
-    let f = fixture(
-        r#"{turns: [{replies: [{tool_calls: [{name: "Glob", arguments: {pattern: "*"}}]}, {text: "hello"}]}]}"#,
-        "",
-    );
-    let rt = runtime(f.home.path());
-    let id = f.session(&rt).await;
-    assert_eq!(turn(&rt, &id, "hi").await.0.final_message, "hello");
-    let procs = settle_at(&id, 2).await;
-    assert_eq!(procs.len(), 2, "processes of the session: {procs:#?}");
-    let (worker, _) = procs
-        .iter()
-        .find(|(_, line)| line.starts_with("/run/service/worker worker "))
-        .expect("the worker among the session's processes");
-    let status = std::fs::read_to_string(format!("/proc/{worker}/status")).unwrap();
-    assert!(
-        status
-            .lines()
-            .any(|l| l.starts_with("NSpid:") && l.trim_end().ends_with("\t1")),
-        "the worker is not pid 1 of its sandbox:\n{status}"
-    );
-    // The host sees the binary the sandbox bound: the small one built beside service-rs.
-    let host_binary = super::support::binary().with_file_name("service-worker");
-    let mapped = std::fs::read_to_string(format!("/proc/{worker}/maps")).unwrap_or_default();
-    assert!(
-        std::fs::read_link(format!("/proc/{worker}/exe")).is_ok_and(|e| e.ends_with("worker"))
-            && host_binary.is_file()
-            && std::fs::metadata(&host_binary).unwrap().len()
-                < std::fs::metadata(super::support::binary()).unwrap().len(),
-        "the worker is not the small binary ({}):\n{mapped:.400}",
-        host_binary.display()
-    );
-    rt.shutdown("test over").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
-    let f = fixture(SLOW_TOOL, "");
-    let rt = super::support::runtime_with(f.home.path(), |o| {
-        o.spare_shell_idle = Duration::from_millis(1500)
-    });
-    let (id, outcome, _) = interrupt_slow_tool(&rt, &f).await;
-    assert_eq!(outcome.status, TurnStatus::Interrupted);
-    let procs = session_pids(&id);
-    let worker = procs
-        .iter()
-        .copied()
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.starts_with(b"/run/service/worker\0worker\0"))
-                && !children(*p).is_empty()
-        })
-        .expect("the worker, with the spare shells' reapers as children");
-    // The killed command's shell was handed to the worker when its reaper died; the worker reaps it.
-    let mut zombies = Vec::new();
-    for _ in 0..100 {
-        zombies = children(worker)
-            .into_iter()
-            .filter(|c| state(*c) == Some('Z'))
-            .collect();
-        if zombies.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        zombies.is_empty(),
-        "zombies left in the sandbox: {zombies:?}"
-    );
-    // The spares (a reaper each, as the worker's children) wait for a command, then go.
-    assert!(
-        !children(worker).is_empty(),
-        "no spare shell was started after the command"
-    );
-    let procs = settle_at(&id, 2).await;
-    assert_eq!(procs.len(), 2, "the idle spares were kept: {procs:#?}");
-    // Their killed reapers are reaped by tokio once their SIGCHLD is handled, the shells by the worker.
-    let mut left = children(worker);
-    for _ in 0..250 {
-        if left.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        left = children(worker);
-    }
-    assert!(left.is_empty(), "the worker still has children: {left:?}");
-    // And the next command starts them again.
     assert_eq!(turn(&rt, &id, "next").await.0.final_message, "quick 5");
     rt.shutdown("test over").await;
 }
