@@ -29,7 +29,9 @@
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
 //! `BENCH_ITERS` sets the number of samples (default 200); `BENCH_EXE` runs another build of `service-rs` (to
-//! compare two builds in one sitting). Build the small worker first (`cargo build --release -p service-worker`);
+//! compare two builds in one sitting). `BENCH_BASELINE_EXE` names a second build whose confined one-shots (text, and
+//! one Bash call) are sampled in turn with this one's, and adds their ratios: the file system drifts from run to run
+//! (below), so two builds compare best within one round. Build the small worker first (`cargo build --release -p service-worker`);
 //! without it the runtime uses `service-rs worker`, and the bench says so.
 //!
 //! The file system under the temporary directory shows in every row that makes sessions. On the bench machine's

@@ -59,7 +59,9 @@ pub(super) fn rows(
     let bash = tempfile::TempDir::new()?;
     openai::write_bundle_at(bash.path(), &server.bash, "workspace_write")?;
     let bash_ref = bash.path().display().to_string();
-    let one_shot = |reference: &str| -> BenchResult<Duration> {
+    // Another build whose one-shots are sampled in turn with this one's, so that both meet the same machine.
+    let baseline = std::env::var_os("BENCH_BASELINE_EXE").map(std::path::PathBuf::from);
+    let one_shot_of = |exe: &Path, reference: &str| -> BenchResult<Duration> {
         let t = Instant::now();
         let out = std::process::Command::new(exe)
             .args(["run", reference, "--prompt", "hi"])
@@ -71,20 +73,31 @@ pub(super) fn rows(
         }
         Ok(took)
     };
+    let one_shot = |reference: &str| one_shot_of(exe, reference);
     let (mut oneshots, mut thinking_oneshots, mut bash_oneshots) =
         (Vec::new(), Vec::new(), Vec::new());
+    let (mut against_baseline, mut bash_against_baseline) = (Vec::new(), Vec::new());
     let mut new_files = Vec::new();
     for round in 0..ROUNDS {
         new_files.push(new_file(&home.path().join(format!("probe-{round}")))?);
         let (mut oneshot, mut limit, mut slow, mut tool) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut base, mut base_tool) = (Vec::new(), Vec::new());
         for _ in 0..iters.min(50) {
             oneshot.push(one_shot(&boxed_ref)?);
             slow.push(one_shot(&thinking_ref)?);
             tool.push(one_shot(&bash_ref)?);
+            if let Some(other) = &baseline {
+                base.push(one_shot_of(other, &boxed_ref)?);
+                base_tool.push(one_shot_of(other, &bash_ref)?);
+            }
             // A new client per request: a new connection, as the one-shot makes.
             let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
             limit.push(bare_bwrap_once()? + request);
+        }
+        if baseline.is_some() {
+            against_baseline.push((stats(oneshot.clone()), stats(base)));
+            bash_against_baseline.push((stats(tool.clone()), stats(base_tool)));
         }
         thinking_oneshots.push((stats(slow), stats(oneshot.clone())));
         bash_oneshots.push((stats(tool), stats(limit.clone())));
@@ -157,7 +170,35 @@ pub(super) fn rows(
             format!("{:.2}x", t.median.as_secs_f64() / l.median.as_secs_f64())
         }),
     ];
-    for (name, rounds, cell) in rows {
+    let ratio: Cell = |t, b| format!("{:.3}x", t.median.as_secs_f64() / b.median.as_secs_f64());
+    let baseline_rows: [(&str, &Rounds, Cell); 4] = [
+        (
+            "BENCH_BASELINE_EXE's confined one-shot, in turn",
+            &against_baseline,
+            |_, b| format!("{:.2}", ms(b.median)),
+        ),
+        (
+            "ratio: this build's / the baseline's",
+            &against_baseline,
+            ratio,
+        ),
+        (
+            "BENCH_BASELINE_EXE's one-shot with one Bash call",
+            &bash_against_baseline,
+            |_, b| format!("{:.2}", ms(b.median)),
+        ),
+        (
+            "ratio: this build's / the baseline's",
+            &bash_against_baseline,
+            ratio,
+        ),
+    ];
+    let baseline_rows = if baseline.is_some() {
+        &baseline_rows[..]
+    } else {
+        &[]
+    };
+    for (name, rounds, cell) in rows.iter().chain(baseline_rows) {
         let values: Vec<String> = rounds.iter().map(|(a, b)| cell(a, b)).collect();
         println!("| {name:<56} | {:>26} |", values.join(" / "));
     }

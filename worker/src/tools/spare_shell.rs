@@ -11,7 +11,8 @@
 //! difference is that a syntax error is reported as `bash: eval: line N` instead of `bash: -c: line N`. Sessions
 //! that never run a command never start a spare.
 //!
-//! A replacement is asked for as each command starts, and started by a thread of its own. Two spares are kept:
+//! A replacement is asked for as each command starts, and started by a thread of its own; the first spares of a
+//! worker (and the first after they were let go) start [`FIRST_START_AFTER`] later. Two spares are kept:
 //! with one, commands sent back to back reached it while it was still starting (bash needs about 1 ms before it
 //! reads its stdin) and waited for it; the oldest of two has had a whole command's time to get ready. An idle
 //! spare costs about 0.3 MiB of private memory (3 MiB RSS, mostly shared with every bash), and two processes (the
@@ -23,7 +24,7 @@ use std::collections::VecDeque;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -46,6 +47,17 @@ const MAX_HANDOVER: usize = 4096;
 
 /// How many spares a worker keeps.
 const SPARES: usize = 2;
+
+/// How long after a worker's first command (or its first after the spares were let go) its first spares start. A
+/// one-shot `run` whose model calls Bash once has its answer a few milliseconds after the command, and two shells
+/// starting then (four processes, with their reapers) took the CPU it needed on the 2-core bench machine: that
+/// one-shot took 2.1-2.3 ms (12%) longer than with no spare at all (BENCHMARKS.md, stop 41). A session's next
+/// command comes after a model reply, later than this; replacements of taken spares still start at once, so
+/// commands sent back to back keep finding one.
+const FIRST_START_AFTER: Duration = Duration::from_millis(10);
+
+/// Whether spares were started since the worker started or last let them go.
+static WARM: AtomicBool = AtomicBool::new(false);
 
 /// Milliseconds without a command after which the spares are let go (see [`set_idle`]).
 static IDLE_MS: AtomicU64 = AtomicU64::new(service_ipc::config::default_spare_shell_idle_ms());
@@ -105,7 +117,12 @@ pub fn refill(shell: &'static str, configure: Configure) {
                 loop {
                     let idle = Duration::from_millis(IDLE_MS.load(Ordering::Relaxed));
                     match rx.recv_timeout(idle) {
-                        Ok(()) => start(shell, configure),
+                        Ok(()) => {
+                            if !WARM.load(Ordering::Relaxed) {
+                                std::thread::sleep(FIRST_START_AFTER);
+                            }
+                            start(shell, configure);
+                        }
                         Err(RecvTimeoutError::Timeout) => let_go(),
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
@@ -140,12 +157,14 @@ fn start(shell: &'static str, configure: Configure) {
             return;
         };
         ready.push_back((child, ours));
+        WARM.store(true, Ordering::Relaxed);
     }
 }
 
 /// Lets every waiting spare go: dropping its handle kills its reaper (`kill_on_drop`), which tokio reaps, and the
 /// shell dies with it (`PR_SET_PDEATHSIG`); the worker, the sandbox's pid 1, reaps the shell (see `orphans`).
 fn let_go() {
+    WARM.store(false, Ordering::Relaxed);
     let spares = SPARES_READY
         .lock()
         .map(|mut ready| std::mem::take(&mut *ready))
