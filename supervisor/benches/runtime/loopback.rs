@@ -83,14 +83,21 @@ pub(super) fn rows(
         let (mut oneshot, mut limit, mut slow, mut tool) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut base, mut base_tool) = (Vec::new(), Vec::new());
-        for _ in 0..iters.min(50) {
+        for i in 0..iters.min(50) {
+            // Before this build's rows or after them, in turn: a one-shot that ran a tool leaves its sandbox to
+            // be torn down as the next one starts.
+            let mut sample_baseline = |turn: usize| -> BenchResult<()> {
+                if let Some(other) = baseline.as_deref().filter(|_| i % 2 == turn) {
+                    base.push(one_shot_of(other, &boxed_ref)?);
+                    base_tool.push(one_shot_of(other, &bash_ref)?);
+                }
+                Ok(())
+            };
+            sample_baseline(0)?;
             oneshot.push(one_shot(&boxed_ref)?);
             slow.push(one_shot(&thinking_ref)?);
             tool.push(one_shot(&bash_ref)?);
-            if let Some(other) = &baseline {
-                base.push(one_shot_of(other, &boxed_ref)?);
-                base_tool.push(one_shot_of(other, &bash_ref)?);
-            }
+            sample_baseline(1)?;
             // A new client per request: a new connection, as the one-shot makes.
             let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
             limit.push(bare_bwrap_once()? + request);

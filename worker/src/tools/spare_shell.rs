@@ -50,10 +50,10 @@ const SPARES: usize = 2;
 
 /// How long after a worker's first command (or its first after the spares were let go) its first spares start. A
 /// one-shot `run` whose model calls Bash once has its answer a few milliseconds after the command, and two shells
-/// starting then (four processes, with their reapers) took the CPU it needed on the 2-core bench machine: that
-/// one-shot took 2.1-2.3 ms (12%) longer than with no spare at all (BENCHMARKS.md, stop 41). A session's next
-/// command comes after a model reply, later than this; replacements of taken spares still start at once, so
-/// commands sent back to back keep finding one.
+/// starting then (four processes, with their reapers) took the CPU it needed on the 2-core bench machine: about
+/// 1.1 ms (7%) of that one-shot on a quiet file system (BENCHMARKS.md, stop 41). A session's next command comes
+/// after a model reply, later than this; replacements of taken spares still start at once, so commands sent back
+/// to back keep finding one.
 const FIRST_START_AFTER: Duration = Duration::from_millis(10);
 
 /// Whether spares were started since the worker started or last let them go.
