@@ -37,6 +37,7 @@ mod spawn;
 pub mod store;
 mod turns;
 pub mod worker;
+mod worker_process;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -17,6 +17,7 @@ use tokio_util::codec::Framed;
 
 use super::error::{Result, RuntimeError};
 use super::launcher::LaunchSpec;
+use super::worker_process::WorkerProcess;
 use super::Inner;
 use crate::bundle::Bundle;
 use crate::egress::{self, Egress};
@@ -31,7 +32,7 @@ pub(super) const CGROUP_RELEASE: std::time::Duration = std::time::Duration::from
 
 /// A worker that has connected and said hello, and has no session yet.
 pub(crate) struct Started {
-    pub(super) child: tokio::process::Child,
+    pub(super) child: WorkerProcess,
     pub(super) conn: Conn,
     /// Kept until the worker has exited (its cgroups are removed when dropped).
     pub(super) limits: Option<Arc<Limits>>,
@@ -58,7 +59,7 @@ impl Started {
     /// Kills the worker and waits for it to exit, then removes its cgroups (which must be empty by then) and its
     /// socket directory.
     pub(crate) async fn discard(mut self) {
-        let _ = self.child.kill().await;
+        self.child.kill().await;
         if let Some(limits) = self.limits.take() {
             limits.release(CGROUP_RELEASE).await;
         }
@@ -106,12 +107,14 @@ pub(crate) async fn start(
         .kill_on_drop(true)
         .process_group(0)
         .stdin(std::process::Stdio::null());
-    let mut child = spawn_with_fd(&mut command, theirs.as_fd()).map_err(|e| {
-        unavailable(format!(
-            "cannot start {}: {e}",
-            rt.options.worker_exe.display()
-        ))
-    })?;
+    let mut child = spawn_with_fd(&mut command, theirs.as_fd())
+        .map(WorkerProcess::new)
+        .map_err(|e| {
+            unavailable(format!(
+                "cannot start {}: {e}",
+                rt.options.worker_exe.display()
+            ))
+        })?;
     drop(theirs);
 
     // The cgroups are made on a blocking thread while bwrap starts, and handed to the worker, which moves itself

@@ -29,6 +29,7 @@ use super::frame_guard::{self, Guard};
 use super::handle::WorkerHandle;
 use super::session::{Session, TurnEnd};
 use super::spawn::{self, describe_exit, Assignment, Conn, Started, CGROUP_RELEASE};
+use super::worker_process::WorkerProcess;
 use super::Inner;
 use crate::sandbox::limits::Limits;
 
@@ -155,7 +156,7 @@ impl Actor {
     async fn run(
         mut self,
         conn: Conn,
-        mut child: tokio::process::Child,
+        mut child: WorkerProcess,
         mut rx: mpsc::Receiver<ToWorker>,
         kill: CancellationToken,
         exited: watch::Sender<bool>,
@@ -243,14 +244,14 @@ impl Actor {
             task.abort();
         }
         if !matches!(end, End::Closed) {
-            let _ = child.start_kill();
+            child.start_kill();
         }
         let end_pending = std::mem::take(&mut self.pending);
         drop(end_pending);
         let status = match tokio::time::timeout(Duration::from_secs(3), child.wait()).await {
             Ok(s) => s.ok(),
             Err(_) => {
-                let _ = child.start_kill();
+                child.start_kill();
                 child.wait().await.ok()
             }
         };
