@@ -118,11 +118,10 @@ mod tests {
             }
             info.push_str(&String::from_utf8_lossy(&buf[..n]));
         }
-        let pid = info
-            .split("\"child-pid\":")
-            .nth(1)
-            .and_then(|rest| rest.trim().split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|digits| digits.parse().ok())
+        let pid = serde_json::from_str::<serde_json::Value>(&info)
+            .ok()
+            .and_then(|v| v["child-pid"].as_i64())
+            .and_then(|p| i32::try_from(p).ok())
             .unwrap_or_else(|| panic!("no child pid in bwrap's info: {info:?}"));
         Some((child, pid, block_write))
     }
