@@ -40,7 +40,8 @@ enum SessionsCommand {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Delete the sessions that have not changed for a while; running ones are kept.
+    /// Delete the sessions that have not changed for a while; running ones are kept. Locally, also the session
+    /// directories that a killed run left without a record, once ten minutes old.
     Prune {
         /// Age of the last change, e.g. 7d, 12h, 30m.
         #[arg(long, value_name = "AGE", value_parser = parse_age)]
@@ -235,7 +236,26 @@ async fn prune(backend: &Backend, older_than: Duration, dry_run: bool) -> anyhow
             println!("deleted {} (last change {})", record.id, record.updated_at);
         }
     }
-    if stale.is_empty() {
+    // A server's leftovers are for its own operator: they are files on its machine.
+    let mut leftovers = 0;
+    if let Backend::Local(rt) = backend {
+        for dir in rt.unrecorded_session_dirs(older_than).await? {
+            let changed = chrono::DateTime::<chrono::Utc>::from(dir.modified)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let what = format!(
+                "{} (a session directory with no record, last change {changed})",
+                dir.path.display()
+            );
+            if dry_run {
+                println!("would delete {what}");
+            } else {
+                rt.remove_unrecorded(&dir).await?;
+                println!("deleted {what}");
+            }
+            leftovers += 1;
+        }
+    }
+    if stale.is_empty() && leftovers == 0 {
         println!("no session is older than that");
     }
     Ok(ExitCode::SUCCESS)

@@ -14,7 +14,7 @@
 //! - `turns`: turns started, run and interrupted; `lead`: a turn the supervisor leads until it needs its
 //!   sandbox; `model_call`: a model call for a running turn, or made ahead of a new session's first turn.
 //! - [`approvals`]: the in-memory approval store, and what `allow_always` grants.
-//! - `operations`: metrics, idle workers reaped, bundles removed.
+//! - [`operations`]: metrics, idle workers reaped, bundles removed, directories left without a record removed.
 //! - `ownership`: which node of a shared store runs a session, and its leases kept alive; `bundle_fetch`: a
 //!   session's bundle pulled by a node that lacks it.
 
@@ -28,7 +28,7 @@ pub mod journal;
 pub mod launcher;
 mod lead;
 mod model_call;
-mod operations;
+pub mod operations;
 mod ownership;
 mod prestart;
 pub mod record;

@@ -1,8 +1,10 @@
-//! What an operator needs of a running runtime beyond sessions and turns: its metrics, idle workers reaped, and
-//! installed bundles removed while sessions may use them.
+//! What an operator needs of a running runtime beyond sessions and turns: its metrics, idle workers reaped,
+//! installed bundles removed while sessions may use them, and session directories left without a record removed.
 
+use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::error::{Result, RuntimeError};
 use super::session::Session;
@@ -95,4 +97,90 @@ impl ServiceRuntime {
         }
         reaped + self.inner.prestarted.expire(idle).await
     }
+
+    /// The directories under `sessions/` that hold no session record and have not changed for `older_than` (or
+    /// for [`UNRECORDED_MIN_AGE`], whichever is longer). A `run` or a create killed between making its directory
+    /// and writing its record leaves one, as does a deletion cut short; nothing else reads them. A directory whose
+    /// record cannot be read is not among them: that is a damaged session, not a leftover.
+    pub async fn unrecorded_session_dirs(
+        &self,
+        older_than: Duration,
+    ) -> Result<Vec<UnrecordedDir>> {
+        let root = self.inner.home.sessions();
+        let entries = match std::fs::read_dir(&root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(RuntimeError::io("cannot read", &root, e)),
+        };
+        let cutoff = SystemTime::now()
+            .checked_sub(older_than.max(UNRECORDED_MIN_AGE))
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut old = Vec::new();
+        for entry in entries.flatten() {
+            let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            // Only names the runtime gives; `DirEntry::metadata` does not follow a link.
+            let Ok(meta) = entry.metadata() else { continue };
+            if uuid::Uuid::parse_str(&id).is_err() || !meta.is_dir() {
+                continue;
+            }
+            if let Some(modified) = meta.modified().ok().filter(|m| *m <= cutoff) {
+                old.push((id, entry.path(), modified));
+            }
+        }
+        if old.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One listing for the common case; a lookup each for the rest tells a missing record from a damaged one.
+        let recorded: HashSet<String> = self
+            .inner
+            .store
+            .list()
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        let mut out = Vec::new();
+        for (id, path, modified) in old {
+            if recorded.contains(&id) || self.sessions().contains_key(&id) {
+                continue;
+            }
+            if let Ok(None) = self.inner.store.load(&id).await {
+                out.push(UnrecordedDir { id, path, modified });
+            }
+        }
+        out.sort_by_key(|d| d.modified);
+        Ok(out)
+    }
+
+    /// Deletes a directory that [`Self::unrecorded_session_dirs`] found, unless a record for it appeared since.
+    pub async fn remove_unrecorded(&self, dir: &UnrecordedDir) -> Result<()> {
+        if !matches!(self.inner.store.load(&dir.id).await, Ok(None))
+            || self.sessions().contains_key(&dir.id)
+        {
+            return Ok(());
+        }
+        match std::fs::remove_dir_all(&dir.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(RuntimeError::io("cannot delete", &dir.path, e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Age under which a directory without a record is never taken for a leftover: a create writes its record
+/// milliseconds after making its directory, so a younger one may be a create under way in another process.
+pub const UNRECORDED_MIN_AGE: Duration = Duration::from_secs(600);
+
+/// A session directory with no record (see [`ServiceRuntime::unrecorded_session_dirs`]).
+#[derive(Debug, Clone)]
+pub struct UnrecordedDir {
+    /// Its name, a session id that has no record.
+    pub id: String,
+    /// The directory.
+    pub path: PathBuf,
+    /// When its contents last changed.
+    pub modified: SystemTime,
 }

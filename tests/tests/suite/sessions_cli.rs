@@ -191,6 +191,70 @@ fn continue_without_a_session_and_a_run_whose_turn_cannot_start_leave_no_session
 }
 
 #[test]
+fn prune_removes_old_session_directories_a_killed_run_left_without_a_record_and_nothing_else() {
+    let env = Env::new();
+    write_bundle(&env.path("sb"), TWO_STEP, "", "workspace_write");
+    env.run(&["run", "./sb", "--prompt", "kept"]).ok();
+    let sessions = env.home.path().join("sessions");
+    // What a run killed between making its directory and writing its record leaves behind.
+    let leftover = |id: &str, age_s: u64, record: Option<&str>| {
+        let dir = sessions.join(id);
+        std::fs::create_dir_all(dir.join("workspace")).unwrap();
+        std::fs::write(dir.join(".tmpXr3kQ9"), "{\"id\":").unwrap();
+        if let Some(text) = record {
+            std::fs::write(dir.join("session.json"), text).unwrap();
+        }
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age_s);
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+        dir
+    };
+    let old = leftover("0b6f1c52-3f0e-4d7a-9a51-1f2e3d4c5b6a", 7200, None);
+    let young = leftover("1c7a2d63-4a1f-4e8b-8b62-2a3f4e5d6c7b", 120, None);
+    let damaged = leftover(
+        "2d8b3e74-5b2a-4f9c-9c73-3b4a5f6e7d8c",
+        7200,
+        Some("not json"),
+    );
+    let foreign = leftover("notes", 7200, None);
+
+    let dry = env.run(&["sessions", "prune", "--older-than", "1h", "--dry-run"]);
+    let line = format!(
+        "would delete {} (a session directory with no record",
+        old.display()
+    );
+    assert!(dry.ok().contains(&line), "{}", dry.stdout);
+    assert!(old.is_dir(), "a dry run deletes nothing");
+
+    let pruned = env.run(&["sessions", "prune", "--older-than", "1h"]);
+    assert!(
+        pruned.ok().contains(&format!("deleted {}", old.display())),
+        "{}",
+        pruned.stdout
+    );
+    assert!(!old.exists());
+    assert!(
+        young.is_dir(),
+        "under ten minutes old, it may be a create under way"
+    );
+    assert!(
+        damaged.is_dir(),
+        "a record that cannot be read is a damaged session, not a leftover"
+    );
+    assert!(
+        foreign.is_dir(),
+        "a name the runtime never gives is not its to delete"
+    );
+    assert_eq!(
+        ids(&env, &[]).len(),
+        1,
+        "the recorded session is young and stays"
+    );
+}
+
+#[test]
 fn init_writes_a_commented_starter_for_each_provider_and_the_scripted_one_answers_offline() {
     let env = Env::new();
     for (provider, model, hint) in [
