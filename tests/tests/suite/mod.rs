@@ -11,6 +11,7 @@ mod distribution;
 mod egress;
 mod escape;
 mod faults;
+mod full_store;
 mod http;
 mod http_client;
 mod lead;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use service_ipc::{ChatMessage, EventPayload, ModelRef, TurnStatus, Usage};
 use tokio::sync::oneshot;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::DropGuard;
 
 use super::approvals::Grant;
 use super::error::{Result, RuntimeError};
@@ -16,6 +16,8 @@ use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
 use super::store::Store;
 use crate::bundle::{self, Bundle};
 use crate::home::ServiceHome;
+
+mod turn;
 
 /// How a turn ended, as `run_turn` returns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -323,247 +325,9 @@ impl Session {
                 .is_some_and(|w| w.is_alive())
     }
 
-    /// The running turn's id.
-    pub fn active_turn(&self) -> Option<String> {
-        lock(&self.active).as_ref().map(|a| a.turn_id.clone())
-    }
-
-    /// The running turn's id once a worker has it: not while the supervisor leads it (see `lead`), when a worker's
-    /// end is none of its business.
-    pub fn handed_turn(&self) -> Option<String> {
-        lock(&self.active)
-            .as_ref()
-            .filter(|a| a.lead.is_none())
-            .map(|a| a.turn_id.clone())
-    }
-
-    /// The model of `turn_id` when it is the running turn.
-    pub fn turn_model(&self, turn_id: &str) -> Option<ModelRef> {
-        lock(&self.active)
-            .as_ref()
-            .filter(|a| a.turn_id == turn_id)
-            .map(|a| a.model.clone())
-    }
-
-    /// Marks `turn_id` as led by the supervisor (see `lead`); the token is cancelled when the turn ends, or by
-    /// `interrupt_lead`, until `hand_over`.
-    pub(crate) fn lead(&self, turn_id: &str) -> Option<CancellationToken> {
-        let mut active = lock(&self.active);
-        let a = active.as_mut().filter(|a| a.turn_id == turn_id)?;
-        let token = CancellationToken::new();
-        a.lead = Some(token.clone().drop_guard());
-        Some(token)
-    }
-
-    /// Cancels the lead of `turn_id`; false when the turn is not in its lead (its worker has it, or it ended).
-    pub(crate) fn interrupt_lead(&self, turn_id: &str) -> bool {
-        lock(&self.active)
-            .as_mut()
-            .filter(|a| a.turn_id == turn_id)
-            .and_then(|a| a.lead.take())
-            .is_some()
-    }
-
-    /// Hands `turn_id` from its lead to its worker with `send` (true when sent); None when the turn ended or was
-    /// interrupted first. Under the turn's lock: an interrupt either stops the lead or reaches the worker after the
-    /// turn.
-    pub(crate) fn hand_over(&self, turn_id: &str, send: impl FnOnce() -> bool) -> Option<bool> {
-        let mut active = lock(&self.active);
-        let a = active.as_mut().filter(|a| a.turn_id == turn_id)?;
-        a.lead.take()?.disarm();
-        Some(send())
-    }
-
-    /// Emits `payloads` while `turn_id` runs; false (and nothing emitted) once it has ended. Under the turn's lock,
-    /// so they come before its end event.
-    pub(crate) fn emit_in_turn(&self, turn_id: &str, payloads: Vec<EventPayload>) -> bool {
-        let active = lock(&self.active);
-        if active.as_ref().is_none_or(|a| a.turn_id != turn_id) {
-            return false;
-        }
-        if !payloads.is_empty() {
-            self.journal_batch(payloads, || true);
-        }
-        true
-    }
-
-    /// True when `turn_id` is the session's last ended turn.
-    pub fn knows_turn(&self, turn_id: &str) -> bool {
-        lock(&self.record)
-            .last_turn
-            .as_ref()
-            .is_some_and(|t| t.turn_id == turn_id)
-    }
-
     /// True when an operator command with this exec id is running.
     pub fn command_running(&self, exec_id: &str) -> bool {
         lock(&self.commands).contains_key(exec_id)
-    }
-
-    /// Marks `turn_id` as running with `model`; fails when another turn runs.
-    pub fn begin_turn(
-        &self,
-        turn_id: &str,
-        model: ModelRef,
-    ) -> Result<oneshot::Receiver<TurnOutcome>> {
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut active = lock(&self.active);
-            if let Some(a) = active.as_ref() {
-                return Err(RuntimeError::TurnInProgress {
-                    session_id: self.id.clone(),
-                    turn_id: a.turn_id.clone(),
-                });
-            }
-            *active = Some(ActiveTurn {
-                turn_id: turn_id.to_string(),
-                model,
-                done: Some(tx),
-                stop_reason: None,
-                lead: None,
-            });
-        }
-        let started = self.update_unflushed(|r| {
-            r.status = SessionStatus::Running;
-            r.active_turn = Some(turn_id.to_string());
-            r.turn_count += 1;
-        });
-        if let Err(e) = started {
-            // Not started after all: the session stays idle, and the next request may try again.
-            lock(&self.active).take();
-            let _ = self.update(|r| {
-                r.status = SessionStatus::Idle;
-                r.active_turn = None;
-                r.turn_count = r.turn_count.saturating_sub(1);
-            });
-            return Err(e);
-        }
-        Ok(rx)
-    }
-
-    /// Forgets a turn that never reached the worker, as if it had not been started.
-    pub fn abandon_turn(&self, turn_id: &str) {
-        let mut active = lock(&self.active);
-        if active.as_ref().is_some_and(|a| a.turn_id == turn_id) {
-            *active = None;
-            drop(active);
-            let _ = self.update(|r| {
-                r.status = SessionStatus::Idle;
-                r.active_turn = None;
-                r.turn_count = r.turn_count.saturating_sub(1);
-            });
-        }
-    }
-
-    /// Records the end of `turn_id` (history, record), then emits its `turn_completed` or `error` event, then wakes
-    /// the waiter: whoever sees the end event finds the session idle and the history saved. True when the turn was
-    /// running and its messages are saved.
-    pub fn finish_turn(&self, mut end: TurnEnd) -> bool {
-        // Held until the end is saved: whoever then finds no turn running (a one-shot about to exit) finds its end
-        // on disk, not still being written.
-        let mut turn = lock(&self.active);
-        let Some(mut active) = turn.take_if(|a| a.turn_id == end.turn_id) else {
-            return false;
-        };
-        lock(&self.fault).take();
-        let ended = |r: &mut SessionRecord, status: TurnStatus| {
-            r.status = SessionStatus::Idle;
-            r.active_turn = None;
-            r.last_turn = Some(LastTurn {
-                turn_id: end.turn_id.clone(),
-                status,
-                finished_at: now(),
-            });
-            r.updated_at = now();
-        };
-        // The messages and the record that ends the turn are written together (see `save_turn_end`).
-        let (history, _) = {
-            let mut record = lock(&self.record);
-            ended(&mut record, end.status);
-            self.journal.log().save_turn_end(&end.messages, &record)
-        };
-        let saved = history.is_ok();
-        if let Err(e) = history {
-            tracing::error!(session = %self.id, "history not persisted: {e}");
-            // The next turn would not see these messages: the turn did not durably happen.
-            let (code, cause) = e
-                .storage_fault()
-                .unwrap_or(("storage_error", "the server could not save the turn".into()));
-            end.status = TurnStatus::Failed;
-            end.error = Some((
-                code.into(),
-                format!("the turn's messages were not saved: {cause}"),
-            ));
-            active.stop_reason = None;
-            let _ = self.update(|r| ended(r, TurnStatus::Failed));
-        }
-        drop(turn);
-        let outcome = match end.status {
-            TurnStatus::Completed => "completed",
-            TurnStatus::Failed => "failed",
-            TurnStatus::Interrupted => "interrupted",
-        };
-        self.metrics.turn_ended(outcome);
-        let error = match end.status {
-            TurnStatus::Completed => None,
-            TurnStatus::Interrupted if active.stop_reason.is_some() => active.stop_reason.take(),
-            _ => Some(
-                end.error
-                    .unwrap_or_else(|| ("failed".into(), "the turn failed".into())),
-            ),
-        };
-        self.emit(match &error {
-            None => EventPayload::TurnCompleted {
-                turn_id: end.turn_id.clone(),
-                final_message: end.final_message.clone(),
-                usage: end.usage,
-            },
-            Some((code, message)) => EventPayload::Error {
-                turn_id: Some(end.turn_id.clone()),
-                code: code.clone(),
-                message: message.clone(),
-            },
-        });
-        if let Some(done) = active.done.take() {
-            let outcome = TurnOutcome {
-                turn_id: end.turn_id,
-                status: end.status,
-                final_message: end.final_message,
-                usage: end.usage,
-                error,
-            };
-            // Woken once the end is stored: a client told the turn ended finds it so on any node.
-            self.journal.log().after_stored(Box::new(move || {
-                let _ = done.send(outcome);
-            }));
-        }
-        saved
-    }
-
-    /// Records why the supervisor is about to interrupt `turn_id`, for the `error` event that ends it.
-    pub fn set_stop_reason(&self, turn_id: &str, code: &str, message: &str) {
-        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
-            a.stop_reason = Some((code.into(), message.into()));
-        }
-    }
-
-    /// Ends the running turn (if any) as failed with `code`, keeping no messages.
-    pub fn fail_active_turn(&self, code: &str, message: &str) -> Option<String> {
-        let turn_id = self.active_turn()?;
-        self.fail_turn(&turn_id, code, message);
-        Some(turn_id)
-    }
-
-    /// Ends `turn_id`, if it is the running turn, as failed with `code`, keeping no messages.
-    pub fn fail_turn(&self, turn_id: &str, code: &str, message: &str) {
-        let _ = self.finish_turn(TurnEnd {
-            turn_id: turn_id.to_string(),
-            status: TurnStatus::Failed,
-            final_message: String::new(),
-            messages: Vec::new(),
-            usage: Usage::default(),
-            error: Some((code.into(), message.into())),
-        });
     }
 
     /// Registers an operator command; its exit code arrives on the receiver (dropped if the worker dies).

@@ -1,0 +1,90 @@
+//! Sessions stopped and deleted, and the runtime's end: [`ServiceRuntime::leave`] for a process about to exit,
+//! [`ServiceRuntime::shutdown`] for one that lets running turns end.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use service_ipc::ToWorker;
+
+use super::error::{Result, RuntimeError};
+use super::session::Session;
+use super::ServiceRuntime;
+
+impl ServiceRuntime {
+    /// Stops the session's worker, forgets its grants and deletes its files.
+    pub async fn delete_session(&self, id: &str) -> Result<()> {
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
+        // First, so its pending requests answer "session deleted" rather than "turn ended".
+        self.inner.approvals.drop_session(id);
+        self.stop_session(&session, "the session was deleted").await;
+        self.sessions().remove(id);
+        self.inner.store.delete(id).await?;
+        match std::fs::remove_dir_all(&session.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(RuntimeError::io("cannot delete", &session.dir, e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) async fn stop_session(&self, session: &Arc<Session>, reason: &str) {
+        let worker = session.worker.lock().await.take();
+        if let Some(turn_id) = session.active_turn() {
+            self.inner.approvals.drop_turn(&turn_id);
+            if let Some(w) = worker.as_ref().filter(|w| w.is_alive()) {
+                // Let the turn end itself (tools killed, history kept), briefly; then fail it.
+                session.set_stop_reason(&turn_id, "shutdown", reason);
+                let _ = w
+                    .send(ToWorker::Interrupt {
+                        turn_id: turn_id.clone(),
+                    })
+                    .await;
+                for _ in 0..40 {
+                    if session.active_turn().is_none() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            session.fail_active_turn("shutdown", reason);
+        }
+        if let Some(w) = worker {
+            w.shutdown(Duration::from_secs(2)).await;
+        }
+        self.inner.store.release(&session.id).await;
+    }
+
+    /// Ends the runtime of a process about to exit, without waiting for its workers: when no turn runs, each is
+    /// killed (its sandbox goes with it) and its socket directory removed, and the cgroups it leaves are returned,
+    /// for the caller to have removed once they are empty. A running turn gets the whole of [`Self::shutdown`].
+    pub async fn leave(&self, reason: &str) -> Vec<PathBuf> {
+        let sessions: Vec<_> = self.sessions().values().cloned().collect();
+        if sessions.iter().any(|s| s.active_turn().is_some()) {
+            self.shutdown(reason).await;
+            return Vec::new();
+        }
+        self.inner.prestarted.close().await;
+        let mut cgroups = Vec::new();
+        for session in sessions {
+            if let Some(worker) = session.worker.lock().await.take() {
+                worker.kill();
+                let (dirs, run_dir) = &worker.remains;
+                cgroups.extend(dirs.iter().cloned());
+                let _ = std::fs::remove_dir_all(run_dir);
+            }
+            self.inner.store.release(&session.id).await;
+        }
+        cgroups
+    }
+
+    /// Stops every worker; running turns end with an error saying `reason`.
+    pub async fn shutdown(&self, reason: &str) {
+        self.inner.prestarted.close().await;
+        let sessions: Vec<_> = self.sessions().values().cloned().collect();
+        for s in sessions {
+            self.stop_session(&s, reason).await;
+        }
+    }
+}
