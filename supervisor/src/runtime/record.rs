@@ -190,9 +190,14 @@ fn exchange(path: &Path, json: &[u8], sync: bool) -> Result<Option<std::fs::File
         .truncate(false)
         .open(&spare)
         .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
-    file.write_all(json)
-        .and_then(|()| file.set_len(json.len() as u64))
-        .and_then(|()| if sync { file.sync_all() } else { Ok(()) })
+    let len = json.len() as u64;
+    // Cut only when shorter: a truncate, even to the same length, marks the inode for `fdatasync` to write.
+    // `fdatasync` because the exchange needs the new bytes and length on disk first, not the times: a record of
+    // the same length as the spare's then costs one write, not two (the inode's block too).
+    file.metadata()
+        .and_then(|was| file.write_all(json).map(|()| was.len()))
+        .and_then(|was| if len < was { file.set_len(len) } else { Ok(()) })
+        .and_then(|()| if sync { file.sync_data() } else { Ok(()) })
         .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
     let at = nix::fcntl::AT_FDCWD;
     match nix::fcntl::renameat2(
