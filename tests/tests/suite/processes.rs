@@ -23,6 +23,15 @@ fn state(pid: i32) -> Option<char> {
         .and_then(|s| s.trim().chars().next())
 }
 
+/// The parent of `pid`, from its status.
+fn parent(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
 /// Every child of `pid`, over all its threads.
 fn children(pid: i32) -> Vec<i32> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -104,16 +113,15 @@ async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
     });
     let (id, outcome, _) = interrupt_slow_tool(&rt, &f).await;
     assert_eq!(outcome.status, TurnStatus::Interrupted);
-    let procs = session_pids(&id);
-    let worker = procs
-        .iter()
-        .copied()
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.starts_with(b"/run/service/worker\0worker\0"))
-                && !children(*p).is_empty()
-        })
-        .expect("the worker, with the spare shells' reapers as children");
+    let worker_line = |p: i32| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"/run/service/worker\0worker\0"))
+    };
+    // The worker's forked reapers share its command line; their parent is the worker, and the worker's is bwrap.
+    let worker = session_pids(&id)
+        .into_iter()
+        .find(|p| worker_line(*p) && !parent(*p).is_some_and(worker_line))
+        .expect("the worker among the session's processes");
     // The killed command's shell was handed to the worker when its reaper died; the worker reaps it.
     let mut zombies = Vec::new();
     for _ in 0..100 {
@@ -130,9 +138,18 @@ async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
         zombies.is_empty(),
         "zombies left in the sandbox: {zombies:?}"
     );
-    // The spares (a reaper each, as the worker's children) wait for a command, then go.
+    // The spares (a reaper each, as the worker's children) wait for a command, then go. The first ones start
+    // `FIRST_START_AFTER` after the command, so the interrupt may have ended the turn before they existed.
+    let mut spares = children(worker);
+    for _ in 0..250 {
+        if !spares.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        spares = children(worker);
+    }
     assert!(
-        !children(worker).is_empty(),
+        !spares.is_empty(),
         "no spare shell was started after the command"
     );
     let procs = settle_at(&id, 2).await;
