@@ -14,22 +14,23 @@ fn session_pids(id: &str) -> Vec<i32> {
     super::support::pids_with(&format!("--label {id}"))
 }
 
-/// The `State:` letter of a process, from the host's /proc.
-fn state(pid: i32) -> Option<char> {
+/// A field of a process's status in the host's /proc (`State:`, `PPid:`), trimmed.
+fn status_field(pid: i32, key: &str) -> Option<String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("State:"))
-        .and_then(|s| s.trim().chars().next())
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
 }
 
-/// The parent of `pid`, from its status.
+/// The `State:` letter of a process.
+fn state(pid: i32) -> Option<char> {
+    status_field(pid, "State:").and_then(|s| s.chars().next())
+}
+
+/// The parent of a process.
 fn parent(pid: i32) -> Option<i32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("PPid:"))
-        .and_then(|p| p.trim().parse().ok())
+    status_field(pid, "PPid:").and_then(|p| p.parse().ok())
 }
 
 /// Every child of `pid`, over all its threads.
