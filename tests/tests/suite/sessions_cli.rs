@@ -255,6 +255,50 @@ fn prune_removes_old_session_directories_a_killed_run_left_without_a_record_and_
 }
 
 #[test]
+fn prune_deletes_a_leftover_without_following_a_link_its_sandbox_made_to_the_host() {
+    let env = Env::new();
+    let canary = env.path("canary");
+    std::fs::create_dir_all(&canary).unwrap();
+    std::fs::write(canary.join("keep"), "a host file").unwrap();
+    // The model's command, in the real sandbox, links the workspace to a host directory it cannot see.
+    let script = r#"{turns: [{replies: [
+  {tool_calls: [{name: "Bash", arguments: {command: "ln -s CANARY escape && echo linked"}}]},
+  {text: "done {{last_tool_output}}"}
+]}]}"#
+        .replace("CANARY", &canary.display().to_string());
+    write_bundle(&env.path("sb"), &script, "", "workspace_write");
+    assert!(env
+        .run(&["run", "./sb", "--prompt", "x"])
+        .ok()
+        .contains("done linked"));
+    let id = ids(&env, &[]).remove(0);
+    let dir = env.home.path().join("sessions").join(&id);
+    assert!(
+        dir.join("workspace/escape").is_symlink(),
+        "the sandbox made its link"
+    );
+    // Its record lost, as a run killed before writing one leaves a directory, and old enough to go.
+    std::fs::remove_file(dir.join("session.json")).unwrap();
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::open(&dir)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
+
+    let pruned = env.run(&["sessions", "prune", "--older-than", "1h"]);
+    assert!(
+        pruned.ok().contains(&format!("deleted {}", dir.display())),
+        "{}",
+        pruned.stdout
+    );
+    assert!(!dir.exists());
+    assert!(
+        canary.join("keep").is_file(),
+        "prune followed the sandbox's link out of the session directory"
+    );
+}
+
+#[test]
 fn init_writes_a_commented_starter_for_each_provider_and_the_scripted_one_answers_offline() {
     let env = Env::new();
     for (provider, model, hint) in [
