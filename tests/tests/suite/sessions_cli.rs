@@ -190,6 +190,26 @@ fn continue_without_a_session_and_a_run_whose_turn_cannot_start_leave_no_session
     );
 }
 
+/// Makes `dir` look unchanged for `secs`.
+fn age(dir: &std::path::Path, secs: u64) {
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+    std::fs::File::open(dir)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
+}
+
+/// Runs `sessions prune --older-than 1h` and checks that it deleted `dir`, and said so.
+fn prune_deletes(env: &Env, dir: &std::path::Path) {
+    let pruned = env.run(&["sessions", "prune", "--older-than", "1h"]);
+    assert!(
+        pruned.ok().contains(&format!("deleted {}", dir.display())),
+        "{}",
+        pruned.stdout
+    );
+    assert!(!dir.exists());
+}
+
 #[test]
 fn prune_removes_old_session_directories_a_killed_run_left_without_a_record_and_nothing_else() {
     let env = Env::new();
@@ -204,11 +224,7 @@ fn prune_removes_old_session_directories_a_killed_run_left_without_a_record_and_
         if let Some(text) = record {
             std::fs::write(dir.join("session.json"), text).unwrap();
         }
-        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age_s);
-        std::fs::File::open(&dir)
-            .unwrap()
-            .set_modified(then)
-            .unwrap();
+        age(&dir, age_s);
         dir
     };
     let old = leftover("0b6f1c52-3f0e-4d7a-9a51-1f2e3d4c5b6a", 7200, None);
@@ -228,13 +244,7 @@ fn prune_removes_old_session_directories_a_killed_run_left_without_a_record_and_
     assert!(dry.ok().contains(&line), "{}", dry.stdout);
     assert!(old.is_dir(), "a dry run deletes nothing");
 
-    let pruned = env.run(&["sessions", "prune", "--older-than", "1h"]);
-    assert!(
-        pruned.ok().contains(&format!("deleted {}", old.display())),
-        "{}",
-        pruned.stdout
-    );
-    assert!(!old.exists());
+    prune_deletes(&env, &old);
     assert!(
         young.is_dir(),
         "under ten minutes old, it may be a create under way"
@@ -279,19 +289,9 @@ fn prune_deletes_a_leftover_without_following_a_link_its_sandbox_made_to_the_hos
     );
     // Its record lost, as a run killed before writing one leaves a directory, and old enough to go.
     std::fs::remove_file(dir.join("session.json")).unwrap();
-    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-    std::fs::File::open(&dir)
-        .unwrap()
-        .set_modified(then)
-        .unwrap();
+    age(&dir, 7200);
 
-    let pruned = env.run(&["sessions", "prune", "--older-than", "1h"]);
-    assert!(
-        pruned.ok().contains(&format!("deleted {}", dir.display())),
-        "{}",
-        pruned.stdout
-    );
-    assert!(!dir.exists());
+    prune_deletes(&env, &dir);
     assert!(
         canary.join("keep").is_file(),
         "prune followed the sandbox's link out of the session directory"
