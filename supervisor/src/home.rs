@@ -27,6 +27,23 @@ impl ServiceHome {
         }
     }
 
+    /// Makes the store root if missing, private to this user (0700): nothing below it (installed bundles, the layout
+    /// cache, sessions, sockets) is any other local user's to read or run. A root this user owns with wider modes
+    /// is narrowed where the file system lets it (a read-only store is left as it is, and says so at its first
+    /// write); one owned by someone else is left alone.
+    pub fn secure(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.root)?;
+        let meta = std::fs::metadata(&self.root)?;
+        if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+            let _ = std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700));
+        }
+        Ok(())
+    }
+
     /// The store root.
     pub fn root(&self) -> &Path {
         &self.root

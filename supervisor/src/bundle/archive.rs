@@ -68,34 +68,11 @@ pub fn pack(root: &Path) -> Result<Vec<u8>> {
         .map_err(|e| BundleError::io("cannot pack", root, e))
 }
 
-/// Unpacks a tar made by [`pack`] into `dest`, refusing entries that would land outside it.
+/// Unpacks a bundle layer into `dest` as a hostile archive (see [`super::unpack`]): files and directories only,
+/// inside `dest`, with modes the supervisor chooses.
 pub fn unpack(tar_bytes: &[u8], dest: &Path) -> Result<()> {
-    std::fs::create_dir_all(dest).map_err(|e| BundleError::io("cannot create", dest, e))?;
-    let mut archive = tar::Archive::new(tar_bytes);
-    archive.set_preserve_permissions(true);
-    let entries = archive
-        .entries()
-        .map_err(|e| BundleError::io("cannot unpack into", dest, e))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| BundleError::io("cannot unpack into", dest, e))?;
-        let kind = entry.header().entry_type();
-        if !(kind.is_file() || kind.is_dir()) {
-            return Err(BundleError::Layout {
-                path: dest.to_path_buf(),
-                message: "bundle layer holds a link or special file; refusing to unpack it".into(),
-            });
-        }
-        // unpack_in refuses absolute paths and `..` components.
-        let inside = entry
-            .unpack_in(dest)
-            .map_err(|e| BundleError::io("cannot unpack into", dest, e))?;
-        if !inside {
-            return Err(BundleError::Layout {
-                path: dest.to_path_buf(),
-                message: "bundle layer holds a path outside the bundle; refusing to unpack it"
-                    .into(),
-            });
-        }
-    }
-    Ok(())
+    super::unpack::unpack(tar_bytes, dest, MAX_BUNDLE_BYTES).map_err(|e| BundleError::Layout {
+        path: PathBuf::from("the bundle layer"),
+        message: e.to_string(),
+    })
 }

@@ -7,6 +7,7 @@
 //! - [`reference`]: parses references and resolves them, the one place that does.
 //! - [`oci_archive`]: a layout as one tar file (`export`, `import`).
 //! - [`template`]: the starter bundle of `init`.
+//! - [`unpack`]: unpacking a tar as a hostile archive (layers and imports).
 
 pub mod agent;
 pub mod archive;
@@ -20,6 +21,7 @@ pub mod reference;
 pub mod skills;
 pub mod store;
 pub mod template;
+pub mod unpack;
 
 use std::path::{Path, PathBuf};
 

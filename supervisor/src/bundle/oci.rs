@@ -182,6 +182,19 @@ pub fn load_layout(home: &ServiceHome, dir: &Path) -> Result<Bundle> {
     )?;
 
     let root = home.layout_cache().join(hex_of(&layer_desc.digest));
+    // The cache is trusted only as far as it looks like what `unpack` writes: a tree an older version unpacked with
+    // the archive's modes (setuid files, world-writable directories), or one changed since, is unpacked again.
+    if root.is_dir() && !super::unpack::is_clean(&root) {
+        tracing::warn!(
+            "the cached layer {} has files unpacking never makes; unpacking it again",
+            layer_desc.digest
+        );
+        let stale = home
+            .layout_cache()
+            .join(format!(".stale-{}", uuid::Uuid::new_v4()));
+        std::fs::rename(&root, &stale).map_err(|e| BundleError::io("cannot replace", &root, e))?;
+        let _ = std::fs::remove_dir_all(&stale);
+    }
     if !root.is_dir() {
         let staging = home
             .layout_cache()

@@ -6,7 +6,7 @@
 //! directory, verifies the layout like any other (every blob's digest), and installs it atomically.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::error::{BundleError, Result};
 use super::{archive, oci, store, Bundle};
@@ -73,52 +73,42 @@ pub fn import_from(home: &ServiceHome, reader: impl Read, origin: &Path) -> Resu
         .map_err(|e| BundleError::io("cannot create a temporary directory for", origin, e))?;
     let layout = tmp.path().join("layout");
     unpack(reader, &layout, origin)?;
-    let loaded = oci::load_layout(home, &layout)?;
+    // The layout's errors name where it was unpacked, a temporary path of this machine: name the archive instead.
+    // A missing file of the archive is the client's error too, not the server's.
+    let named = |path: &Path| {
+        path.strip_prefix(&layout)
+            .map(|rel| origin.join(rel))
+            .unwrap_or_else(|_| origin.to_path_buf())
+    };
+    let loaded = oci::load_layout(home, &layout).map_err(|e| match e {
+        BundleError::Layout { path, message } => BundleError::Layout {
+            path: named(&path),
+            message,
+        },
+        BundleError::Io {
+            action,
+            path,
+            source,
+        } if path.starts_with(&layout) => BundleError::Layout {
+            path: named(&path),
+            message: format!("{action}: {source}"),
+        },
+        // Its files, checked where the layer was unpacked (the store's cache): the archive is what is wrong.
+        BundleError::NotABundle { message, .. } => BundleError::Layout {
+            path: origin.to_path_buf(),
+            message,
+        },
+        other => other,
+    })?;
     store::install(home, &loaded.root)
 }
 
-/// Unpacks regular files and directories only (no links, devices or paths that climb out), at most
-/// [`MAX_ARCHIVE_BYTES`] in all.
+/// Unpacks the archive as a hostile one (see [`super::unpack`]), at most [`MAX_ARCHIVE_BYTES`] in all.
 fn unpack(reader: impl Read, dest: &Path, origin: &Path) -> Result<()> {
-    let bad = |message: String| BundleError::Layout {
-        path: origin.to_path_buf(),
-        message,
-    };
-    std::fs::create_dir_all(dest).map_err(|e| BundleError::io("cannot create", dest, e))?;
-    let mut archive = tar::Archive::new(reader.take(MAX_ARCHIVE_BYTES + 1));
-    let mut total: u64 = 0;
-    let entries = archive
-        .entries()
-        .map_err(|e| bad(format!("not a tar archive: {e}")))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| bad(format!("damaged tar archive: {e}")))?;
-        let rel: PathBuf = entry
-            .path()
-            .map_err(|e| bad(format!("an entry has an unreadable name: {e}")))?
-            .into_owned();
-        let kind = entry.header().entry_type();
-        if !(kind.is_file() || kind.is_dir()) {
-            return Err(bad(format!(
-                "{}: only files and directories may be in a bundle archive",
-                rel.display()
-            )));
-        }
-        total += entry.size();
-        if total > MAX_ARCHIVE_BYTES {
-            return Err(bad(format!(
-                "larger than the {MAX_ARCHIVE_BYTES} byte limit of a bundle archive"
-            )));
-        }
-        // `unpack_in` refuses absolute paths and `..`.
-        let inside = entry
-            .unpack_in(dest)
-            .map_err(|e| bad(format!("{}: cannot unpack: {e}", rel.display())))?;
-        if !inside {
-            return Err(bad(format!(
-                "{}: the path leaves the archive",
-                rel.display()
-            )));
-        }
-    }
-    Ok(())
+    super::unpack::unpack(reader.take(MAX_ARCHIVE_BYTES + 1), dest, MAX_ARCHIVE_BYTES).map_err(
+        |e| BundleError::Layout {
+            path: origin.to_path_buf(),
+            message: e.to_string(),
+        },
+    )
 }
