@@ -43,6 +43,9 @@ pub struct Launch {
     /// Limits to apply to the worker once it has connected; kept until it has exited (its cgroups are removed
     /// when dropped).
     pub limits: Option<Arc<Limits>>,
+    /// Descriptors the command names in its arguments, which it must inherit (and no other process); closed once
+    /// it has started.
+    pub inherit: Vec<std::os::fd::OwnedFd>,
 }
 
 /// How a worker of a bundle would see its session: known before one starts, for a turn that needs none yet.
@@ -121,6 +124,7 @@ impl Launcher for HostLauncher {
             workspace: view.workspace,
             confinement: view.confinement,
             limits: None,
+            inherit: Vec::new(),
         })
     }
 }

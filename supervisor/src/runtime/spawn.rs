@@ -107,14 +107,17 @@ pub(crate) async fn start(
         .kill_on_drop(true)
         .process_group(0)
         .stdin(std::process::Stdio::null());
-    let mut child = spawn_with_fd(&mut command, theirs.as_fd())
-        .map(WorkerProcess::new)
-        .map_err(|e| {
-            unavailable(format!(
-                "cannot start {}: {e}",
-                rt.options.worker_exe.display()
-            ))
-        })?;
+    let mut inherited: Vec<_> = launch.inherit.iter().map(|fd| fd.as_fd()).collect();
+    inherited.push(theirs.as_fd());
+    let spawned = spawn_with_fds(&mut command, &inherited);
+    drop(inherited);
+    drop(launch.inherit);
+    let mut child = spawned.map(WorkerProcess::new).map_err(|e| {
+        unavailable(format!(
+            "cannot start {}: {e}",
+            rt.options.worker_exe.display()
+        ))
+    })?;
     drop(theirs);
 
     // The cgroups are made on a blocking thread while bwrap starts, and handed to the worker, which moves itself
@@ -225,7 +228,7 @@ fn egress_for(rt: &Inner, bundle: &Bundle, run_dir: &Path) -> Result<Option<Egre
         &socket,
         policy,
         rt.options.resolver.clone(),
-        rt.store.reserved().into(),
+        super::ServiceRuntime::reserved_addresses(rt).into(),
     )
     .map(Some)
     .map_err(|e| RuntimeError::io("cannot start the egress proxy at", &socket, e))
@@ -330,16 +333,17 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
     }
 }
 
-/// The worker's form of the bundle's MCP servers. `env_from_host` is read here, from the supervisor's environment,
-/// except the variables that hold provider keys or the server's own secrets, which never enter a sandbox.
+/// The worker's form of the bundle's MCP servers. `env_from_host` is read here, from the supervisor's environment:
+/// only the variables the operator listed (`SERVICE_PASS_ENV`, `serve --pass-env`, `pass_env` in `config.toml`), and
+/// never one that holds a provider key or the server's own secrets, listed or not.
 fn mcp_servers(
     rt: &Inner,
     id: &str,
     bundle: &Bundle,
 ) -> std::collections::BTreeMap<String, service_ipc::McpServer> {
     let host = |name: &str| {
-        if rt.options.keys.withheld(name) {
-            tracing::warn!(session = %id, "mcp_servers env_from_host names {name}, which holds a secret of the server; not passed");
+        if !rt.options.keys.passes(name) {
+            tracing::warn!(session = %id, "mcp_servers env_from_host names {name}, which the operator has not listed (SERVICE_PASS_ENV, --pass-env) or which holds a secret of the server; not passed");
             return None;
         }
         std::env::var(name).ok()
@@ -356,16 +360,22 @@ fn mcp_servers(
 /// may run meanwhile, or that worker's sandbox would inherit this one's socket.
 static SPAWN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Spawns `command` with `fd` inherited at its current number (and no other descriptor of ours).
-fn spawn_with_fd(
+/// Spawns `command` with `fds` inherited at their current numbers (and no other descriptor of ours).
+fn spawn_with_fds(
     command: &mut tokio::process::Command,
-    fd: std::os::fd::BorrowedFd<'_>,
+    fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> std::io::Result<tokio::process::Child> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};
     let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
-    let spawned = command.spawn();
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    let set = |flags: FdFlag| -> std::io::Result<()> {
+        for fd in fds {
+            fcntl(fd, FcntlArg::F_SETFD(flags))?;
+        }
+        Ok(())
+    };
+    let spawned = set(FdFlag::empty()).and_then(|()| command.spawn());
+    // Close-on-exec again whatever happened, so that no later spawn inherits them.
+    set(FdFlag::FD_CLOEXEC)?;
     spawned
 }
 

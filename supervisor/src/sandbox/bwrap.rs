@@ -14,9 +14,10 @@
 //! 3. kernel filesystems: `/proc`, `/dev` with a tmpfs `/dev/shm`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
-//! 6. the bundle, read-only, at [`BUNDLE_DIR`], and the egress proxy's socket, read-only (connecting to a socket
+//! 6. the bundle, read-only, at [`BUNDLE_DIR`] (by descriptor, see [`super::host_dir`]), and the egress proxy's socket, read-only (connecting to a socket
 //!    needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
-//! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write, then `--remount-ro /dev --remount-ro /`: the
+//! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write, by descriptor (`--ro-bind-fd`, `--bind-fd`:
+//!    the directory opened without following a link is the one bound, see [`super::host_dir`]), then `--remount-ro /dev --remount-ro /`: the
 //!    root and `/dev` bwrap made (tmpfs the sandbox user owns, holding the mount points and the symlinks) become
 //!    read-only;
 //! 8. `--chdir` into the workspace, then the worker command with its inherited socket descriptor (`--ipc-fd`):
@@ -50,10 +51,10 @@ pub struct HostPaths {
     pub ipc_fd: i32,
     /// The session or spare it serves, shown in process listings.
     pub label: String,
-    /// Bundle root.
-    pub bundle: PathBuf,
-    /// Session workspace.
-    pub workspace: PathBuf,
+    /// Inherited descriptor of the bundle root (see [`super::host_dir`]).
+    pub bundle_fd: i32,
+    /// Inherited descriptor of the session's workspace (see [`super::host_dir`]).
+    pub workspace_fd: i32,
     /// The egress proxy's socket, when the sandbox may reach hosts through it.
     pub egress: Option<PathBuf>,
 }
@@ -73,6 +74,12 @@ fn push_mount(args: &mut Vec<OsString>, flag: &str, a: &Path, b: &Path) {
     args.push(flag.into());
     args.push(a.into());
     args.push(b.into());
+}
+
+fn push_fd_mount(args: &mut Vec<OsString>, flag: &str, fd: i32, dest: &str) {
+    args.push(flag.into());
+    args.push(fd.to_string().into());
+    args.push(dest.into());
 }
 
 /// The bwrap arguments (without the `bwrap` program itself) that run the worker.
@@ -130,7 +137,7 @@ pub fn args(
         }
     }
     push_mount(&mut a, "--ro-bind", &paths.exe, Path::new(WORKER_EXE));
-    push_mount(&mut a, "--ro-bind", &paths.bundle, Path::new(BUNDLE_DIR));
+    push_fd_mount(&mut a, "--ro-bind-fd", paths.bundle_fd, BUNDLE_DIR);
     if let Some(socket) = &paths.egress {
         push_mount(
             &mut a,
@@ -140,11 +147,11 @@ pub fn args(
         );
     }
     let ws_flag = if perms.workspace_writable {
-        "--bind"
+        "--bind-fd"
     } else {
-        "--ro-bind"
+        "--ro-bind-fd"
     };
-    push_mount(&mut a, ws_flag, &paths.workspace, Path::new(WORKSPACE_DIR));
+    push_fd_mount(&mut a, ws_flag, paths.workspace_fd, WORKSPACE_DIR);
     // bwrap's root and `/dev` are tmpfs owned by the sandbox user: left writable, sandboxed code could replace `/bin`,
     // `/lib64` (the dynamic loader of every later command, operator commands included) or `/dev/stdout`, or add
     // `/etc/ld.so.preload` where `/etc` is bound file by file. Read-only once everything is mounted on them; the
@@ -179,8 +186,8 @@ mod tests {
             exe: "/opt/bin/service-worker".into(),
             ipc_fd: 7,
             label: "s1".into(),
-            bundle: "/home/u/.service/bundles/installs/local/hello/0.1.0".into(),
-            workspace: "/home/u/.service/sessions/s1/workspace".into(),
+            bundle_fd: 8,
+            workspace_fd: 9,
             egress: None,
         }
     }
@@ -255,11 +262,11 @@ mod tests {
             "--ro-bind",
             "/opt/bin/service-worker",
             "/run/service/worker",
-            "--ro-bind",
-            "/home/u/.service/bundles/installs/local/hello/0.1.0",
+            "--ro-bind-fd",
+            "8",
             "/bundle",
-            "--ro-bind",
-            "/home/u/.service/sessions/s1/workspace",
+            "--ro-bind-fd",
+            "9",
             "/workspace",
             "--remount-ro",
             "/dev",
@@ -304,13 +311,7 @@ mod tests {
                 "ALL"
             ]
         );
-        let ws = a
-            .iter()
-            .position(|x| x == "/home/u/.service/sessions/s1/workspace")
-            .unwrap();
-        assert_eq!(a[ws - 1], "--bind");
-        assert!(!a
-            .iter()
-            .any(|x| x.contains("/home/u") && !x.starts_with("/home/u/.service")));
+        assert!(a.windows(3).any(|w| w == ["--bind-fd", "9", "/workspace"]));
+        assert!(!a.iter().any(|x| x == "--bind" || x.contains("/home/u")));
     }
 }

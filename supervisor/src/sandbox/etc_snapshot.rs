@@ -8,7 +8,7 @@
 //! `update-alternatives`) makes a new snapshot at the next session start, never a stale one. Checking the key
 //! costs a few `stat` calls.
 //!
-//! The snapshot holds empty mount points for the network files (`/etc/hosts`, `/etc/resolv.conf`, `/etc/ssl`):
+//! The snapshot holds empty mount points for the network files (`/etc/hosts`, `/etc/resolv.conf`, `/etc/ssl/certs`):
 //! those stay binds of the live host files, laid over the snapshot only when the manifest allows the network, so
 //! the resolver configuration is always current and certificate keys are never copied.
 //!

@@ -3,6 +3,7 @@
 //! - [`profile`]: the embedded `sandbox-profiles/` data and its resolution against the host.
 //! - [`bwrap`]: the pure function from a resolved profile to the bwrap argument vector.
 //! - [`etc_snapshot`]: the profile's `/etc` files as one snapshot directory, bound once.
+//! - [`host_dir`]: the bundle and workspace directories, opened without following links and bound by descriptor.
 //! - [`limits`]: cgroups and rlimits for `sandbox.resources`.
 //!
 //! The launcher wraps the worker process itself, so the Bash tool and operator commands run inside the same
@@ -11,10 +12,12 @@
 
 pub mod bwrap;
 pub mod etc_snapshot;
+pub mod host_dir;
 pub mod limits;
 pub mod profile;
 
 use std::collections::HashSet;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -161,12 +164,17 @@ impl Launcher for SandboxLauncher {
         };
         let mounts = Self::mounts(sandbox, spec.cache_dir)?;
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
+        // What a sandbox may have changed (a workspace, a parent of a session's `cwd`) is bound as it is now,
+        // through no link; the store's bundle too, for one rule for every directory.
+        let bind_err = |e: host_dir::HostDirError| RuntimeError::WorkerUnavailable(e.to_string());
+        let workspace_fd = host_dir::open_no_links(spec.workspace).map_err(bind_err)?;
+        let bundle_fd = host_dir::open_no_links(spec.bundle_root).map_err(bind_err)?;
         let paths = bwrap::HostPaths {
             exe,
             ipc_fd: spec.ipc_fd,
             label: spec.session_id.to_string(),
-            bundle: spec.bundle_root.to_path_buf(),
-            workspace: spec.workspace.to_path_buf(),
+            bundle_fd: bundle_fd.as_raw_fd(),
+            workspace_fd: workspace_fd.as_raw_fd(),
             egress: spec.egress_socket.map(|p| p.to_path_buf()),
         };
         let perms = bwrap::Permissions {
@@ -195,6 +203,7 @@ impl Launcher for SandboxLauncher {
             workspace: view.workspace,
             confinement: view.confinement,
             limits: Some(limits),
+            inherit: vec![workspace_fd, bundle_fd],
         })
     }
 }

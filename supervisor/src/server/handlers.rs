@@ -119,6 +119,14 @@ pub async fn create_session(
     let record = rt
         .create_session_from(bundle, &req.bundle_ref, cwd.as_deref())
         .await?;
+    // The runtime resolved the directory again: a parent swapped for a link since the check above (by a sandbox
+    // that writes it) would have led it elsewhere. The session is kept only if it is still under a root.
+    if let (Some(asked), Some(_)) = (req.cwd.as_deref(), &cwd) {
+        if super::policy::cwd(&st.policy, &record.cwd).is_err() {
+            let _ = rt.delete_session(&record.id).await;
+            return Err(super::policy::cwd_refused(asked));
+        }
+    }
     Ok((StatusCode::CREATED, Json(record)))
 }
 

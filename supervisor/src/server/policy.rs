@@ -45,15 +45,18 @@ pub fn bundle_ref(policy: &ClientPolicy, reference: &str) -> Result<(), ApiError
 pub fn cwd(policy: &ClientPolicy, cwd: &str) -> Result<PathBuf, ApiError> {
     under(&policy.workspace_roots, Path::new(cwd))
         .filter(|p| p.is_dir())
-        .ok_or_else(|| {
-            forbidden(
-                "cwd_refused",
-                format!(
-                    "cwd \"{cwd}\" is not under a workspace root of this server; leave cwd out (each session gets \
-                     its own workspace), or ask the operator to start the server with --workspace-root"
-                ),
-            )
-        })
+        .ok_or_else(|| cwd_refused(cwd))
+}
+
+/// The refusal of a `cwd` that is not under a workspace root.
+pub fn cwd_refused(cwd: &str) -> ApiError {
+    forbidden(
+        "cwd_refused",
+        format!(
+            "cwd \"{cwd}\" is not under a workspace root of this server; leave cwd out (each session gets its own \
+             workspace), or ask the operator to start the server with --workspace-root"
+        ),
+    )
 }
 
 /// A bundle a client asked to run: `danger_full_access` only when the server allows it.

@@ -105,12 +105,19 @@ impl Session {
         std::fs::create_dir_all(&workspace)
             .map_err(|e| RuntimeError::io("cannot create", &workspace, e))?;
         let cwd = match cwd {
-            Some(c) => std::fs::canonicalize(c)
-                .ok()
-                .filter(|p| p.is_dir())
-                .ok_or_else(|| {
-                    RuntimeError::CwdNotFound(format!("cwd {} is not a directory", c.display()))
-                })?,
+            Some(c) => {
+                let real = std::fs::canonicalize(c)
+                    .ok()
+                    .filter(|p| p.is_dir())
+                    .ok_or_else(|| {
+                        RuntimeError::CwdNotFound(format!("cwd {} is not a directory", c.display()))
+                    })?;
+                // Resolved above; opened again through no link, as every worker start will (the path may have
+                // changed under a sandbox's hands since it was resolved).
+                crate::sandbox::host_dir::open_no_links(&real)
+                    .map_err(|e| RuntimeError::CwdNotFound(format!("cwd: {e}")))?;
+                real
+            }
             None => workspace,
         };
         let created = now();
