@@ -280,6 +280,15 @@ pub enum EventPayload {
         /// How long it was open.
         duration_ms: u64,
     },
+    /// The session's journal reached its quota while its sandbox kept making network events: they were not
+    /// journaled, and the proxy turned the sandbox's new connections away. Written once, when the worker's proxy
+    /// ends.
+    NetworkRefusalsSuppressed {
+        /// Network events left out of the journal, and connections turned away, after the quota was reached.
+        count: u64,
+        /// The quota in bytes.
+        quota: u64,
+    },
     /// `permissions.network: ask` and a host not on the list: a decision is needed before the connection opens.
     NetworkPermissionRequested {
         /// Turn id.
@@ -375,6 +384,7 @@ impl EventPayload {
             EventPayload::ApprovalResolved { .. } => "approval_resolved",
             EventPayload::NetworkAccess { .. } => "network_access",
             EventPayload::NetworkClosed { .. } => "network_closed",
+            EventPayload::NetworkRefusalsSuppressed { .. } => "network_refusals_suppressed",
             EventPayload::NetworkPermissionRequested { .. } => "network_permission_requested",
             EventPayload::PlanUpdate { .. } => "plan_update",
             EventPayload::ModelRetry { .. } => "model_retry",
@@ -410,7 +420,8 @@ impl EventPayload {
             | EventPayload::Error { turn_id, .. } => turn_id.as_deref(),
             EventPayload::McpServerStarted { .. }
             | EventPayload::McpToolsChanged { .. }
-            | EventPayload::McpServerFailed { .. } => None,
+            | EventPayload::McpServerFailed { .. }
+            | EventPayload::NetworkRefusalsSuppressed { .. } => None,
         }
     }
 

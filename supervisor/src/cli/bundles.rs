@@ -43,9 +43,28 @@ pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::R
                 bundle.root.display(),
                 bundle.digest
             );
+            let asked = host_variables(&bundle.info());
+            if !asked.is_empty() {
+                eprintln!(
+                    "warning: this bundle asks for host variables {} (env_from_host); a run passes only those the \
+                     operator lists in {} or `serve --pass-env`",
+                    asked.join(", "),
+                    service_supervisor::providers::keys::PASS_ENV
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The host variables a bundle's MCP servers ask for (`env_from_host`), sorted, once each.
+fn host_variables(info: &BundleInfo) -> Vec<String> {
+    let names: std::collections::BTreeSet<&String> = info
+        .mcp_servers
+        .values()
+        .flat_map(|s| &s.env_from_host)
+        .collect();
+    names.into_iter().cloned().collect()
 }
 
 pub fn inspect(home: &ServiceHome, reference: &str, json: bool) -> anyhow::Result<ExitCode> {
@@ -261,5 +280,15 @@ fn describe(i: &BundleInfo) -> String {
             servers.join(", ")
         },
     );
+    let asked = host_variables(i);
+    if !asked.is_empty() {
+        field(
+            "host env",
+            format!(
+                "{} (passed only if the operator lists them)",
+                asked.join(", ")
+            ),
+        );
+    }
     out
 }

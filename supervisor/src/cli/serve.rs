@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// (repeatable).
     #[arg(long, value_name = "HOST:PORT:ADDR")]
     resolve: Vec<String>,
+    /// A host environment variable a bundle's MCP servers may receive through `env_from_host` (repeatable; also
+    /// SERVICE_PASS_ENV, comma-separated, and `pass_env` in $SERVICE_HOME/config.toml). No other is passed.
+    #[arg(long, value_name = "NAME")]
+    pass_env: Vec<String>,
     /// Keep sessions in this PostgreSQL database, shared with other `serve` nodes (default: files under
     /// $SERVICE_HOME). See SCALING.md.
     #[arg(
@@ -218,6 +222,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut runtime_options =
         super::runtime_options(&home, args.dangerous_sandbox_mode, true, &args.resolve)?;
     runtime_options.pull_registries = options.policy.allowed_registries.clone();
+    runtime_options.keys.pass(args.pass_env);
     super::tokio()?.block_on(async move {
         let store: std::sync::Arc<dyn Store> = match shared {
             None => std::sync::Arc::new(FilesStore::new(home.clone())),

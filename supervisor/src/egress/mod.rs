@@ -71,6 +71,11 @@ pub enum Answer {
 pub trait Sink: Send + Sync {
     /// Appends an event to the session's journal.
     fn record(&self, payload: EventPayload);
+    /// Whether the proxy may take a new connection from the sandbox; false once the session's journal is full,
+    /// when nothing it did could be recorded. A connection turned away is counted. Default: always.
+    fn admits(&self) -> bool {
+        true
+    }
     /// The running turn, if any.
     fn turn(&self) -> Option<String>;
     /// Asks the operator about `host:port`, which resolved to `addresses`, on behalf of `turn_id`.

@@ -17,7 +17,7 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::policy::{self, normalise_host};
-use super::resolve::is_internal;
+use super::resolve::{self, is_internal};
 use super::tunnel::{self, Counted, Counters, RelayError};
 use super::{Answer, Shared, Sink, MAX_TUNNELS};
 
@@ -46,6 +46,11 @@ pub(super) async fn serve(listener: UnixListener, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
+                // Closed unanswered: a sandbox whose session can journal nothing more gets no way out either.
+                if shared.sink.get().is_some_and(|s| !s.admits()) {
+                    drop(stream);
+                    continue;
+                }
                 tokio::spawn(connection(stream, shared.clone()));
             }
             Err(e) => {
@@ -256,12 +261,15 @@ async fn decide(
     conn: &Conn,
 ) -> Result<(String, Vec<SocketAddr>), (Option<String>, Refusal)> {
     let (rule, addrs) = decide_by_policy(shared, conn).await?;
-    if let Some(own) = addrs.iter().find(|a| shared.reserved.contains(a)) {
+    let own = addrs
+        .iter()
+        .find(|a| shared.reserved.iter().any(|r| resolve::reaches(r, a)));
+    if let Some(own) = own {
         return Err((
             Some(rule),
             Refusal::forbidden(format!(
-                "{}:{} is not allowed: it resolves to {own}, the service's own session database, which no sandbox \
-                 may reach",
+                "{}:{} is not allowed: it resolves to {own}, the service's own (its session database or its API), \
+                 which no sandbox may reach",
                 conn.host, conn.port
             )),
         ));

@@ -76,16 +76,49 @@ impl Resolver {
     }
 }
 
-/// True for addresses a wildcard or `*` may not reach: loopback, private, link-local (cloud metadata lives at
-/// 169.254.169.254), carrier-grade NAT, unspecified, broadcast, multicast and their IPv6 counterparts.
-pub fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => internal_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => internal_v4(v4),
-            None => internal_v6(v6),
-        },
+/// The IPv4 address an IPv6 address stands for, when it embeds one: v4-mapped (`::ffff:a.b.c.d`), v4-compatible
+/// (`::a.b.c.d`, deprecated but still routed by some stacks), NAT64 (`64:ff9b::/96`, which a NAT64 gateway
+/// forwards to that IPv4 address) and 6to4 (`2002:AABB:CCDD::/16`); any other address as it is. Every check of an
+/// address works on this form, so that another spelling of an address cannot pass where the address is refused.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    let IpAddr::V6(v6) = ip else { return ip };
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
     }
+    let s = v6.segments();
+    let embedded =
+        |hi: u16, lo: u16| IpAddr::V4(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
+    match s {
+        // `::` and `::1` are IPv6's own unspecified and loopback addresses, not v4-compatible ones.
+        [0, 0, 0, 0, 0, 0, 0, 0] | [0, 0, 0, 0, 0, 0, 0, 1] => ip,
+        [0, 0, 0, 0, 0, 0, hi, lo] => embedded(hi, lo),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => embedded(hi, lo),
+        [0x2002, hi, lo, ..] => embedded(hi, lo),
+        _ => ip,
+    }
+}
+
+/// True for addresses a wildcard or `*` may not reach: loopback, private, link-local (cloud metadata lives at
+/// 169.254.169.254), carrier-grade NAT, unspecified, broadcast, multicast and their IPv6 counterparts, in any
+/// spelling (see [`canonical`]).
+pub fn is_internal(ip: IpAddr) -> bool {
+    match canonical(ip) {
+        IpAddr::V4(v4) => internal_v4(v4),
+        IpAddr::V6(v6) => internal_v6(v6),
+    }
+}
+
+/// Whether a connection to `target` would reach the listener at `own`, whatever the spelling: the same port, and
+/// the same address once [`canonical`], or any loopback address for a loopback listener, or any internal address
+/// for a listener on every address (`0.0.0.0`, `::`), which the host's own interfaces answer for.
+pub fn reaches(own: &SocketAddr, target: &SocketAddr) -> bool {
+    if own.port() != target.port() {
+        return false;
+    }
+    let (own_ip, ip) = (canonical(own.ip()), canonical(target.ip()));
+    own_ip == ip
+        || (own_ip.is_loopback() && ip.is_loopback())
+        || (own_ip.is_unspecified() && (is_internal(ip) || ip.is_loopback()))
 }
 
 fn internal_v4(ip: Ipv4Addr) -> bool {
@@ -138,6 +171,49 @@ mod tests {
         for ip in ["1.1.1.1", "172.32.0.1", "151.101.0.223", "2606:4700::1111"] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
+    }
+
+    #[test]
+    fn ipv6_spellings_of_internal_ipv4_addresses_are_internal() {
+        for ip in [
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b::10.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b::127.0.0.1",
+            "2002:c0a8:0101::1",
+            "2002:7f00:0001::",
+            "::ffff:192.168.0.1",
+        ] {
+            assert!(is_internal(ip.parse().unwrap()), "{ip}");
+        }
+        assert_eq!(
+            canonical("64:ff9b::1.1.1.1".parse().unwrap()),
+            "1.1.1.1".parse::<IpAddr>().unwrap()
+        );
+        assert!(!is_internal("64:ff9b::1.1.1.1".parse().unwrap()));
+        assert!(!is_internal("2002:0101:0101::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_listener_is_reached_by_every_spelling_of_its_address() {
+        let own: SocketAddr = "127.0.0.1:5432".parse().unwrap();
+        for target in [
+            "127.0.0.1:5432",
+            "[::ffff:127.0.0.1]:5432",
+            "[::1]:5432",
+            "[::127.0.0.1]:5432",
+            "127.0.0.2:5432",
+            "[64:ff9b::7f00:1]:5432",
+        ] {
+            assert!(reaches(&own, &target.parse().unwrap()), "{target}");
+        }
+        assert!(!reaches(&own, &"127.0.0.1:5433".parse().unwrap()));
+        assert!(!reaches(&own, &"1.1.1.1:5432".parse().unwrap()));
+        let any: SocketAddr = "0.0.0.0:8472".parse().unwrap();
+        assert!(reaches(&any, &"[::1]:8472".parse().unwrap()));
+        assert!(reaches(&any, &"10.1.2.3:8472".parse().unwrap()));
+        assert!(!reaches(&any, &"1.1.1.1:8472".parse().unwrap()));
     }
 
     #[tokio::test]

@@ -37,6 +37,9 @@ pub struct ConfiguredEndpoint {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
+    /// Host variables a bundle's MCP servers may receive through `env_from_host`.
+    #[serde(default)]
+    pass_env: Vec<String>,
     #[serde(default)]
     providers: BTreeMap<String, ConfiguredEndpoint>,
 }
@@ -51,11 +54,17 @@ pub struct ConfigError {
     pub message: String,
 }
 
-/// The endpoints a key may be sent to, besides the official ones.
+/// The endpoints a key may be sent to, besides the official ones, and the host variables a bundle may receive.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyPolicy {
     endpoints: Vec<ConfiguredEndpoint>,
+    /// The operator's allow list for `env_from_host` (`pass_env` in `config.toml`, `SERVICE_PASS_ENV`,
+    /// `serve --pass-env`).
+    pass_env: Vec<String>,
 }
+
+/// Environment variable listing, comma-separated, the host variables a bundle may receive (`env_from_host`).
+pub const PASS_ENV: &str = "SERVICE_PASS_ENV";
 
 /// Where one call goes and with which key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +110,25 @@ impl KeyPolicy {
             }
             endpoints.push(ep);
         }
-        Ok(KeyPolicy { endpoints })
+        let mut policy = KeyPolicy {
+            endpoints,
+            pass_env: file.pass_env,
+        };
+        if let Ok(listed) = std::env::var(PASS_ENV) {
+            policy.pass(listed.split(',').map(str::trim).filter(|n| !n.is_empty()));
+        }
+        Ok(policy)
+    }
+
+    /// Adds host variables a bundle may receive through `env_from_host` (`serve --pass-env`).
+    pub fn pass<S: Into<String>>(&mut self, names: impl IntoIterator<Item = S>) {
+        self.pass_env.extend(names.into_iter().map(Into::into));
+    }
+
+    /// Whether a bundle may receive the host's variable `name`: only when the operator listed it, and never a
+    /// [`withheld`](Self::withheld) one, listed or not.
+    pub fn passes(&self, name: &str) -> bool {
+        self.pass_env.iter().any(|n| n == name) && !self.withheld(name)
     }
 
     /// Whether a bundle may not read the host's variable `name` (an MCP server's `env_from_host`): a provider key,
@@ -179,6 +206,18 @@ mod tests {
                 base_url: "http://10.0.0.5:8000/v1".into(),
                 api_key_env: Some("GPU_KEY".into()),
             }],
+            pass_env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn only_listed_host_variables_pass_and_secrets_never_do() {
+        let mut p = policy();
+        p.pass(["TEAM_TOKEN", "GPU_KEY", "SERVICE_TOKEN", "PGPASSWORD"]);
+        assert!(p.passes("TEAM_TOKEN"));
+        assert!(!p.passes("AWS_SECRET_ACCESS_KEY"), "not listed");
+        for secret in ["GPU_KEY", "SERVICE_TOKEN", "PGPASSWORD", "OPENAI_API_KEY"] {
+            assert!(!p.passes(secret), "{secret} is withheld even when listed");
         }
     }
 

@@ -2,6 +2,7 @@
 //! put to the operator (the approval routing tools use: `network_permission_requested`, then `POST
 //! /approvals/{id}`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use futures::future::BoxFuture;
@@ -14,9 +15,15 @@ use super::Inner;
 use crate::egress::{Answer, Sink};
 
 /// A session, held weakly: the proxy lives inside the session's worker and must not keep it alive.
+///
+/// The journal quota bounds what the proxy writes, between turns too (a stdio MCP server's connections come while
+/// no turn runs). Once the journal holds the quota, network events are counted instead of journaled and the proxy
+/// turns new connections away; the count is journaled once, as `network_refusals_suppressed`, when the proxy ends.
 pub(super) struct SessionSink {
     session: Weak<Session>,
     rt: Weak<Inner>,
+    quota: u64,
+    suppressed: AtomicU64,
 }
 
 impl SessionSink {
@@ -25,15 +32,36 @@ impl SessionSink {
         SessionSink {
             session: Arc::downgrade(session),
             rt: Arc::downgrade(rt),
+            quota: rt.options.journal_quota,
+            suppressed: AtomicU64::new(0),
         }
+    }
+
+    fn full(&self, session: &Session) -> bool {
+        session.journal.bytes() >= self.quota
     }
 }
 
 impl Sink for SessionSink {
     fn record(&self, payload: EventPayload) {
         if let Some(session) = self.session.upgrade() {
-            session.emit(payload);
+            if self.full(&session) {
+                self.suppressed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                session.emit(payload);
+            }
         }
+    }
+
+    fn admits(&self) -> bool {
+        let Some(session) = self.session.upgrade() else {
+            return false;
+        };
+        let full = self.full(&session);
+        if full {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+        !full
     }
 
     fn turn(&self) -> Option<String> {
@@ -93,5 +121,17 @@ impl Sink for SessionSink {
                 None => Answer::Deny("its turn ended before anyone decided".into()),
             }
         })
+    }
+}
+
+impl Drop for SessionSink {
+    fn drop(&mut self) {
+        let count = *self.suppressed.get_mut();
+        if let (true, Some(session)) = (count > 0, self.session.upgrade()) {
+            session.emit(EventPayload::NetworkRefusalsSuppressed {
+                count,
+                quota: self.quota,
+            });
+        }
     }
 }

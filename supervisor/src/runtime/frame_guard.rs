@@ -91,6 +91,7 @@ impl Guard {
             | E::ApprovalResolved { .. }
             | E::NetworkAccess { .. }
             | E::NetworkClosed { .. }
+            | E::NetworkRefusalsSuppressed { .. }
             | E::NetworkPermissionRequested { .. }
             | E::ModelRetry { .. }
             | E::Error { .. } => {

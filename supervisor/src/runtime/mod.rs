@@ -174,6 +174,8 @@ pub(crate) struct Inner {
     approvals: ApprovalStore,
     prestarted: prestart::Prestarted,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// This process's own listeners (the HTTP server), which no sandbox may reach through its egress proxy.
+    own_addrs: Mutex<Vec<std::net::SocketAddr>>,
 }
 
 fn messages(published: PublishedStream) -> EventStream {
@@ -231,8 +233,33 @@ impl ServiceRuntime {
                 approvals: ApprovalStore::default(),
                 prestarted: prestart::Prestarted::default(),
                 metrics: Arc::default(),
+                own_addrs: Mutex::default(),
             }),
         }
+    }
+
+    /// Adds a listener of this process (the server's bound address) to what no sandbox may reach, whatever its
+    /// bundle lists; workers started from now on get it.
+    pub fn reserve_address(&self, addr: std::net::SocketAddr) {
+        self.inner
+            .own_addrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(addr);
+    }
+
+    /// The addresses no sandbox may reach: the store's (its database) and this process's own listeners.
+    pub(crate) fn reserved_addresses(inner: &Inner) -> Vec<std::net::SocketAddr> {
+        let mut all = inner.store.reserved();
+        all.extend(
+            inner
+                .own_addrs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .copied(),
+        );
+        all
     }
 
     /// The store this runtime uses.

@@ -356,6 +356,7 @@ pub async fn serve(
         forwarder: reqwest::Client::new(),
     };
     rt.store().bound_at(&format!("http://{bound}"));
+    rt.reserve_address(bound);
     rt.keep_claims();
     tracing::info!(
         bind = %bound,

@@ -237,7 +237,8 @@ impl App {
                 )),
             },
             // The opening line already says where it went.
-            EventPayload::NetworkClosed { .. } => {}
+            EventPayload::NetworkClosed { .. } | EventPayload::NetworkRefusalsSuppressed { .. } => {
+            }
             EventPayload::McpServerStarted { server, tools, .. } => {
                 self.info(format!("MCP server {server}: {} tools", tools.len()))
             }
