@@ -11,6 +11,7 @@ mod remote;
 mod run;
 mod serve;
 mod sessions;
+mod term_text;
 mod tui;
 
 use std::path::PathBuf;
@@ -321,6 +322,13 @@ fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn home() -> anyhow::Result<ServiceHome> {
-    ServiceHome::from_env()
-        .context("cannot find the store: set SERVICE_HOME or HOME to a writable directory")
+    let home = ServiceHome::from_env()
+        .context("cannot find the store: set SERVICE_HOME or HOME to a writable directory")?;
+    home.secure().with_context(|| {
+        format!(
+            "cannot make the store {} private to this user: set SERVICE_HOME to a directory you own",
+            home.root().display()
+        )
+    })?;
+    Ok(home)
 }

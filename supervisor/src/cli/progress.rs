@@ -7,10 +7,13 @@ use std::time::Instant;
 
 use service_ipc::EventPayload;
 
+use super::term_text::Output;
+
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 /// The terminal side of one run.
 pub struct Progress {
+    out: Output,
     spinner: bool,
     stream: bool,
     started: Instant,
@@ -24,9 +27,10 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Spinner and streaming as the terminals allow; both off with `--json`.
-    pub fn new(json: bool) -> Progress {
+    /// Spinner and streaming as the terminals allow; both off with `--json`. Answer text goes out through `out`.
+    pub fn new(json: bool, out: Output) -> Progress {
         Progress {
+            out,
             spinner: !json && std::io::stderr().is_terminal(),
             stream: !json && std::io::stdout().is_terminal(),
             started: Instant::now(),
@@ -50,7 +54,7 @@ impl Progress {
             EventPayload::AgentMessageDelta { delta, .. } => {
                 if self.stream {
                     self.clear();
-                    print!("{delta}");
+                    print!("{}", self.out.stdout(delta));
                     let _ = std::io::stdout().flush();
                     self.text_open = !delta.ends_with('\n');
                     self.step_streamed = true;
@@ -145,7 +149,7 @@ impl Progress {
     pub fn finish(&mut self, final_message: &str) {
         self.pause();
         if !(self.stream && self.step_streamed) {
-            println!("{final_message}");
+            println!("{}", self.out.stdout(final_message));
         }
     }
 

@@ -13,6 +13,7 @@ use service_supervisor::ServiceHome;
 use super::backend::Backend;
 use super::progress::Progress;
 use super::remote::Remote;
+use super::term_text::safe;
 
 impl RunArgs {
     /// The prompt: `--prompt TEXT`, or stdin for `--prompt -` and for a piped run without `--prompt`.
@@ -58,6 +59,10 @@ pub struct RunArgs {
     /// Stream every event as a JSON line on stdout instead of printing the answer.
     #[arg(long)]
     pub(super) json: bool,
+    /// Write the answer as the model sent it, control characters included, when stdout is not a terminal (by
+    /// default they are shown as escapes such as `^[`, so that no answer can drive the terminal).
+    #[arg(long)]
+    pub(super) raw: bool,
     /// Describe events on stderr as they happen.
     #[arg(long, short)]
     pub(super) verbose: bool,
@@ -116,14 +121,20 @@ impl Answer {
             Answer::Deny => ApprovalDecision::Deny,
             Answer::DenyNoTerminal => {
                 eprintln!(
-                    "denied {tool} `{summary}`: agent.yaml asks for approval and there is no terminal to ask on; pass \
-                     --approve to allow every request of this run, or --deny to deny them without this message"
+                    "denied {} `{}`: agent.yaml asks for approval and there is no terminal to ask on; pass \
+                     --approve to allow every request of this run, or --deny to deny them without this message",
+                    safe(tool),
+                    safe(summary)
                 );
                 ApprovalDecision::Deny
             }
             Answer::AskTerminal => {
-                let question =
-                    format!("Allow {tool} `{summary}`? [o]nce, [a]lways in this session, [d]eny: ");
+                // The tool's name and summary come from the sandbox: escaped, they cannot redraw the question.
+                let question = format!(
+                    "Allow {} `{}`? [o]nce, [a]lways in this session, [d]eny: ",
+                    safe(tool),
+                    safe(summary)
+                );
                 tokio::task::spawn_blocking(move || ask(&question))
                     .await
                     .unwrap_or(ApprovalDecision::Deny)
@@ -359,7 +370,7 @@ async fn follow(
     sigint: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<ExitCode> {
     let answer = Answer::from_args(args);
-    let mut progress = Progress::new(args.json);
+    let mut progress = Progress::new(args.json, super::term_text::Output::new(args.raw));
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     let mut interrupted = false;
     let end = loop {
@@ -419,7 +430,11 @@ async fn follow(
             Ok(ExitCode::SUCCESS)
         }
         EventPayload::Error { code, message, .. } => {
-            eprintln!("error: turn {turn_id} failed ({code}): {message}");
+            eprintln!(
+                "error: turn {turn_id} failed ({}): {}",
+                safe(&code),
+                safe(&message)
+            );
             Ok(if interrupted || code == "interrupted" {
                 ExitCode::from(130)
             } else {
@@ -509,5 +524,5 @@ fn describe(msg: &EventMsg, progress: &mut Progress) {
         _ => return,
     };
     progress.interject();
-    eprintln!("[{}] {line}", msg.id);
+    eprintln!("[{}] {}", msg.id, safe(&line));
 }

@@ -7,6 +7,7 @@ use service_ipc::{EventMsg, EventPayload};
 use service_supervisor::runtime::SessionRecord;
 
 use super::backend::Backend;
+use super::term_text::Output;
 
 /// Arguments of `sessions`; without a subcommand it lists them.
 #[derive(Debug, clap::Args)]
@@ -33,6 +34,10 @@ enum SessionsCommand {
         /// Print every journaled event as a JSON line instead.
         #[arg(long)]
         json: bool,
+        /// Write the text as it was journaled, control characters included, when stdout is not a terminal
+        /// (by default they are shown as escapes such as `^[`).
+        #[arg(long)]
+        raw: bool,
     },
     /// Stop a session's worker and delete the session with its journal and workspace.
     Delete {
@@ -66,8 +71,8 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
             Some(SessionsCommand::List { json }) => {
                 print_list(&backend.sessions().await?, json || args.json)
             }
-            Some(SessionsCommand::Show { id, json }) => {
-                show(&backend, &id, json || args.json).await
+            Some(SessionsCommand::Show { id, json, raw }) => {
+                show(&backend, &id, json || args.json, Output::new(raw)).await
             }
             Some(SessionsCommand::Delete { ids }) => delete(&backend, &ids).await,
             Some(SessionsCommand::Prune {
@@ -111,7 +116,12 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-async fn show(backend: &Backend, prefix: &str, json: bool) -> anyhow::Result<ExitCode> {
+async fn show(
+    backend: &Backend,
+    prefix: &str,
+    json: bool,
+    out: Output,
+) -> anyhow::Result<ExitCode> {
     let record = backend.find_session(prefix).await?;
     let events = backend.journal(&record.id).await?;
     if json {
@@ -126,61 +136,71 @@ async fn show(backend: &Backend, prefix: &str, json: bool) -> anyhow::Result<Exi
     );
     let mut answer = String::new();
     for event in &events {
-        transcript_line(event, &mut answer);
+        if let Some(text) = transcript_line(event, &mut answer) {
+            println!("{}", out.stdout(&text));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the part of the transcript that `event` adds; `answer` gathers the streamed text of the current step.
-fn transcript_line(event: &EventMsg, answer: &mut String) {
+/// The part of the transcript that `event` adds, as lines to print (of text a sandbox may have written); `answer`
+/// gathers the streamed text of the current step.
+fn transcript_line(event: &EventMsg, answer: &mut String) -> Option<String> {
     match &event.payload {
         EventPayload::TurnStarted {
             prompt, context, ..
-        } => println!(
+        } => Some(format!(
             "\n> {}\n  ({}/{})",
             prompt.replace('\n', "\n  "),
             context.model.provider,
             context.model.name
-        ),
-        EventPayload::AgentMessageDelta { delta, .. } => answer.push_str(delta),
+        )),
+        EventPayload::AgentMessageDelta { delta, .. } => {
+            answer.push_str(delta);
+            None
+        }
         EventPayload::ToolCallStarted {
             tool, arguments, ..
-        } => {
-            flush_answer(answer);
-            println!("  [{tool}] {}", short(&arguments.to_string(), 200));
-        }
+        } => Some(with_answer(
+            answer,
+            format!("  [{tool}] {}", short(&arguments.to_string(), 200)),
+        )),
         EventPayload::ToolCallFinished {
             tool,
             status,
             output,
             ..
-        } => println!(
+        } => Some(format!(
             "  [{tool} {}] {}",
             format!("{status:?}").to_lowercase(),
             short(output, 200)
-        ),
+        )),
         EventPayload::TurnCompleted { final_message, .. } => {
             answer.clear();
-            println!("{final_message}");
+            Some(final_message.clone())
         }
         EventPayload::Error { code, message, .. } => {
-            flush_answer(answer);
-            println!("  error ({code}): {message}");
+            Some(with_answer(answer, format!("  error ({code}): {message}")))
         }
         EventPayload::ExecCommandBegin {
             turn_id: None,
             command,
             ..
-        } => println!("\n! {command}"),
-        _ => {}
+        } => Some(format!("\n! {command}")),
+        _ => None,
     }
 }
 
-fn flush_answer(answer: &mut String) {
-    if !answer.trim().is_empty() {
-        println!("{}", answer.trim_end());
-    }
+/// `line`, after the answer text gathered so far when there is some (which is then cleared).
+fn with_answer(answer: &mut String, line: String) -> String {
+    let text = answer.trim_end();
+    let out = if text.trim().is_empty() {
+        line
+    } else {
+        format!("{text}\n{line}")
+    };
     answer.clear();
+    out
 }
 
 /// The first line of `text`, cut at `max` characters.

@@ -63,8 +63,16 @@ fn split_authority(host: &str) -> Option<(&str, Option<u16>)> {
     match rest.strip_prefix(':') {
         None if rest.is_empty() => Some((name, None)),
         None => None,
-        Some(p) => p.parse().ok().map(|p| (name, Some(p))),
+        Some(p) => canonical_port(p).map(|p| (name, Some(p))),
     }
+}
+
+/// A port written as a browser or a client writes it: digits only, no sign and no leading zero. `u16::from_str`
+/// alone takes `+8472` and `08472`, which name the same port in another spelling.
+fn canonical_port(text: &str) -> Option<u16> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let padded = text.len() > 1 && text.starts_with('0');
+    (digits && !padded).then(|| text.parse().ok()).flatten()
 }
 
 fn refuse(status: StatusCode, code: &str, message: String) -> Response {
@@ -221,6 +229,10 @@ mod tests {
             "localhost.evil.example",
             "",
             "box.lan:1",
+            "localhost:+8472",
+            "localhost:08472",
+            "127.0.0.1:8472 ",
+            "[::1]:+8472",
         ] {
             assert!(!hosts.allows(bad), "{bad}");
         }
