@@ -498,19 +498,38 @@ async fn the_database_away_for_five_seconds_under_a_turn_loses_no_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bundle_listing_the_session_database_exactly_cannot_reach_it_from_its_sandbox() {
+async fn a_bundle_listing_the_session_database_in_any_spelling_cannot_reach_it_from_its_sandbox() {
     let pg = Postgres::start();
     let port = pg.port();
     let bundle = TempDir::new().unwrap();
-    let script = r#"{turns: [{replies: [
-      {tool_calls: [{name: "Bash", arguments: {command: "curl -sS --max-time 5 http://db.test:PORT/ 2>&1"}}]},
-      {text: "result: {{last_tool_output}}"}]}]}"#
-        .replace("PORT", &port.to_string());
-    write_bundle(bundle.path(), &script, "", "workspace_write");
+    // The same listener, named as a name, as IPv4, v4-mapped, v4-compatible and NAT64 IPv6, and as other loopback
+    // addresses. Each must be refused before anything connects.
+    let spellings = [
+        "db.test".to_string(),
+        "127.0.0.1".into(),
+        "localhost".into(),
+        "[::ffff:127.0.0.1]".into(),
+        "[::1]".into(),
+        "[::127.0.0.1]".into(),
+        "[64:ff9b::7f00:1]".into(),
+        "127.0.0.2".into(),
+    ];
+    let curls: Vec<String> = spellings
+        .iter()
+        .map(|h| format!("curl -sS --noproxy '' --max-time 5 http://{h}:{port}/ 2>&1; echo"))
+        .collect();
+    let script = json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": curls.join("\n")}}]},
+        {"text": "result: {{last_tool_output}}"}]}]});
+    write_bundle(bundle.path(), &script.to_string(), "", "workspace_write");
+    let listed: Vec<String> = spellings
+        .iter()
+        .map(|h| format!("\"{h}:{port}\""))
+        .collect();
     edit(
         &bundle.path().join("service.bundle.json5"),
         "network: []",
-        &format!("network: [\"db.test:{port}\"]"),
+        &format!("network: [{}]", listed.join(", ")),
     );
     let resolve = format!("db.test:{port}:127.0.0.1");
     let (_home, a) = node_with(&pg, "a", "10s", &["--resolve", &resolve]);
@@ -518,9 +537,22 @@ async fn a_bundle_listing_the_session_database_exactly_cannot_reach_it_from_its_
     let (status, result) = turn(&a, &id, "go").await;
     assert_eq!(status, 200, "{result}");
     let answer = result["final_message"].as_str().unwrap();
-    assert!(
-        answer.contains(&format!("db.test:{port} is not allowed"))
-            && answer.contains("session database"),
-        "the proxy refuses the database even when the bundle lists it exactly: {answer}"
+    for host in &spellings {
+        // As the proxy names it: an IP literal in its canonical form, without brackets.
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let shown = bare
+            .parse::<std::net::IpAddr>()
+            .map(|ip| ip.to_string())
+            .unwrap_or_else(|_| bare.to_string());
+        let refused = format!("{shown}:{port} is not allowed");
+        assert!(
+            answer.contains(&refused),
+            "the proxy refuses the database as {host}: {answer}"
+        );
+    }
+    assert_eq!(
+        answer.matches("session database").count(),
+        spellings.len(),
+        "every refusal names the database: {answer}"
     );
 }

@@ -127,7 +127,8 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
         "confined",
         "ok",
         json!({"env": {"GREETING": "hi"}, "env_from_host": [
-            "TEAM_TOKEN", "OPENAI_API_KEY", "SERVICE_CLUSTER_TOKEN", "SERVICE_STORE_URL", "PGPASSWORD"
+            "TEAM_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "SERVICE_CLUSTER_TOKEN", "SERVICE_STORE_URL",
+            "PGPASSWORD"
         ]}),
         json!({}),
         &[
@@ -140,6 +141,12 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
         "confined",
         &[
             ("TEAM_TOKEN", "t0k"),
+            ("AWS_SECRET_ACCESS_KEY", "aws-secret"),
+            // The operator's allow list: the keys and the cluster's secrets are withheld even when listed.
+            (
+                "SERVICE_PASS_ENV",
+                "TEAM_TOKEN, OPENAI_API_KEY,SERVICE_CLUSTER_TOKEN,SERVICE_STORE_URL,PGPASSWORD",
+            ),
             ("OPENAI_API_KEY", "sk-secret"),
             ("HOST_ONLY", "x"),
             ("SERVICE_CLUSTER_TOKEN", "cluster-secret"),
@@ -196,6 +203,10 @@ fn an_mcp_tool_runs_confined_in_the_sandbox_and_its_result_reaches_the_answer() 
     assert!(
         !env_names.contains(&"HOST_ONLY"),
         "nothing else of the host environment enters: {env_names:?}"
+    );
+    assert!(
+        !env_names.contains(&"AWS_SECRET_ACCESS_KEY"),
+        "a variable the bundle names but the operator did not list stays out: {env_names:?}"
     );
     assert!(
         !env_names.contains(&"OPENAI_API_KEY"),

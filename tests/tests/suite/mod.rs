@@ -10,6 +10,7 @@ mod contract;
 mod distribution;
 mod egress;
 mod escape;
+mod escape_surfaces;
 mod faults;
 mod full_store;
 mod http;

@@ -414,6 +414,13 @@ fn doctor_checks_the_sandbox_the_store_and_a_bundles_model_server_and_key() {
         text.contains("a confined worker started and ran a command"),
         "{text}"
     );
+    // Which host user a sandbox is; a root supervisor's is root, and doctor says what that means.
+    let who = if nix::unistd::geteuid().is_root() {
+        "warn  sandboxes run as host uid 0 (root)"
+    } else {
+        "ok    sandboxes run as host uid"
+    };
+    assert!(text.contains(who), "{text}");
     assert!(
         text.contains(&format!("store {}", env.home.path().display())),
         "{text}"
