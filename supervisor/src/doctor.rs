@@ -107,8 +107,8 @@ fn sandbox_user(euid: u32) -> Check {
         Check::warn(
             "sandboxes run as host uid 0 (root), the user this supervisor runs as: they can read root-only files \
              among what they see (the system directories bound read-only, the workspace)",
-            "keep root-only secrets out of the system directories, or run service-rs as a normal user where the \
-             confined-command check below passes for that user; see SECURITY.md, \"What it does not promise\"",
+            "run service-rs as a normal user where root-only files matter; see SECURITY.md, \"What it does not \
+             promise\"",
         )
     } else {
         Check::ok(format!(

@@ -2,20 +2,23 @@
 //! vector, so the whole vector can be checked in a test.
 //!
 //! Mount order (bwrap applies arguments in order, and a later mount may sit inside an earlier one):
-//! 1. namespaces and lifecycle: `--die-with-parent --as-pid-1 --new-session --unshare-all --unshare-user --uid 1000
-//!    --gid 1000 --cap-drop ALL`. With `--as-pid-1` the worker is the sandbox's pid 1 and bwrap adds no init of its
-//!    own, so a session is two processes; the worker reaps what it inherits (`service_worker::orphans`). The network
-//!    namespace is always the sandbox's own (loopback only): sharing the host's would hand sandboxed code every
-//!    loopback service of the host, this server's API among them. The sandbox user is uid [`SANDBOX_UID`], never
-//!    0: the worker gives every command a user and pid namespace of its own, and a user namespace may map its
-//!    creator's uid onto itself only when that uid is not 0 (mapping root needs `CAP_SETFCAP`, which the sandbox
-//!    drops);
+//! 1. namespaces and lifecycle: `--die-with-parent --as-pid-1 --new-session --unshare-all --unshare-user --uid 0
+//!    --gid 0 --cap-drop ALL --cap-add CAP_SETFCAP`. With `--as-pid-1` the worker is the sandbox's pid 1 and bwrap
+//!    adds no init of its own, so a session is two processes; the worker reaps what it inherits
+//!    (`service_worker::orphans`). The network namespace is always the sandbox's own (loopback only): sharing the
+//!    host's would hand sandboxed code every loopback service of the host, this server's API among them. The worker
+//!    is the namespace's uid [`SANDBOX_UID`] (0, the host user who started bwrap) with one capability,
+//!    `CAP_SETFCAP`, and no new privileges (bwrap sets `NO_NEW_PRIVS`): it gives every command a user and pid
+//!    namespace of its own, where the command is uid 1000 and has no capability. Both are needed to write that
+//!    namespace's maps: a non-dumpable process can open its own `/proc/self/uid_map` only when it is its user
+//!    namespace's root, and a map onto the parent's uid 0 needs `CAP_SETFCAP` when the namespace is made. As uid
+//!    1000 of the sandbox's namespace, a worker of a supervisor run by a normal user could start no command;
 //! 2. environment: `--clearenv` and the minimal variables;
 //! 3. kernel filesystems: `/proc`, `/dev` with a tmpfs `/dev/shm`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
-//! 6. the bundle, read-only, at [`BUNDLE_DIR`] (by descriptor, see [`super::host_dir`]), and the egress proxy's socket, read-only (connecting to a socket
-//!    needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
+//! 6. the bundle, read-only, at [`BUNDLE_DIR`] (by descriptor, see [`super::host_dir`]), and the egress proxy's
+//!    socket, read-only (connecting to a socket needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
 //! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write, by descriptor (`--ro-bind-fd`, `--bind-fd`:
 //!    the directory opened without following a link is the one bound, see [`super::host_dir`]), then `--remount-ro /dev --remount-ro /`: the
 //!    root and `/dev` bwrap made (tmpfs the sandbox user owns, holding the mount points and the symlinks) become
@@ -37,8 +40,9 @@ pub const WORKER_EXE: &str = "/run/service/worker";
 pub const BUNDLE_DIR: &str = "/bundle";
 /// The workspace inside the sandbox.
 pub const WORKSPACE_DIR: &str = "/workspace";
-/// The uid and gid of everything in the sandbox (the host user, or root, mapped onto it).
-pub const SANDBOX_UID: &str = "1000";
+/// The uid and gid of the worker in the sandbox's user namespace: the host user who started bwrap, mapped onto
+/// the namespace's root (commands are uid 1000 in namespaces of their own, see `service_worker::confine`).
+pub const SANDBOX_UID: &str = "0";
 /// The worker's PATH inside the sandbox.
 pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
@@ -105,7 +109,7 @@ pub fn args(
             SANDBOX_UID,
         ],
     );
-    push(&mut a, &["--cap-drop", "ALL"]);
+    push(&mut a, &["--cap-drop", "ALL", "--cap-add", "CAP_SETFCAP"]);
     push(
         &mut a,
         &[
@@ -224,11 +228,13 @@ mod tests {
             "--unshare-all",
             "--unshare-user",
             "--uid",
-            "1000",
+            "0",
             "--gid",
-            "1000",
+            "0",
             "--cap-drop",
             "ALL",
+            "--cap-add",
+            "CAP_SETFCAP",
             "--clearenv",
             "--setenv",
             "PATH",
@@ -296,7 +302,7 @@ mod tests {
         };
         let a = strings(args(&[], &paths(), perms, "C", "xterm"));
         assert_eq!(
-            &a[..11],
+            &a[..13],
             [
                 "--die-with-parent",
                 "--as-pid-1",
@@ -304,11 +310,13 @@ mod tests {
                 "--unshare-all",
                 "--unshare-user",
                 "--uid",
-                "1000",
+                "0",
                 "--gid",
-                "1000",
+                "0",
                 "--cap-drop",
-                "ALL"
+                "ALL",
+                "--cap-add",
+                "CAP_SETFCAP"
             ]
         );
         assert!(a.windows(3).any(|w| w == ["--bind-fd", "9", "/workspace"]));

@@ -409,3 +409,63 @@ fn a_fork_storm_hits_the_process_limit() {
     assert!(failed > 0, "no fork failed: {out}");
     assert!(out.contains("storm-over"), "{out}");
 }
+
+#[test]
+fn a_supervisor_started_by_an_unprivileged_user_runs_commands_in_its_sandbox() {
+    use std::os::unix::fs::PermissionsExt;
+    // A directory the unprivileged user owns, with copies of the binaries (the build's own directory may be closed
+    // to that user), its store and its bundle.
+    let dir = tempfile::tempdir().unwrap();
+    let root = nix::unistd::geteuid().is_root();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let built = super::support::binary();
+    for name in ["service-rs", "service-worker"] {
+        std::fs::copy(built.with_file_name(name), bin.join(name)).unwrap();
+    }
+    let env = Env::new();
+    bundle(
+        &env,
+        "plain",
+        r#"{ mode: "workspace_write", permissions: { network: [] } }"#,
+        "id -u; echo made > /workspace/made.txt && cat /workspace/made.txt",
+    );
+    let project = dir.path().join("plain");
+    std::fs::rename(env.path("plain"), &project).unwrap();
+    let home = dir.path().join("home");
+    if root {
+        for entry in walkdir::WalkDir::new(dir.path()).into_iter().flatten() {
+            std::os::unix::fs::lchown(entry.path(), Some(65534), Some(65534)).unwrap();
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let mut command = if root {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "nobody", "--"]).arg(bin.join("service-rs"));
+            c
+        } else {
+            std::process::Command::new(bin.join("service-rs"))
+        };
+        command
+            .args(args)
+            .current_dir(dir.path())
+            .env("SERVICE_HOME", &home)
+            .env("HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let built = run(&["build", project.to_str().unwrap()]);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let out = run(&["run", "plain", "--prompt", "go"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1000\nmade"),
+        "the command ran as the sandbox's uid 1000 and wrote its workspace: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -7,8 +7,9 @@
 //! - [`seccomp`]: tool processes cannot call `ptrace`, `process_vm_*`, `pidfd_*`, `kcmp` or the keyring;
 //! - one pid namespace per command: the command's shell is pid 1 of a namespace of its own, so when it exits the
 //!   kernel kills everything it started, `setsid` and double-forked daemons included. A namespace needs a user
-//!   namespace of its own inside the sandbox; the command keeps its uid and gid (mapped onto themselves) and gets
-//!   no capabilities in it (the bounding set is emptied before exec).
+//!   namespace of its own inside the sandbox; in a sandbox the command is uid and gid [`COMMAND_UID`] there, mapped
+//!   onto the worker's (the sandbox's root, so the same host user), and gets no capabilities (the bounding and
+//!   ambient sets are emptied before exec). On the host a command keeps its own uid.
 //!
 //! The runner's handle on a command is a small reaper process: the child of the worker that made the namespaces,
 //! waits for the shell and exits with its status (or re-raises the signal that killed it). Killing the reaper kills
@@ -21,6 +22,9 @@ use std::sync::OnceLock;
 
 use nix::libc;
 use seccompiler::BpfProgram;
+
+/// A sandboxed command's uid and gid in its own user namespace, mapped onto the worker's (the sandbox's root).
+pub const COMMAND_UID: u32 = 1000;
 
 /// Everything the pre-exec hook needs, made before fork: after fork only async-signal-safe calls are allowed, so
 /// nothing in the hook allocates.
@@ -37,7 +41,14 @@ fn prepared() -> Result<&'static Prepared, String> {
             let filter = seccomp::tool_filter().map_err(|e| e.to_string())?;
             // SAFETY: getuid/getgid cannot fail.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-            let map = |id: u32| CString::new(format!("{id} {id} 1")).map_err(|e| e.to_string());
+            // In a sandbox the worker is its namespace's root, and a command is uid 1000 of its own; on the host a
+            // command keeps its uid.
+            let inside = match strictness() {
+                Strictness::Required => |_: u32| COMMAND_UID,
+                Strictness::BestEffort => |id: u32| id,
+            };
+            let map =
+                |id: u32| CString::new(format!("{} {id} 1", inside(id))).map_err(|e| e.to_string());
             Ok(Prepared {
                 filter,
                 uid_map: map(uid)?,
