@@ -83,7 +83,7 @@ pub async fn sandbox(worker_exe: PathBuf) -> Vec<Check> {
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "bubblewrap".into());
     checks.push(Check::ok(format!("{version} at {}", bwrap.display())));
-    checks.push(sandbox_user(nix::unistd::geteuid().as_raw()));
+    checks.push(sandbox_user());
     checks.push(match confined_command(worker_exe).await {
         Ok(took) => Check::ok(format!(
             "a confined worker started and ran a command ({} ms)",
@@ -101,19 +101,17 @@ pub async fn sandbox(worker_exe: PathBuf) -> Vec<Check> {
     checks
 }
 
-/// Which host user a sandbox's processes are, for every permission check on the host: the supervisor's own.
-fn sandbox_user(euid: u32) -> Check {
-    if euid == 0 {
-        Check::warn(
-            "sandboxes run as host uid 0 (root), the user this supervisor runs as: they can read root-only files \
-             among what they see (the system directories bound read-only, the workspace)",
-            "run service-rs as a normal user where root-only files matter; see SECURITY.md, \"What it does not \
-             promise\"",
-        )
-    } else {
-        Check::ok(format!(
-            "sandboxes run as host uid {euid}, the user this supervisor runs as"
-        ))
+/// Which host user a sandbox's processes are, for every permission check on the host.
+fn sandbox_user() -> Check {
+    use crate::sandbox::identity::SandboxUser;
+    match SandboxUser::for_this_process(None) {
+        Ok(SandboxUser::Own) if nix::unistd::geteuid().is_root() => Check::warn(
+            "sandboxes run as host root (SERVICE_SANDBOX_USER=root): they can read root-only files among what \
+             they see",
+            "unset SERVICE_SANDBOX_USER unless everything here belongs to root; see SECURITY.md",
+        ),
+        Ok(user) => Check::ok(user.describe()),
+        Err(e) => Check::fail(e, None),
     }
 }
 

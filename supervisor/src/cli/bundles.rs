@@ -114,7 +114,7 @@ pub fn run(home: ServiceHome, args: BundlesArgs) -> anyhow::Result<ExitCode> {
     match args.removal() {
         Err(json) => list(&home, json),
         Ok((reference, force)) => {
-            let rt = super::runtime(home, false, false, &[])?;
+            let rt = super::runtime(home, false, false, &[], None)?;
             let removed = super::tokio()?.block_on(async {
                 let removed = rt.remove_bundle(reference, force).await;
                 rt.shutdown("the command ended").await;

@@ -47,14 +47,14 @@ pub fn run(home: ServiceHome, command: McpCommand) -> anyhow::Result<ExitCode> {
             cwd,
             dangerous_sandbox_mode,
         } => {
-            let rt = super::runtime(home, dangerous_sandbox_mode, false, &[])?;
+            let rt = super::runtime(home, dangerous_sandbox_mode, false, &[], None)?;
             super::tokio()?.block_on(tools(rt, &bundle_ref, cwd.as_deref(), json))
         }
         McpCommand::Serve {
             approve,
             dangerous_sandbox_mode,
         } => {
-            let rt = super::runtime(home, dangerous_sandbox_mode, true, &[])?;
+            let rt = super::runtime(home, dangerous_sandbox_mode, true, &[], None)?;
             super::tokio()?.block_on(serve(rt, approve))
         }
     }

@@ -190,7 +190,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(home()?, args),
         Command::Serve(args) => serve::serve(home()?, *args),
         Command::Sessions(args) => sessions::run(
-            backend::Backend::Local(runtime(home()?, false, false, &[])?),
+            backend::Backend::Local(runtime(home()?, false, false, &[], None)?),
             args,
         ),
         Command::Mcp(command) => mcp::run(home()?, command),
@@ -265,14 +265,16 @@ fn local_only(command: &str) -> anyhow::Error {
 /// A runtime whose workers are this very binary; `dangerous` runs them all on the host. `long_running` (serve, the
 /// TUI) keeps a sandboxed worker started ahead for the next session of each bundle in use, and removes the cgroups
 /// a killed supervisor left (on a thread of its own; a one-shot command would only pay for it). `resolve` are the
-/// `--resolve HOST:PORT:ADDR` entries of the egress proxy.
+/// `--resolve HOST:PORT:ADDR` entries of the egress proxy; `sandbox_user` is `--sandbox-user` (see
+/// `sandbox::identity`).
 fn runtime(
     home: ServiceHome,
     dangerous: bool,
     long_running: bool,
     resolve: &[String],
+    sandbox_user: Option<&str>,
 ) -> anyhow::Result<service_supervisor::ServiceRuntime> {
-    let options = runtime_options(&home, dangerous, long_running, resolve)?;
+    let options = runtime_options(&home, dangerous, long_running, resolve, sandbox_user)?;
     Ok(service_supervisor::ServiceRuntime::new(home, options))
 }
 
@@ -282,6 +284,7 @@ fn runtime_options(
     dangerous: bool,
     long_running: bool,
     resolve: &[String],
+    sandbox_user: Option<&str>,
 ) -> anyhow::Result<service_supervisor::RuntimeOptions> {
     let exe = std::env::current_exe()
         .context("cannot find the service-rs binary to start workers from")?;
@@ -289,6 +292,9 @@ fn runtime_options(
         service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&exe));
     options.dangerous_sandbox_mode = dangerous;
     options.prestart_sandboxes = long_running;
+    options.sandbox_user =
+        service_supervisor::sandbox::identity::SandboxUser::for_this_process(sandbox_user)
+            .map_err(anyhow::Error::msg)?;
     options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
     options.resolver =
         std::sync::Arc::new(service_supervisor::egress::Resolver::from_entries(resolve)?);

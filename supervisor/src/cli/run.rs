@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// Run the worker on the host with no confinement.
     #[arg(long)]
     pub(super) dangerous_sandbox_mode: bool,
+    /// When running as root: the host user sandboxes run as where root owns the session's directory (a name,
+    /// uid or uid:gid; default nobody; also SERVICE_SANDBOX_USER). `root` gives sandboxes root's rights.
+    #[arg(long, value_name = "USER")]
+    pub(super) sandbox_user: Option<String>,
     /// Fixed address for a host the sandbox reaches through the egress proxy, as curl's --resolve: HOST:PORT:ADDR
     /// (repeatable).
     #[arg(long, value_name = "HOST:PORT:ADDR")]
@@ -181,7 +185,13 @@ pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
             std::time::Duration::from_secs(1),
         )
     });
-    let rt = super::runtime(home, args.dangerous_sandbox_mode, false, &args.resolve)?;
+    let rt = super::runtime(
+        home,
+        args.dangerous_sandbox_mode,
+        false,
+        &args.resolve,
+        args.sandbox_user.as_deref(),
+    )?;
     let backend = Backend::Local(rt.clone());
     let tokio = super::tokio()?;
     let result = tokio.block_on(async {

@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// Run every session worker on the host with no confinement, and accept danger_full_access bundles.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
+    /// When running as root: the host user sandboxes run as where root owns the session's directory (a name,
+    /// uid or uid:gid; default nobody; also SERVICE_SANDBOX_USER). `root` gives sandboxes root's rights.
+    #[arg(long, value_name = "USER")]
+    sandbox_user: Option<String>,
     /// Fixed address for a host the sandbox reaches through the egress proxy, as curl's --resolve: HOST:PORT:ADDR
     /// (repeatable).
     #[arg(long, value_name = "HOST:PORT:ADDR")]
@@ -219,8 +223,13 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     options.idle_timeout = Some(args.idle_timeout).filter(|t| !t.is_zero());
     let token_file = home.token_file();
-    let mut runtime_options =
-        super::runtime_options(&home, args.dangerous_sandbox_mode, true, &args.resolve)?;
+    let mut runtime_options = super::runtime_options(
+        &home,
+        args.dangerous_sandbox_mode,
+        true,
+        &args.resolve,
+        args.sandbox_user.as_deref(),
+    )?;
     runtime_options.pull_registries = options.policy.allowed_registries.clone();
     runtime_options.keys.pass(args.pass_env);
     super::tokio()?.block_on(async move {

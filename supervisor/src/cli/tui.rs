@@ -37,6 +37,10 @@ pub struct TuiArgs {
     /// Run the session worker on the host with no confinement.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
+    /// When running as root: the host user sandboxes run as where root owns the session's directory (a name,
+    /// uid or uid:gid; default nobody; also SERVICE_SANDBOX_USER). `root` gives sandboxes root's rights.
+    #[arg(long, value_name = "USER")]
+    sandbox_user: Option<String>,
     /// Fixed address for a host the sandbox reaches through the egress proxy, as curl's --resolve: HOST:PORT:ADDR
     /// (repeatable).
     #[arg(long, value_name = "HOST:PORT:ADDR")]
@@ -62,7 +66,13 @@ fn restore() {
 }
 
 pub fn run(home: ServiceHome, args: TuiArgs) -> anyhow::Result<ExitCode> {
-    let rt = super::runtime(home, args.dangerous_sandbox_mode, true, &args.resolve)?;
+    let rt = super::runtime(
+        home,
+        args.dangerous_sandbox_mode,
+        true,
+        &args.resolve,
+        args.sandbox_user.as_deref(),
+    )?;
     super::tokio()?.block_on(async move {
         let result = session_loop(Backend::Local(rt.clone()), &args).await;
         rt.shutdown("the TUI closed").await;

@@ -22,6 +22,8 @@ pub struct LaunchSpec<'a> {
     pub bundle_root: &'a Path,
     /// Session working directory (host path).
     pub workspace: &'a Path,
+    /// The workspace is one the store made for the session, not a host directory the session was pointed at.
+    pub fresh_workspace: bool,
     /// The manifest's sandbox settings.
     pub sandbox: &'a SandboxSpec,
     /// A directory the launcher may keep prepared files in across sessions (`$SERVICE_HOME/run/sandbox`).

@@ -71,6 +71,9 @@ pub const DEFAULT_JOURNAL_QUOTA_MB: u64 = 256;
 pub struct RuntimeOptions {
     /// The binary that carries the worker entry: `service-worker`, or `service-rs` itself (see [`worker_beside`]).
     pub worker_exe: PathBuf,
+    /// The host user sandboxes run as (see [`crate::sandbox::identity`]): for a process running as root, by
+    /// default the workspace's owner, or `nobody`.
+    pub sandbox_user: crate::sandbox::identity::SandboxUser,
     /// How often workers send a heartbeat.
     pub heartbeat: Duration,
     /// Silence after which a worker counts as hung and is killed.
@@ -109,6 +112,7 @@ impl RuntimeOptions {
             hang_timeout: Duration::from_millis(hang_ms),
             handshake_timeout: Duration::from_secs(10),
             dangerous_sandbox_mode: false,
+            sandbox_user: crate::sandbox::identity::SandboxUser::default_for_this_process(),
             prestart_sandboxes: false,
             journal_quota: std::env::var("SERVICE_JOURNAL_QUOTA_MB")
                 .ok()
@@ -192,7 +196,8 @@ pub struct ServiceRuntime {
 impl ServiceRuntime {
     /// A runtime over the store at `home`, confining workers as their manifests say.
     pub fn new(home: ServiceHome, options: RuntimeOptions) -> Self {
-        let launcher = SandboxLauncher::new(options.dangerous_sandbox_mode);
+        let launcher =
+            SandboxLauncher::new(options.dangerous_sandbox_mode, options.sandbox_user.clone());
         Self::with_launcher(home, options, Box::new(launcher))
     }
 
@@ -212,7 +217,8 @@ impl ServiceRuntime {
         options: RuntimeOptions,
         store: Arc<dyn store::Store>,
     ) -> Self {
-        let launcher = SandboxLauncher::new(options.dangerous_sandbox_mode);
+        let launcher =
+            SandboxLauncher::new(options.dangerous_sandbox_mode, options.sandbox_user.clone());
         Self::with_parts(home, options, Box::new(launcher), store)
     }
 

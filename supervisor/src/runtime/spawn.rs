@@ -92,6 +92,7 @@ pub(crate) async fn start(
         ipc_fd: theirs.as_raw_fd(),
         bundle_root: &bundle.root,
         workspace: host_workspace,
+        fresh_workspace: host_workspace.starts_with(rt.home.root()),
         sandbox: &bundle.manifest.sandbox,
         cache_dir: &rt.home.sandbox_cache(),
         egress_socket: egress.as_ref().map(|e| e.socket()),

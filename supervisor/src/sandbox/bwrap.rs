@@ -12,7 +12,9 @@
 //!    namespace of its own, where the command is uid 1000 and has no capability. Both are needed to write that
 //!    namespace's maps: a non-dumpable process can open its own `/proc/self/uid_map` only when it is its user
 //!    namespace's root, and a map onto the parent's uid 0 needs `CAP_SETFCAP` when the namespace is made. As uid
-//!    1000 of the sandbox's namespace, a worker of a supervisor run by a normal user could start no command;
+//!    1000 of the sandbox's namespace, a worker of a supervisor run by a normal user could start no command. A
+//!    sandbox that runs as another host user than the supervisor joins a namespace the supervisor made instead
+//!    (`--userns FD` and every other namespace unshared, see [`super::userns`]);
 //! 2. environment: `--clearenv` and the minimal variables;
 //! 3. kernel filesystems: `/proc`, `/dev` with a tmpfs `/dev/shm`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
@@ -59,6 +61,9 @@ pub struct HostPaths {
     pub bundle_fd: i32,
     /// Inherited descriptor of the session's workspace (see [`super::host_dir`]).
     pub workspace_fd: i32,
+    /// Inherited descriptor of the user namespace to join, when the sandbox runs as another host user than the
+    /// supervisor (see [`super::userns`]); None: bwrap makes one whose root is the supervisor's user.
+    pub userns_fd: Option<i32>,
     /// The egress proxy's socket, when the sandbox may reach hosts through it.
     pub egress: Option<PathBuf>,
 }
@@ -97,18 +102,27 @@ pub fn args(
     let mut a: Vec<OsString> = Vec::new();
     push(
         &mut a,
-        &[
-            "--die-with-parent",
-            "--as-pid-1",
-            "--new-session",
-            "--unshare-all",
-            "--unshare-user",
-            "--uid",
-            SANDBOX_UID,
-            "--gid",
-            SANDBOX_UID,
-        ],
+        &["--die-with-parent", "--as-pid-1", "--new-session"],
     );
+    match paths.userns_fd {
+        None => push(&mut a, &["--unshare-all", "--unshare-user"]),
+        // `--unshare-all` but for the user namespace, which is joined instead.
+        Some(fd) => {
+            a.push("--userns".into());
+            a.push(fd.to_string().into());
+            push(
+                &mut a,
+                &[
+                    "--unshare-ipc",
+                    "--unshare-pid",
+                    "--unshare-net",
+                    "--unshare-uts",
+                    "--unshare-cgroup-try",
+                ],
+            );
+        }
+    }
+    push(&mut a, &["--uid", SANDBOX_UID, "--gid", SANDBOX_UID]);
     push(&mut a, &["--cap-drop", "ALL", "--cap-add", "CAP_SETFCAP"]);
     push(
         &mut a,
@@ -192,6 +206,7 @@ mod tests {
             label: "s1".into(),
             bundle_fd: 8,
             workspace_fd: 9,
+            userns_fd: None,
             egress: None,
         }
     }
@@ -293,6 +308,42 @@ mod tests {
             strings(args(&mounts, &paths(), perms, "C.UTF-8", "dumb")),
             expected
         );
+    }
+
+    #[test]
+    fn another_host_user_joins_the_prepared_user_namespace_and_unshares_everything_else() {
+        let mut p = paths();
+        p.userns_fd = Some(5);
+        let perms = Permissions {
+            workspace_writable: true,
+        };
+        let a = strings(args(&[], &p, perms, "C", "xterm"));
+        assert_eq!(
+            &a[..18],
+            [
+                "--die-with-parent",
+                "--as-pid-1",
+                "--new-session",
+                "--userns",
+                "5",
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                "--uid",
+                "0",
+                "--gid",
+                "0",
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETFCAP",
+            ]
+        );
+        assert!(!a
+            .iter()
+            .any(|x| x == "--unshare-user" || x == "--unshare-all"));
     }
 
     #[test]

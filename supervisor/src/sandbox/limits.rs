@@ -50,6 +50,11 @@ pub struct Limits {
     dirs: Mutex<Vec<PathBuf>>,
     /// Whether one of `dirs` limits memory.
     memory_cgroup: AtomicBool,
+    /// [`Limits::prepare`] has run.
+    prepared: std::sync::Once,
+    /// The rlimits were set in the sandbox's first process before it ran ([`Limits::spawn_rlimits`]), so
+    /// [`Limits::enter`] leaves them.
+    rlimits_inherited: AtomicBool,
 }
 
 impl Limits {
@@ -60,16 +65,37 @@ impl Limits {
             budget,
             dirs: Mutex::new(Vec::new()),
             memory_cgroup: AtomicBool::new(false),
+            prepared: std::sync::Once::new(),
+            rlimits_inherited: AtomicBool::new(false),
         }
+    }
+
+    /// The rlimits the worker needs, for the process that becomes its sandbox to set on itself before it runs
+    /// bwrap, which passes them on: no core dumps, and a bound on the address space where no cgroup bounds memory.
+    /// For a sandbox that runs as another user than the supervisor, which may not set a limit on another user's
+    /// process without `CAP_SYS_RESOURCE` (which a container's root often lacks). Makes the cgroups first, to know
+    /// about memory; [`Limits::enter`] then sets no rlimit.
+    pub fn spawn_rlimits(&self) -> Vec<(nix::libc::__rlimit_resource_t, u64)> {
+        self.prepare();
+        self.rlimits_inherited.store(true, Ordering::Relaxed);
+        let mut limits = vec![(nix::libc::RLIMIT_CORE, 0)];
+        if !self.memory_cgroup.load(Ordering::Relaxed) {
+            limits.push((nix::libc::RLIMIT_AS, self.memory_bytes()));
+        }
+        limits
     }
 
     fn memory_bytes(&self) -> u64 {
         self.budget.memory_mb.saturating_mul(1024 * 1024)
     }
 
-    /// Creates the cgroups where possible and writes their limits. Blocking; a cgroup that cannot be made or limited
-    /// is left out (rlimits still apply).
+    /// Creates the cgroups where possible and writes their limits, once. Blocking; a cgroup that cannot be made or
+    /// limited is left out (rlimits still apply).
     pub fn prepare(&self) {
+        self.prepared.call_once(|| self.make());
+    }
+
+    fn make(&self) {
         let memory_bytes = self.memory_bytes();
         let quota = u64::from(self.budget.cpu.max(1)) * 100_000;
         let mut made = Vec::new();
@@ -147,6 +173,9 @@ impl Limits {
             if !(listed && alone) {
                 std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
             }
+        }
+        if self.rlimits_inherited.load(Ordering::Relaxed) {
+            return Ok(());
         }
         if !self.memory_cgroup.load(Ordering::Relaxed) {
             set_rlimit(pid, nix::libc::RLIMIT_AS, self.memory_bytes())?;

@@ -4,6 +4,8 @@
 //! - [`bwrap`]: the pure function from a resolved profile to the bwrap argument vector.
 //! - [`etc_snapshot`]: the profile's `/etc` files as one snapshot directory, bound once.
 //! - [`host_dir`]: the bundle and workspace directories, opened without following links and bound by descriptor.
+//! - [`identity`], [`userns`]: the host user a sandbox runs as (never root unless the operator says so), and the
+//!   user namespace that maps it.
 //! - [`limits`]: cgroups and rlimits for `sandbox.resources`.
 //!
 //! The launcher wraps the worker process itself, so the Bash tool and operator commands run inside the same
@@ -13,11 +15,13 @@
 pub mod bwrap;
 pub mod etc_snapshot;
 pub mod host_dir;
+pub mod identity;
 pub mod limits;
 pub mod profile;
+pub mod userns;
 
 use std::collections::HashSet;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -28,6 +32,9 @@ use crate::runtime::launcher::{HostLauncher, Launch, LaunchSpec, Launcher, View}
 /// Starts workers confined as their manifest says (or on the host when `dangerous` is set).
 pub struct SandboxLauncher {
     dangerous: bool,
+    user: identity::SandboxUser,
+    /// The user namespace of each host user that sandboxes run as, made at the first such start.
+    namespaces: Mutex<std::collections::HashMap<identity::HostId, std::os::fd::OwnedFd>>,
     bwrap: Option<PathBuf>,
     /// The host views whose shared files [`Launcher::warm`] has made ready (or is making) in this process.
     warmed: Arc<Mutex<HashSet<Warmed>>>,
@@ -37,10 +44,13 @@ pub struct SandboxLauncher {
 type Warmed = (service_ipc::SystemToolsMode, Vec<String>, bool, PathBuf);
 
 impl SandboxLauncher {
-    /// A launcher that finds bwrap in PATH; `dangerous` runs every worker on the host.
-    pub fn new(dangerous: bool) -> Self {
+    /// A launcher that finds bwrap in PATH and runs sandboxes as `user` says; `dangerous` runs every worker on the
+    /// host.
+    pub fn new(dangerous: bool, user: identity::SandboxUser) -> Self {
         SandboxLauncher {
             dangerous,
+            user,
+            namespaces: Mutex::default(),
             bwrap: find_bwrap(),
             warmed: Arc::default(),
         }
@@ -62,6 +72,25 @@ impl SandboxLauncher {
             &tools.network_files,
             cache_dir,
         ))
+    }
+
+    /// A descriptor of the user namespace for sandboxes that run as `id`, made at the first call.
+    fn namespace(&self, id: identity::HostId) -> Result<std::os::fd::OwnedFd> {
+        let mut made = lock(&self.namespaces);
+        let ns = match made.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(userns::make(id).map_err(|e| {
+                    RuntimeError::SandboxUnavailable(format!(
+                        "cannot make the user namespace of sandboxes that run as uid {}: {e}",
+                        id.uid
+                    ))
+                })?)
+            }
+        };
+        ns.try_clone().map_err(|e| {
+            RuntimeError::SandboxUnavailable(format!("cannot pass on a user namespace: {e}"))
+        })
     }
 
     /// The bwrap to confine a worker of `sandbox` with and its mode's profile; None when it runs on the host.
@@ -169,12 +198,32 @@ impl Launcher for SandboxLauncher {
         let bind_err = |e: host_dir::HostDirError| RuntimeError::WorkerUnavailable(e.to_string());
         let workspace_fd = host_dir::open_no_links(spec.workspace).map_err(bind_err)?;
         let bundle_fd = host_dir::open_no_links(spec.bundle_root).map_err(bind_err)?;
+        let runs_as = self
+            .user
+            .over(
+                workspace_fd.as_fd(),
+                spec.workspace,
+                mode.workspace_writable,
+                spec.fresh_workspace,
+            )
+            .map_err(RuntimeError::WorkerUnavailable)?;
+        let userns = match runs_as {
+            Some(id) => {
+                if let Some(socket) = spec.egress_socket {
+                    identity::give_socket(socket, id)
+                        .map_err(|e| RuntimeError::io("cannot hand over", socket, e))?;
+                }
+                Some(self.namespace(id)?)
+            }
+            None => None,
+        };
         let paths = bwrap::HostPaths {
             exe,
             ipc_fd: spec.ipc_fd,
             label: spec.session_id.to_string(),
             bundle_fd: bundle_fd.as_raw_fd(),
             workspace_fd: workspace_fd.as_raw_fd(),
+            userns_fd: userns.as_ref().map(|ns| ns.as_raw_fd()),
             egress: spec.egress_socket.map(|p| p.to_path_buf()),
         };
         let perms = bwrap::Permissions {
@@ -196,6 +245,26 @@ impl Launcher for SandboxLauncher {
                 memory_mb: sandbox.resources.memory_mb,
             },
         ));
+        if let Some(id) = runs_as {
+            // The standard library also drops root's supplementary groups when it changes the user.
+            command.uid(id.uid).gid(id.gid);
+            let rlimits = limits.spawn_rlimits();
+            // SAFETY: setrlimit(2) is async-signal-safe and reads only `rlimits`, which the closure owns.
+            unsafe {
+                command.pre_exec(move || {
+                    for &(resource, value) in &rlimits {
+                        let limit = nix::libc::rlimit {
+                            rlim_cur: value,
+                            rlim_max: value,
+                        };
+                        if nix::libc::setrlimit(resource, &limit) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
+            }
+        }
         let view = self.view(sandbox, spec.workspace)?;
         Ok(Launch {
             command,
@@ -203,7 +272,10 @@ impl Launcher for SandboxLauncher {
             workspace: view.workspace,
             confinement: view.confinement,
             limits: Some(limits),
-            inherit: vec![workspace_fd, bundle_fd],
+            inherit: [workspace_fd, bundle_fd]
+                .into_iter()
+                .chain(userns)
+                .collect(),
         })
     }
 }

@@ -40,7 +40,7 @@ struct Session {
 }
 
 async fn session(rt: &ServiceRuntime, s: &Setup) -> Session {
-    let cwd = TempDir::new().unwrap();
+    let cwd = super::support::sandbox_tempdir();
     let id = rt
         .create_session(s.bundle.path().to_str().unwrap(), Some(cwd.path()))
         .await
@@ -339,6 +339,7 @@ fn one_shot_run_without_a_terminal_denies_and_says_which_flag_allows() {
     let env = Env::new();
     write_bundle(&env.path("asking"), SCRIPT, RULES, "workspace_write");
     std::fs::create_dir(env.path("ws")).unwrap();
+    super::support::give_to_sandbox(&env.path("ws"));
     let run = env.run(&["run", "./asking", "--prompt", "write", "--cwd", "ws"]);
     let out = run.ok().to_string();
     assert!(out.contains("was denied by the operator"), "{out}");

@@ -40,7 +40,7 @@ async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
     let (home, bundle, cwd) = (
         TempDir::new().unwrap(),
         TempDir::new().unwrap(),
-        TempDir::new().unwrap(),
+        super::support::sandbox_tempdir(),
     );
     write_bundle(
         bundle.path(),
@@ -49,6 +49,7 @@ async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
         "workspace_write",
     );
     std::fs::create_dir(cwd.path().join("sub")).unwrap();
+    super::support::give_to_sandbox(cwd.path());
     let rt = runtime(home.path());
     let id = rt
         .create_session(bundle.path().to_str().unwrap(), Some(cwd.path()))

@@ -134,6 +134,7 @@ fn network(events: &[Value]) -> Vec<&Value> {
 fn env_with_workspace() -> Env {
     let env = Env::new();
     std::fs::create_dir(env.path("ws")).unwrap();
+    super::support::give_to_sandbox(&env.path("ws"));
     env
 }
 

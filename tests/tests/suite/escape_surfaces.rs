@@ -39,6 +39,8 @@ async fn a_session_dir_another_sandbox_swapped_for_a_link_is_not_bound_and_the_h
     std::fs::write(outside.join("secret"), "host-secret-4711").unwrap();
     let proj = root.join("proj");
     std::fs::create_dir_all(proj.join("sub")).unwrap();
+    // A project its user owns, as a root server's sandboxes run as the owner (a root-owned one would be refused).
+    super::support::give_to_sandbox(&proj);
     // Session A works in proj; its command swaps proj/sub, where session B works, for a link out of the root.
     super::sandbox::bundle(
         &env,
@@ -302,6 +304,40 @@ async fn a_crafted_archive_plants_no_setuid_or_world_writable_file_through_impor
     pulled.run(&["pull", &target]).ok();
     assert_store_is_safe(pulled.home.path());
 
+    // A layer whose bytes no longer match its digest is refused naming the archive's own path, not the server's
+    // temporary directory.
+    let mut tampered = tar::Builder::new(Vec::new());
+    for entry in tar::Archive::new(std::fs::File::open(&good).unwrap())
+        .entries()
+        .unwrap()
+    {
+        let mut entry = entry.unwrap();
+        let mut header = entry.header().clone();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
+        if data.len() > 1024 && entry.path().unwrap().starts_with("blobs") {
+            let last = data.len() - 600;
+            data[last] ^= 0x20;
+        }
+        header.set_cksum();
+        tampered.append(&header, data.as_slice()).unwrap();
+    }
+    let resp = reqwest::Client::new()
+        .post(server.url("/bundles/import"))
+        .bearer_auth(server.token.clone().unwrap())
+        .header("content-type", "application/x-tar")
+        .body(tampered.into_inner().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 422);
+    let body: Value = resp.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the uploaded archive/blobs/sha256/") && !message.contains("/tmp"),
+        "the error names the blob in the archive, no server path: {message}"
+    );
+
     // A device node or a hard link is refused by name, whichever way it comes, and nothing is installed.
     for (name, extra) in [
         (
@@ -485,6 +521,7 @@ fn journal_size(home: &Path, id: &str) -> u64 {
 fn a_refused_connection_flood_from_a_command_stops_at_the_journal_quota() {
     let env = Env::new();
     std::fs::create_dir_all(env.path("ws")).unwrap();
+    super::support::give_to_sandbox(&env.path("ws"));
     std::fs::write(env.path("ws/flood.py"), flood_script(20000, 0.0)).unwrap();
     super::sandbox::bundle(
         &env,
@@ -501,20 +538,19 @@ fn a_refused_connection_flood_from_a_command_stops_at_the_journal_quota() {
         .as_str()
         .unwrap()
         .to_string();
-    let size = journal_size(env.home.path(), &id);
+    assert_bounded_and_summarised(env.home.path(), &id, &String::from_utf8_lossy(&out.stderr));
+}
+
+/// The journal of session `id` stayed within its quota and says what it left out.
+#[track_caller]
+fn assert_bounded_and_summarised(home: &Path, id: &str, context: &str) {
+    let size = journal_size(home, id);
     assert!(
         size <= QUOTA_MB * 1024 * 1024 + SLACK,
-        "the journal grew to {size} bytes past its quota: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "the journal grew to {size} bytes past its quota: {context}"
     );
-    let events = std::fs::read_to_string(
-        env.home
-            .path()
-            .join("sessions")
-            .join(&id)
-            .join("events.jsonl"),
-    )
-    .unwrap();
+    let events =
+        std::fs::read_to_string(home.join("sessions").join(id).join("events.jsonl")).unwrap();
     assert!(
         events.contains("\"network_refusals_suppressed\""),
         "the journal says what it left out"
@@ -576,16 +612,77 @@ fn a_refused_connection_flood_from_an_mcp_server_between_turns_stops_at_the_jour
         || format!("the journal never reached its quota: {} bytes", last.get()),
     );
     std::thread::sleep(Duration::from_secs(2));
-    let size = journal_size(&home, &id);
-    assert!(
-        size <= QUOTA_MB * 1024 * 1024 + SLACK,
-        "the journal grew to {size} bytes between turns"
-    );
+    // The summary is written when the worker's proxy ends.
     server.terminate();
-    let events =
-        std::fs::read_to_string(home.join("sessions").join(&id).join("events.jsonl")).unwrap();
-    assert!(
-        events.contains("\"network_refusals_suppressed\""),
-        "the journal says what it left out"
+    assert_bounded_and_summarised(&home, &id, "between turns");
+}
+
+#[test]
+fn a_root_supervisors_sandbox_reads_no_root_only_file_and_writes_no_root_owned_project() {
+    let env = Env::new();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("secret"), "root-only-4711").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        project.path().join("secret"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::set_permissions(project.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = "cat /workspace/secret 2>&1; ls /etc/ssl; ls /etc/ssl/private 2>&1; echo probed";
+    super::sandbox::bundle(
+        &env,
+        "reader",
+        r#"{ mode: "read_only", permissions: { network: ["*"] } }"#,
+        probe,
     );
+    super::sandbox::bundle(
+        &env,
+        "writer",
+        WRITABLE,
+        "touch /workspace/planted; echo wrote",
+    );
+    let cwd = project.path().to_str().unwrap();
+    let root = nix::unistd::geteuid().is_root();
+
+    let read = env.run(&["run", "./reader", "--prompt", "go", "--cwd", cwd]);
+    let text = read.ok();
+    assert!(text.contains("probed"), "{text}");
+    assert!(
+        !text.contains("root-only-4711"),
+        "the sandbox read a file only its owner may read: {text}"
+    );
+    assert!(
+        text.contains("certs") && !text.contains("private\n") && text.contains("No such file"),
+        "/etc/ssl shows its certificates only: {text}"
+    );
+
+    let wrote = env.run(&["run", "./writer", "--prompt", "go", "--cwd", cwd]);
+    if root {
+        let refused = wrote.failed();
+        assert!(
+            refused.contains("belongs to root") && refused.contains("--sandbox-user"),
+            "a writable sandbox over a root-owned directory is refused, saying what to do: {refused}"
+        );
+        assert!(!project.path().join("planted").exists());
+        // The opt-in gives root back, which shows the probe above could read the file.
+        let as_root = env.run(&[
+            "run",
+            "./reader",
+            "--prompt",
+            "go",
+            "--cwd",
+            cwd,
+            "--sandbox-user",
+            "root",
+        ]);
+        assert!(
+            as_root.ok().contains("root-only-4711"),
+            "{}",
+            as_root.stdout
+        );
+    } else {
+        // A normal user's sandbox is that user, who may not write a root-owned directory either.
+        assert!(!project.path().join("planted").exists());
+    }
 }

@@ -22,6 +22,7 @@ pub(super) fn write_bundle(
     let dir = env.path(name);
     std::fs::create_dir_all(dir.join("resources")).unwrap();
     std::fs::create_dir_all(env.path("ws")).unwrap();
+    super::support::give_to_sandbox(&env.path("ws"));
     std::fs::write(dir.join("service.bundle.json5"), manifest.to_string()).unwrap();
     let mut agent = json!({
         "model": {"provider": "scripted", "name": "s", "config": {"script": "resources/script.json5"}},

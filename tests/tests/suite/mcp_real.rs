@@ -23,6 +23,8 @@ fn mcp_dir(test: &str) -> Option<PathBuf> {
 /// sandbox shows.
 fn into_workspace(from: &Path, ws: &Path) {
     std::fs::create_dir_all(ws).unwrap();
+    // The directory only: the copy below links the cached environment's files, which stay the cache's.
+    super::support::give_to_sandbox(ws);
     let linked = std::process::Command::new("cp")
         .arg("-al")
         .arg(from)

@@ -91,7 +91,7 @@ async fn the_next_session_gets_the_spare_sandbox_with_its_own_workspace_and_noth
     );
 
     // A session with a directory of its own as workspace gets a worker started for it.
-    let own = TempDir::new().unwrap();
+    let own = super::support::sandbox_tempdir();
     let third = rt
         .create_session(reference, Some(own.path()))
         .await

@@ -52,6 +52,7 @@ fn attempt(env: &Env, name: &str, sandbox: &str, command: &str) -> String {
 fn env_with_workspace() -> Env {
     let env = Env::new();
     std::fs::create_dir(env.path("ws")).unwrap();
+    super::support::give_to_sandbox(&env.path("ws"));
     env
 }
 

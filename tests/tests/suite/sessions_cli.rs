@@ -416,7 +416,7 @@ fn doctor_checks_the_sandbox_the_store_and_a_bundles_model_server_and_key() {
     );
     // Which host user a sandbox is; a root supervisor's is root, and doctor says what that means.
     let who = if nix::unistd::geteuid().is_root() {
-        "warn  sandboxes run as host uid 0 (root)"
+        "ok    sandboxes run as the owner of each session's directory, or as nobody (uid 65534"
     } else {
         "ok    sandboxes run as host uid"
     };

@@ -476,3 +476,22 @@ pub fn own_cgroups() -> Vec<(String, PathBuf)> {
         })
         .collect()
 }
+
+/// Gives `path` and everything under it to the user a root supervisor runs sandboxes as by default (`nobody`), as
+/// a user's project belongs to that user: its sandbox then runs as that owner and may write there. Does nothing
+/// when the tests do not run as root (the sandbox is then the test's own user).
+pub fn give_to_sandbox(path: &Path) {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+        std::os::unix::fs::lchown(entry.path(), Some(65534), Some(65534)).unwrap();
+    }
+}
+
+/// A temporary directory for a session's `cwd` that its sandbox may write (see [`give_to_sandbox`]).
+pub fn sandbox_tempdir() -> TempDir {
+    let dir = TempDir::new().expect("temp cwd");
+    give_to_sandbox(dir.path());
+    dir
+}

@@ -23,7 +23,12 @@ fn fixture_in(script: &str, agent_extra: &str, mode: &str) -> Fixture {
     let f = Fixture {
         home: TempDir::new().unwrap(),
         bundle: TempDir::new().unwrap(),
-        cwd: TempDir::new().unwrap(),
+        // A host worker runs as the tests' user, and root keeps its rights only over its own files.
+        cwd: if mode == "danger_full_access" {
+            TempDir::new().unwrap()
+        } else {
+            super::support::sandbox_tempdir()
+        },
     };
     write_bundle(f.bundle.path(), script, agent_extra, mode);
     f

@@ -1,0 +1,218 @@
+//! The host user a sandbox runs as.
+//!
+//! For every permission check on the host, a sandbox is the user its namespace's root is mapped to. For a
+//! supervisor run by a normal user that is that user, who owns the store. For one running as root it would be root:
+//! a sandbox could read every root-only file among what it sees (a 0600 file under `/usr/local`), and could not
+//! write a project owned by a user, since host root has no rights over other users' files from inside a user
+//! namespace. So a root supervisor runs each sandbox as another user:
+//! - the owner of the session's workspace directory when that is not root: the user whose project it is, or the
+//!   sandbox user a fresh workspace was given to;
+//! - otherwise the sandbox user (`--sandbox-user`, `SERVICE_SANDBOX_USER`; by default `nobody`), which may read
+//!   such a directory as any other user may, and is refused before a writable sandbox starts over it.
+//!
+//! How is in [`super::userns`]. `--sandbox-user root` keeps root, for single-purpose containers where everything
+//! belongs to root; SECURITY.md says what that gives up.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Environment variable that names the sandbox user of a supervisor running as root.
+pub const SANDBOX_USER_ENV: &str = "SERVICE_SANDBOX_USER";
+/// The sandbox user of a root supervisor when none is named.
+pub const DEFAULT_SANDBOX_USER: &str = "nobody";
+
+/// A host user and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HostId {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// How this supervisor's sandboxes get their host user.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SandboxUser {
+    /// As the supervisor's own user: it is not root, or `root` was named.
+    #[default]
+    Own,
+    /// As the workspace's owner, or this user where root owns the workspace (a root supervisor).
+    Other {
+        /// The sandbox user.
+        id: HostId,
+        /// Its name as given, for messages.
+        name: String,
+    },
+}
+
+impl SandboxUser {
+    /// The sandbox user of this process: `requested` (a user name, `uid` or `uid:gid`), else `SERVICE_SANDBOX_USER`,
+    /// else `nobody`, when it runs as root; its own user otherwise.
+    pub fn for_this_process(requested: Option<&str>) -> Result<SandboxUser, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Ok(SandboxUser::Own);
+        }
+        let from_env = std::env::var(SANDBOX_USER_ENV).ok();
+        let name = requested
+            .or(from_env.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(DEFAULT_SANDBOX_USER);
+        Self::named(name)
+    }
+
+    /// [`Self::for_this_process`] with no request, for a library default: a name that does not resolve falls back
+    /// to uid and gid 65534, never to root.
+    pub fn default_for_this_process() -> SandboxUser {
+        Self::for_this_process(None).unwrap_or(SandboxUser::Other {
+            id: HostId {
+                uid: 65534,
+                gid: 65534,
+            },
+            name: DEFAULT_SANDBOX_USER.into(),
+        })
+    }
+
+    /// The sandbox user `name` of a root supervisor: a user name, `uid` or `uid:gid`; `root` (or uid 0) keeps root.
+    pub fn named(name: &str) -> Result<SandboxUser, String> {
+        let numeric = |t: &str| t.parse::<u32>().ok();
+        let id = match name.split_once(':') {
+            Some((u, g)) => numeric(u)
+                .zip(numeric(g))
+                .map(|(uid, gid)| HostId { uid, gid }),
+            None => numeric(name).map(|uid| HostId { uid, gid: uid }),
+        };
+        let id = match id {
+            Some(id) => id,
+            None => nix::unistd::User::from_name(name)
+                .ok()
+                .flatten()
+                .map(|u| HostId {
+                    uid: u.uid.as_raw(),
+                    gid: u.gid.as_raw(),
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "the sandbox user \"{name}\" does not exist on this host: create it (useradd --system \
+                         {name}), or name another with --sandbox-user or {SANDBOX_USER_ENV} (a name, uid or uid:gid)"
+                    )
+                })?,
+        };
+        if id.uid == 0 {
+            return Ok(SandboxUser::Own);
+        }
+        Ok(SandboxUser::Other {
+            id,
+            name: name.to_string(),
+        })
+    }
+
+    /// Who a sandbox over the workspace `dir` (a descriptor of it, `path` in messages) runs as; None for the
+    /// supervisor's own user. A `fresh` workspace (one the store made for the session) that root owns is first
+    /// given to the sandbox user; a writable sandbox over a host directory that root owns is refused, unless the
+    /// sandbox user may write it.
+    pub fn over(
+        &self,
+        dir: BorrowedFd<'_>,
+        path: &Path,
+        writable: bool,
+        fresh: bool,
+    ) -> Result<Option<HostId>, String> {
+        let SandboxUser::Other { id, name } = self else {
+            return Ok(None);
+        };
+        let meta = std::fs::metadata(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if meta.uid() != 0 {
+            return Ok(Some(HostId {
+                uid: meta.uid(),
+                gid: meta.gid(),
+            }));
+        }
+        if fresh {
+            nix::unistd::fchownat(
+                dir,
+                "",
+                Some(nix::unistd::Uid::from_raw(id.uid)),
+                Some(nix::unistd::Gid::from_raw(id.gid)),
+                nix::fcntl::AtFlags::AT_EMPTY_PATH,
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot give the workspace {} to the sandbox user {name}: {e}",
+                    path.display()
+                )
+            })?;
+            return Ok(Some(*id));
+        }
+        let mode = meta.mode();
+        let may_write = mode & 0o002 != 0 || (mode & 0o020 != 0 && meta.gid() == id.gid);
+        if writable && !may_write {
+            return Err(format!(
+                "{} belongs to root, and this supervisor runs as root, so its sandboxes run as the user {name}, \
+                 who may not write there: give the directory to the user who works in it (chown -R USER {}), or \
+                 start with --sandbox-user naming a user who may write it (--sandbox-user root gives sandboxes \
+                 root's rights over everything they see; see SECURITY.md)",
+                path.display(),
+                path.display()
+            ));
+        }
+        Ok(Some(*id))
+    }
+
+    /// What `doctor` says of it.
+    pub fn describe(&self) -> String {
+        match self {
+            SandboxUser::Own => format!(
+                "sandboxes run as host uid {}, the user this supervisor runs as",
+                nix::unistd::geteuid()
+            ),
+            SandboxUser::Other { id, name } => format!(
+                "sandboxes run as the owner of each session's directory, or as {name} (uid {}, gid {}) where root \
+                 owns it",
+                id.uid, id.gid
+            ),
+        }
+    }
+}
+
+/// Gives the supervisor's own socket at `path` (in its private run directory) to `id`, so that a sandbox running
+/// as that user may connect to it.
+pub fn give_socket(path: &Path, id: HostId) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(id.uid), Some(id.gid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_by_any_name_is_the_supervisors_own_user() {
+        for name in ["root", "0", "0:0"] {
+            assert_eq!(SandboxUser::named(name), Ok(SandboxUser::Own), "{name}");
+        }
+    }
+
+    #[test]
+    fn numeric_and_named_users_resolve_and_an_unknown_name_says_how_to_fix_it() {
+        assert_eq!(
+            SandboxUser::named("1234:5678"),
+            Ok(SandboxUser::Other {
+                id: HostId {
+                    uid: 1234,
+                    gid: 5678
+                },
+                name: "1234:5678".into()
+            })
+        );
+        assert!(matches!(
+            SandboxUser::named("nobody"),
+            Ok(SandboxUser::Other { id, .. }) if id.uid == 65534
+        ));
+        let err = SandboxUser::named("no-such-user-here").unwrap_err();
+        assert!(
+            err.contains("useradd") && err.contains("--sandbox-user"),
+            "{err}"
+        );
+    }
+}
