@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use service_supervisor::bundle::{self, oci, store, template, BundleInfo};
 use service_supervisor::ServiceHome;
 
@@ -126,8 +127,15 @@ pub fn run(home: ServiceHome, args: BundlesArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `export`: the archive to the file `out`, or to stdout for `-` (the summary then goes to stderr).
 pub fn export(home: &ServiceHome, reference: &str, out: &Path) -> anyhow::Result<ExitCode> {
     let bundle = bundle::resolve(home, reference)?;
+    if out == Path::new("-") {
+        let (digest, bytes) = bundle::oci_archive::export_bytes(&bundle)?;
+        archive_to_stdout(&bytes)?;
+        eprintln!("Wrote {} to stdout (manifest {digest})", bundle.reference());
+        return Ok(ExitCode::SUCCESS);
+    }
     let digest = bundle::oci_archive::export(&bundle, out)?;
     println!(
         "Wrote {} to {} (manifest {digest})",
@@ -135,6 +143,21 @@ pub fn export(home: &ServiceHome, reference: &str, out: &Path) -> anyhow::Result
         out.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes an archive to stdout (`export -o -`), unless stdout is a terminal.
+pub(super) fn archive_to_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
+    if std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "export -o - writes a tar archive to stdout, which is a terminal: redirect it (> bundle.tar) or pipe it"
+        );
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .context("cannot write the archive to stdout")
 }
 
 pub fn import(home: &ServiceHome, archive: &Path) -> anyhow::Result<ExitCode> {

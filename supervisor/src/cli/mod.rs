@@ -72,7 +72,7 @@ enum Command {
     Export {
         /// Bundle reference.
         bundle_ref: String,
-        /// The tar file to write.
+        /// The tar file to write; `-` writes it to stdout.
         #[arg(long, short)]
         output: PathBuf,
     },

@@ -101,6 +101,11 @@ pub async fn export(
         return Err(anyhow!(error_of(resp).await));
     }
     let bytes = resp.bytes().await.context("the download broke off")?;
+    if out == std::path::Path::new("-") {
+        super::bundles::archive_to_stdout(&bytes)?;
+        eprintln!("Wrote {reference} to stdout ({} bytes)", bytes.len());
+        return Ok(ExitCode::SUCCESS);
+    }
     std::fs::write(out, &bytes).with_context(|| format!("cannot write {}", out.display()))?;
     println!(
         "Wrote {reference} to {} ({} bytes)",

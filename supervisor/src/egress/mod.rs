@@ -119,7 +119,7 @@ impl Egress {
     ) -> std::io::Result<Egress> {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::remove_file(socket);
-        let listener = tokio::net::UnixListener::bind(socket)?;
+        let listener = bind_anywhere(socket)?;
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
         let shared = Arc::new(Shared {
             policy,
@@ -146,6 +146,25 @@ impl Egress {
     pub fn attach(&self, sink: Arc<dyn Sink>) {
         let _ = self.shared.sink.set(sink);
     }
+}
+
+/// Binds a listening socket at `path` whatever the length of its directory's path: a socket address holds at most
+/// 108 bytes (`SUN_LEN`), and a store under a long path would otherwise start no sandbox that reaches the network.
+/// A long path is bound through its directory's descriptor (`/proc/self/fd/N/NAME`), which names the same place.
+fn bind_anywhere(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    const SHORT_ENOUGH: usize = 100;
+    if path.as_os_str().len() <= SHORT_ENOUGH {
+        return tokio::net::UnixListener::bind(path);
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return tokio::net::UnixListener::bind(path);
+    };
+    let dir = std::fs::File::open(dir)?;
+    use std::os::fd::AsRawFd;
+    let short = Path::new("/proc/self/fd")
+        .join(dir.as_raw_fd().to_string())
+        .join(name);
+    tokio::net::UnixListener::bind(short)
 }
 
 impl Drop for Egress {

@@ -391,3 +391,28 @@ async fn a_hostile_client_cannot_plant_files_through_an_upload_or_upload_from_a_
         "nothing was installed or removed"
     );
 }
+
+#[test]
+fn export_to_dash_writes_the_archive_to_stdout_and_no_file_named_dash() {
+    let env = Env::new();
+    env.run(&["build", &hello()]).ok();
+    let tar = env.path("hello.tar");
+    env.run(&["export", "hello", "-o", tar.to_str().unwrap()])
+        .ok();
+    let piped = env
+        .command(&["export", "hello", "-o", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert_eq!(
+        piped.stdout,
+        std::fs::read(&tar).unwrap(),
+        "the same reproducible archive"
+    );
+    assert!(String::from_utf8_lossy(&piped.stderr).contains("to stdout (manifest sha256:"));
+    assert!(!env.path("-").exists(), "no file named -");
+}

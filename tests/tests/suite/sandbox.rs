@@ -470,3 +470,24 @@ fn a_supervisor_started_by_an_unprivileged_user_runs_commands_in_its_sandbox() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_store_under_a_long_path_still_starts_sandboxes_that_reach_the_network() {
+    // The egress proxy's socket lives in the store; its path here is longer than a socket address may be.
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("a".repeat(100)).join("home");
+    let env = Env::new();
+    bundle(&env, "net", NET, "echo through-the-long-home");
+    let out = env
+        .command(&["run", "./net", "--prompt", "go"])
+        .env("SERVICE_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success()
+            && String::from_utf8_lossy(&out.stdout).contains("through-the-long-home"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
