@@ -167,6 +167,16 @@ fn message(err: &anyhow::Error) -> String {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    if matches!(
+        cli.command,
+        Command::Inspect { .. }
+            | Command::Bundles(_)
+            | Command::Export { .. }
+            | Command::Sessions(_)
+            | Command::Completions { .. }
+    ) {
+        end_quietly_on_a_closed_pipe();
+    }
     if let Some(base) = cli.remote.as_deref() {
         return dispatch_remote(base, cli.command);
     }
@@ -325,6 +335,16 @@ fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")
+}
+
+/// For the commands that print a listing or a file and nothing else: a reader that stops early (`| head`) ends the
+/// command as it ends `cat`, by SIGPIPE (status 141 in a shell), with nothing on stderr. The Rust runtime ignores
+/// SIGPIPE, which turns the write into an error that `println!` panics on. Socket writes are not affected: they
+/// are sent with `MSG_NOSIGNAL`. The commands that serve or run sessions keep ignoring it.
+fn end_quietly_on_a_closed_pipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: restoring the default disposition installs no handler, so no code runs in signal context.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
 fn home() -> anyhow::Result<ServiceHome> {

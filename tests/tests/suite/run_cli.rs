@@ -235,3 +235,38 @@ fn a_one_shot_run_exits_without_waiting_for_its_sandbox_and_leaves_nothing_behin
         "the worker's socket directory was left"
     );
 }
+
+#[test]
+fn a_reader_that_closes_the_pipe_early_ends_listing_commands_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    let hello = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hello");
+    env.run(&["build", hello.to_str().unwrap()]).ok();
+    env.run(&["run", "hello", "--prompt", "hi"]).ok();
+    for args in [
+        &["sessions", "--json"][..],
+        &["inspect", "hello", "--json"],
+        &["bundles", "--json"],
+        &["completions", "zsh"],
+    ] {
+        let mut child = env
+            .command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the command writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.code() == Some(0) || out.status.signal() == Some(13),
+            "{args:?}: {:?}",
+            out.status
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
