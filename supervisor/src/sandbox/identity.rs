@@ -54,23 +54,27 @@ impl SandboxUser {
             return Ok(SandboxUser::Own);
         }
         let from_env = std::env::var(SANDBOX_USER_ENV).ok();
-        let name = requested
-            .or(from_env.as_deref())
-            .filter(|n| !n.is_empty())
-            .unwrap_or(DEFAULT_SANDBOX_USER);
-        Self::named(name)
+        match requested.or(from_env.as_deref()).filter(|n| !n.is_empty()) {
+            Some(name) => Self::named(name),
+            // A host without a `nobody` entry still gets its usual ids, never root.
+            None => Ok(Self::named(DEFAULT_SANDBOX_USER).unwrap_or_else(|_| Self::nobody())),
+        }
     }
 
     /// [`Self::for_this_process`] with no request, for a library default: a name that does not resolve falls back
     /// to uid and gid 65534, never to root.
     pub fn default_for_this_process() -> SandboxUser {
-        Self::for_this_process(None).unwrap_or(SandboxUser::Other {
+        Self::for_this_process(None).unwrap_or_else(|_| Self::nobody())
+    }
+
+    fn nobody() -> SandboxUser {
+        SandboxUser::Other {
             id: HostId {
                 uid: 65534,
                 gid: 65534,
             },
             name: DEFAULT_SANDBOX_USER.into(),
-        })
+        }
     }
 
     /// The sandbox user `name` of a root supervisor: a user name, `uid` or `uid:gid`; `root` (or uid 0) keeps root.
