@@ -44,7 +44,7 @@
 //! freed inode as recent for 60 s, or 360 s while its inode table block is not written back; with a journal it
 //! does not check (`find_inode_bit` in `fs/ext4/ialloc.c`). New files re-dirty the same blocks, so the one-shots
 //! themselves can keep the window open; waiting for a quiet probe before the rows did not help (BENCHMARKS.md,
-//! stop 40). The probe row says what each round met, and a note follows it when a probe read over 0.05 ms.
+//! commit 968202f). The probe row says what each round met, and a note follows it when a probe read over 0.05 ms.
 //! BENCHMARKS.md reads the one-shot and create rows on a calm file system, as the issue measured its own figures:
 //! each run starts at least 6 minutes (the kernel's window) after the previous run's deletions.
 

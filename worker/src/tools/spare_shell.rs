@@ -51,7 +51,7 @@ const SPARES: usize = 2;
 /// How long after a worker's first command (or its first after the spares were let go) its first spares start. A
 /// one-shot `run` whose model calls Bash once has its answer a few milliseconds after the command, and two shells
 /// starting then (four processes, with their reapers) took the CPU it needed on the 2-core bench machine: about
-/// 1.1 ms (7%) of that one-shot on a quiet file system (BENCHMARKS.md, stop 41). A session's next command comes
+/// 1.1 ms (7%) of that one-shot on a quiet file system (BENCHMARKS.md, at 3bfda8e). A session's next command comes
 /// after a model reply, later than this; replacements of taken spares still start at once, so commands sent back
 /// to back keep finding one.
 const FIRST_START_AFTER: Duration = Duration::from_millis(10);
