@@ -69,6 +69,10 @@ pub struct TurnContext {
     pub model: ModelRef,
     /// The sandbox mode that confined the turn.
     pub sandbox_mode: SandboxMode,
+    /// The project instruction files (`AGENTS.md` and the like) whose text follows the bundle's system prompt, as
+    /// host paths; omitted when none was read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions: Vec<String>,
     /// Reserved; null until approval policies exist beyond per-rule actions.
     #[serde(default)]
     pub approval_policy: Option<serde_json::Value>,
@@ -106,6 +110,7 @@ mod tests {
                 config: None,
             },
             sandbox_mode: SandboxMode::ReadOnly,
+            instructions: Vec::new(),
             approval_policy: None,
             metadata: None,
         };

@@ -29,6 +29,7 @@ pub mod home;
 pub mod mcp_server;
 pub mod metrics;
 pub mod model_config;
+pub mod project_instructions;
 pub mod providers;
 pub mod registry;
 pub mod runtime;

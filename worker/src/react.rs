@@ -35,6 +35,8 @@ pub struct Reply {
 }
 
 /// What one chunk of a model reply comes to.
+// Only small events (deltas) travel in `Event`; boxing it would allocate once per streamed delta.
+#[allow(clippy::large_enum_variant)]
 pub enum Piece {
     /// An event for the turn's clients: reasoning, or text (which the reply also keeps).
     Event(EventPayload),

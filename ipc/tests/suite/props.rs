@@ -50,6 +50,7 @@ proptest! {
                 cwd: "/w".into(),
                 model: ModelRef { provider: "p".into(), name: "n".into(), config: None },
                 sandbox_mode: SandboxMode::ReadOnly,
+                instructions: Vec::new(),
                 approval_policy: None,
                 metadata: None,
             },

@@ -16,6 +16,7 @@ fn context() -> TurnContext {
             config: Some(json!({"script": "resources/script.json5"})),
         },
         sandbox_mode: SandboxMode::ReadOnly,
+        instructions: Vec::new(),
         approval_policy: None,
         metadata: None,
     }

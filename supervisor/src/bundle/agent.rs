@@ -33,6 +33,10 @@ pub struct AgentSpec {
     /// Tool permission rules.
     #[serde(default)]
     pub permissions: Permissions,
+    /// Whether the project's `AGENTS.md` (and the like) is added to the system prompt (see
+    /// `project_instructions`); true when absent.
+    #[serde(default = "default_true")]
+    pub project_instructions: bool,
     /// MCP servers the session runs, by name.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_servers: std::collections::BTreeMap<String, super::mcp::McpServerSpec>,
@@ -63,6 +67,9 @@ pub struct MemorySpec {
     pub window: usize,
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_executor() -> ExecutorKind {
     ExecutorKind::React
 }

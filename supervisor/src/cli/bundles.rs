@@ -68,8 +68,51 @@ fn host_variables(info: &BundleInfo) -> Vec<String> {
     names.into_iter().cloned().collect()
 }
 
-pub fn inspect(home: &ServiceHome, reference: &str, json: bool) -> anyhow::Result<ExitCode> {
-    print_info(&bundle::resolve(home, reference)?.info(), json)
+pub fn inspect(
+    home: &ServiceHome,
+    reference: &str,
+    json: bool,
+    cwd: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    let bundle = bundle::resolve(home, reference)?;
+    let Some(cwd) = cwd else {
+        return print_info(&bundle.info(), json);
+    };
+    // What a session of it in `cwd` would add to its system prompt.
+    let dir = std::fs::canonicalize(cwd)
+        .with_context(|| format!("--cwd {}: not a directory", cwd.display()))?;
+    let read = service_supervisor::project_instructions::ProjectInstructions::of_bundle(
+        &bundle,
+        &dir,
+        &[],
+    );
+    if json {
+        let mut value = serde_json::to_value(bundle.info())?;
+        value["project_instructions"] = serde_json::json!(read.paths());
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", describe(&bundle.info()));
+        println!(
+            "  {:<12} {}",
+            "instructions",
+            instructions_list(&read, bundle.agent.project_instructions)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Which project instructions were read, for `inspect --cwd` and `doctor`.
+pub(super) fn instructions_list(
+    read: &service_supervisor::project_instructions::ProjectInstructions,
+    enabled: bool,
+) -> String {
+    match (enabled, read.paths()) {
+        (false, _) => "off (project_instructions: false in agent.yaml)".to_string(),
+        (true, paths) if paths.is_empty() => {
+            "none (no AGENTS.md, CLAUDE.md or .service/instructions.md)".to_string()
+        }
+        (true, paths) => paths.join(", "),
+    }
 }
 
 /// Arguments of `bundles`; without a subcommand it lists them.

@@ -15,6 +15,24 @@ pub struct DoctorArgs {
     json: bool,
 }
 
+/// Which project instructions a session started here reads (of the bundle, when one is named).
+fn instructions(home: &ServiceHome, reference: Option<&str>) -> Check {
+    let here = std::env::current_dir().unwrap_or_default();
+    let enabled = reference
+        .and_then(|r| service_supervisor::bundle::resolve(home, r).ok())
+        .is_none_or(|b| b.agent.project_instructions);
+    let read = service_supervisor::project_instructions::ProjectInstructions::read(&here, &[]);
+    Check {
+        status: Status::Ok,
+        what: format!(
+            "project instructions in {}: {}",
+            here.display(),
+            super::bundles::instructions_list(&read, enabled)
+        ),
+        fix: None,
+    }
+}
+
 pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find the service-rs binary: {e}"))?;
@@ -22,6 +40,7 @@ pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let checks = super::tokio()?.block_on(async {
         let mut checks = doctor::sandbox(service_supervisor::worker_beside(&exe)).await;
         checks.push(doctor::store(&home));
+        checks.push(instructions(&home, args.bundle_ref.as_deref()));
         let keys = match keys {
             Ok(k) => k,
             Err(e) => {

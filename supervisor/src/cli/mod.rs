@@ -13,6 +13,7 @@ mod serve;
 mod sessions;
 mod term_text;
 mod tui;
+mod workspace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,6 +66,9 @@ enum Command {
         /// Print the full metadata as JSON.
         #[arg(long)]
         json: bool,
+        /// Also say which project instructions (AGENTS.md and the like) a session of it in this directory reads.
+        #[arg(long)]
+        cwd: Option<PathBuf>,
     },
     /// List installed bundles.
     Bundles(bundles::BundlesArgs),
@@ -187,7 +191,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             provider,
         } => bundles::init(&dir, force, provider),
         Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
-        Command::Inspect { bundle_ref, json } => bundles::inspect(&home()?, &bundle_ref, json),
+        Command::Inspect {
+            bundle_ref,
+            json,
+            cwd,
+        } => bundles::inspect(&home()?, &bundle_ref, json, cwd.as_deref()),
         Command::Bundles(args) => bundles::run(home()?, args),
         Command::Export { bundle_ref, output } => bundles::export(&home()?, &bundle_ref, &output),
         Command::Import { archive } => bundles::import(&home()?, &archive),
@@ -250,9 +258,12 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
             rt.block_on(registry::pull_remote(&remote, &source, &access))
         }
         Command::Sessions(args) => sessions::run(backend::Backend::Remote(remote), args),
-        Command::Inspect { bundle_ref, json } => {
-            rt.block_on(remote::inspect(&remote, &bundle_ref, json))
-        }
+        Command::Inspect { cwd: Some(_), .. } => Err(anyhow::anyhow!(
+            "inspect --cwd reads this machine's files: run it without --remote"
+        )),
+        Command::Inspect {
+            bundle_ref, json, ..
+        } => rt.block_on(remote::inspect(&remote, &bundle_ref, json)),
         Command::Run(args) => run::run_remote(remote, args),
         Command::Init { .. } => Err(local_only("init")),
         Command::Build { .. } => Err(local_only("build")),

@@ -66,10 +66,14 @@ pub struct RunArgs {
     /// Describe events on stderr as they happen.
     #[arg(long, short)]
     pub(super) verbose: bool,
-    /// Working directory of the session (default: a fresh workspace under the session); of this turn only when
-    /// continuing one.
+    /// Working directory of a new session (default: the current directory); of this turn only when continuing
+    /// one. With --remote, a directory of the server's under one of its --workspace-root.
     #[arg(long)]
     pub(super) cwd: Option<PathBuf>,
+    /// What a new session works in when --cwd is not given: `cwd`, the current directory (the default; with
+    /// --remote, the server's fresh workspace), or `fresh`, an empty directory of the session's own.
+    #[arg(long, value_enum, conflicts_with = "cwd")]
+    pub(super) workspace: Option<super::workspace::WorkspaceChoice>,
     /// Model override as provider/name, e.g. scripted/demo.
     #[arg(long)]
     pub(super) model: Option<String>,
@@ -114,11 +118,17 @@ impl Answer {
         }
     }
 
-    /// This run's answer to a request for `tool` (or "network"), asking on the terminal when it may.
-    pub(super) async fn decide(self, tool: &str, summary: &str) -> ApprovalDecision {
-        let tool = match tool {
-            "network" => "network access to",
-            tool => tool,
+    /// This run's answer to a request for `tool` (or "network"), asking on the terminal when it may; `workspace`
+    /// says what the session can see (see [`super::workspace::describe`]).
+    pub(super) async fn decide(
+        self,
+        tool: &str,
+        summary: &str,
+        workspace: &str,
+    ) -> ApprovalDecision {
+        let (tool, scope) = match tool {
+            "network" => ("network access to", String::new()),
+            tool => (tool, format!(" in {workspace}")),
         };
         match self {
             Answer::Approve => ApprovalDecision::AllowOnce,
@@ -135,7 +145,7 @@ impl Answer {
             Answer::AskTerminal => {
                 // The tool's name and summary come from the sandbox: escaped, they cannot redraw the question.
                 let question = format!(
-                    "Allow {} `{}`? [o]nce, [a]lways in this session, [d]eny: ",
+                    "Allow {} `{}`{scope}? [o]nce, [a]lways in this session, [d]eny: ",
                     safe(tool),
                     safe(summary)
                 );
@@ -253,6 +263,11 @@ async fn continued(backend: &Backend, args: &RunArgs) -> anyhow::Result<Option<S
         return Ok(None);
     }
     let records = backend.sessions().await?;
+    // This directory's latest session first, as the user is most likely still working on what they started here.
+    let here = match backend {
+        Backend::Local(_) => std::env::current_dir().ok(),
+        Backend::Remote(_) => None,
+    };
     let last = records
         .into_iter()
         .filter(|r| {
@@ -260,7 +275,10 @@ async fn continued(backend: &Backend, args: &RunArgs) -> anyhow::Result<Option<S
                 .as_deref()
                 .is_none_or(|b| r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b)
         })
-        .max_by(|a, b| a.updated_at.cmp(&b.updated_at));
+        .max_by(|a, b| {
+            let in_here = |r: &SessionRecord| here.as_deref() == Some(std::path::Path::new(&r.cwd));
+            (in_here(a), &a.updated_at).cmp(&(in_here(b), &b.updated_at))
+        });
     match (last, &args.bundle_ref) {
         (Some(r), _) => Ok(Some(r)),
         (None, Some(b)) => Err(anyhow::anyhow!(
@@ -286,10 +304,22 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
         }
         None => start_new(backend, args, prompt).await?,
     };
+    let bundle = backend.bundle(&record.bundle.reference).await?;
+    let workspace = super::workspace::describe(&record.cwd, bundle.sandbox.mode);
     if args.verbose || std::io::stderr().is_terminal() {
         eprintln!("session: {}", record.id);
+        eprintln!("workspace: {workspace}");
     }
-    follow(backend, args, &record.id, events, &turn_id, &mut sigint).await
+    follow(
+        backend,
+        args,
+        &record.id,
+        events,
+        &turn_id,
+        &workspace,
+        &mut sigint,
+    )
+    .await
 }
 
 /// A new session of the run's bundle, with the run's turn started in it: its record, events and turn id. A
@@ -305,6 +335,7 @@ async fn start_new(
     let rt = match backend {
         Backend::Local(rt) => rt,
         Backend::Remote(_) => {
+            // The server's rule: its fresh workspace, unless --cwd names a directory under its --workspace-root.
             let record = backend
                 .create_session(bundle_ref, args.cwd.as_deref())
                 .await?;
@@ -317,6 +348,7 @@ async fn start_new(
             };
         }
     };
+    let cwd = super::workspace::for_new_session(args.cwd.as_deref(), args.workspace)?;
     super::registry::pull_on_first_use(rt.home(), bundle_ref).await?;
     let bundle = service_supervisor::bundle::resolve(rt.home(), bundle_ref)?;
     super::warn_unconfined(&bundle.manifest, args.dangerous_sandbox_mode);
@@ -330,7 +362,7 @@ async fn start_new(
         .create_session_with_turn(
             bundle,
             bundle_ref,
-            args.cwd.as_deref(),
+            cwd.as_deref(),
             Task::new(prompt),
             overrides,
         )
@@ -377,6 +409,7 @@ async fn follow(
     session_id: &str,
     mut events: EventStream,
     turn_id: &str,
+    workspace: &str,
     sigint: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<ExitCode> {
     let answer = Answer::from_args(args);
@@ -413,7 +446,7 @@ async fn follow(
         if let Some(asked) = service_supervisor::runtime::approvals::asked(&msg.payload) {
             progress.pause();
             let decision = tokio::select! {
-                d = answer.decide(&asked.tool, &asked.summary) => d,
+                d = answer.decide(&asked.tool, &asked.summary, workspace) => d,
                 _ = sigint.recv() => {
                     // Nothing more will be asked: end the turn and leave with the conventional code.
                     eprintln!();
@@ -470,10 +503,19 @@ fn show(msg: &EventMsg, json: bool, verbose: bool, progress: &mut Progress) {
 /// One line on stderr per event, for --verbose.
 fn describe(msg: &EventMsg, progress: &mut Progress) {
     let line = match &msg.payload {
-        EventPayload::TurnStarted { context, .. } => format!(
-            "turn started: model {}/{}, sandbox {}, cwd {}",
-            context.model.provider, context.model.name, context.sandbox_mode, context.cwd
-        ),
+        EventPayload::TurnStarted { context, .. } => {
+            let mut line = format!(
+                "turn started: model {}/{}, sandbox {}, cwd {}",
+                context.model.provider, context.model.name, context.sandbox_mode, context.cwd
+            );
+            if !context.instructions.is_empty() {
+                line.push_str(&format!(
+                    ", project instructions {}",
+                    context.instructions.join(", ")
+                ));
+            }
+            line
+        }
         EventPayload::ReasoningDelta { delta, .. } => format!("thinking: {delta}"),
         EventPayload::ToolCallStarted {
             tool, arguments, ..

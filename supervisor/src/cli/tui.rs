@@ -34,6 +34,14 @@ pub struct TuiArgs {
     /// Attach to an existing session instead.
     #[arg(long, conflicts_with = "bundle")]
     session: Option<String>,
+    /// Working directory of a new session (default: the current directory). With --remote, a directory of the
+    /// server's under one of its --workspace-root.
+    #[arg(long)]
+    cwd: Option<std::path::PathBuf>,
+    /// What a new session works in when --cwd is not given: `cwd`, the current directory (the default; with
+    /// --remote, the server's fresh workspace), or `fresh`, an empty directory of the session's own.
+    #[arg(long, value_enum, conflicts_with = "cwd")]
+    workspace: Option<super::workspace::WorkspaceChoice>,
     /// Run the session worker on the host with no confinement.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
@@ -100,7 +108,12 @@ struct Ui {
     events: EventStream,
     notes: mpsc::Sender<Note>,
     model: Option<ModelRef>,
+    /// The working directory `/cwd` chose for the next turns.
     cwd: Option<String>,
+    /// Where new sessions of this TUI work (None: a fresh workspace), chosen at start.
+    workspace: Option<std::path::PathBuf>,
+    /// The current session's workspace on the host, and whether its sandbox confines turns to it.
+    session_workspace: (std::path::PathBuf, bool),
     /// Reference of the current session's bundle, for /new.
     bundle_ref: String,
     /// The turn a Ctrl-C interrupted: another Ctrl-C while it runs quits.
@@ -116,7 +129,13 @@ impl Ui {
         let bundle = self.backend.bundle(&record.bundle.reference).await?;
         let label = format!("{}@{}", record.bundle.id, record.bundle.version);
         let model = format!("{}/{}", bundle.model.provider, bundle.model.name);
-        let mut app = App::new(id, &label, &model, &bundle.sandbox.mode.to_string());
+        let mode = bundle.sandbox.mode;
+        let mut app = App::new(id, &label, &model, &mode.to_string());
+        app.workspace = super::workspace::describe(&record.cwd, mode);
+        self.session_workspace = (
+            record.cwd.clone().into(),
+            mode != service_ipc::SandboxMode::DangerFullAccess,
+        );
         app.history = std::mem::take(&mut self.app.history);
         self.app = app;
         self.bundle_ref = record.bundle.reference.clone();
@@ -130,13 +149,42 @@ impl Ui {
         if let Backend::Local(rt) = &self.backend {
             super::registry::pull_on_first_use(rt.home(), bundle_ref).await?;
         }
-        let record = self.backend.create_session(bundle_ref, None).await?;
+        let record = self
+            .backend
+            .create_session(bundle_ref, self.workspace.as_deref())
+            .await?;
         self.attach(&record.id).await?;
         self.app.info(format!(
             "new session {} of {}",
             record.id, record.bundle.reference
         ));
         Ok(())
+    }
+
+    /// The directory `/cwd dir` names, checked now rather than at every later turn: relative to the session's
+    /// workspace, an existing directory (on this machine; a server checks its own), and inside the workspace
+    /// unless the session is unconfined.
+    fn checked_cwd(&self, dir: &str) -> anyhow::Result<String> {
+        let (workspace, confined) = &self.session_workspace;
+        let mut path = workspace.join(dir);
+        if let Backend::Local(_) = self.backend {
+            path = std::fs::canonicalize(&path)
+                .ok()
+                .filter(|p| p.is_dir())
+                .with_context(|| format!("/cwd: {} is not a directory", path.display()))?;
+        }
+        let inside = path
+            .components()
+            .all(|c| c != std::path::Component::ParentDir)
+            && path.starts_with(workspace);
+        if *confined && !inside {
+            anyhow::bail!(
+                "/cwd: {} is outside the session's workspace {}; its sandbox sees only that directory: pick one                  inside it, or start a session in the other directory (tui --cwd DIR)",
+                path.display(),
+                workspace.display()
+            );
+        }
+        Ok(path.display().to_string())
     }
 
     /// Runs `action` in the background; its error (or info) comes back as a note.
@@ -235,6 +283,7 @@ impl Ui {
                 self.app.info(format!("next turns use {spec}"));
             }
             Slash::Cwd(dir) => {
+                let dir = self.checked_cwd(&dir)?;
                 self.app.info(format!("next turns run in {dir}"));
                 self.cwd = Some(dir);
             }
@@ -329,6 +378,14 @@ async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCo
         notes: notes_tx,
         model: None,
         cwd: None,
+        workspace: match &backend {
+            Backend::Local(_) => {
+                super::workspace::for_new_session(args.cwd.as_deref(), args.workspace)?
+            }
+            // The server's rule: its fresh workspace unless --cwd names a directory under its --workspace-root.
+            Backend::Remote(_) => args.cwd.clone(),
+        },
+        session_workspace: Default::default(),
         bundle_ref: String::new(),
         interrupted: None,
     };

@@ -33,11 +33,13 @@ use super::handle::WorkerHandle;
 use super::session::{Session, TurnEnd};
 use super::{model_call, Inner};
 use crate::bundle::Bundle;
+use crate::project_instructions::ProjectInstructions;
 
 /// The messages and tools of the first model call of a turn of `prompt` over `history`, as a worker of `bundle`
 /// asks them; None when its bundle has MCP servers, whose tools only the worker knows.
 pub(super) fn first_query(
     bundle: &Bundle,
+    instructions: &ProjectInstructions,
     mut history: Vec<ChatMessage>,
     prompt: &str,
 ) -> Option<(Vec<ChatMessage>, Vec<ToolSpec>)> {
@@ -51,7 +53,11 @@ pub(super) fn first_query(
         .skills
         .iter()
         .map(|s| (s.name.as_str(), s.description.as_str()));
-    let system = service_worker::react::system_prompt(&agent.system_prompt, tools, skills);
+    let system = service_worker::react::system_prompt(
+        &instructions.system_prompt(&agent.system_prompt),
+        tools,
+        skills,
+    );
     let messages = service_worker::memory::prompt(&system, &history, agent.memory.window);
     Some((messages, service_worker::tools::specs(tools)))
 }

@@ -97,6 +97,9 @@ pub struct RuntimeOptions {
     /// Registries (`host[:port]`) this node pulls a session's bundle from when another node created the session and
     /// this one lacks it (`serve --allow-registry`).
     pub pull_registries: Vec<String>,
+    /// The directories clients may name a session's `cwd` under (`serve --workspace-root`): project instructions
+    /// are never read above them, nor above the store's sessions.
+    pub workspace_roots: Vec<PathBuf>,
 }
 
 impl RuntimeOptions {
@@ -125,6 +128,7 @@ impl RuntimeOptions {
                 service_ipc::config::default_spare_shell_idle_ms(),
             ),
             pull_registries: Vec::new(),
+            workspace_roots: Vec::new(),
         }
     }
 }
@@ -224,10 +228,12 @@ impl ServiceRuntime {
 
     fn with_parts(
         home: ServiceHome,
-        options: RuntimeOptions,
+        mut options: RuntimeOptions,
         launcher: Box<dyn Launcher>,
         store: Arc<dyn store::Store>,
     ) -> Self {
+        // A fresh workspace's instructions are its own: never those of a repository the store happens to be in.
+        options.workspace_roots.push(home.sessions());
         ServiceRuntime {
             inner: Arc::new(Inner {
                 home,

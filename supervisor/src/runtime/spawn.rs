@@ -243,6 +243,8 @@ pub(crate) struct Assignment<'a> {
     pub bundle: &'a Bundle,
     /// Its conversation so far.
     pub history: Vec<ChatMessage>,
+    /// The project instructions that follow its bundle's system prompt.
+    pub instructions: Arc<crate::project_instructions::ProjectInstructions>,
 }
 
 /// Waits until a started worker is inside its limits, connects its egress proxy to `sink`, and gives it
@@ -300,6 +302,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         id,
         bundle,
         history,
+        instructions,
     } = assignment;
     let skills = bundle
         .skills
@@ -317,7 +320,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         bundle_dir: started.bundle_dir.display().to_string(),
         workspace: started.workspace.display().to_string(),
         sandbox_mode: started.confinement,
-        system_prompt: agent.system_prompt.clone(),
+        system_prompt: instructions.system_prompt(&agent.system_prompt),
         tools: bundle.manifest.tools.clone(),
         skills,
         max_steps: agent.max_steps,

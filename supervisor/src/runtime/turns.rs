@@ -1,6 +1,7 @@
 //! Turns: started (led by the supervisor, or, for bundles with MCP servers, given to the worker), run to their
 //! end, interrupted.
 
+use crate::project_instructions::ProjectInstructions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -88,7 +89,13 @@ impl ServiceRuntime {
             .launcher
             .view(&bundle.manifest.sandbox, cwd.unwrap_or(&workspace))
             .ok()?;
-        let query = lead::first_query(bundle, Vec::new(), &task.prompt)?;
+        // As the session will read them: from its canonical workspace.
+        let instructions = ProjectInstructions::of_bundle(
+            bundle,
+            &std::fs::canonicalize(cwd.unwrap_or(&workspace)).ok()?,
+            &self.inner.options.workspace_roots,
+        );
+        let query = lead::first_query(bundle, &instructions, Vec::new(), &task.prompt)?;
         let turn_id = uuid::Uuid::new_v4().to_string();
         let request = lead::request(model.clone(), &turn_id, query);
         Some(model_call::ahead(&self.inner, bundle, id, request))
@@ -170,7 +177,8 @@ impl ServiceRuntime {
         // The model sees the memory window only: a long history is not read whole.
         let window = session.bundle.agent.memory.window;
         let history = session.recent_history(window).await.ok()?;
-        lead::first_query(&session.bundle, history, prompt)
+        let instructions = session.instructions(&self.inner.options.workspace_roots);
+        lead::first_query(&session.bundle, &instructions, history, prompt)
     }
 
     /// Starts a turn the supervisor leads until its model calls a tool.
@@ -188,7 +196,8 @@ impl ServiceRuntime {
             .launcher
             .view(&session.bundle.manifest.sandbox, &session.cwd())?;
         let paths = (session.cwd(), view.workspace);
-        let context = turn_context(&paths, view.confinement, cwd, model.clone())?;
+        let instructions = session.instructions(&self.inner.options.workspace_roots);
+        let context = turn_context(&paths, view.confinement, cwd, model.clone(), &instructions)?;
         let cancel = session.lead(turn_id).ok_or_else(|| {
             RuntimeError::WorkerUnavailable("the turn ended as it started".into())
         })?;
@@ -219,7 +228,8 @@ impl ServiceRuntime {
         model: ModelRef,
     ) -> Result<()> {
         let worker = self.worker(session).await?;
-        let context = turn_context(&worker.paths, worker.confinement, cwd, model)?;
+        let instructions = session.instructions(&self.inner.options.workspace_roots);
+        let context = turn_context(&worker.paths, worker.confinement, cwd, model, &instructions)?;
         emit_started(session, turn_id, &task, &context);
         let run = ToWorker::RunTurn {
             turn_id: turn_id.to_string(),
@@ -283,6 +293,7 @@ fn turn_context(
     confinement: SandboxMode,
     cwd: &Path,
     model: ModelRef,
+    instructions: &ProjectInstructions,
 ) -> Result<TurnContext> {
     if confinement != SandboxMode::DangerFullAccess && !cwd.starts_with(&paths.0) {
         return Err(RuntimeError::CwdOutsideWorkspace(format!(
@@ -295,6 +306,7 @@ fn turn_context(
         cwd: handle::worker_path(paths, cwd).display().to_string(),
         model,
         sandbox_mode: confinement,
+        instructions: instructions.paths(),
         approval_policy: None,
         metadata: None,
     })

@@ -63,6 +63,7 @@ pub(crate) async fn attach(
         id: &session.id,
         bundle: &session.bundle,
         history,
+        instructions: session.instructions(&rt.options.workspace_roots),
     };
     let sink = Arc::new(super::egress_sink::SessionSink::new(&rt, &session));
     let started = spawn::configure(&rt, started, assignment, sink).await?;

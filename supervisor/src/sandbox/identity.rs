@@ -128,9 +128,12 @@ impl SandboxUser {
         let meta = std::fs::metadata(format!("/proc/self/fd/{}", dir.as_raw_fd()))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         if meta.uid() != 0 {
+            // Never root's group: a directory of a user's that kept group root (`chown user dir`) still runs its
+            // sandbox without root's group rights.
+            let gid = if meta.gid() == 0 { id.gid } else { meta.gid() };
             return Ok(Some(HostId {
                 uid: meta.uid(),
-                gid: meta.gid(),
+                gid,
             }));
         }
         if fresh {

@@ -82,6 +82,8 @@ pub struct App {
     pub model: String,
     /// Sandbox mode of the last turn.
     pub sandbox: String,
+    /// The host directory the session sees, and whether it may write there.
+    pub workspace: String,
     /// Session id.
     pub session_id: String,
     /// Turn state.
@@ -107,6 +109,7 @@ impl App {
             bundle: bundle.into(),
             model: model.into(),
             sandbox: sandbox.into(),
+            workspace: String::new(),
             session_id: session_id.into(),
             turn: TurnState::Idle,
             quit: false,

@@ -21,9 +21,15 @@ pub fn render(frame: &mut Frame, app: &App) {
     } else {
         (app.plan.len() as u16 + 2).min(area.height / 3)
     };
-    let approval_h = if app.approval.is_some() { 3 } else { 0 };
+    let approval_h = match &app.approval {
+        Some(a) if a.tool != "network" && !app.workspace.is_empty() => 4,
+        Some(_) => 3,
+        None => 0,
+    };
     let input_h = (app.input.split('\n').count() as u16).clamp(1, 5) + 2;
-    let [main, plan, approval, input, status] = Layout::vertical([
+    let header_h = u16::from(!app.workspace.is_empty());
+    let [header, main, plan, approval, input, status] = Layout::vertical([
+        Constraint::Length(header_h),
         Constraint::Min(3),
         Constraint::Length(plan_h),
         Constraint::Length(approval_h),
@@ -31,6 +37,12 @@ pub fn render(frame: &mut Frame, app: &App) {
         Constraint::Length(1),
     ])
     .areas(area);
+    if header_h > 0 {
+        frame.render_widget(
+            Paragraph::new(format!(" workspace {}", app.workspace)).style(dim()),
+            header,
+        );
+    }
     transcript(frame, main, app);
     if plan_h > 0 {
         plan_box(frame, plan, app);
@@ -257,20 +269,24 @@ fn plan_box(frame: &mut Frame, area: Rect, app: &App) {
 
 fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     let Some(a) = &app.approval else { return };
-    let line = Line::from(vec![
-        Span::styled(
-            format!("Allow {} `{}`?  ", a.tool, a.summary),
-            Style::default().add_modifier(Modifier::BOLD),
-        ),
+    let question = match a.tool.as_str() {
+        "network" => format!("Allow network access to `{}`?  ", a.summary),
+        tool => format!("Allow {tool} `{}`?  ", a.summary),
+    };
+    let mut lines = vec![Line::from(vec![
+        Span::styled(question, Style::default().add_modifier(Modifier::BOLD)),
         Span::styled(
             "[o] once  [a] always  [d] deny",
             Style::default().fg(Color::Yellow),
         ),
-    ]);
+    ])];
+    if a.tool != "network" && !app.workspace.is_empty() {
+        lines.push(Line::styled(format!("in {}", app.workspace), dim()));
+    }
     let block = Block::bordered()
         .title(" permission needed ")
         .border_style(Style::default().fg(Color::Red));
-    frame.render_widget(Paragraph::new(line).block(block), area);
+    frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 fn input_box(frame: &mut Frame, area: Rect, app: &App) {
@@ -308,9 +324,9 @@ fn status_line(frame: &mut Frame, area: Rect, app: &App) {
         (TurnState::Idle, _) => "idle",
     };
     let short: String = app.session_id.chars().take(8).collect();
-    // The state first: it is what a narrow terminal must still show.
+    // The state and the session first: they are what a narrow terminal must still show.
     let text = format!(
-        " {state} │ {} │ {} │ sandbox {} │ session {short} ",
+        " {state} │ session {short} │ {} │ {} │ sandbox {} ",
         app.bundle, app.model, app.sandbox
     );
     frame.render_widget(
@@ -348,6 +364,7 @@ mod tests {
                     config: None,
                 },
                 sandbox_mode: SandboxMode::ReadOnly,
+                instructions: Vec::new(),
                 approval_policy: None,
                 metadata: None,
             },
@@ -438,7 +455,7 @@ mod tests {
                 "┌ message · Enter sends · Ctrl-J new line · ↑↓ history · Es┐",
                 "│next question                                             │",
                 "└──────────────────────────────────────────────────────────┘",
-                " running │ hello@0.1.0 │ scripted/demo │ sandbox read_only │",
+                " running │ session 01234567 │ hello@0.1.0 │ scripted/demo │",
             ]
         );
     }

@@ -77,7 +77,7 @@ async fn create_run_sync_and_the_event_stream_in_spec_order() {
     }
     assert_eq!(
         events[0].1["payload"]["payload"]["context"]["sandbox_mode"],
-        "workspace_write"
+        "read_only"
     );
     let (status, record) = api.get(&format!("/sessions/{id}")).await;
     assert_eq!((status, record["turn_count"].as_u64()), (200, Some(1)));

@@ -24,6 +24,7 @@ mod operations;
 mod postgres;
 mod prestart;
 mod processes;
+mod project;
 mod provider_compat;
 mod provider_keys;
 mod provider_server;

@@ -278,7 +278,7 @@ fn prune_deletes_a_leftover_without_following_a_link_its_sandbox_made_to_the_hos
         .replace("CANARY", &canary.display().to_string());
     write_bundle(&env.path("sb"), &script, "", "workspace_write");
     assert!(env
-        .run(&["run", "./sb", "--prompt", "x"])
+        .run(&["run", "./sb", "--workspace", "fresh", "--prompt", "x"])
         .ok()
         .contains("done linked"));
     let id = ids(&env, &[]).remove(0);
@@ -335,6 +335,8 @@ fn init_writes_a_commented_starter_for_each_provider_and_the_scripted_one_answer
     }
     let missing_key = env.run(&["init", "keyless", "--provider", "anthropic"]);
     assert!(missing_key.ok().contains("ANTHROPIC_API_KEY is not set"));
+    // It works in the directory it is run from.
+    let here = std::fs::read_dir(env.work.path()).unwrap().count();
     let answer = env.run(&[
         "run",
         "start-scripted",
@@ -342,7 +344,9 @@ fn init_writes_a_commented_starter_for_each_provider_and_the_scripted_one_answer
         "What is in this workspace?",
     ]);
     assert!(
-        answer.ok().contains("I looked in the workspace:\nfiles: 0"),
+        answer
+            .ok()
+            .contains(&format!("I looked in the workspace:\nfiles: {here}")),
         "{}",
         answer.stdout
     );

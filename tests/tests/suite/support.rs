@@ -41,7 +41,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(out: Output) -> Run {
+    pub fn from(out: Output) -> Run {
         Run {
             code: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -83,10 +83,12 @@ impl Run {
 }
 
 impl Env {
+    /// A fresh store, and a work directory that commands run from: the project a session works in by default,
+    /// so it is given to the sandbox user (see [`give_to_sandbox`]).
     pub fn new() -> Env {
         Env {
             home: TempDir::new().expect("temp home"),
-            work: TempDir::new().expect("temp work dir"),
+            work: sandbox_tempdir(),
         }
     }
 

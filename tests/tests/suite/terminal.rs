@@ -119,7 +119,7 @@ fn ctrl_c_at_the_approval_question_exits_130_and_leaves_no_process() {
         "workspace_write",
     );
     let tmux = run_in_terminal(&env, "go");
-    let screen = tmux.wait_for("Allow Bash `echo approved-run`?");
+    let screen = tmux.wait_for("Allow Bash `echo approved-run` in ");
     let session = session_on(&screen);
     tmux.keys(&["C-c"]);
     let screen = tmux.wait_for("EXIT=130");

@@ -27,6 +27,11 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
     );
     let tmux = Tmux::start(&command);
     tmux.wait_for("sandbox workspace_write");
+    // The header says which host directory the session sees, and that it may write there.
+    tmux.wait_for(&format!(
+        "workspace {} (writable)",
+        env.work.path().display()
+    ));
 
     tmux.type_line("hello");
     tmux.wait_for("seen 2");
@@ -49,11 +54,11 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
     tmux.keys(&["o"]);
     tmux.wait_for("permission allowed once");
     tmux.wait_for("wrote: wrote 12 bytes");
-    let written: Vec<_> = super::support::files_under(env.home.path())
-        .into_iter()
-        .filter(|f| f.ends_with("workspace/out.txt"))
-        .collect();
-    assert_eq!(written.len(), 1, "the approved Write created the file");
+    assert_eq!(
+        std::fs::read_to_string(env.path("out.txt")).unwrap(),
+        "from the tui",
+        "the approved Write created the file in the directory the TUI started in"
+    );
 
     tmux.type_line("/quit");
     wait_until(

@@ -1,5 +1,6 @@
 //! One session in memory: its record, journal, history, worker slot, running turn and allow_always grants.
 
+use crate::project_instructions::ProjectInstructions;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -72,6 +73,8 @@ pub struct Session {
     /// Its journal.
     pub journal: Arc<Journal>,
     record: Mutex<SessionRecord>,
+    /// The project instructions of its workspace, read at the first turn on this node.
+    instructions: std::sync::OnceLock<Arc<ProjectInstructions>>,
     /// The worker, when one is running.
     pub(super) worker: tokio::sync::Mutex<Option<WorkerHandle>>,
     active: Mutex<Option<ActiveTurn>>,
@@ -243,6 +246,7 @@ impl Session {
             bundle,
             journal,
             record: Mutex::new(record),
+            instructions: std::sync::OnceLock::new(),
             worker: tokio::sync::Mutex::new(None),
             active: Mutex::new(None),
             commands: Mutex::new(HashMap::new()),
@@ -251,6 +255,20 @@ impl Session {
             fault: Mutex::new(None),
             metrics,
         }))
+    }
+
+    /// The project instructions of the session's workspace, never read above a directory of `ceilings` (see
+    /// [`ProjectInstructions`]); read once, so that every turn on this node gives the model the same ones.
+    pub fn instructions(&self, ceilings: &[PathBuf]) -> Arc<ProjectInstructions> {
+        self.instructions
+            .get_or_init(|| {
+                Arc::new(ProjectInstructions::of_bundle(
+                    &self.bundle,
+                    &self.cwd(),
+                    ceilings,
+                ))
+            })
+            .clone()
     }
 
     /// A copy of the record.
