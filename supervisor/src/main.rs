@@ -2,9 +2,7 @@
 
 mod cli;
 
-use clap::Parser;
-
 fn main() -> std::process::ExitCode {
     service_supervisor::hardening::pre_main();
-    cli::run(cli::Cli::parse())
+    cli::run(cli::Cli::parse_args())
 }

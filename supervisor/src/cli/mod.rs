@@ -2,6 +2,7 @@
 
 mod backend;
 mod bundles;
+mod config;
 mod doctor;
 mod logging;
 mod mcp;
@@ -112,6 +113,9 @@ enum Command {
     Mcp(mcp::McpCommand),
     /// List, show, delete and prune sessions.
     Sessions(sessions::SessionsArgs),
+    /// Read and set your defaults in $SERVICE_HOME/config.toml: default_bundle, default_model, approvals.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Check that this machine runs confined sessions, that the store is writable, and that a bundle's model
     /// answers.
     Doctor(doctor::DoctorArgs),
@@ -133,6 +137,38 @@ enum Command {
         #[arg(long)]
         enter_cgroups: bool,
     },
+}
+
+impl Cli {
+    /// The command line, where `service-rs "fix the failing test"` means `service-rs run "fix the failing test"`: a
+    /// first word that is no command and no option is a prompt for the default bundle (or a bundle, as `run`
+    /// settles). A single word without a space is taken for a mistyped command rather than run as a prompt.
+    pub fn parse_args() -> Cli {
+        use clap::{CommandFactory, Parser};
+        let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let command = Cli::command();
+        let mut i = 1;
+        // Skip the global options and their values.
+        while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
+            match arg {
+                "--remote" | "--log-format" => i += 2,
+                a if a.starts_with("--remote=") || a.starts_with("--log-format=") => i += 1,
+                _ => break,
+            }
+        }
+        let first = args.get(i).and_then(|a| a.to_str()).map(str::to_string);
+        if let Some(word) = first {
+            let known = command
+                .get_subcommands()
+                .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word))
+                || word == "help"
+                || word.starts_with('-');
+            if !known && word.trim().contains(char::is_whitespace) {
+                args.insert(i, "run".into());
+            }
+        }
+        Cli::parse_from(args)
+    }
 }
 
 /// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
@@ -224,6 +260,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Tui(args) => tui::run(home()?, args),
         Command::Doctor(args) => doctor::run(home()?, args),
+        Command::Config(command) => config::run(&home()?, command),
         Command::Worker {
             ipc_fd,
             enter_cgroups,
@@ -271,6 +308,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Mcp(_) => Err(local_only("mcp")),
         Command::Completions { .. } => Err(local_only("completions")),
         Command::Doctor(_) => Err(local_only("doctor")),
+        Command::Config(_) => Err(local_only("config")),
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Worker { .. } => Err(local_only("worker")),
     }

@@ -7,7 +7,8 @@ use std::io::IsTerminal;
 
 use futures::StreamExt;
 use service_ipc::{ApprovalDecision, EventMsg, EventPayload, ModelRef, Task, TurnOverrides};
-use service_supervisor::runtime::{EventStream, SessionRecord};
+use service_supervisor::config_file::Approvals;
+use service_supervisor::runtime::{approvals, EventStream, SessionRecord};
 use service_supervisor::ServiceHome;
 
 use super::backend::Backend;
@@ -22,7 +23,9 @@ impl RunArgs {
         match self.prompt.as_deref() {
             Some(p) if p != "-" => return Ok(p.to_string()),
             None if std::io::stdin().is_terminal() => anyhow::bail!(
-                "no prompt: pass --prompt TEXT, or pipe it on stdin (echo hi | service-rs run {})",
+                "no prompt: pass it after the bundle (service-rs run {} \"fix the failing test\"), as --prompt TEXT, \
+                 or on stdin (echo hi | service-rs run {})",
+                self.bundle_ref.as_deref().unwrap_or("<bundle>"),
                 self.bundle_ref.as_deref().unwrap_or("<bundle>")
             ),
             _ => {}
@@ -39,21 +42,88 @@ impl RunArgs {
     }
 }
 
+impl RunArgs {
+    /// Settles which positional names the bundle and which is the prompt, and applies the user's defaults
+    /// (`config.toml`): one positional is the bundle when `--prompt` is given, when no default bundle is set, or
+    /// when it names a bundle; otherwise it is a prompt for the default bundle.
+    pub(super) async fn settle(
+        &mut self,
+        backend: &Backend,
+        defaults: &service_supervisor::config_file::ConfigFile,
+    ) -> anyhow::Result<()> {
+        if self.model.is_none() {
+            self.model = defaults.default_model.clone();
+        }
+        self.approvals = defaults.approvals;
+        if self.session.is_some()
+            && self.bundle_ref.is_some()
+            && (self.prompt_arg.is_some() || self.prompt.is_some())
+        {
+            anyhow::bail!(
+                "--session continues a session of its own bundle: name no bundle, and pass the prompt alone \
+                 (service-rs run --session ID \"prompt\")"
+            );
+        }
+        match (self.bundle_ref.take(), self.prompt_arg.take()) {
+            (Some(bundle), Some(prompt)) => {
+                self.bundle_ref = Some(bundle);
+                self.prompt = Some(prompt);
+            }
+            (Some(word), None) => {
+                let bundle = self.prompt.is_some()
+                    || (self.session.is_none()
+                        && (defaults.default_bundle.is_none()
+                            || names_a_bundle(backend, &word).await));
+                if !bundle {
+                    self.prompt = Some(word);
+                } else if defaults.default_bundle.is_none()
+                    && word.trim().contains(char::is_whitespace)
+                {
+                    anyhow::bail!(
+                        "no bundle is named \"{word}\", and there is no default bundle to give it to as a prompt: \
+                         name one (service-rs run <bundle> \"{word}\"), or set a default with `service-rs config set \
+                         default_bundle <bundle>`"
+                    );
+                } else {
+                    self.bundle_ref = Some(word);
+                }
+            }
+            (None, _) => {}
+        }
+        if self.bundle_ref.is_none() && self.session.is_none() && !self.continue_last {
+            self.bundle_ref = defaults.default_bundle.clone();
+        }
+        Ok(())
+    }
+}
+
+/// Whether `word` names a bundle: an installed one, a bundle directory, or a registry reference.
+async fn names_a_bundle(backend: &Backend, word: &str) -> bool {
+    if word.contains(char::is_whitespace) {
+        return false;
+    }
+    let registry = word.contains('/') && (word.contains(':') || word.contains('@'));
+    registry || std::path::Path::new(word).is_dir() || backend.bundle(word).await.is_ok()
+}
+
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory. With --continue, it
-    /// picks the last session of that bundle.
-    #[arg(required_unless_present_any = ["session", "continue_last"])]
+    /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory (default: the
+    /// default_bundle of `service-rs config`). With --continue, it picks the last session of that bundle. When it
+    /// names no bundle and a default bundle is set, it is the prompt.
     pub(super) bundle_ref: Option<String>,
+    /// The prompt (or --prompt TEXT, or stdin).
+    #[arg(value_name = "PROMPT", conflicts_with = "prompt")]
+    pub(super) prompt_arg: Option<String>,
     /// Continue this session (its id, or the start of one) instead of creating one.
-    #[arg(long, short = 's', conflicts_with_all = ["bundle_ref", "continue_last"])]
+    #[arg(long, short = 's', conflicts_with = "continue_last")]
     pub(super) session: Option<String>,
     /// Continue the most recently used session (of the bundle, when one is named).
     #[arg(long = "continue", short = 'c')]
     pub(super) continue_last: bool,
-    /// The prompt; `-` reads it from stdin, which is also where it comes from when this is absent and stdin is not
-    /// a terminal (`echo hi | service-rs run b`).
+    /// The prompt; `-` reads it from stdin, which is also where it comes from when no prompt is given and stdin is
+    /// not a terminal (`echo hi | service-rs run b`).
     #[arg(long)]
     pub(super) prompt: Option<String>,
     /// Stream every event as a JSON line on stdout instead of printing the answer.
@@ -94,6 +164,9 @@ pub struct RunArgs {
     /// Deny every permission request of this run without asking.
     #[arg(long)]
     pub(super) deny: bool,
+    /// How requests are answered without --approve or --deny (`approvals` of `service-rs config`).
+    #[arg(skip)]
+    pub(super) approvals: service_supervisor::config_file::Approvals,
 }
 
 /// How this run answers permission requests.
@@ -111,6 +184,7 @@ impl Answer {
         match (args.approve, args.deny) {
             (true, _) => Answer::Approve,
             (_, true) => Answer::Deny,
+            _ if args.approvals == Approvals::Deny => Answer::Deny,
             _ if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() => {
                 Answer::AskTerminal
             }
@@ -183,7 +257,8 @@ fn ask(question: &str) -> ApprovalDecision {
 /// (BENCHMARKS.md, at f6c968e).
 const WARM_UP_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
-pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run(home: ServiceHome, mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let defaults = super::config::defaults(&home)?;
     // On cgroup v2 the worker's move into its cgroups waits for an RCU grace period unless a move happened just
     // before: start one early (see `WARM_UP_AFTER` for why not at once). A worker started sooner warms up on its
     // own (`spawn::start`). On v1 the worker moves itself, without that wait (`sandbox::limits`).
@@ -205,7 +280,10 @@ pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
     let backend = Backend::Local(rt.clone());
     let tokio = super::tokio()?;
     let result = tokio.block_on(async {
-        let result = session_run(&backend, &args).await;
+        let result = match args.settle(&backend, &defaults).await {
+            Ok(()) => session_run(&backend, &args).await,
+            Err(e) => Err(e),
+        };
         // The answer is out: exit without waiting for the worker, its sandbox or its cgroups (1.5-3 ms here).
         let cgroups = rt.leave("the run ended").await;
         service_supervisor::sandbox::limits::release_after_exit(&cgroups);
@@ -217,15 +295,24 @@ pub fn run(home: ServiceHome, args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `run --remote`: the same run against a server.
-pub fn run_remote(remote: Remote, args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run_remote(remote: Remote, mut args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.dangerous_sandbox_mode {
         anyhow::bail!("--dangerous-sandbox-mode is the server's choice: start `service-rs serve` with it instead");
     }
     if !args.resolve.is_empty() {
         anyhow::bail!("--resolve is the server's choice: start `service-rs serve` with it instead");
     }
+    // The user's defaults are this machine's, as for a local run.
+    let defaults = match ServiceHome::from_env() {
+        Some(home) => super::config::defaults(&home)?,
+        None => Default::default(),
+    };
     let tokio = super::tokio()?;
-    let result = tokio.block_on(session_run(&Backend::Remote(remote), &args));
+    let backend = Backend::Remote(remote);
+    let result = tokio.block_on(async {
+        args.settle(&backend, &defaults).await?;
+        session_run(&backend, &args).await
+    });
     tokio.shutdown_background();
     result
 }
@@ -330,7 +417,10 @@ async fn start_new(
     prompt: String,
 ) -> anyhow::Result<(SessionRecord, EventStream, String)> {
     let bundle_ref = args.bundle_ref.as_deref().ok_or_else(|| {
-        anyhow::anyhow!("name a bundle (service-rs run <bundle>), or continue a session with --session ID or --continue")
+        anyhow::anyhow!(
+            "no bundle to run: name one (service-rs run <bundle> \"prompt\"), set a default with `service-rs config \
+             set default_bundle <bundle>`, or continue a session with --session ID or --continue"
+        )
     })?;
     let rt = match backend {
         Backend::Local(rt) => rt,
@@ -413,6 +503,9 @@ async fn follow(
     sigint: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<ExitCode> {
     let answer = Answer::from_args(args);
+    let auto_edit = args.approvals == Approvals::AutoEdit && !args.approve && !args.deny;
+    // Where the worker sees the workspace, for auto-edit: known from the turn's context.
+    let mut root = service_supervisor::sandbox::bwrap::WORKSPACE_DIR.to_string();
     let mut progress = Progress::new(args.json, super::term_text::Output::new(args.raw));
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     let mut interrupted = false;
@@ -443,7 +536,21 @@ async fn follow(
         };
         progress.event(&msg.payload);
         show(&msg, args.json, args.verbose, &mut progress);
-        if let Some(asked) = service_supervisor::runtime::approvals::asked(&msg.payload) {
+        if let EventPayload::TurnStarted { context, .. } = &msg.payload {
+            if context.sandbox_mode == service_ipc::SandboxMode::DangerFullAccess {
+                root = context.cwd.clone();
+            }
+        }
+        let asked = service_supervisor::runtime::approvals::asked(&msg.payload);
+        if let Some(asked) = asked.filter(|a| auto_edit && approvals::auto_edit_allows(a, &root)) {
+            if let Err(e) = backend
+                .resolve(&asked.request_id, ApprovalDecision::AllowOnce)
+                .await
+            {
+                progress.interject();
+                eprintln!("warning: could not answer the permission request: {e:#}");
+            }
+        } else if let Some(asked) = service_supervisor::runtime::approvals::asked(&msg.payload) {
             progress.pause();
             let decision = tokio::select! {
                 d = answer.decide(&asked.tool, &asked.summary, workspace) => d,

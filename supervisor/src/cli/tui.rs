@@ -28,8 +28,8 @@ use super::backend::Backend;
 /// Arguments of `tui`.
 #[derive(Debug, clap::Args)]
 pub struct TuiArgs {
-    /// Bundle of a new session.
-    #[arg(long, required_unless_present = "session")]
+    /// Bundle of a new session (default: the default_bundle of `service-rs config`).
+    #[arg(long)]
     bundle: Option<String>,
     /// Attach to an existing session instead.
     #[arg(long, conflicts_with = "bundle")]
@@ -74,6 +74,7 @@ fn restore() {
 }
 
 pub fn run(home: ServiceHome, args: TuiArgs) -> anyhow::Result<ExitCode> {
+    let defaults = super::config::defaults(&home)?;
     let rt = super::runtime(
         home,
         args.dangerous_sandbox_mode,
@@ -82,7 +83,7 @@ pub fn run(home: ServiceHome, args: TuiArgs) -> anyhow::Result<ExitCode> {
         args.sandbox_user.as_deref(),
     )?;
     super::tokio()?.block_on(async move {
-        let result = session_loop(Backend::Local(rt.clone()), &args).await;
+        let result = session_loop(Backend::Local(rt.clone()), &args, defaults).await;
         rt.shutdown("the TUI closed").await;
         result
     })
@@ -93,7 +94,11 @@ pub fn run_remote(remote: super::remote::Remote, args: TuiArgs) -> anyhow::Resul
     if args.dangerous_sandbox_mode {
         anyhow::bail!("--dangerous-sandbox-mode is the server's choice: start `service-rs serve` with it instead");
     }
-    super::tokio()?.block_on(session_loop(Backend::Remote(remote), &args))
+    let defaults = match ServiceHome::from_env() {
+        Some(home) => super::config::defaults(&home)?,
+        None => Default::default(),
+    };
+    super::tokio()?.block_on(session_loop(Backend::Remote(remote), &args, defaults))
 }
 
 /// Notes from background actions.
@@ -116,6 +121,10 @@ struct Ui {
     session_workspace: (std::path::PathBuf, bool),
     /// Reference of the current session's bundle, for /new.
     bundle_ref: String,
+    /// How requests are answered before they are shown (`approvals` of `service-rs config`).
+    approvals: service_supervisor::config_file::Approvals,
+    /// The model of every session's turns unless /model says otherwise (`default_model`).
+    default_model: Option<String>,
     /// The turn a Ctrl-C interrupted: another Ctrl-C while it runs quits.
     interrupted: Option<String>,
 }
@@ -141,6 +150,9 @@ impl Ui {
         self.bundle_ref = record.bundle.reference.clone();
         self.events = self.backend.events(id).await?;
         self.model = None;
+        if let Some(spec) = self.default_model.clone() {
+            self.use_model(&spec)?;
+        }
         self.cwd = None;
         Ok(())
     }
@@ -185,6 +197,52 @@ impl Ui {
             );
         }
         Ok(path.display().to_string())
+    }
+
+    /// Makes the next turns use the model `spec` (provider/name).
+    fn use_model(&mut self, spec: &str) -> anyhow::Result<()> {
+        let (provider, name) = spec
+            .split_once('/')
+            .context("/model takes provider/name, e.g. anthropic/claude-sonnet-4-5")?;
+        self.model = Some(ModelRef {
+            provider: provider.into(),
+            name: name.into(),
+            config: None,
+        });
+        self.app.model = spec.to_string();
+        Ok(())
+    }
+
+    /// Answers the pending request at once when `approvals` in config.toml says so: `deny` denies all, `auto-edit`
+    /// allows a Write or an Edit inside the workspace.
+    fn auto_answer(&mut self) {
+        use service_supervisor::config_file::Approvals;
+        let Some(asked) = self.app.approval.clone() else {
+            return;
+        };
+        let (workspace, confined) = &self.session_workspace;
+        let root = if *confined {
+            service_supervisor::sandbox::bwrap::WORKSPACE_DIR.to_string()
+        } else {
+            workspace.display().to_string()
+        };
+        let decision = match self.approvals {
+            Approvals::Deny => ApprovalDecision::Deny,
+            Approvals::AutoEdit
+                if service_supervisor::runtime::approvals::auto_edit_allows(&asked, &root) =>
+            {
+                ApprovalDecision::AllowOnce
+            }
+            _ => return,
+        };
+        self.app.approval = None;
+        let backend = self.backend.clone();
+        self.background(async move {
+            backend
+                .resolve(&asked.request_id, decision)
+                .await
+                .map(|()| None)
+        });
     }
 
     /// Runs `action` in the background; its error (or info) comes back as a note.
@@ -271,15 +329,7 @@ impl Ui {
                     .info(format!("resumed session {}", self.app.session_id));
             }
             Slash::Model(spec) => {
-                let (provider, name) = spec
-                    .split_once('/')
-                    .context("/model takes provider/name, e.g. anthropic/claude-sonnet-4-5")?;
-                self.model = Some(ModelRef {
-                    provider: provider.into(),
-                    name: name.into(),
-                    config: None,
-                });
-                self.app.model = spec.clone();
+                self.use_model(&spec)?;
                 self.app.info(format!("next turns use {spec}"));
             }
             Slash::Cwd(dir) => {
@@ -369,7 +419,11 @@ impl Ui {
     }
 }
 
-async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCode> {
+async fn session_loop(
+    backend: Backend,
+    args: &TuiArgs,
+    defaults: service_supervisor::config_file::ConfigFile,
+) -> anyhow::Result<ExitCode> {
     let (notes_tx, mut notes) = mpsc::channel(64);
     let mut ui = Ui {
         backend: backend.clone(),
@@ -378,6 +432,8 @@ async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCo
         notes: notes_tx,
         model: None,
         cwd: None,
+        approvals: defaults.approvals,
+        default_model: defaults.default_model.clone(),
         workspace: match &backend {
             Backend::Local(_) => {
                 super::workspace::for_new_session(args.cwd.as_deref(), args.workspace)?
@@ -389,10 +445,13 @@ async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCo
         bundle_ref: String::new(),
         interrupted: None,
     };
-    match (&args.session, &args.bundle) {
+    match (&args.session, args.bundle.as_ref().or(defaults.default_bundle.as_ref())) {
         (Some(id), _) => ui.attach(id).await?,
         (None, Some(bundle)) => ui.new_session(bundle).await?,
-        (None, None) => anyhow::bail!("pass --bundle <ref> or --session <id>"),
+        (None, None) => anyhow::bail!(
+            "pass --bundle <ref> or --session <id>, or set a default bundle with `service-rs config set \
+             default_bundle <ref>`"
+        ),
     }
 
     // Keys come from a blocking reader thread; it ends with the process.
@@ -436,6 +495,7 @@ async fn session_loop(backend: Backend, args: &TuiArgs) -> anyhow::Result<ExitCo
                     while let Some(Some(more)) = ui.events.next().now_or_never() {
                         ui.app.apply(&more);
                     }
+                    ui.auto_answer();
                 }
             }
             note = notes.recv() => match note {

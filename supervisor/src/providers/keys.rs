@@ -15,44 +15,9 @@
 //! A model whose `config.base_url` is one of these gets that endpoint's key; any other base URL gets no key, which
 //! suits local servers that need none.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Deserialize;
-
-/// One endpoint the operator configured.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConfiguredEndpoint {
-    /// Wire format: `openai` or `anthropic`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Its base URL.
-    pub base_url: String,
-    /// The environment variable that holds its key, if it needs one.
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    /// Host variables a bundle's MCP servers may receive through `env_from_host`.
-    #[serde(default)]
-    pass_env: Vec<String>,
-    #[serde(default)]
-    providers: BTreeMap<String, ConfiguredEndpoint>,
-}
-
-/// Why `config.toml` could not be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: {message}; see the README section on provider keys for the format")]
-pub struct ConfigError {
-    /// The file.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
-}
+pub use crate::config_file::{ConfigError, ConfiguredEndpoint};
 
 /// The endpoints a key may be sent to, besides the official ones, and the host variables a bundle may receive.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -84,15 +49,10 @@ fn same_url(a: &str, b: &str) -> bool {
 impl KeyPolicy {
     /// The policy from `$SERVICE_HOME/config.toml` (absent: none) and the environment.
     pub fn load(home: &Path) -> Result<KeyPolicy, ConfigError> {
-        let path = home.join("config.toml");
+        let file = crate::config_file::load(home)?;
         let err = |message: String| ConfigError {
-            path: path.display().to_string(),
-            message,
-        };
-        let file: ConfigFile = match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).map_err(|e| err(e.to_string()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ConfigFile::default(),
-            Err(e) => return Err(err(e.to_string())),
+            path: crate::config_file::path(home).display().to_string(),
+            message: format!("{message}; see the README section on provider keys for the format"),
         };
         let mut endpoints = Vec::new();
         for (name, ep) in file.providers {

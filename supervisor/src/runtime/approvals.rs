@@ -193,6 +193,18 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
     }
 }
 
+/// Whether `approvals = "auto-edit"` allows `asked` without asking: a Write or an Edit of a path inside the
+/// workspace, whose root the worker sees as `root` (`/workspace` in a sandbox; the host directory unconfined).
+pub fn auto_edit_allows(asked: &Asked, root: &str) -> bool {
+    let path = std::path::Path::new(&asked.summary);
+    matches!(asked.tool.as_str(), "Write" | "Edit")
+        && path.is_absolute()
+        && path
+            .components()
+            .all(|c| c != std::path::Component::ParentDir)
+        && path.starts_with(root)
+}
+
 /// `host:port (addresses)`, with a warning when one of them is on the supervisor's side.
 pub fn network_summary(host: &str, port: u16, addresses: &[String], internal: bool) -> String {
     let warning = if internal {

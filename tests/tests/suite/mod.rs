@@ -7,6 +7,7 @@ mod cluster_tls;
 mod commands;
 mod console;
 mod contract;
+mod defaults;
 mod distribution;
 mod egress;
 mod escape;

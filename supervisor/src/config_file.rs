@@ -1,0 +1,249 @@
+//! `$SERVICE_HOME/config.toml`: the operator's settings (provider endpoints, `pass_env`) and the user's defaults
+//! (`default_bundle`, `default_model`, `approvals`). `service-rs config` reads and edits it, keeping its comments.
+//!
+//! ```toml
+//! default_bundle = "hello"          # what `service-rs "a prompt"` and `run` without a bundle run
+//! default_model = "openai/gpt-4o"   # a --model for every run and TUI session that names none
+//! approvals = "auto-edit"           # ask (default), auto-edit or deny
+//!
+//! [providers.gpu-box]
+//! type = "openai"
+//! base_url = "http://10.0.0.5:8000/v1"
+//! api_key_env = "GPU_BOX_KEY"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The file's name in the store.
+pub const FILE: &str = "config.toml";
+
+/// One provider endpoint the operator configured (see `providers::keys`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfiguredEndpoint {
+    /// Wire format: `openai` or `anthropic`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its base URL.
+    pub base_url: String,
+    /// The environment variable that holds its key, if it needs one.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+/// How `run` and the TUI answer permission requests when the command line says nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Approvals {
+    /// Ask on the terminal (deny where there is none).
+    #[default]
+    Ask,
+    /// Allow Write and Edit inside the workspace; ask for everything else.
+    AutoEdit,
+    /// Deny every request.
+    Deny,
+}
+
+/// The parsed file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Host variables a bundle's MCP servers may receive through `env_from_host`.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+    /// Provider endpoints keys may be sent to, by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ConfiguredEndpoint>,
+    /// The bundle `run` and `service-rs "prompt"` use when none is named.
+    #[serde(default)]
+    pub default_bundle: Option<String>,
+    /// The model override (provider/name) of runs and TUI sessions that name none.
+    #[serde(default)]
+    pub default_model: Option<String>,
+    /// How permission requests are answered by default.
+    #[serde(default)]
+    pub approvals: Approvals,
+}
+
+/// Why `config.toml` could not be read or changed.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    /// The file.
+    pub path: String,
+    /// What is wrong, and what to do.
+    pub message: String,
+}
+
+/// The keys `service-rs config` reads and sets, with what each takes.
+pub const KEYS: &[(&str, &str)] = &[
+    (
+        "default_bundle",
+        "a bundle reference, e.g. hello or local/hello:0.1.0",
+    ),
+    (
+        "default_model",
+        "provider/name, e.g. anthropic/claude-sonnet-4-5",
+    ),
+    ("approvals", "ask, auto-edit or deny"),
+    (
+        "pass_env",
+        "host variables MCP servers may receive, comma-separated",
+    ),
+];
+
+/// The config file of the store at `home`.
+pub fn path(home: &Path) -> PathBuf {
+    home.join(FILE)
+}
+
+/// The parsed file of the store at `home`; an absent file is the defaults.
+pub fn load(home: &Path) -> Result<ConfigFile, ConfigError> {
+    let path = path(home);
+    let err = |message: String| ConfigError {
+        path: path.display().to_string(),
+        message: format!("{message}; fix it, or change it with `service-rs config set KEY VALUE`"),
+    };
+    let file: ConfigFile = match std::fs::read_to_string(&path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| err(e.to_string()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => ConfigFile::default(),
+        Err(e) => return Err(err(e.to_string())),
+    };
+    if let Some(model) = &file.default_model {
+        check_model(model).map_err(err)?;
+    }
+    Ok(file)
+}
+
+fn check_model(model: &str) -> Result<(), String> {
+    match model.split_once('/') {
+        Some((p, n)) if !p.is_empty() && !n.is_empty() => Ok(()),
+        _ => Err(format!(
+            "default_model: \"{model}\" is not provider/name (e.g. anthropic/claude-sonnet-4-5)"
+        )),
+    }
+}
+
+/// The value of `key` as `config get` prints it; None when it is not set.
+pub fn get(home: &Path, key: &str) -> Result<Option<String>, ConfigError> {
+    known(home, key)?;
+    let file = load(home)?;
+    Ok(match key {
+        "default_bundle" => file.default_bundle,
+        "default_model" => file.default_model,
+        "approvals" => Some(
+            match file.approvals {
+                Approvals::Ask => "ask",
+                Approvals::AutoEdit => "auto-edit",
+                Approvals::Deny => "deny",
+            }
+            .to_string(),
+        ),
+        _ => Some(file.pass_env.join(",")).filter(|v| !v.is_empty()),
+    })
+}
+
+/// Sets `key` to `value` (None removes it), keeping the rest of the file as it was written. The result is checked
+/// as [`load`] checks it before it replaces the file, atomically.
+pub fn set(home: &Path, key: &str, value: Option<&str>) -> Result<(), ConfigError> {
+    known(home, key)?;
+    let path = path(home);
+    let err = |message: String| ConfigError {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(err(e.to_string())),
+    };
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| err(format!("{e}; fix the file by hand first")))?;
+    match value {
+        None => {
+            doc.remove(key);
+        }
+        Some(v) if key == "pass_env" => {
+            let list: toml_edit::Array = v
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect();
+            doc[key] = toml_edit::value(list);
+        }
+        Some(v) => {
+            match key {
+                "approvals" if !["ask", "auto-edit", "deny"].contains(&v) => {
+                    return Err(err(format!(
+                        "approvals: \"{v}\" is not one of ask, auto-edit, deny"
+                    )))
+                }
+                "default_model" => check_model(v).map_err(err)?,
+                _ => {}
+            }
+            doc[key] = toml_edit::value(v);
+        }
+    }
+    let text = doc.to_string();
+    toml::from_str::<ConfigFile>(&text).map_err(|e| err(e.to_string()))?;
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, &text)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| err(format!("cannot write it: {e}")))
+}
+
+fn known(home: &Path, key: &str) -> Result<(), ConfigError> {
+    if KEYS.iter().any(|(k, _)| *k == key) {
+        return Ok(());
+    }
+    let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+    Err(ConfigError {
+        path: path(home).display().to_string(),
+        message: format!(
+            "unknown key \"{key}\"; `service-rs config` reads and sets {} (provider endpoints are edited in the \
+             file itself)",
+            names.join(", ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_keeps_comments_and_other_keys_and_checks_values() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            path(dir.path()),
+            "# my settings\npass_env = [\"A\"]\n\n[providers.box]\ntype = \"openai\"\nbase_url = \"http://h/v1\"\n",
+        )
+        .unwrap();
+        set(dir.path(), "default_bundle", Some("hello")).unwrap();
+        set(dir.path(), "approvals", Some("auto-edit")).unwrap();
+        let text = std::fs::read_to_string(path(dir.path())).unwrap();
+        assert!(text.starts_with("# my settings\n"), "{text}");
+        assert!(text.contains("[providers.box]"), "{text}");
+        let file = load(dir.path()).unwrap();
+        assert_eq!(file.default_bundle.as_deref(), Some("hello"));
+        assert_eq!(file.approvals, Approvals::AutoEdit);
+        assert_eq!(file.pass_env, ["A"]);
+
+        let bad = set(dir.path(), "approvals", Some("sometimes")).unwrap_err();
+        assert!(bad.message.contains("ask, auto-edit, deny"), "{bad}");
+        let bad = set(dir.path(), "default_model", Some("gpt")).unwrap_err();
+        assert!(bad.message.contains("provider/name"), "{bad}");
+        let bad = set(dir.path(), "colour", Some("red")).unwrap_err();
+        assert!(bad.message.contains("unknown key \"colour\""), "{bad}");
+        set(dir.path(), "default_bundle", None).unwrap();
+        assert_eq!(get(dir.path(), "default_bundle").unwrap(), None);
+        assert_eq!(
+            get(dir.path(), "approvals").unwrap().as_deref(),
+            Some("auto-edit")
+        );
+    }
+}
