@@ -88,6 +88,15 @@ pub struct Usage {
     /// Completion tokens.
     #[serde(default)]
     pub output_tokens: Option<u64>,
+    /// Model calls counted, in a turn's usage (the supervisor counts them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<u32>,
+    /// Prompt tokens of the turn's latest call: how much of the context window the conversation fills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u64>,
+    /// The model's context window in tokens, when the model's `config.context_window` gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 impl Usage {
@@ -96,6 +105,22 @@ impl Usage {
         Usage {
             input_tokens: Some(input_tokens),
             output_tokens: Some(output_tokens),
+            ..Usage::default()
+        }
+    }
+
+    /// Adds one model call's usage to a turn's: the counts, the call, and its prompt as the context now used.
+    pub fn count_call(&mut self, call: Usage) {
+        self.add(call);
+        self.model_calls = Some(self.model_calls.unwrap_or(0).saturating_add(1));
+        self.context_tokens = call.input_tokens.or(self.context_tokens);
+    }
+
+    /// Tokens in and out together, when either is known.
+    pub fn total(&self) -> Option<u64> {
+        match (self.input_tokens, self.output_tokens) {
+            (None, None) => None,
+            (i, o) => Some(i.unwrap_or(0).saturating_add(o.unwrap_or(0))),
         }
     }
 

@@ -37,6 +37,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod server;
 pub mod tui;
+pub mod usage_line;
 
 pub use home::ServiceHome;
 pub use runtime::{worker_beside, RuntimeOptions, ServiceRuntime};

@@ -13,8 +13,9 @@
 //! | `tool_choice` | yes | yes | `auto`, `none`, `required`, or a tool name; a forcing choice applies to the first model call of a turn only |
 //! | `extra_headers` | yes | yes | string map, no credential headers |
 //! | `extra_body` | yes | yes | object merged into the request body |
+//! | `context_window` | yes | yes | the model's context in tokens, never sent: usage lines say how much a turn filled |
 //!
-//! `scripted` takes only `script`.
+//! `scripted` takes only `script` and `context_window`.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +32,8 @@ const COMMON: &[&str] = &[
     "extra_headers",
     "extra_body",
 ];
+/// Keys about the model that are never sent to it.
+const LOCAL: &[&str] = &["context_window"];
 const OPENAI_ONLY: &[&str] = &["seed", "parallel_tool_calls"];
 const ANTHROPIC_ONLY: &[&str] = &["top_k", "thinking"];
 
@@ -60,9 +63,9 @@ const OWNED_BODY_KEYS: &[&str] = &[
 /// The keys `provider` accepts in `model.config`.
 pub fn known_keys(provider: &str) -> Vec<&'static str> {
     match provider {
-        "openai" => [TRANSPORT, COMMON, OPENAI_ONLY].concat(),
-        "anthropic" => [TRANSPORT, COMMON, ANTHROPIC_ONLY].concat(),
-        "scripted" => vec!["script"],
+        "openai" => [TRANSPORT, COMMON, OPENAI_ONLY, LOCAL].concat(),
+        "anthropic" => [TRANSPORT, COMMON, ANTHROPIC_ONLY, LOCAL].concat(),
+        "scripted" => ["script"].iter().chain(LOCAL).copied().collect(),
         _ => Vec::new(),
     }
 }
@@ -172,6 +175,8 @@ pub struct ModelSettings {
     pub extra_body: Option<Map<String, Value>>,
     /// The scripted provider's script.
     pub script: Option<String>,
+    /// The model's context window in tokens (never sent).
+    pub context_window: Option<u64>,
 }
 
 /// Validates `config` for `provider`: every unknown key is named, each value checked.

@@ -503,6 +503,7 @@ async fn follow(
     sigint: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<ExitCode> {
     let answer = Answer::from_args(args);
+    let began = std::time::Instant::now();
     let auto_edit = args.approvals == Approvals::AutoEdit && !args.approve && !args.deny;
     // Where the worker sees the workspace, for auto-edit: known from the turn's context.
     let mut root = service_supervisor::sandbox::bwrap::WORKSPACE_DIR.to_string();
@@ -573,9 +574,19 @@ async fn follow(
     };
     progress.pause();
     match end {
-        EventPayload::TurnCompleted { final_message, .. } => {
+        EventPayload::TurnCompleted {
+            final_message,
+            usage,
+            ..
+        } => {
             if !args.json {
                 progress.finish(&final_message);
+                if args.verbose || std::io::stderr().is_terminal() {
+                    eprintln!(
+                        "{}",
+                        service_supervisor::usage_line::describe(&usage, Some(began.elapsed()))
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

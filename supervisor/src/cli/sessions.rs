@@ -97,23 +97,55 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
         println!("No sessions yet. Start one with `service-rs run <bundle> --prompt <text>`.");
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<[String; 5]> = records
+    let now = chrono::Utc::now();
+    let rows: Vec<[String; 7]> = records
         .iter()
         .map(|r| {
+            let outcome = match (&r.status, &r.last_turn) {
+                (service_supervisor::runtime::record::SessionStatus::Running, _) => {
+                    "running".to_string()
+                }
+                (_, Some(last)) => format!("{:?}", last.status).to_lowercase(),
+                (_, None) => "-".to_string(),
+            };
             [
                 r.id.clone(),
+                super::term_text::safe(r.title.as_deref().unwrap_or("-")).into_owned(),
                 r.bundle.reference.clone(),
-                format!("{:?}", r.status).to_lowercase(),
+                outcome,
+                age(&r.updated_at, now),
                 r.turn_count.to_string(),
-                r.updated_at.clone(),
+                r.usage
+                    .total()
+                    .map(service_supervisor::usage_line::grouped)
+                    .unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
     print!(
         "{}",
-        super::bundles::table(["ID", "BUNDLE", "STATUS", "TURNS", "UPDATED"], &rows)
+        super::bundles::table(
+            ["ID", "TITLE", "BUNDLE", "LAST", "AGE", "TURNS", "TOKENS"],
+            &rows
+        )
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long ago `when` (RFC 3339) was, as `45s`, `12m`, `3h` or `5d`.
+fn age(when: &str, now: chrono::DateTime<chrono::Utc>) -> String {
+    let Ok(then) = chrono::DateTime::parse_from_rfc3339(when) else {
+        return "?".into();
+    };
+    let secs = (now - then.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
 }
 
 async fn show(
@@ -135,9 +167,21 @@ async fn show(
         record.id, record.bundle.reference, record.created_at
     );
     let mut answer = String::new();
+    let mut started = None;
     for event in &events {
         if let Some(text) = transcript_line(event, &mut answer) {
             println!("{}", out.stdout(&text));
+        }
+        match &event.payload {
+            EventPayload::TurnStarted { .. } => started = Some(event.created_at.as_str()),
+            EventPayload::TurnCompleted { usage, .. } => {
+                let elapsed = started.take().and_then(|s| between(s, &event.created_at));
+                println!(
+                    "  ({})",
+                    service_supervisor::usage_line::describe(usage, elapsed)
+                );
+            }
+            _ => {}
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -189,6 +233,13 @@ fn transcript_line(event: &EventMsg, answer: &mut String) -> Option<String> {
         } => Some(format!("\n! {command}")),
         _ => None,
     }
+}
+
+/// The time from `from` to `to` (RFC 3339), when both parse and it is not negative.
+fn between(from: &str, to: &str) -> Option<Duration> {
+    let from = chrono::DateTime::parse_from_rfc3339(from).ok()?;
+    let to = chrono::DateTime::parse_from_rfc3339(to).ok()?;
+    (to - from).to_std().ok()
 }
 
 /// `line`, after the answer text gathered so far when there is some (which is then cleared).

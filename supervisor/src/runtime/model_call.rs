@@ -29,9 +29,20 @@ pub(super) fn stream(
     // The supervisor makes the call, so it journals the retries; the worker only sees the chunks.
     let on_retry: providers::OnRetry = Arc::new(move |r| journal_retry(&retried, &turn_id, r));
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, &session.id, &request.model);
+    let (counted, turn_id) = (session.clone(), request.turn_id.clone());
     providers::stream(&session.bundle, &rt.options.keys, request, on_retry)
-        .inspect(move |chunk| call.saw(chunk))
+        .inspect(move |chunk| {
+            call.saw(chunk);
+            count(&counted, &turn_id, chunk);
+        })
         .boxed()
+}
+
+/// Counts a finished call in its turn's usage: the supervisor's own count, from what the provider said.
+fn count(session: &Session, turn_id: &str, chunk: &ModelChunk) {
+    if let ModelChunk::Done { usage } = chunk {
+        session.count_call(turn_id, *usage);
+    }
 }
 
 fn journal_retry(session: &Session, turn_id: &str, r: providers::Retry) {
@@ -108,7 +119,10 @@ impl Ahead {
                 // Held by the stream: the call lives as long as its reader.
                 let _call = &call;
                 futures::future::ready(match heard {
-                    Heard::Chunk(chunk) => Some(chunk),
+                    Heard::Chunk(chunk) => {
+                        count(&session, &turn_id, &chunk);
+                        Some(chunk)
+                    }
                     Heard::Retry(r) => {
                         journal_retry(&session, &turn_id, r);
                         None

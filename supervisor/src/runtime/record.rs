@@ -9,6 +9,7 @@
 //! are flushed at its end. Every other save is synchronous; the record that ends a turn is flushed at the same time
 //! as the turn's messages (`SessionLog::save_turn_end`), so that ext4 makes one journal commit of the two.
 
+use service_ipc::Usage;
 use std::io::Write;
 use std::path::Path;
 
@@ -74,6 +75,26 @@ pub struct SessionRecord {
     pub turn_count: u64,
     /// How the last finished turn ended.
     pub last_turn: Option<LastTurn>,
+    /// The first prompt, on one line, cut at [`TITLE_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Tokens in and out over every turn, as the supervisor counted them at the provider.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// Characters of the first prompt a session's title keeps.
+pub const TITLE_CHARS: usize = 60;
+
+/// The title of a session whose first prompt is `prompt`: its words on one line, cut with `…`.
+pub fn title_of(prompt: &str) -> String {
+    let line = prompt.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= TITLE_CHARS {
+        return line;
+    }
+    let mut cut: String = line.chars().take(TITLE_CHARS - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// Now as RFC 3339 with milliseconds.
@@ -234,7 +255,7 @@ pub fn by_id_prefix<'a>(
         .collect();
     match found.as_slice() {
         [one] => Ok(one),
-        [] => Err(format!("no session id starts with \"{prefix}\"; list them with /sessions or `service-rs sessions`")),
+        [] => Err(format!("no session id starts with \"{prefix}\"; list them with `service-rs sessions` (/sessions in the TUI)")),
         many => Err(format!(
             "\"{prefix}\" starts {} session ids ({}); give more of the id",
             many.len(),
@@ -264,6 +285,8 @@ mod tests {
             active_turn: None,
             turn_count: 0,
             last_turn: None,
+            title: None,
+            usage: Default::default(),
         }
     }
 

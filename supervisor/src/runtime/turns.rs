@@ -142,7 +142,7 @@ impl ServiceRuntime {
         if !session.bundle.root.is_dir() {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }
-        let outcome = session.begin_turn(&turn_id, model.clone())?;
+        let outcome = session.begin_turn(&turn_id, model.clone(), &task.prompt)?;
         let first = match ahead {
             Some(ahead) => Some(FirstCall::Made(ahead)),
             None => self

@@ -84,6 +84,10 @@ pub struct App {
     pub sandbox: String,
     /// The host directory the session sees, and whether it may write there.
     pub workspace: String,
+    /// What the last turn cost (see [`crate::usage_line`]).
+    pub usage: String,
+    /// When the running turn started (RFC 3339), to time it.
+    turn_started_at: Option<String>,
     /// Session id.
     pub session_id: String,
     /// Turn state.
@@ -110,6 +114,8 @@ impl App {
             model: model.into(),
             sandbox: sandbox.into(),
             workspace: String::new(),
+            usage: String::new(),
+            turn_started_at: None,
             session_id: session_id.into(),
             turn: TurnState::Idle,
             quit: false,
@@ -140,6 +146,7 @@ impl App {
                 ..
             } => {
                 self.turn = TurnState::Running(turn_id.clone());
+                self.turn_started_at = Some(msg.created_at.clone());
                 self.model = format!("{}/{}", context.model.provider, context.model.name);
                 self.sandbox = context.sandbox_mode.to_string();
                 self.entries.push(Entry::User(prompt.clone()));
@@ -286,9 +293,15 @@ impl App {
             EventPayload::PlanUpdate { plan, .. } => self.plan = plan.clone(),
             // Progress lines repeat what the tool line already shows.
             EventPayload::ToolCallDelta { .. } => {}
-            EventPayload::TurnCompleted { .. } => {
+            EventPayload::TurnCompleted { usage, .. } => {
                 self.turn = TurnState::Idle;
                 self.approval = None;
+                let elapsed = self.turn_started_at.take().and_then(|s| {
+                    let from = chrono::DateTime::parse_from_rfc3339(&s).ok()?;
+                    let to = chrono::DateTime::parse_from_rfc3339(&msg.created_at).ok()?;
+                    (to - from).to_std().ok()
+                });
+                self.usage = crate::usage_line::describe(usage, elapsed);
             }
             EventPayload::Error {
                 turn_id,

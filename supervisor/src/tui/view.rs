@@ -325,10 +325,13 @@ fn status_line(frame: &mut Frame, area: Rect, app: &App) {
     };
     let short: String = app.session_id.chars().take(8).collect();
     // The state and the session first: they are what a narrow terminal must still show.
-    let text = format!(
+    let mut text = format!(
         " {state} │ session {short} │ {} │ {} │ sandbox {} ",
         app.bundle, app.model, app.sandbox
     );
+    if !app.usage.is_empty() {
+        text.push_str(&format!("│ {} ", app.usage));
+    }
     frame.render_widget(
         Paragraph::new(text).style(Style::default().bg(Color::Blue).fg(Color::White)),
         area,

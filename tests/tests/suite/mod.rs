@@ -42,3 +42,4 @@ mod terminal;
 mod tmux;
 mod tui;
 mod turns;
+mod usage;

@@ -328,7 +328,10 @@ fn usage_the_server_did_not_report_is_null_not_zero() {
     let (out, events) = run_json(&env, "./nousage", &[], &[]);
     assert!(out.status.success());
     let usage = &of_type(&events, "turn_completed")[0]["usage"];
-    assert_eq!(usage, &json!({"input_tokens": null, "output_tokens": null}));
+    assert_eq!(
+        usage,
+        &json!({"input_tokens": null, "output_tokens": null, "model_calls": 1})
+    );
 }
 
 #[test]

@@ -261,7 +261,7 @@ fn anthropic_stream_with_thinking_sections_and_a_bash_round_trip() {
     );
     assert_eq!(
         of_type(&events, "turn_completed")[0]["usage"],
-        json!({"input_tokens": 100, "output_tokens": 35})
+        json!({"input_tokens": 100, "output_tokens": 35, "model_calls": 2, "context_tokens": 60})
     );
 
     let reqs = server.recorded();

@@ -75,6 +75,26 @@ fn on_a_terminal_run_names_the_session_shows_what_it_waits_for_and_streams_the_a
         !done.contains("Ctrl-C interrupts"),
         "the spinner line is cleared:\n{done}"
     );
+    // It says where the session works, and ends with what the turn cost.
+    assert!(
+        done.contains(&format!(
+            "workspace: {} (writable)",
+            env.work.path().display()
+        )),
+        "{done}"
+    );
+    let usage = done
+        .lines()
+        .find(|l| l.starts_with("tokens "))
+        .unwrap_or_else(|| panic!("no usage line:\n{done}"));
+    assert!(
+        usage.contains(" in · ") && usage.contains(" out · "),
+        "{usage}"
+    );
+    assert!(
+        usage.contains("2 steps") && usage.ends_with(" s"),
+        "{usage}"
+    );
 }
 
 #[test]

@@ -60,6 +60,8 @@ struct ActiveTurn {
     stop_reason: Option<(String, String)>,
     /// While the supervisor leads the turn (see `lead`): cancels the lead when the turn ends or is interrupted.
     lead: Option<DropGuard>,
+    /// The turn's model calls as the supervisor made them: what its end reports, whatever the worker says.
+    usage: service_ipc::Usage,
 }
 
 /// A live session.
@@ -140,6 +142,8 @@ impl Session {
             active_turn: None,
             turn_count: 0,
             last_turn: None,
+            title: None,
+            usage: Default::default(),
         };
         // A session that cannot be written down (a full store) leaves no directory behind.
         let made = match store.insert(&record).await {

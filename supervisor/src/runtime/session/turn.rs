@@ -82,11 +82,12 @@ impl Session {
             .is_some_and(|t| t.turn_id == turn_id)
     }
 
-    /// Marks `turn_id` as running with `model`; fails when another turn runs.
+    /// Marks `turn_id` of `prompt` as running with `model`; fails when another turn runs.
     pub fn begin_turn(
         &self,
         turn_id: &str,
         model: ModelRef,
+        prompt: &str,
     ) -> Result<oneshot::Receiver<TurnOutcome>> {
         let (tx, rx) = oneshot::channel();
         {
@@ -97,18 +98,26 @@ impl Session {
                     turn_id: a.turn_id.clone(),
                 });
             }
+            let usage = Usage {
+                context_window: context_window(&model),
+                ..Usage::default()
+            };
             *active = Some(ActiveTurn {
                 turn_id: turn_id.to_string(),
                 model,
                 done: Some(tx),
                 stop_reason: None,
                 lead: None,
+                usage,
             });
         }
         let started = self.update_unflushed(|r| {
             r.status = SessionStatus::Running;
             r.active_turn = Some(turn_id.to_string());
             r.turn_count += 1;
+            if r.title.is_none() {
+                r.title = Some(crate::runtime::record::title_of(prompt));
+            }
         });
         if let Err(e) = started {
             // Not started after all: the session stays idle, and the next request may try again.
@@ -121,6 +130,13 @@ impl Session {
             return Err(e);
         }
         Ok(rx)
+    }
+
+    /// Counts one model call of `turn_id` the supervisor made, if it still runs.
+    pub fn count_call(&self, turn_id: &str, call: Usage) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.usage.count_call(call);
+        }
     }
 
     /// Forgets a turn that never reached the worker, as if it had not been started.
@@ -148,6 +164,8 @@ impl Session {
             return false;
         };
         lock(&self.fault).take();
+        // The supervisor's count, not the worker's claim: it made every call.
+        end.usage = active.usage;
         let ended = |r: &mut SessionRecord, status: TurnStatus| {
             r.status = SessionStatus::Idle;
             r.active_turn = None;
@@ -162,6 +180,7 @@ impl Session {
         let (history, _) = {
             let mut record = lock(&self.record);
             ended(&mut record, end.status);
+            record.usage.add(end.usage);
             self.journal.log().save_turn_end(&end.messages, &record)
         };
         let saved = history.is_ok();
@@ -247,4 +266,9 @@ impl Session {
             error: Some((code.into(), message.into())),
         });
     }
+}
+
+/// The context window `model.config.context_window` gives, in tokens.
+fn context_window(model: &ModelRef) -> Option<u64> {
+    model.config.as_ref()?.get("context_window")?.as_u64()
 }
