@@ -174,6 +174,9 @@ pub enum EventPayload {
         status: ToolCallStatus,
         /// The result text the model sees.
         output: String,
+        /// For a Write or an Edit that changed a file: a unified diff of the change.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diff: Option<String>,
     },
     /// A subprocess starts inside the sandbox.
     ExecCommandBegin {
@@ -235,6 +238,10 @@ pub enum EventPayload {
         summary: String,
         /// The rule that asked, as written in agent.yaml; null for the default.
         rule: Option<String>,
+        /// For Write and Edit: a unified diff (`-`/`+` lines) of what the call would change, as the worker computed
+        /// it from the file it sees; omitted for other tools.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diff: Option<String>,
     },
     /// A decision was given.
     ApprovalResolved {

@@ -105,6 +105,9 @@ pub enum ToSupervisor {
         key: String,
         /// The rule that asked; null for the default action.
         rule: Option<String>,
+        /// For Write and Edit: a unified diff of what the call would change.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diff: Option<String>,
     },
     /// A turn ended; carries the messages it added to the conversation, to be persisted. The worker does not emit
     /// `turn_completed` or the turn's `error` itself: the supervisor emits it after recording the end, so a client

@@ -8,6 +8,17 @@ function el(tag, cls, text) {
   return e;
 }
 
+// A unified diff as text lines, `-` and `+` lines marked by class; model text never becomes markup.
+function diffBlock(diff) {
+  const pre = el("pre", "diff");
+  for (const line of diff.split("\n")) {
+    const kind = line.startsWith("+++") || line.startsWith("---") ? "file"
+      : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "ctx";
+    pre.append(el("span", kind, line + "\n"));
+  }
+  return pre;
+}
+
 function block(cls, summary, open) {
   const d = el("details", "block " + cls);
   d.open = !!open;
@@ -198,6 +209,7 @@ export class Chat {
       dl.append(el("dt", null, k), el("dd", null, v));
     }
     card.append(dl);
+    if (p.diff) card.append(diffBlock(p.diff));
     const actions = el("div", "actions");
     for (const [decision, label, cls] of [["allow_once", "Allow once", ""], ["allow_always", "Allow always", "secondary"], ["deny", "Deny", "danger"]]) {
       const b = el("button", cls, label);
@@ -215,6 +227,8 @@ export class Chat {
     card.append(actions);
     parent.append(card);
     this.approvals.set(p.request_id, card);
+    // The buttons must be in view, not below the fold of a long turn.
+    actions.scrollIntoView?.({ block: "nearest" });
     return card;
   }
 
@@ -233,6 +247,9 @@ export class Chat {
     if (!card) return;
     card.classList.add("resolved");
     card.querySelector(".actions")?.remove();
+    const said = { allow_once: "Allowed once", allow_always: "Allowed always", deny: "Denied" }[p.decision] || "Answered";
+    card.querySelector("strong").textContent = said;
+    card.setAttribute("aria-label", said);
     card.append(badge(p.decision.replace("_", " "), p.decision === "deny" ? "bad" : "ok"));
   }
 

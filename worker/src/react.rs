@@ -291,6 +291,7 @@ impl Turn<'_> {
             tool: call.name.clone(),
             status: result.status,
             output: result.output.clone(),
+            diff: result.diff.clone(),
         })
         .await;
         result
@@ -314,7 +315,16 @@ impl Turn<'_> {
                     "{name} {key:?} was denied by agent.yaml ({by})"
                 ));
             }
-            PermissionAction::Ask => match self.ask(name, call, &key, rule).await {
+            PermissionAction::Ask => match self
+                .ask(
+                    name,
+                    call,
+                    &key,
+                    rule,
+                    registry.preview_diff(&tool, &args, &self.cwd),
+                )
+                .await
+            {
                 Some(service_ipc::ApprovalDecision::Deny) => {
                     return ToolResult::denied(format!("{name} {key:?} was denied by the operator"))
                 }
@@ -345,6 +355,7 @@ impl Turn<'_> {
         call: &ToolCall,
         key: &str,
         rule: Option<String>,
+        diff: Option<String>,
     ) -> Option<service_ipc::ApprovalDecision> {
         let request_id = uuid::Uuid::new_v4().to_string();
         let decision = self.shared.open_approval(&request_id);
@@ -358,6 +369,7 @@ impl Turn<'_> {
                 tool: tool.to_string(),
                 key: key.to_string(),
                 rule,
+                diff,
             })
             .await;
         let answer = if sent {
@@ -421,7 +433,7 @@ impl ToolResult {
     fn denied(message: impl Into<String>) -> ToolResult {
         ToolResult {
             status: ToolCallStatus::Denied,
-            output: message.into(),
+            ..ToolResult::error(message)
         }
     }
 }

@@ -101,6 +101,14 @@ impl Registry {
         }
     }
 
+    /// For a Write or an Edit: the diff its approval question shows (see [`tools::preview_diff`]).
+    pub fn preview_diff(&self, tool: &Tool, args: &Value, cwd: &Path) -> Option<String> {
+        match tool {
+            Tool::Builtin(t) => tools::preview_diff(*t, args, cwd),
+            Tool::Mcp(_) => None,
+        }
+    }
+
     /// Runs one call.
     pub async fn run(&self, tool: &Tool, args: Value, ctx: &ToolCtx<'_>) -> ToolResult {
         match tool {

@@ -97,6 +97,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 tool: "Bash".into(),
                 status: ToolCallStatus::Ok,
                 output: "a\n".into(),
+                diff: None,
             },
             json!({"type": "tool_call_finished", "payload": {
                 "turn_id": "t1", "call_id": "c1", "tool": "Bash", "status": "ok", "output": "a\n"}}),
@@ -150,6 +151,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 tool: "Bash".into(),
                 summary: "rm -rf x".into(),
                 rule: Some("Bash rm*: ask".into()),
+                diff: None,
             },
             json!({"type": "permission_requested", "payload": {
                 "turn_id": "t1", "request_id": "r1", "call_id": "c1", "tool": "Bash",
@@ -346,6 +348,7 @@ fn every_to_supervisor() -> Vec<ToSupervisor> {
             tool: "Write".into(),
             key: "/etc/passwd".into(),
             rule: None,
+            diff: Some("--- a\n+++ a\n@@ -1 +1 @@\n-x\n+y\n".into()),
         },
         ToSupervisor::TurnFinished {
             turn_id: "t".into(),

@@ -196,10 +196,10 @@ impl Answer {
     /// says what the session can see (see [`super::workspace::describe`]).
     pub(super) async fn decide(
         self,
-        tool: &str,
-        summary: &str,
+        asked: &approvals::Asked,
         workspace: &str,
     ) -> ApprovalDecision {
+        let (tool, summary) = (asked.tool.as_str(), asked.summary.as_str());
         let (tool, scope) = match tool {
             "network" => ("network access to", String::new()),
             tool => (tool, format!(" in {workspace}")),
@@ -217,7 +217,10 @@ impl Answer {
                 ApprovalDecision::Deny
             }
             Answer::AskTerminal => {
-                // The tool's name and summary come from the sandbox: escaped, they cannot redraw the question.
+                // The tool's name, summary and diff come from the sandbox: escaped, they cannot redraw the question.
+                if let Some(diff) = &asked.diff {
+                    eprint!("{}", diff_for_terminal(diff));
+                }
                 let question = format!(
                     "Allow {} `{}`{scope}? [o]nce, [a]lways in this session, [d]eny: ",
                     safe(tool),
@@ -229,6 +232,27 @@ impl Answer {
             }
         }
     }
+}
+
+/// A unified diff for stderr: escaped, `-` lines red and `+` lines green unless `NO_COLOR` is set.
+pub(super) fn diff_for_terminal(diff: &str) -> String {
+    let colour = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let mut out = String::new();
+    for line in diff.lines() {
+        let line = safe(line);
+        let code = match line.chars().next() {
+            _ if !colour || line.starts_with("---") || line.starts_with("+++") => None,
+            Some('-') => Some("31"),
+            Some('+') => Some("32"),
+            Some('@') => Some("36"),
+            _ => None,
+        };
+        match code {
+            Some(code) => out.push_str(&format!("\x1b[{code}m{line}\x1b[0m\n")),
+            None => out.push_str(&format!("{line}\n")),
+        }
+    }
+    out
 }
 
 /// Asks on the terminal until the answer is one of the three; end of input denies.
@@ -554,7 +578,7 @@ async fn follow(
         } else if let Some(asked) = service_supervisor::runtime::approvals::asked(&msg.payload) {
             progress.pause();
             let decision = tokio::select! {
-                d = answer.decide(&asked.tool, &asked.summary, workspace) => d,
+                d = answer.decide(&asked, workspace) => d,
                 _ = sigint.recv() => {
                     // Nothing more will be asked: end the turn and leave with the conventional code.
                     eprintln!();

@@ -39,6 +39,17 @@ enum SessionsCommand {
         #[arg(long)]
         raw: bool,
     },
+    /// Print what a session's Write and Edit calls changed, as unified diffs, of every turn or of one.
+    Diff {
+        /// Session id, or the start of one.
+        id: String,
+        /// Only this turn: 1 is the first, -1 the last.
+        #[arg(long, allow_hyphen_values = true)]
+        turn: Option<i64>,
+        /// Write the text as it was journaled, control characters included, when stdout is not a terminal.
+        #[arg(long)]
+        raw: bool,
+    },
     /// Stop a session's worker and delete the session with its journal and workspace.
     Delete {
         /// Session ids, or the starts of them.
@@ -73,6 +84,9 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
             }
             Some(SessionsCommand::Show { id, json, raw }) => {
                 show(&backend, &id, json || args.json, Output::new(raw)).await
+            }
+            Some(SessionsCommand::Diff { id, turn, raw }) => {
+                diff(&backend, &id, turn, Output::new(raw)).await
             }
             Some(SessionsCommand::Delete { ids }) => delete(&backend, &ids).await,
             Some(SessionsCommand::Prune {
@@ -263,6 +277,65 @@ fn short(text: &str, max: usize) -> String {
     } else {
         cut
     }
+}
+
+/// `sessions diff`: the diffs of the session's (or one turn's) Write and Edit calls, turn by turn.
+async fn diff(
+    backend: &Backend,
+    prefix: &str,
+    turn: Option<i64>,
+    out: Output,
+) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    let record = backend.find_session(prefix).await?;
+    let events = backend.journal(&record.id).await?;
+    let turns = events
+        .iter()
+        .filter(|e| matches!(e.payload, EventPayload::TurnStarted { .. }))
+        .count() as i64;
+    let wanted = match turn {
+        None => None,
+        Some(n) if n >= 1 && n <= turns => Some(n),
+        Some(n) if n < 0 && -n <= turns => Some(turns + 1 + n),
+        Some(n) => anyhow::bail!(
+            "--turn {n}: session {} has {turns} turn{}; give 1 to {turns}, or -1 for the last",
+            record.id,
+            if turns == 1 { "" } else { "s" }
+        ),
+    };
+    let colour = std::io::stdout().is_terminal();
+    let (mut index, mut shown) = (0, false);
+    for event in &events {
+        match &event.payload {
+            EventPayload::TurnStarted { prompt, .. } => {
+                index += 1;
+                if wanted.is_none_or(|w| w == index) {
+                    println!(
+                        "# turn {index}: {}",
+                        out.stdout(&service_supervisor::runtime::record::title_of(prompt))
+                    );
+                }
+            }
+            EventPayload::ToolCallFinished {
+                diff: Some(diff), ..
+            } if wanted.is_none_or(|w| w == index) => {
+                shown = true;
+                if colour {
+                    print!("{}", super::run::diff_for_terminal(diff));
+                } else {
+                    print!("{}", out.stdout(diff));
+                }
+            }
+            _ => {}
+        }
+    }
+    if !shown {
+        eprintln!(
+            "no file was changed with Write or Edit{}; changes made by commands (Bash) are not recorded as diffs",
+            wanted.map(|w| format!(" in turn {w}")).unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn delete(backend: &Backend, prefixes: &[String]) -> anyhow::Result<ExitCode> {

@@ -337,6 +337,18 @@ impl Ui {
                 self.app.info(format!("next turns run in {dir}"));
                 self.cwd = Some(dir);
             }
+            Slash::Diff => {
+                if self.app.turn_diffs.is_empty() {
+                    self.app
+                        .info("the last turn changed no file with Write or Edit");
+                } else {
+                    let diffs = self.app.turn_diffs.join("");
+                    self.app
+                        .entries
+                        .push(service_supervisor::tui::app::Entry::Diff(diffs));
+                    self.app.scroll = 0;
+                }
+            }
             Slash::Clear => self.app.entries.clear(),
             Slash::Quit => self.app.quit = true,
         }

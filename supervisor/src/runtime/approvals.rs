@@ -162,6 +162,8 @@ pub struct Asked {
     pub tool: String,
     /// The key argument, or `host:port (addresses)` with a warning for internal ones.
     pub summary: String,
+    /// For Write and Edit: what would change, as a unified diff.
+    pub diff: Option<String>,
 }
 
 /// The request a `permission_requested` or `network_permission_requested` event asks about; None for others.
@@ -171,11 +173,13 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             request_id,
             tool,
             summary,
+            diff,
             ..
         } => Some(Asked {
             request_id: request_id.clone(),
             tool: tool.to_string(),
             summary: summary.clone(),
+            diff: diff.clone(),
         }),
         EventPayload::NetworkPermissionRequested {
             request_id,
@@ -188,6 +192,7 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             request_id: request_id.clone(),
             tool: "network".into(),
             summary: network_summary(host, *port, addresses, *internal),
+            diff: None,
         }),
         _ => None,
     }

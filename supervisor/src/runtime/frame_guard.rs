@@ -18,6 +18,8 @@ const MAX_COMMANDS: usize = 64;
 const MAX_ERROR_MESSAGE: usize = 4096;
 /// Longest key argument of a permission request.
 const MAX_PERMISSION_KEY: usize = 64 * 1024;
+/// Largest diff a worker may attach to a Write or an Edit (it cuts its own at 64 KiB, plus a line saying so).
+const MAX_DIFF: usize = 65 * 1024;
 /// Longest tool name in a permission request.
 const MAX_TOOL_NAME: usize = 256;
 /// MCP server events journaled per worker (start, failure and tool-list changes); later ones are dropped, so a
@@ -128,6 +130,11 @@ impl Guard {
             E::ExecCommandEnd { exec_id, .. } => {
                 self.output.remove(exec_id);
             }
+            E::ToolCallFinished {
+                tool,
+                diff: Some(diff),
+                ..
+            } => file_diff(tool, diff)?,
             _ => {}
         }
         Ok(Some(payload))
@@ -157,13 +164,31 @@ pub fn running_turn(session: &Session, turn_id: &str) -> Result<(), String> {
     }
 }
 
-/// A permission request must name a tool the bundle offers, with a fresh UUID and a bounded key.
+/// A diff may come only with a Write or an Edit, and bounded.
+fn file_diff(tool: &str, diff: &str) -> Result<(), String> {
+    if !matches!(tool, "Write" | "Edit") {
+        return Err(format!(
+            "a diff with a {tool} call; only Write and Edit change files"
+        ));
+    }
+    if diff.len() > MAX_DIFF {
+        return Err("a diff over 65 KiB".into());
+    }
+    Ok(())
+}
+
+/// A permission request must name a tool the bundle offers, with a fresh UUID, a bounded key, and a diff only for
+/// Write and Edit.
 pub fn permission_request(
     session: &Session,
     request_id: &str,
     tool: &str,
     key: &str,
+    diff: Option<&str>,
 ) -> Result<(), String> {
+    if let Some(diff) = diff {
+        file_diff(tool, diff)?;
+    }
     if uuid::Uuid::parse_str(request_id).is_err() {
         return Err(format!("approval request id {request_id:?} is not a UUID"));
     }

@@ -356,9 +356,16 @@ impl Actor {
                 tool,
                 key,
                 rule,
+                diff,
             } => {
                 frame_guard::running_turn(&self.session, &turn_id)?;
-                frame_guard::permission_request(&self.session, &request_id, &tool, &key)?;
+                frame_guard::permission_request(
+                    &self.session,
+                    &request_id,
+                    &tool,
+                    &key,
+                    diff.as_deref(),
+                )?;
                 let grant = Grant::Tool {
                     tool: tool.clone(),
                     key: key.clone(),
@@ -388,6 +395,7 @@ impl Actor {
                     tool,
                     summary: key,
                     rule,
+                    diff,
                 });
             }
             ToSupervisor::TurnFinished {

@@ -43,6 +43,8 @@ pub enum Entry {
     Error(String),
     /// A message from the TUI itself (help, session lists, confirmations).
     Info(String),
+    /// A unified diff, shown with its `-` and `+` lines coloured.
+    Diff(String),
 }
 
 /// A permission request waiting for the operator.
@@ -86,6 +88,8 @@ pub struct App {
     pub workspace: String,
     /// What the last turn cost (see [`crate::usage_line`]).
     pub usage: String,
+    /// The diffs of the files the last (or running) turn changed with Write and Edit.
+    pub turn_diffs: Vec<String>,
     /// When the running turn started (RFC 3339), to time it.
     turn_started_at: Option<String>,
     /// Session id.
@@ -115,6 +119,7 @@ impl App {
             sandbox: sandbox.into(),
             workspace: String::new(),
             usage: String::new(),
+            turn_diffs: Vec::new(),
             turn_started_at: None,
             session_id: session_id.into(),
             turn: TurnState::Idle,
@@ -147,6 +152,7 @@ impl App {
             } => {
                 self.turn = TurnState::Running(turn_id.clone());
                 self.turn_started_at = Some(msg.created_at.clone());
+                self.turn_diffs.clear();
                 self.model = format!("{}/{}", context.model.provider, context.model.name);
                 self.sandbox = context.sandbox_mode.to_string();
                 self.entries.push(Entry::User(prompt.clone()));
@@ -178,8 +184,10 @@ impl App {
                 call_id,
                 status: s,
                 output: o,
+                diff,
                 ..
             } => {
+                self.turn_diffs.extend(diff.clone());
                 for e in self.entries.iter_mut().rev() {
                     if let Entry::Tool {
                         call_id: c,

@@ -28,6 +28,8 @@ pub enum Slash {
     Model(String),
     /// `/cwd <dir>`: working directory for the next turns.
     Cwd(String),
+    /// `/diff`: what the last turn's Write and Edit calls changed.
+    Diff,
     /// `/clear`: clear the transcript view.
     Clear,
     /// `/quit`.
@@ -51,6 +53,10 @@ pub const HELP: &[(&str, &str)] = &[
     (
         "/cwd <dir>",
         "run the next turns in this directory (inside the workspace when sandboxed)",
+    ),
+    (
+        "/diff",
+        "show what the last turn's Write and Edit calls changed",
     ),
     ("/clear", "clear the transcript view"),
     (
@@ -92,6 +98,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "model" => Slash::Model(needs("provider/name")?),
         "cwd" => Slash::Cwd(needs("a directory")?),
         "clear" => Slash::Clear,
+        "diff" => Slash::Diff,
         "quit" | "exit" => Slash::Quit,
         _ => {
             let known: Vec<&str> = HELP

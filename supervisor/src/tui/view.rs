@@ -22,8 +22,14 @@ pub fn render(frame: &mut Frame, app: &App) {
         (app.plan.len() as u16 + 2).min(area.height / 3)
     };
     let approval_h = match &app.approval {
-        Some(a) if a.tool != "network" && !app.workspace.is_empty() => 4,
-        Some(_) => 3,
+        Some(a) => {
+            let diff = a.diff.as_deref().map_or(0, |d| {
+                let n = d.lines().count();
+                n.min(APPROVAL_DIFF_LINES) + usize::from(n > APPROVAL_DIFF_LINES)
+            });
+            let place = usize::from(a.tool != "network" && !app.workspace.is_empty());
+            (3 + place + diff).min(usize::from(area.height / 2).max(3)) as u16
+        }
         None => 0,
     };
     let input_h = (app.input.split('\n').count() as u16).clamp(1, 5) + 2;
@@ -169,6 +175,7 @@ pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
                     Style::default().fg(Color::Blue),
                 ))
             })),
+            Entry::Diff(text) => lines.extend(diff_lines(text, usize::MAX)),
         }
         lines.push(Line::default());
     }
@@ -267,6 +274,40 @@ fn plan_box(frame: &mut Frame, area: Rect, app: &App) {
     );
 }
 
+/// Up to `max` lines of a unified diff, `-` red and `+` green, with a marker when lines were left out.
+fn diff_lines(diff: &str, max: usize) -> Vec<Line<'static>> {
+    let all: Vec<&str> = diff.lines().collect();
+    let mut lines: Vec<Line<'static>> = all
+        .iter()
+        .take(max)
+        .map(|l| {
+            let style = match l.chars().next() {
+                _ if l.starts_with("---") || l.starts_with("+++") => {
+                    Style::default().add_modifier(Modifier::BOLD)
+                }
+                Some('-') => Style::default().fg(Color::Red),
+                Some('+') => Style::default().fg(Color::Green),
+                Some('@') => Style::default().fg(Color::Cyan),
+                _ => Style::default(),
+            };
+            Line::styled(l.to_string(), style)
+        })
+        .collect();
+    if all.len() > max {
+        lines.push(Line::styled(
+            format!(
+                "… {} more lines (/diff after the turn shows them)",
+                all.len() - max
+            ),
+            dim(),
+        ));
+    }
+    lines
+}
+
+/// Diff lines the approval box shows at most.
+const APPROVAL_DIFF_LINES: usize = 12;
+
 fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     let Some(a) = &app.approval else { return };
     let question = match a.tool.as_str() {
@@ -282,6 +323,9 @@ fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     ])];
     if a.tool != "network" && !app.workspace.is_empty() {
         lines.push(Line::styled(format!("in {}", app.workspace), dim()));
+    }
+    if let Some(diff) = &a.diff {
+        lines.extend(diff_lines(diff, APPROVAL_DIFF_LINES));
     }
     let block = Block::bordered()
         .title(" permission needed ")
@@ -479,6 +523,7 @@ mod tests {
             tool: "Read".into(),
             status: ToolCallStatus::Ok,
             output: "     1\thello".into(),
+            diff: None,
         }));
         app.apply(&ev(EventPayload::PlanUpdate {
             turn_id: "t".into(),
@@ -530,16 +575,20 @@ mod tests {
             tool: "Write".into(),
             summary: "/workspace/out.txt".into(),
             rule: None,
+            diff: Some("--- out.txt\n+++ out.txt\n@@ -0,0 +1 @@\n+new line\n".into()),
         }));
         let s = screen(&app);
+        let top = s
+            .iter()
+            .position(|l| l == "┌ permission needed ───────────────────────────────────────┐")
+            .unwrap_or_else(|| panic!("no approval box:\n{}", s.join("\n")));
         assert_eq!(
-            s[7],
-            "┌ permission needed ───────────────────────────────────────┐"
-        );
-        assert_eq!(
-            s[8],
+            s[top + 1],
             "│Allow Write `/workspace/out.txt`?  [o] once  [a] always  [│"
         );
+        // The diff of what the Write would change, under the question.
+        assert!(s[top + 2].starts_with("│--- out.txt"), "{}", s.join("\n"));
+        assert!(s[top + 5].starts_with("│+new line"), "{}", s.join("\n"));
         assert!(s[13].starts_with(" waiting for approval │"), "{}", s[13]);
         app.apply(&ev(EventPayload::ApprovalResolved {
             turn_id: "t".into(),

@@ -7,7 +7,7 @@ use super::browser::Browser;
 use super::operations::Client;
 use super::support::{build_long_answer_bundle, write_bundle, Env, Server};
 
-const RULES: &str = "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, action: ask }\n";
+const RULES: &str = "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, action: ask }\n    - { tool: Write, action: ask }\n";
 
 /// The slow answer streams one piece every 150 ms, long enough to reload the page in the middle of it.
 const SLOW: &str =
@@ -22,6 +22,7 @@ fn script() -> String {
     format!(
         r#"{{turns: [
   {{when: "approve", replies: [{{tool_calls: [{{name: "Bash", arguments: {{command: "echo approved-output"}}}}]}}, {{text: "done: {{{{last_tool_output}}}}"}}]}},
+  {{when: "write", replies: [{{tool_calls: [{{name: "Write", arguments: {{file_path: "page.html", content: "<script>document.title='pwned'</script>\nhello from the console\n"}}}}]}}, {{text: "wrote it"}}]}},
   {{when: "slow", replies: [{{text: "{SLOW}", delay_ms: 150}}]}},
   {{when: "inject", replies: [{{text: "{INJECTION}"}}]}},
   {{when: "plan", replies: [{{tool_calls: [{{name: "UpdatePlan", arguments: {{plan: [{{step: "look", status: "completed"}}, {{step: "answer", status: "in_progress"}}]}}}}]}}, {{text: "planned"}}]}},
@@ -123,6 +124,30 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
         .wait_text(".msg.agent .text", "done: approved-output")
         .await;
     browser.wait_text(".approval", "allow once").await;
+    browser.wait_text(".approval strong", "Allowed once").await;
+
+    // A Write's card shows the diff of what it would change; a script in the file stays text.
+    send(&browser, "please write the page").await;
+    let diff = browser
+        .wait_text(
+            ".approval:not(.resolved) pre.diff",
+            "hello from the console",
+        )
+        .await;
+    assert!(
+        diff.contains("+<script>document.title='pwned'</script>"),
+        "{diff}"
+    );
+    assert_eq!(
+        count(&browser, ".approval:not(.resolved) pre.diff .add").await,
+        2
+    );
+    assert_eq!(count(&browser, ".approval script").await, 0);
+    browser
+        .click(".approval:not(.resolved) button[data-decision=allow_once]")
+        .await;
+    browser.wait_text(".msg.agent .text", "wrote it").await;
+    assert_ne!(browser.js("return document.title").await, "pwned");
     browser
         .js("const t = document.querySelector('#transcript'); t.scrollTop = t.scrollHeight; return true")
         .await;
@@ -149,7 +174,7 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     );
     browser.client.refresh().await.unwrap();
     browser.wait_text(".msg.agent .text", SLOW).await;
-    assert_eq!(count(&browser, ".msg.user").await, 4, "each prompt once");
+    assert_eq!(count(&browser, ".msg.user").await, 5, "each prompt once");
     let answers = browser
         .js("return [...document.querySelectorAll('.msg.agent .text')].map(e => e.textContent)")
         .await;

@@ -383,6 +383,8 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "model_for_other_turn",
         "model_flood",
         "unlisted_tool",
+        "diff_with_bash",
+        "oversized_diff",
     ] {
         let (outcome, kinds) = hostile_turn(attack).await;
         let (code, message) = outcome
@@ -392,6 +394,21 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         // Only the supervisor's own events are journaled: the turn's start and the error that ended it.
         assert_eq!(kinds, ["turn_started", "error"], "{attack}: {message}");
     }
+}
+
+/// A taken-over worker that claims a billion tokens is not believed: a turn's usage is what the supervisor counted
+/// at the provider, the one call it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_usage_is_the_supervisors_count_not_the_workers_claim() {
+    let (outcome, kinds) = hostile_turn("inflated_usage").await;
+    assert_eq!(outcome.error, None, "{kinds:?}");
+    assert_eq!(outcome.final_message, "cheap");
+    assert_eq!(outcome.usage.model_calls, Some(1), "{:?}", outcome.usage);
+    assert!(
+        outcome.usage.input_tokens.is_some_and(|t| t < 1_000),
+        "{:?}",
+        outcome.usage
+    );
 }
 
 /// Attack on the buffers' swap: a taken-over worker writes a delta together with the first bytes of a 100 KB

@@ -8,6 +8,7 @@ mod commands;
 mod console;
 mod contract;
 mod defaults;
+mod diffs;
 mod distribution;
 mod egress;
 mod escape;

@@ -7,7 +7,7 @@ use super::support::{binary, pids_with, wait_until, write_bundle, Env};
 use super::tmux::Tmux;
 
 /// `run` of bundle `./b` with `prompt` in a terminal; the shell then prints the exit code as `EXIT=<code>`.
-fn run_in_terminal(env: &Env, prompt: &str) -> Tmux {
+pub(super) fn run_in_terminal(env: &Env, prompt: &str) -> Tmux {
     let command = format!(
         "cd {} && env SERVICE_HOME={} {} run ./b --prompt '{prompt}'; echo EXIT=$?; sleep 60",
         env.work.path().display(),

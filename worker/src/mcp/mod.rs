@@ -23,7 +23,7 @@ use rmcp::service::{NotificationContext, Peer, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
-use service_ipc::{EventPayload, McpServer, ToolCallStatus, ToolSpec};
+use service_ipc::{EventPayload, McpServer, ToolSpec};
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
@@ -281,10 +281,7 @@ impl Servers {
                 if result["isError"] == true {
                     ToolResult::error(text)
                 } else {
-                    ToolResult {
-                        status: ToolCallStatus::Ok,
-                        output: text,
-                    }
+                    ToolResult::ok(text)
                 }
             }
         }

@@ -109,60 +109,111 @@ fn read_text(path: &std::path::Path) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Writes a whole file, creating parent directories.
-pub fn write(args: WriteArgs, ctx: &ToolCtx<'_>) -> ToolResult {
-    let path = resolve(ctx.cwd, &args.file_path);
-    if let Some(parent) = path.parent() {
-        if let Err(e) = std::fs::create_dir_all(parent) {
-            return ToolResult::error(format!("cannot create {}: {e}", parent.display()));
+/// What a Write or an Edit would make of a file: its path, its text before (empty for a new file) and after.
+pub struct Change {
+    path: std::path::PathBuf,
+    before: String,
+    after: String,
+    /// What the result says once written.
+    done: String,
+}
+
+impl Change {
+    /// The change as a unified diff, cut at [`MAX_DIFF`] bytes.
+    pub fn diff(&self) -> String {
+        let name = self.path.display().to_string();
+        let mut text = similar::TextDiff::from_lines(&self.before, &self.after)
+            .unified_diff()
+            .context_radius(3)
+            .header(&name, &name)
+            .to_string();
+        if text.len() > MAX_DIFF {
+            let mut end = MAX_DIFF;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push_str("\n… (the rest of the diff is left out)\n");
         }
+        text
     }
-    match std::fs::write(&path, &args.content) {
-        Ok(()) => ToolResult::ok(format!(
-            "wrote {} bytes to {}",
-            args.content.len(),
-            path.display()
-        )),
-        Err(e) => ToolResult::error(format!("cannot write {}: {e}", path.display())),
+
+    /// Writes it, creating parent directories.
+    fn apply(self) -> ToolResult {
+        if let Some(parent) = self.path.parent() {
+            if let Err(e) = std::fs::create_dir_all(parent) {
+                return ToolResult::error(format!("cannot create {}: {e}", parent.display()));
+            }
+        }
+        let diff = self.diff();
+        match std::fs::write(&self.path, &self.after) {
+            Ok(()) => ToolResult {
+                diff: Some(diff),
+                ..ToolResult::ok(self.done)
+            },
+            Err(e) => ToolResult::error(format!("cannot write {}: {e}", self.path.display())),
+        }
     }
 }
 
-/// Replaces an exact, unique string (or every occurrence with `replace_all`).
-pub fn edit(args: EditArgs, ctx: &ToolCtx<'_>) -> ToolResult {
-    let path = resolve(ctx.cwd, &args.file_path);
+/// Largest diff kept for the operator.
+const MAX_DIFF: usize = 64 * 1024;
+
+/// The change a Write makes: the whole file.
+pub fn write_change(args: WriteArgs, cwd: &std::path::Path) -> Result<Change, String> {
+    let path = resolve(cwd, &args.file_path);
+    // A file that cannot be read as text shows as new: the diff is for reading, the write replaces it anyway.
+    let before = read_text(&path).unwrap_or_default();
+    Ok(Change {
+        done: format!("wrote {} bytes to {}", args.content.len(), path.display()),
+        path,
+        before,
+        after: args.content,
+    })
+}
+
+/// The change an Edit makes: an exact, unique string replaced (or every occurrence with `replace_all`).
+pub fn edit_change(args: EditArgs, cwd: &std::path::Path) -> Result<Change, String> {
+    let path = resolve(cwd, &args.file_path);
     if args.old_string.is_empty() {
-        return ToolResult::error("old_string is empty; give the exact text to replace");
+        return Err("old_string is empty; give the exact text to replace".into());
     }
     if args.old_string == args.new_string {
-        return ToolResult::error("old_string and new_string are the same; nothing to change");
+        return Err("old_string and new_string are the same; nothing to change".into());
     }
-    let text = match read_text(&path) {
-        Ok(t) => t,
-        Err(e) => return ToolResult::error(e),
-    };
+    let text = read_text(&path)?;
     let count = text.matches(&args.old_string).count();
     if count == 0 {
-        return ToolResult::error(format!(
+        return Err(format!(
             "old_string was not found in {}; Read the file and copy the text exactly",
             path.display()
         ));
     }
     if count > 1 && !args.replace_all {
-        return ToolResult::error(format!(
+        return Err(format!(
             "old_string occurs {count} times in {}; include more surrounding text to make it unique, or set replace_all",
             path.display()
         ));
     }
-    let updated = if args.replace_all {
+    let after = if args.replace_all {
         text.replace(&args.old_string, &args.new_string)
     } else {
         text.replacen(&args.old_string, &args.new_string, 1)
     };
-    match std::fs::write(&path, updated) {
-        Ok(()) => ToolResult::ok(format!(
-            "replaced {count} occurrence(s) in {}",
-            path.display()
-        )),
-        Err(e) => ToolResult::error(format!("cannot write {}: {e}", path.display())),
-    }
+    Ok(Change {
+        done: format!("replaced {count} occurrence(s) in {}", path.display()),
+        path,
+        before: text,
+        after,
+    })
+}
+
+/// Writes a whole file, creating parent directories.
+pub fn write(args: WriteArgs, ctx: &ToolCtx<'_>) -> ToolResult {
+    write_change(args, ctx.cwd).map_or_else(ToolResult::error, Change::apply)
+}
+
+/// Replaces an exact, unique string (or every occurrence with `replace_all`).
+pub fn edit(args: EditArgs, ctx: &ToolCtx<'_>) -> ToolResult {
+    edit_change(args, ctx.cwd).map_or_else(ToolResult::error, Change::apply)
 }

@@ -45,6 +45,8 @@ pub struct ToolResult {
     pub status: ToolCallStatus,
     /// Text for the model.
     pub output: String,
+    /// For a Write or an Edit that changed a file: the change as a unified diff, for the operator.
+    pub diff: Option<String>,
 }
 
 impl ToolResult {
@@ -53,6 +55,7 @@ impl ToolResult {
         ToolResult {
             status: ToolCallStatus::Ok,
             output: output.into(),
+            diff: None,
         }
     }
 
@@ -61,6 +64,7 @@ impl ToolResult {
         ToolResult {
             status: ToolCallStatus::Error,
             output: output.into(),
+            diff: None,
         }
     }
 }
@@ -166,6 +170,17 @@ pub fn describe(tool: BuiltinTool, _args: &Value, key: &str) -> String {
         BuiltinTool::Skill => format!("loading skill {key}"),
         BuiltinTool::UpdatePlan => "updating the plan".to_string(),
     }
+}
+
+/// For a Write or an Edit: the diff of what it would change, for its approval question; None for other tools and
+/// for calls that would fail.
+pub fn preview_diff(tool: BuiltinTool, args: &Value, cwd: &Path) -> Option<String> {
+    let change = match tool {
+        BuiltinTool::Write => fs::write_change(serde_json::from_value(args.clone()).ok()?, cwd),
+        BuiltinTool::Edit => fs::edit_change(serde_json::from_value(args.clone()).ok()?, cwd),
+        _ => return None,
+    };
+    change.ok().map(|c| c.diff())
 }
 
 /// Runs one tool call.
