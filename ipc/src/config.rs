@@ -36,6 +36,10 @@ pub struct Permissions {
     pub network: PermissionAction,
 }
 
+fn default_no_proxy() -> String {
+    "localhost,127.0.0.1".into()
+}
+
 fn default_network() -> PermissionAction {
     PermissionAction::Deny
 }
@@ -98,6 +102,10 @@ pub struct WorkerConfig {
     /// the worker forwards a loopback port to it and points every command's proxy variables at that port.
     #[serde(default)]
     pub egress_proxy: Option<String>,
+    /// The loopback names commands reach directly (`NO_PROXY`): `localhost` and `127.0.0.1`, less those the
+    /// bundle's network rules list, whose connections must go through the proxy to the host.
+    #[serde(default = "default_no_proxy")]
+    pub no_proxy: String,
     /// MCP servers from `agent.yaml`, by name; the worker starts them in its sandbox.
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, McpServer>,

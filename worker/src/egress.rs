@@ -25,12 +25,12 @@ pub fn proxy_url() -> Option<&'static str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Listens on a loopback port, forwards it to the proxy `socket`, and sets [`env`].
-pub async fn start(socket: String) -> std::io::Result<u16> {
+/// Listens on a loopback port, forwards it to the proxy `socket`, and sets [`env`] with `no_proxy` as the names
+/// commands reach directly.
+pub async fn start(socket: String, no_proxy: String) -> std::io::Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let port = listener.local_addr()?.port();
     let url = format!("http://127.0.0.1:{port}");
-    let no_proxy = "localhost,127.0.0.1".to_string();
     let _ = PROXY_ENV.set(vec![
         ("HTTP_PROXY", url.clone()),
         ("HTTPS_PROXY", url.clone()),

@@ -61,6 +61,9 @@ impl Registry {
         if self.mcp.offers(name) {
             return Ok(Tool::Mcp(name.to_string()));
         }
+        if let Some(why) = self.mcp.failure_of(name) {
+            return Err(format!("tool \"{name}\" is not available: {why}"));
+        }
         let names: Vec<&str> = self.builtins.iter().map(|t| t.as_str()).collect();
         Err(format!(
             "tool \"{name}\" is not available; available tools: {}{}",

@@ -43,7 +43,7 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
     if let Some(socket) = config.egress_proxy.clone() {
         // Without the forwarder every command would find its proxy variables pointing nowhere; the sandbox still
         // has no other way out, so this only costs the session its network.
-        if let Err(e) = crate::egress::start(socket).await {
+        if let Err(e) = crate::egress::start(socket, config.no_proxy.clone()).await {
             eprintln!("service-rs worker: cannot open the loopback port to the egress proxy: {e}");
         }
     }

@@ -253,6 +253,7 @@ fn every_to_worker() -> Vec<ToWorker> {
             history: vec![ChatMessage::text(ChatRole::User, "earlier")],
             heartbeat_ms: 1000,
             egress_proxy: Some("/run/service/egress.sock".into()),
+            no_proxy: "localhost".into(),
             spare_shell_idle_ms: 500,
             mcp_servers: [(
                 "git".to_string(),

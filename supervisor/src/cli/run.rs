@@ -275,6 +275,29 @@ fn ask(question: &str) -> ApprovalDecision {
     }
 }
 
+/// What a `mcp_server_failed` event means for the user: the server, why, which tools are missing, and the tail of
+/// its stderr; None for other events.
+pub(super) fn mcp_failure(payload: &EventPayload) -> Option<String> {
+    let EventPayload::McpServerFailed {
+        server,
+        message,
+        stderr_tail,
+    } = payload
+    else {
+        return None;
+    };
+    let mut line = format!(
+        "MCP server {server} failed: {message}; its tools (mcp__{server}__*) are not available this session"
+    );
+    if !stderr_tail.trim().is_empty() {
+        line.push_str(&format!(
+            "; its stderr ended with: {}",
+            stderr_tail.trim().replace('\n', " | ")
+        ));
+    }
+    Some(line)
+}
+
 /// When a run starts warming up the cgroup lock for a worker it may start, where one is needed (cgroup v2). Not at
 /// once: a text answer from a model on loopback comes within 4 ms, and the run's exit then waited for the warm-up's
 /// first move to return (a process has exited only when its last thread has): 13.5 ms at p90 against 3.6 ms
@@ -715,6 +738,7 @@ fn describe(msg: &EventMsg, progress: &mut Progress) {
             ..
         } => service_supervisor::providers::retry_line(*attempt, *max_attempts, *delay_ms, reason),
         EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
+        failed @ EventPayload::McpServerFailed { .. } => mcp_failure(failed).unwrap_or_default(),
         _ => return,
     };
     progress.interject();

@@ -18,10 +18,13 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = server::DEFAULT_BIND)]
     bind: String,
-    /// Bearer token every endpoint but /healthz requires; without one a token is generated, printed once and stored
-    /// in $SERVICE_HOME/serve.token (mode 0600).
+    /// Bearer token every endpoint but /healthz requires; without one, the token in $SERVICE_HOME/serve.token (mode
+    /// 0600) is used, generated and printed once when there is none.
     #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Replace the stored token with a new one (signed-in browsers and scripts must then use the new one).
+    #[arg(long, conflicts_with_all = ["token", "no_auth"])]
+    rotate_token: bool,
     /// Serve without a token (loopback binds only).
     #[arg(long, conflicts_with = "token")]
     no_auth: bool,
@@ -210,7 +213,9 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.auth = match (args.token.filter(|t| !t.is_empty()), args.no_auth) {
         (Some(t), _) => Auth::Token(t),
         (None, true) => Auth::None,
-        (None, false) => Auth::Generated,
+        (None, false) => Auth::Generated {
+            rotate: args.rotate_token,
+        },
     };
     options.allowed_hosts = args.allowed_host;
     options.policy.allow_paths = absolute(&args.allow_path, "--allow-path")?;
@@ -223,6 +228,14 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     options.idle_timeout = Some(args.idle_timeout).filter(|t| !t.is_zero());
     let token_file = home.token_file();
+    let keeps_token = matches!(options.auth, Auth::Generated { .. });
+    // One server per files store: a second would share its sessions without knowing of the first's workers.
+    let _lock = match shared {
+        None => Some(service_supervisor::runtime::store::files_lock::serve(
+            &home,
+        )?),
+        Some(_) => None,
+    };
     let mut runtime_options = super::runtime_options(
         &home,
         args.dangerous_sandbox_mode,
@@ -261,6 +274,11 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 if let Some(token) = token {
                     eprintln!(
                         "token: {token} (stored in {}; --remote clients on this machine read it from there)",
+                        token_file.display()
+                    );
+                } else if keeps_token {
+                    eprintln!(
+                        "token: the one in {} (kept across restarts; serve --rotate-token makes a new one)",
                         token_file.display()
                     );
                 }

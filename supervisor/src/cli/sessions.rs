@@ -245,6 +245,9 @@ fn transcript_line(event: &EventMsg, answer: &mut String) -> Option<String> {
             command,
             ..
         } => Some(format!("\n! {command}")),
+        failed @ EventPayload::McpServerFailed { .. } => {
+            super::run::mcp_failure(failed).map(|l| format!("  {l}"))
+        }
         _ => None,
     }
 }

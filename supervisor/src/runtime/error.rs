@@ -53,6 +53,14 @@ pub enum RuntimeError {
         /// The live sessions.
         sessions: Vec<String>,
     },
+    /// Another process on the store (a `serve`) runs sessions of the bundle (remove_bundle).
+    #[error("bundle {reference} is in use by sessions {} that another process on this store runs (a `service-rs serve`); stop or delete them there (service-rs --remote URL sessions delete ID), or stop that process", sessions.join(", "))]
+    BundleLiveElsewhere {
+        /// The bundle.
+        reference: String,
+        /// The sessions live elsewhere.
+        sessions: Vec<String>,
+    },
     /// The session's bundle was removed from the store (start_turn, run_session_command).
     #[error("this session's bundle {0} was removed from the store; install it again (build, pull or import) to go on")]
     BundleRemoved(String),

@@ -55,6 +55,32 @@ impl ServiceRuntime {
                 live.push(session);
             }
         }
+        // Sessions another process on a files store runs: this one cannot stop them.
+        if !self.inner.store.shared() {
+            let here: Vec<&str> = live.iter().map(|s| s.id.as_str()).collect();
+            let elsewhere: Vec<String> = self
+                .inner
+                .store
+                .list()
+                .await?
+                .into_iter()
+                .filter(|r| {
+                    r.bundle.reference == bundle.reference() && !here.contains(&r.id.as_str())
+                })
+                .filter(|r| {
+                    super::store::files_lock::held_elsewhere(
+                        &self.inner.home.sessions().join(&r.id),
+                    )
+                })
+                .map(|r| r.id)
+                .collect();
+            if !elsewhere.is_empty() {
+                return Err(RuntimeError::BundleLiveElsewhere {
+                    reference: bundle.reference(),
+                    sessions: elsewhere,
+                });
+            }
+        }
         if !live.is_empty() && !force {
             return Err(RuntimeError::BundleInUse {
                 reference: bundle.reference(),

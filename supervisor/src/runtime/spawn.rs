@@ -328,6 +328,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         permissions: agent.permissions.clone(),
         history,
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,
+        no_proxy: no_proxy(&bundle.manifest.sandbox.permissions.network),
         egress_proxy: started
             .egress
             .as_ref()
@@ -335,6 +336,26 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         mcp_servers: mcp_servers(rt, id, bundle),
         spare_shell_idle_ms: rt.options.spare_shell_idle.as_millis() as u64,
     }
+}
+
+/// The loopback names the sandbox's commands reach directly: `localhost` and `127.0.0.1`, less each one a network
+/// rule names (`127.0.0.1:5000`), whose connections must reach the host's service through the proxy rather than
+/// the sandbox's own loopback. `NO_PROXY` takes no ports, so such a name goes through the proxy on every port.
+fn no_proxy(rules: &[String]) -> String {
+    let named = |name: &str| {
+        rules.iter().any(|rule| {
+            let host = match rule.rsplit_once(':') {
+                Some((host, port)) if port == "*" || port.parse::<u16>().is_ok() => host,
+                _ => rule.as_str(),
+            };
+            host.eq_ignore_ascii_case(name)
+        })
+    };
+    ["localhost", "127.0.0.1"]
+        .into_iter()
+        .filter(|n| !named(n))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The worker's form of the bundle's MCP servers. `env_from_host` is read here, from the supervisor's environment:

@@ -104,6 +104,7 @@ fn run(
         ),
     };
     let rt_metrics = rt.metrics.workers.clone();
+    let lease = super::store::files_lock::live(&session.dir);
     let actor = Actor {
         rt,
         session,
@@ -116,6 +117,7 @@ fn run(
         guard: Guard::default(),
         _egress: egress,
         _alive: crate::metrics::GaugeGuard::new(&rt_metrics),
+        _lease: lease,
     };
     tokio::spawn(actor.run(conn, child, rx, kill, exited_tx));
     handle
@@ -139,6 +141,8 @@ struct Actor {
     _egress: Option<crate::egress::Egress>,
     /// Counts it among the running workers while it lives.
     _alive: crate::metrics::GaugeGuard,
+    /// Tells other processes on the store that the session is live while its worker runs.
+    _lease: Option<super::store::files_lock::LiveLease>,
 }
 
 /// Why the actor stopped.

@@ -222,7 +222,9 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::JournalQuota { .. } => (S::CONFLICT, "journal_quota"),
             RuntimeError::InvalidRequest(_) => (S::UNPROCESSABLE_ENTITY, "invalid_request"),
             RuntimeError::CwdNotFound(_) => (S::NOT_FOUND, "cwd_not_found"),
-            RuntimeError::BundleInUse { .. } => (S::CONFLICT, "bundle_in_use"),
+            RuntimeError::BundleInUse { .. } | RuntimeError::BundleLiveElsewhere { .. } => {
+                (S::CONFLICT, "bundle_in_use")
+            }
             RuntimeError::BundleRemoved(_) => (S::CONFLICT, "bundle_removed"),
             RuntimeError::CwdOutsideWorkspace(_) => (S::FORBIDDEN, "cwd_outside_workspace"),
             RuntimeError::ApprovalNotFound(_) => (S::NOT_FOUND, "approval_not_found"),

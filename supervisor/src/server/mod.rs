@@ -255,8 +255,12 @@ pub enum ServeError {
 pub enum Auth {
     /// This token (`--token` or `SERVICE_TOKEN`).
     Token(String),
-    /// A token generated at start-up and stored in `$SERVICE_HOME/serve.token`.
-    Generated,
+    /// The token in `$SERVICE_HOME/serve.token`, generated and stored there when there is none, or always with
+    /// `rotate` (`serve --rotate-token`).
+    Generated {
+        /// Replace the stored token with a new one.
+        rotate: bool,
+    },
     /// No token (`--no-auth`; loopback binds only).
     None,
 }
@@ -286,7 +290,7 @@ impl ServeOptions {
     pub fn new(addr: SocketAddr) -> ServeOptions {
         ServeOptions {
             addr,
-            auth: Auth::Generated,
+            auth: Auth::Generated { rotate: false },
             allowed_hosts: Vec::new(),
             policy: ClientPolicy {
                 max_streams_per_client: 128,
@@ -318,7 +322,7 @@ async fn reap_idle(rt: ServiceRuntime, idle: Duration, shutdown: CancellationTok
     }
 }
 
-/// Binds the address, calls `ready` with the bound address and the token (when one was generated), and serves until
+/// Binds the address, calls `ready` with the bound address and the token (when a new one was generated), and serves until
 /// `stop` resolves; then ends running turns with an `error` event ("the server stopped"), closes the event streams
 /// and stops the workers.
 pub async fn serve(
@@ -338,11 +342,15 @@ pub async fn serve(
     let (token, generated) = match options.auth {
         Auth::Token(t) => (Some(t), false),
         Auth::None => (None, false),
-        Auth::Generated => {
-            let t = token::generate();
-            token::store(rt.home(), &t)?;
-            (Some(t), true)
-        }
+        Auth::Generated { rotate } => match token::stored(rt.home()).filter(|_| !rotate) {
+            // Kept across restarts, so that signed-in browsers and scripts keep working.
+            Some(t) => (Some(t), false),
+            None => {
+                let t = token::generate();
+                token::store(rt.home(), &t)?;
+                (Some(t), true)
+            }
+        },
     };
     let shutdown = CancellationToken::new();
     let state = AppState {

@@ -16,6 +16,18 @@ pub fn generate() -> String {
     )
 }
 
+/// The token of `serve.token` when it holds one this process may keep using: 64 hex digits, in a regular file only
+/// its owner (this user) may read.
+pub fn stored(home: &ServiceHome) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = home.token_file();
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    let ours =
+        meta.is_file() && meta.mode() & 0o077 == 0 && meta.uid() == nix::unistd::geteuid().as_raw();
+    let token = std::fs::read_to_string(&path).ok()?.trim().to_string();
+    (ours && token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit())).then_some(token)
+}
+
 /// Writes `token` to `serve.token` (0600, through a temporary file and a rename).
 pub fn store(home: &ServiceHome, token: &str) -> Result<(), ServeError> {
     let path = home.token_file();

@@ -295,6 +295,19 @@ fn a_wildcard_name_that_resolves_to_loopback_is_refused_unless_listed_exactly() 
 }
 
 #[test]
+fn a_listed_loopback_address_is_reached_through_the_proxy_with_plain_curl() {
+    let env = env_with_workspace();
+    let plain = Upstream::start(None);
+    let p = plain.port;
+    // No --noproxy: the sandbox's NO_PROXY must not send 127.0.0.1 to the sandbox's own loopback.
+    let cmd = format!("echo \"NO_PROXY=$NO_PROXY\"; curl -sS http://127.0.0.1:{p}/listed");
+    bundle_with_agent(&env, "loop", &sandbox(&[format!("127.0.0.1:{p}")]), "", &cmd);
+    let (out, _) = run(&env, "./loop", &[]);
+    assert!(out.contains(&format!("upstream 127.0.0.1:{p} /listed")), "{out}");
+    assert!(out.contains("NO_PROXY=localhost\n"), "{out}");
+}
+
+#[test]
 fn a_tls_server_name_other_than_the_connect_host_closes_the_tunnel() {
     let env = env_with_workspace();
     certificate(&env.path("ws"), "secure.test");

@@ -378,7 +378,8 @@ async fn a_token_guards_every_endpoint_but_healthz() {
         .unwrap();
     assert_eq!(lower.status().as_u16(), 200);
 
-    // Without --token a token is generated, stored 0600 and required.
+    // Without --token a token is generated, stored 0600 and required. (One server per files store at a time.)
+    drop(api);
     let mut generated = Api::new(Server::start(home.path(), &[], &[]));
     let token = generated.token.clone().expect("serve.token written");
     assert_eq!(token.len(), 64);
@@ -393,6 +394,7 @@ async fn a_token_guards_every_endpoint_but_healthz() {
     generated.token = None;
     assert_eq!(generated.get("/sessions").await.0, 401);
 
+    drop(generated);
     let open = Api::new(Server::start(home.path(), &["--no-auth"], &[]));
     assert_eq!(open.get("/sessions").await.0, 200);
 

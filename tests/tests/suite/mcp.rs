@@ -413,7 +413,10 @@ fn servers_that_crash_or_never_answer_at_start_are_reported_and_the_session_keep
             mode,
             json!({"startup_timeout_ms": 800}),
             json!({}),
-            &[("Bash", json!({"command": "echo still-here"}))],
+            &[
+                ("mcp__fx__echo", json!({"text": "hello"})),
+                ("Bash", json!({"command": "echo still-here"})),
+            ],
         );
         let (out, events) = run(&env, &name, &[]);
         assert!(
@@ -431,7 +434,37 @@ fn servers_that_crash_or_never_answer_at_start_are_reported_and_the_session_keep
             failed["stderr_tail"].as_str().unwrap().contains(stderr),
             "{mode}: {failed}"
         );
-        assert!(outputs(&events)[0].1.contains("still-here"));
+        // The model's call of one of its tools says why it is missing.
+        let missing = &outputs(&events)[0].1;
+        assert!(
+            missing.contains("is not available: the MCP server \"fx\" that would offer it failed")
+                && missing.contains(expected),
+            "{mode}: {missing}"
+        );
+        assert!(outputs(&events)[1].1.contains("still-here"));
+        assert_gone(&marker);
+        // --verbose and `sessions show` say it too, with the tools it takes away.
+        let said = "MCP server fx failed: ";
+        let verbose = env.run(&[
+            "run",
+            &format!("./{name}"),
+            "--cwd",
+            "ws",
+            "--verbose",
+            "go",
+        ]);
+        verbose.ok();
+        assert!(
+            verbose.stderr.contains(said)
+                && verbose
+                    .stderr
+                    .contains("its tools (mcp__fx__*) are not available"),
+            "{mode}: {}",
+            verbose.stderr
+        );
+        let id = events[0]["session_id"].as_str().unwrap();
+        let shown = env.run(&["sessions", "show", id]);
+        assert!(shown.ok().contains(said), "{mode}: {}", shown.stdout);
         assert_gone(&marker);
     }
 }

@@ -23,6 +23,7 @@ mod mcp;
 mod mcp_confinement;
 mod mcp_real;
 mod operations;
+mod paper_cuts;
 mod postgres;
 mod prestart;
 mod processes;

@@ -64,7 +64,8 @@ enum State {
         peer: Peer<RoleClient>,
         tools: Vec<Offered>,
     },
-    Failed,
+    /// It failed, for this reason.
+    Failed(String),
 }
 
 struct Server {
@@ -212,6 +213,23 @@ impl Servers {
                 tools: specs,
             })
             .await;
+    }
+
+    /// Why the tools of the server `name` would belong to are missing: it failed, for this reason.
+    pub fn failure_of(&self, name: &str) -> Option<String> {
+        self.servers.iter().find_map(|server| {
+            let ours = name
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.strip_prefix(server.name.as_str()))
+                .is_some_and(|rest| rest.starts_with("__"));
+            match &*lock(&server.state) {
+                State::Failed(why) if ours => Some(format!(
+                    "the MCP server \"{}\" that would offer it failed: {why}",
+                    server.name
+                )),
+                _ => None,
+            }
+        })
     }
 
     /// True when `name` is a tool of a running server.
@@ -503,7 +521,7 @@ fn tail(server: &Server) -> String {
 
 /// Marks the server failed and, the first time, says so with the tail of its stderr.
 async fn fail(server: &Server, outbox: &Outbox, message: String) {
-    *lock(&server.state) = State::Failed;
+    *lock(&server.state) = State::Failed(message.clone());
     if server.reported.swap(true, Ordering::SeqCst) {
         return;
     }

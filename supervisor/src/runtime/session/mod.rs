@@ -62,6 +62,8 @@ struct ActiveTurn {
     lead: Option<DropGuard>,
     /// The turn's model calls as the supervisor made them: what its end reports, whatever the worker says.
     usage: service_ipc::Usage,
+    /// Tells other processes on the store that the session is live while the turn runs.
+    _lease: Option<crate::runtime::store::files_lock::LiveLease>,
 }
 
 /// A live session.

@@ -109,6 +109,7 @@ impl Session {
                 stop_reason: None,
                 lead: None,
                 usage,
+                _lease: crate::runtime::store::files_lock::live(&self.dir),
             });
         }
         let started = self.update_unflushed(|r| {

@@ -9,6 +9,7 @@
 //! with files, the holder of an ownership lease with PostgreSQL.
 
 pub mod files;
+pub mod files_lock;
 pub mod postgres;
 
 use std::sync::Arc;
