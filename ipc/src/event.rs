@@ -1,4 +1,4 @@
-//! Session events: the envelope (`EventMsg`) and one payload variant per kind of SPEC.md section 6.
+//! Session events: the envelope (`EventMsg`) and one payload variant per kind of event.
 
 use serde::{Deserialize, Serialize};
 

@@ -6,7 +6,7 @@
 //! Layout:
 //! - [`names`]: plain string enums (sandbox modes, tool names, approval decisions) and the macro that makes them.
 //! - [`task`]: `Task`, `TurnContext`, `ModelRef`, per-turn overrides.
-//! - [`event`]: `EventMsg` and the event payload enum of every kind in SPEC.md section 6.
+//! - [`event`]: `EventMsg` and the event payload enum, one variant per kind of event.
 //! - [`chat`]: conversation messages, tool specs and the streamed model chunks.
 //! - [`config`]: what the supervisor tells a worker at start-up.
 //! - [`message`]: `ToWorker` and `ToSupervisor`, one enum per direction.

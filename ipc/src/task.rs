@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::names::SandboxMode;
 
-/// The input of one turn, as SPEC.md section 2 gives it.
+/// The input of one turn: the prompt and the id that makes a retried submission count once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -59,7 +59,7 @@ pub struct TurnOverrides {
     pub model: Option<ModelRef>,
 }
 
-/// The values that were resolved for a turn and actually ran (SPEC.md section 2).
+/// The values that were resolved for a turn and actually ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct TurnContext {

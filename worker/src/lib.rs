@@ -25,6 +25,7 @@
 pub mod confine;
 pub mod conn;
 pub mod egress;
+pub mod entry;
 pub mod error;
 pub mod footprint;
 pub mod hardening;

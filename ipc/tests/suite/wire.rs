@@ -196,7 +196,7 @@ fn every_event_kind_has_its_pinned_json_form() {
     assert_eq!(
         cases.len(),
         16,
-        "one case per kind of SPEC.md section 6, and exec_command_output_truncated"
+        "one case per kind of event, and exec_command_output_truncated"
     );
     for (payload, expected) in cases {
         assert_eq!(serde_json::to_value(&payload).unwrap(), expected);

@@ -27,7 +27,8 @@ use service_supervisor::ServiceHome;
 #[derive(Debug, Parser)]
 #[command(name = "service-rs", version, about)]
 pub struct Cli {
-    /// Run the command against a running `service-rs serve` at this base URL (bundles, sessions, inspect, run).
+    /// Run the command against a running `service-rs serve` at this base URL: bundles, export, import, push, pull,
+    /// sessions, inspect, run and tui.
     #[arg(long, global = true, value_name = "BASE_URL")]
     remote: Option<String>,
     /// Log lines on stderr as text or JSON; `RUST_LOG` filters them (serve logs at info by default, other
@@ -124,19 +125,6 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// The session worker entry point, started by the supervisor (not for direct use).
-    #[command(hide = true)]
-    Worker {
-        /// The inherited descriptor of the supervisor's socket.
-        #[arg(long)]
-        ipc_fd: i32,
-        /// The session (or spare) it serves; only shown in process listings.
-        #[arg(long)]
-        label: Option<String>,
-        /// Move into the cgroups the supervisor hands over before saying hello.
-        #[arg(long)]
-        enter_cgroups: bool,
-    },
 }
 
 impl Cli {
@@ -177,9 +165,7 @@ pub fn run(cli: Cli) -> ExitCode {
         cli.command,
         Command::Serve(_) | Command::Mcp(mcp::McpCommand::Serve { .. })
     );
-    if !matches!(cli.command, Command::Worker { .. }) {
-        logging::init(cli.log_format, if server { "info" } else { "off" });
-    }
+    logging::init(cli.log_format, if server { "info" } else { "off" });
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -261,14 +247,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tui(args) => tui::run(home()?, args),
         Command::Doctor(args) => doctor::run(home()?, args),
         Command::Config(command) => config::run(&home()?, command),
-        Command::Worker {
-            ipc_fd,
-            enter_cgroups,
-            ..
-        } => {
-            service_worker::main(ipc_fd, enter_cgroups)?;
-            Ok(ExitCode::SUCCESS)
-        }
     }
 }
 
@@ -310,7 +288,6 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(_) => Err(local_only("doctor")),
         Command::Config(_) => Err(local_only("config")),
         Command::Tui(args) => tui::run_remote(remote, args),
-        Command::Worker { .. } => Err(local_only("worker")),
     }
 }
 

@@ -44,8 +44,8 @@ impl RunArgs {
 
 impl RunArgs {
     /// Settles which positional names the bundle and which is the prompt, and applies the user's defaults
-    /// (`config.toml`): one positional is the bundle when `--prompt` is given, when no default bundle is set, or
-    /// when it names a bundle; otherwise it is a prompt for the default bundle.
+    /// (`config.toml`): one positional is the bundle when `--prompt` is given, when it names a bundle, or when no
+    /// default bundle is set and no session is continued; otherwise it is the prompt.
     pub(super) async fn settle(
         &mut self,
         backend: &Backend,
@@ -70,10 +70,15 @@ impl RunArgs {
                 self.prompt = Some(prompt);
             }
             (Some(word), None) => {
-                let bundle = self.prompt.is_some()
-                    || (self.session.is_none()
-                        && (defaults.default_bundle.is_none()
-                            || names_a_bundle(backend, &word).await));
+                // With --continue, a word that names no bundle is the prompt, default bundle or not.
+                let bundle = if self.prompt.is_some() {
+                    true
+                } else if self.session.is_some() {
+                    false
+                } else {
+                    names_a_bundle(backend, &word).await
+                        || (defaults.default_bundle.is_none() && !self.continue_last)
+                };
                 if !bundle {
                     self.prompt = Some(word);
                 } else if defaults.default_bundle.is_none()

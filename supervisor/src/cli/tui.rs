@@ -315,7 +315,18 @@ impl Ui {
                     .sessions()
                     .await?
                     .iter()
-                    .map(|r| format!("{}  {}  {} turns", r.id, r.bundle.reference, r.turn_count))
+                    .map(|r| {
+                        let turns = match r.turn_count {
+                            1 => "1 turn".to_string(),
+                            n => format!("{n} turns"),
+                        };
+                        format!(
+                            "{}  {}  {turns}  {}",
+                            r.id,
+                            r.bundle.reference,
+                            r.title.as_deref().unwrap_or("")
+                        )
+                    })
                     .collect();
                 self.app.info(if list.is_empty() {
                     "no sessions".into()

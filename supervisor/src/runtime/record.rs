@@ -133,7 +133,7 @@ impl SessionRecord {
 
     /// Writes the spare copy of the record at `path` (see [`exchange`]) before any save needs it, unflushed.
     pub fn save_spare(&self, path: &Path) -> Result<std::fs::File> {
-        let spare = path.with_extension("json.next");
+        let spare = spare_of(path);
         let json = serde_json::to_vec_pretty(self).unwrap_or_default();
         let mut file = std::fs::File::create(&spare)
             .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
@@ -177,10 +177,20 @@ pub(crate) fn flush_later(files: Vec<std::fs::File>) {
     }
 }
 
+/// The spare copy of the record at `path` (see [`exchange`]): `.session.json.spare`, hidden, as it holds whatever
+/// the record said one save ago and is of no use to read.
+pub fn spare_of(path: &Path) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.spare"))
+}
+
 /// Free space below which a record is not saved (see [`exchange`]).
 const ROOM: u64 = 64 * 1024;
 
-/// Replaces an existing record by exchanging it with its spare copy (`session.json.next`): the new record is
+/// Replaces an existing record by exchanging it with its spare copy (`.session.json.spare`): the new record is
 /// written into the spare, which then swaps names with the record in one `renameat2(RENAME_EXCHANGE)`. Readers see
 /// the old or the new record, as with a temporary file and a rename, but no inode is made or freed. That matters:
 /// ext4 skips recently freed inodes when it looks for a free one, and with a save per turn start and end
@@ -194,7 +204,7 @@ fn exchange(path: &Path, json: &[u8], sync: bool) -> Result<Option<std::fs::File
     if !path.is_file() {
         return Ok(None);
     }
-    let spare = path.with_extension("json.next");
+    let spare = spare_of(path);
     let dir = path.parent().unwrap_or(Path::new("."));
     if let Ok(fs) = nix::sys::statvfs::statvfs(dir) {
         let free = fs.blocks_available().saturating_mul(fs.fragment_size());

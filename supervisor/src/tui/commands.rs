@@ -1,4 +1,4 @@
-//! Input lines: a plain line is a turn, `/` starts a slash command, `!` an operator command (SPEC section 1).
+//! Input lines: a plain line is a turn, `/` starts a slash command, `!` an operator command.
 
 /// What a submitted line asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

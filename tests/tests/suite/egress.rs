@@ -301,9 +301,18 @@ fn a_listed_loopback_address_is_reached_through_the_proxy_with_plain_curl() {
     let p = plain.port;
     // No --noproxy: the sandbox's NO_PROXY must not send 127.0.0.1 to the sandbox's own loopback.
     let cmd = format!("echo \"NO_PROXY=$NO_PROXY\"; curl -sS http://127.0.0.1:{p}/listed");
-    bundle_with_agent(&env, "loop", &sandbox(&[format!("127.0.0.1:{p}")]), "", &cmd);
+    bundle_with_agent(
+        &env,
+        "loop",
+        &sandbox(&[format!("127.0.0.1:{p}")]),
+        "",
+        &cmd,
+    );
     let (out, _) = run(&env, "./loop", &[]);
-    assert!(out.contains(&format!("upstream 127.0.0.1:{p} /listed")), "{out}");
+    assert!(
+        out.contains(&format!("upstream 127.0.0.1:{p} /listed")),
+        "{out}"
+    );
     assert!(out.contains("NO_PROXY=localhost\n"), "{out}");
 }
 

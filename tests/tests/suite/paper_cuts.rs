@@ -41,6 +41,36 @@ async fn the_servers_token_survives_a_restart_and_rotates_only_when_asked() {
 }
 
 #[test]
+fn a_session_directory_holds_no_stale_looking_record_copy_and_errors_name_the_cli_command() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        r#"{turns: [{replies: [{text: "hi"}]}]}"#,
+        "",
+        "read_only",
+    );
+    env.run(&["run", "./b", "one"]).ok();
+    env.run(&["run", "--continue", "two"]).ok();
+    let files = env.store_files();
+    assert!(
+        !files.iter().any(|f| f.ends_with("session.json.next")),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|f| f.ends_with("/.session.json.spare")),
+        "{files:?}"
+    );
+    let unknown = env.run(&["sessions", "show", "ffff"]);
+    let err = unknown.failed();
+    assert!(
+        err.contains("`service-rs sessions`")
+            && !err
+                .starts_with("error: no session id starts with \"ffff\"; list them with /sessions"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_second_server_on_one_files_store_is_refused_and_says_why() {
     if super::store_backend::postgres() {
         return; // A PostgreSQL store is meant for many servers.

@@ -170,11 +170,22 @@ fn completions_are_printed_for_bash_zsh_and_fish() {
     ] {
         let out = env.run(&["completions", shell]).ok().to_string();
         assert!(
-            out.contains(marker) && out.contains("mcp"),
+            out.contains(marker) && out.contains("mcp") && out.contains("config"),
             "{shell}: {}",
             &out[..out.len().min(200)]
         );
+        // The worker's entry is the supervisor's business, not a command to complete.
+        assert!(
+            !out.contains("ipc-fd") && !out.contains("enter-cgroups"),
+            "{shell}"
+        );
     }
+    let help = env.run(&["--help"]).ok().to_string();
+    assert!(!help.contains("  worker "), "{help}");
+    assert!(
+        help.contains("push, pull") && help.contains("tui"),
+        "--remote's help lists what runs remotely: {help}"
+    );
     assert!(env
         .run(&["completions", "tcsh"])
         .failed()

@@ -463,14 +463,14 @@ mod tests {
         assert_eq!(
             names,
             [
+                ".session.json.spare",
                 "events.jsonl",
                 "history.jsonl",
-                "session.json",
-                "session.json.next"
+                "session.json"
             ]
         );
         assert_eq!(
-            std::fs::read(dir.join("session.json.next")).unwrap(),
+            std::fs::read(dir.join(".session.json.spare")).unwrap(),
             std::fs::read(dir.join("session.json")).unwrap()
         );
         assert_eq!(std::fs::read(dir.join("history.jsonl")).unwrap(), b"");
