@@ -1,13 +1,13 @@
 //! The bundle routes that change the store or move a bundle: remove, export as an OCI layout tar, import one.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
 
-use super::api::ApiError;
+use super::api::{ApiError, ApiPath, ApiQuery};
 use super::handlers::ApiResult;
 use super::AppState;
 use crate::bundle::{self, Origin};
@@ -34,8 +34,8 @@ fn blocking_failed(what: &str) -> ApiError {
     responses((status = 200, description = "What was removed", body = bundle::BundleInfo)))]
 pub async fn remove_bundle(
     State(st): State<AppState>,
-    Path(reference): Path<String>,
-    Query(q): Query<RemoveQuery>,
+    ApiPath(reference): ApiPath<String>,
+    ApiQuery(q): ApiQuery<RemoveQuery>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
     super::policy::bundle_ref(&st.policy, &reference)?;
     Ok(Json(st.rt.remove_bundle(&reference, q.force).await?))
@@ -47,7 +47,7 @@ pub async fn remove_bundle(
     responses((status = 200, description = "The OCI layout as a tar", content_type = "application/x-tar", body = Vec<u8>)))]
 pub async fn export_bundle(
     State(st): State<AppState>,
-    Path(reference): Path<String>,
+    ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<impl IntoResponse> {
     super::policy::bundle_ref(&st.policy, &reference)?;
     let home = st.rt.home().clone();

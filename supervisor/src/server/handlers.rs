@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -63,7 +63,7 @@ pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bund
     responses((status = 200, body = bundle::BundleInfo)))]
 pub async fn inspect_bundle(
     State(st): State<AppState>,
-    Path(reference): Path<String>,
+    ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
     super::policy::bundle_ref(&st.policy, &reference)?;
     Ok(Json(resolve_bundle(&st, reference).await?.info()))
@@ -142,7 +142,7 @@ pub async fn list_sessions(
 #[utoipa::path(get, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 200, body = crate::runtime::SessionRecord)))]
 pub async fn get_session(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<crate::runtime::SessionRecord>> {
     Ok(Json(st.rt.get_session(&id).await?))
 }
@@ -151,7 +151,7 @@ pub async fn get_session(
 #[utoipa::path(get, path = "/sessions/{id}/journal", params(("id" = String, Path)), responses((status = 200, body = [service_ipc::EventMsg])))]
 pub async fn session_journal(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<Vec<service_ipc::EventMsg>>> {
     Ok(Json(st.rt.session_events(&id).await?))
 }
@@ -160,7 +160,7 @@ pub async fn session_journal(
 #[utoipa::path(delete, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 204, description = "Deleted")))]
 pub async fn delete_session(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     st.rt.delete_session(&id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -171,7 +171,7 @@ pub async fn delete_session(
     responses((status = 200, body = TurnResult)))]
 pub async fn run_sync(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<Json<TurnResult>> {
     let overrides = checked_overrides(&st, &id, req.turn_context).await?;
@@ -184,7 +184,7 @@ pub async fn run_sync(
     responses((status = 202, body = Accepted)))]
 pub async fn run_async(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<impl IntoResponse> {
     let overrides = checked_overrides(&st, &id, req.turn_context).await?;
@@ -217,7 +217,7 @@ async fn checked_overrides(
 #[utoipa::path(post, path = "/sessions/{id}/interrupt", params(("id" = String, Path)), responses((status = 202, body = Accepted)))]
 pub async fn interrupt(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<impl IntoResponse> {
     let turn_id = st.rt.interrupt(&id).await?;
     Ok((
@@ -234,7 +234,7 @@ pub async fn interrupt(
     responses((status = 200, body = CommandResult)))]
 pub async fn run_command(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<CommandRequest>,
 ) -> ApiResult<Json<CommandResult>> {
     let o = st.rt.run_session_command(&id, &req.command).await?;
@@ -249,7 +249,7 @@ pub async fn run_command(
     responses((status = 200, body = DecisionResult)))]
 pub async fn resolve_approval(
     State(st): State<AppState>,
-    Path(request_id): Path<String>,
+    ApiPath(request_id): ApiPath<String>,
     ApiJson(req): ApiJson<DecisionRequest>,
 ) -> ApiResult<Json<DecisionResult>> {
     st.rt.resolve_approval(&request_id, req.decision).await?;
@@ -265,13 +265,14 @@ pub async fn resolve_approval(
 #[utoipa::path(get, path = "/sessions/{id}/events",
     params(("id" = String, Path), ("after" = Option<u64>, Query, minimum = 0,
             description = "Replay the journaled events after this sequence number first (0: the whole session)"),
-           ("Last-Event-ID" = Option<String>, Header, description = "As `after`; set by EventSource clients on reconnect")),
+           ("Last-Event-ID" = Option<u64>, Header, minimum = 0,
+            description = "As `after`, an event sequence number; set by EventSource clients on reconnect")),
     responses((status = 200, description = "A text/event-stream: each `data:` line is one EventMsg as JSON, its `id:` the \
         event's sequence number; comments keep the stream alive", content_type = "text/event-stream", body = service_ipc::EventMsg)))]
 pub async fn events(
     State(st): State<AppState>,
-    Path(id): Path<String>,
-    Query(q): Query<EventsQuery>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
     client: Option<axum::Extension<super::listener::ClientAddr>>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
