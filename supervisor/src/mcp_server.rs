@@ -76,12 +76,27 @@ impl BundleServer {
                 "run_bundle needs \"bundle\" (a reference from list_bundles) and \"prompt\"",
             );
         };
+        // The directory the session works in: absolute, as the client's own working directory means nothing here.
+        let cwd = match args["cwd"].as_str() {
+            None => None,
+            Some(dir) if std::path::Path::new(dir).is_absolute() => {
+                Some(std::path::PathBuf::from(dir))
+            }
+            Some(dir) => {
+                return error(format!(
+                    "cwd must be an absolute directory path, e.g. /home/me/project; got \"{dir}\""
+                ))
+            }
+        };
+        if cwd.is_some() && args["session_id"].is_string() {
+            return error("cwd applies to a new session; a continued one keeps its own directory");
+        }
         let session_id = match args["session_id"].as_str() {
             Some(id) => match self.rt.get_session(id).await {
                 Ok(record) => record.id,
                 Err(e) => return error(format!("{e}")),
             },
-            None => match self.rt.create_session(bundle, None).await {
+            None => match self.rt.create_session(bundle, cwd.as_deref()).await {
                 Ok(record) => record.id,
                 Err(e) => return error(format!("{e}")),
             },
@@ -191,7 +206,8 @@ impl ServerHandler for BundleServer {
                 json!({"type": "object", "properties": {
                     "bundle": {"type": "string", "description": "Bundle reference, as list_bundles gives it"},
                     "prompt": {"type": "string"},
-                    "session_id": {"type": "string", "description": "Continue this session instead of starting one"}},
+                    "session_id": {"type": "string", "description": "Continue this session instead of starting one"},
+                    "cwd": {"type": "string", "description": "Absolute path of the directory a new session works in (its sandbox sees it as /workspace); default: an empty directory of its own"}},
                     "required": ["bundle", "prompt"]}),
             ),
         ]))

@@ -161,10 +161,8 @@ impl Cli {
 
 /// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    let server = matches!(
-        cli.command,
-        Command::Serve(_) | Command::Mcp(mcp::McpCommand::Serve { .. })
-    );
+    // `mcp serve` talks on stdio to a client that shows its stderr: it logs only when RUST_LOG asks.
+    let server = matches!(cli.command, Command::Serve(_));
     logging::init(cli.log_format, if server { "info" } else { "off" });
     match dispatch(cli) {
         Ok(code) => code,

@@ -176,7 +176,7 @@ fn greeter(env: &Env) {
     .unwrap();
     std::fs::write(
         dir.join("resources/script.json5"),
-        r#"{turns: [{replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo from-bash"}}]}, {text: "Hello, {{prompt}}! ({{last_tool_output}}) {{message_count}}"}]}]}"#,
+        r#"{turns: [{replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo from-bash; ls"}}]}, {text: "Hello, {{prompt}}! ({{last_tool_output}}) {{message_count}}"}]}]}"#,
     )
     .unwrap();
     env.run(&["build", "./greeter"]).ok();
@@ -191,8 +191,12 @@ async fn mcp_serve_runs_bundles_for_the_rmcp_client_and_continues_a_session() {
     let mut cmd = tokio::process::Command::new(binary());
     cmd.args(["mcp", "serve", "--approve"])
         .env("SERVICE_HOME", env.home.path())
+        .env_remove("RUST_LOG")
         .kill_on_drop(true);
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let client = ().serve(transport).await.unwrap();
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
@@ -243,7 +247,51 @@ async fn mcp_serve_runs_bundles_for_the_rmcp_client_and_continues_a_session() {
         .unwrap();
     let missing = serde_json::to_value(&missing).unwrap();
     assert_eq!(missing["isError"], true, "{missing}");
+    // A new session in a directory of the client's: its sandbox sees that directory.
+    let project = super::support::sandbox_tempdir();
+    std::fs::write(project.path().join("marker-file"), "x").unwrap();
+    let there = client
+        .call_tool(call(
+            "run_bundle",
+            json!({"bundle": "greeter", "prompt": "there", "cwd": project.path()}),
+        ))
+        .await
+        .unwrap();
+    let there = serde_json::to_value(&there).unwrap();
+    assert!(
+        there["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("marker-file"),
+        "{there}"
+    );
+    let relative = client
+        .call_tool(call(
+            "run_bundle",
+            json!({"bundle": "greeter", "prompt": "x", "cwd": "project"}),
+        ))
+        .await
+        .unwrap();
+    let relative = serde_json::to_value(&relative).unwrap();
+    assert!(
+        relative["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("absolute"),
+        "{relative}"
+    );
     client.cancel().await.unwrap();
+    // No log lines unasked, only its one line of greeting: the client shows stderr to its user.
+    let mut said = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stderr.unwrap(), &mut said)
+        .await
+        .unwrap();
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 1, "mcp serve wrote on stderr: {said}");
+    assert!(
+        lines[0].starts_with("service-rs: serving the installed bundles"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -284,6 +332,6 @@ fn mcp_serve_answers_the_official_python_sdk_client_and_says_why_requests_were_d
     );
     assert_eq!(
         v["run_bundle"]["structured"]["denied"],
-        json!(["Bash echo from-bash"])
+        json!(["Bash echo from-bash; ls"])
     );
 }
