@@ -27,6 +27,8 @@ pub enum Entry {
         status: Option<ToolCallStatus>,
         /// Result text once finished.
         output: String,
+        /// How the operator answered its permission request, if it asked.
+        approval: Option<String>,
     },
     /// A subprocess (Bash or an operator `!` command) with its live output.
     Exec {
@@ -90,6 +92,8 @@ pub struct App {
     pub usage: String,
     /// The diffs of the files the last (or running) turn changed with Write and Edit.
     pub turn_diffs: Vec<String>,
+    /// The tool call each pending permission request is about, by request id.
+    asked_calls: std::collections::HashMap<String, String>,
     /// When the running turn started (RFC 3339), to time it.
     turn_started_at: Option<String>,
     /// Session id.
@@ -120,6 +124,7 @@ impl App {
             workspace: String::new(),
             usage: String::new(),
             turn_diffs: Vec::new(),
+            asked_calls: Default::default(),
             turn_started_at: None,
             session_id: session_id.into(),
             turn: TurnState::Idle,
@@ -153,6 +158,8 @@ impl App {
                 self.turn = TurnState::Running(turn_id.clone());
                 self.turn_started_at = Some(msg.created_at.clone());
                 self.turn_diffs.clear();
+                // A plan belongs to the turn that made it.
+                self.plan.clear();
                 self.model = format!("{}/{}", context.model.provider, context.model.name);
                 self.sandbox = context.sandbox_mode.to_string();
                 self.entries.push(Entry::User(prompt.clone()));
@@ -179,6 +186,7 @@ impl App {
                 args: arguments.to_string(),
                 status: None,
                 output: String::new(),
+                approval: None,
             }),
             EventPayload::ToolCallFinished {
                 call_id,
@@ -233,8 +241,15 @@ impl App {
                     *exit = Some(*exit_code);
                 }
             }
-            EventPayload::PermissionRequested { .. }
-            | EventPayload::NetworkPermissionRequested { .. } => {
+            EventPayload::PermissionRequested {
+                request_id,
+                call_id,
+                ..
+            } => {
+                self.asked_calls.insert(request_id.clone(), call_id.clone());
+                self.approval = crate::runtime::approvals::asked(&msg.payload);
+            }
+            EventPayload::NetworkPermissionRequested { .. } => {
                 self.approval = crate::runtime::approvals::asked(&msg.payload);
             }
             EventPayload::NetworkAccess {
@@ -296,7 +311,18 @@ impl App {
                     ApprovalDecision::AllowAlways => "allowed for this session",
                     ApprovalDecision::Deny => "denied",
                 };
-                self.info(format!("permission {word}"));
+                // Said with the call it was about, above its result, rather than after it.
+                let call = self.asked_calls.remove(request_id);
+                let tool = self.entries.iter_mut().rev().find_map(|e| match e {
+                    Entry::Tool {
+                        call_id, approval, ..
+                    } if Some(&*call_id) == call.as_ref() => Some(approval),
+                    _ => None,
+                });
+                match tool {
+                    Some(approval) => *approval = Some(format!("permission {word}")),
+                    None => self.info(format!("permission {word}")),
+                }
             }
             EventPayload::PlanUpdate { plan, .. } => self.plan = plan.clone(),
             // Progress lines repeat what the tool line already shows.

@@ -72,7 +72,7 @@ fn dim() -> Style {
 /// The transcript as styled lines.
 pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
     let mut lines: Vec<Line<'static>> = Vec::new();
-    for entry in &app.entries {
+    for (i, entry) in app.entries.iter().enumerate() {
         match entry {
             Entry::User(text) => {
                 let style = Style::default()
@@ -106,6 +106,7 @@ pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
                 args,
                 status,
                 output,
+                approval,
                 ..
             } => {
                 let args: String = args.chars().take(120).collect();
@@ -118,6 +119,12 @@ pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
                     ),
                     Span::styled(args, Style::default().fg(Color::Yellow)),
                 ]));
+                if let Some(approval) = approval {
+                    lines.push(Line::from(Span::styled(
+                        format!("· {approval}"),
+                        Style::default().fg(Color::Blue),
+                    )));
+                }
                 if let Some(s) = status {
                     let (word, color) = match s {
                         ToolCallStatus::Ok => ("ok", Color::Green),
@@ -128,8 +135,13 @@ pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
                         format!("  ↳ {word}"),
                         Style::default().fg(color),
                     )));
-                    // Bash output is already shown live under its command; other results are shown here.
-                    if name != "Bash" || *s != ToolCallStatus::Ok {
+                    // A command's output is shown live under it (the next entries, up to the next call): not again.
+                    let shown_live = name == "Bash"
+                        && app.entries[i + 1..]
+                            .iter()
+                            .take_while(|e| !matches!(e, Entry::Tool { .. }))
+                            .any(|e| matches!(e, Entry::Exec { .. }));
+                    if !shown_live {
                         lines.extend(
                             tail(output, OUTPUT_LINES)
                                 .into_iter()
@@ -613,5 +625,86 @@ mod tests {
         let s = screen(&app);
         assert_eq!(s[2], "✗ worker_died: killed by signal 9");
         assert!(s[13].starts_with(" idle │"), "{}", s[13]);
+    }
+
+    #[test]
+    fn a_failed_commands_output_shows_once_its_answer_sits_above_its_result_and_a_plan_ends_with_its_turn(
+    ) {
+        let mut app = app();
+        app.apply(&started("go"));
+        app.apply(&ev(EventPayload::PlanUpdate {
+            turn_id: "t".into(),
+            explanation: None,
+            plan: vec![PlanItem {
+                step: "look".into(),
+                status: PlanStatus::InProgress,
+            }],
+        }));
+        app.apply(&ev(EventPayload::ToolCallStarted {
+            turn_id: "t".into(),
+            call_id: "c".into(),
+            tool: "Bash".into(),
+            arguments: json!({"command": "false"}),
+        }));
+        app.apply(&ev(EventPayload::PermissionRequested {
+            turn_id: "t".into(),
+            request_id: "r".into(),
+            call_id: "c".into(),
+            tool: "Bash".into(),
+            summary: "false".into(),
+            rule: None,
+            diff: None,
+        }));
+        app.apply(&ev(EventPayload::ApprovalResolved {
+            turn_id: "t".into(),
+            request_id: "r".into(),
+            decision: service_ipc::ApprovalDecision::AllowOnce,
+        }));
+        app.apply(&ev(EventPayload::ExecCommandBegin {
+            turn_id: Some("t".into()),
+            exec_id: "e".into(),
+            call_id: Some("c".into()),
+            command: "false".into(),
+            cwd: "/workspace".into(),
+        }));
+        app.apply(&ev(EventPayload::ExecCommandOutputDelta {
+            turn_id: Some("t".into()),
+            exec_id: "e".into(),
+            stream: service_ipc::ExecStream::Stderr,
+            chunk: "boom-once\n".into(),
+        }));
+        app.apply(&ev(EventPayload::ExecCommandEnd {
+            turn_id: Some("t".into()),
+            exec_id: "e".into(),
+            exit_code: Some(1),
+            duration_ms: 1,
+            timed_out: false,
+        }));
+        app.apply(&ev(EventPayload::ToolCallFinished {
+            turn_id: "t".into(),
+            call_id: "c".into(),
+            tool: "Bash".into(),
+            status: ToolCallStatus::Error,
+            output: "boom-once\n[exit 1]".into(),
+            diff: None,
+        }));
+        let lines: Vec<String> = transcript_lines(&app)
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect();
+        let count = lines.iter().filter(|l| l.contains("boom-once")).count();
+        assert_eq!(count, 1, "{lines:#?}");
+        let answered = lines
+            .iter()
+            .position(|l| l == "· permission allowed once")
+            .unwrap();
+        let result = lines.iter().position(|l| l.contains("↳ error")).unwrap();
+        assert!(answered < result, "{lines:#?}");
+        assert_eq!(app.plan.len(), 1);
+        app.apply(&started("next"));
+        assert!(
+            app.plan.is_empty(),
+            "the last turn's plan is not pinned over the next"
+        );
     }
 }
