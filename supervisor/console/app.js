@@ -285,6 +285,11 @@ function navigate(path) {
 
 async function start() {
   const health = await call("GET", "/healthz");
+  // Ask for the token before any call that needs it, rather than after two that fail.
+  if (health.token_required && !token()) {
+    askToken("");
+    return;
+  }
   const ok = await guarded(async () => {
     await Promise.all([loadBundles(), loadSessions()]);
     return true;

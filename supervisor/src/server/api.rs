@@ -122,6 +122,8 @@ pub struct Health {
     pub status: String,
     /// Server version.
     pub version: String,
+    /// Whether the other endpoints need a bearer token, so that a client asks for one before it calls them.
+    pub token_required: bool,
 }
 
 /// The error body.

@@ -21,10 +21,11 @@ const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Liveness; never needs a token.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
-pub async fn healthz() -> Json<Health> {
+pub async fn healthz(State(st): State<AppState>) -> Json<Health> {
     Json(Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        token_required: st.token.is_some(),
     })
 }
 
@@ -33,7 +34,7 @@ pub async fn healthz() -> Json<Health> {
 #[utoipa::path(get, path = "/readyz", responses((status = 200, body = Health), (status = 503, body = crate::server::api::ErrorEnvelope)))]
 pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<Health>> {
     st.rt.store().ready().await?;
-    Ok(healthz().await)
+    Ok(healthz(State(st)).await)
 }
 
 /// Installed bundles.

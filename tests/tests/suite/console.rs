@@ -72,6 +72,20 @@ async fn send(browser: &Browser, prompt: &str) {
 async fn sign_in(browser: &Browser, server: &Server) {
     browser.client.goto(&server.base).await.unwrap();
     browser.wait_text("#login h1", "Sign in").await;
+    // The page asks for the token before calling what needs it: no refused call on the first load.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let refused: Vec<String> = server
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("status=401"))
+        .cloned()
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the first load was refused: {refused:#?}"
+    );
     browser.type_into("#token", "not-the-token").await;
     browser.click("#login-form button[type=submit]").await;
     browser.wait_text("#login-error", "refused").await;
