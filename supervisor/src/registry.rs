@@ -25,6 +25,14 @@ const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// What went wrong talking to a registry; each message names the reference or digest and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// A pull by the content digest `bundles` and `inspect` show, not by the manifest digest a registry knows.
+    #[error("{digest} is the content digest of {bundle} (the digest of its files, as `bundles` lists it), not a manifest digest: pull by the manifest digest that push printed (`inspect` shows both), or by tag")]
+    ContentDigest {
+        /// The digest given.
+        digest: String,
+        /// The installed bundle whose content digest it is.
+        bundle: String,
+    },
     /// Not a registry reference.
     #[error("\"{reference}\" is not a registry reference ({message}); write <registry>/<repository>:<tag> or <registry>/<repository>@sha256:<digest>, e.g. 127.0.0.1:5000/team/hello:0.1.0")]
     BadReference {
@@ -270,6 +278,26 @@ fn artifact(bundle: &Bundle, dir: &Path) -> Result<(Vec<u8>, Vec<Blob>)> {
     Ok((manifest, blobs))
 }
 
+/// The installed bundle whose content digest is `digest`, when a pull by digest names one (a mistake: registries
+/// know manifest digests).
+fn content_digest_of(home: &ServiceHome, digest: Option<&str>) -> Option<String> {
+    let digest = digest?;
+    crate::bundle::store::list(home)
+        .ok()?
+        .into_iter()
+        .flatten()
+        .find(|b| b.digest == digest)
+        .map(|b| b.reference())
+}
+
+/// The manifest digest `bundle` has in a registry, an export or a layout (its content digest is another).
+pub fn manifest_digest(bundle: &Bundle) -> Result<String> {
+    let tmp = tempfile::tempdir()
+        .map_err(|e| BundleError::io("cannot create a temporary directory for", &bundle.root, e))?;
+    let (manifest, _) = artifact(bundle, tmp.path())?;
+    Ok(archive::sha256_digest(&manifest))
+}
+
 /// Pushes `bundle` to `target` (`<registry>/<repository>:<tag>`), uploading only the blobs the registry lacks.
 pub async fn push(bundle: &Bundle, target: &str, access: &Access) -> Result<Pushed> {
     let reference = parse(target)?;
@@ -319,7 +347,13 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
     let (manifest, _) = client
         .pull_manifest_raw(&reference, &auth, &[MT_MANIFEST])
         .await
-        .map_err(|e| classify(&reference, source, e))?;
+        .map_err(|e| match content_digest_of(home, reference.digest()) {
+            Some(bundle) => RegistryError::ContentDigest {
+                digest: reference.digest().unwrap_or_default().to_string(),
+                bundle,
+            },
+            None => classify(&reference, source, e),
+        })?;
     let manifest_digest = archive::sha256_digest(&manifest);
     if let Some(wanted) = reference.digest() {
         if wanted != manifest_digest {

@@ -34,7 +34,10 @@ pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::R
     match output {
         Some(out) => {
             let digest = oci::write_layout(dir, out)?;
-            println!("Wrote OCI layout to {} (manifest {digest})", out.display());
+            println!(
+                "Wrote OCI layout to {} (manifest digest {digest})",
+                out.display()
+            );
         }
         None => {
             let bundle = store::install(home, dir)?;
@@ -75,27 +78,41 @@ pub fn inspect(
     cwd: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
     let bundle = bundle::resolve(home, reference)?;
-    let Some(cwd) = cwd else {
-        return print_info(&bundle.info(), json);
-    };
     // What a session of it in `cwd` would add to its system prompt.
-    let dir = std::fs::canonicalize(cwd)
-        .with_context(|| format!("--cwd {}: not a directory", cwd.display()))?;
-    let read = service_supervisor::project_instructions::ProjectInstructions::of_bundle(
-        &bundle,
-        &dir,
-        &[],
-    );
+    let read = match cwd {
+        Some(cwd) => {
+            let dir = std::fs::canonicalize(cwd)
+                .with_context(|| format!("--cwd {}: not a directory", cwd.display()))?;
+            Some(
+                service_supervisor::project_instructions::ProjectInstructions::of_bundle(
+                    &bundle,
+                    &dir,
+                    &[],
+                ),
+            )
+        }
+        None => None,
+    };
+    let manifest = service_supervisor::registry::manifest_digest(&bundle)?;
     if json {
         let mut value = serde_json::to_value(bundle.info())?;
-        value["project_instructions"] = serde_json::json!(read.paths());
+        value["manifest_digest"] = serde_json::json!(manifest);
+        if let Some(read) = &read {
+            value["project_instructions"] = serde_json::json!(read.paths());
+        }
         println!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
-        print!("{}", describe(&bundle.info()));
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", describe(&bundle.info()));
+    println!(
+        "  {:<12} {manifest} (in registries, exports and layouts: pull by this one)",
+        "manifest"
+    );
+    if let Some(read) = &read {
         println!(
             "  {:<12} {}",
             "instructions",
-            instructions_list(&read, bundle.agent.project_instructions)
+            instructions_list(read, bundle.agent.project_instructions)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -176,12 +193,15 @@ pub fn export(home: &ServiceHome, reference: &str, out: &Path) -> anyhow::Result
     if out == Path::new("-") {
         let (digest, bytes) = bundle::oci_archive::export_bytes(&bundle)?;
         archive_to_stdout(&bytes)?;
-        eprintln!("Wrote {} to stdout (manifest {digest})", bundle.reference());
+        eprintln!(
+            "Wrote {} to stdout (manifest digest {digest})",
+            bundle.reference()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let digest = bundle::oci_archive::export(&bundle, out)?;
     println!(
-        "Wrote {} to {} (manifest {digest})",
+        "Wrote {} to {} (manifest digest {digest})",
         bundle.reference(),
         out.display()
     );
@@ -263,7 +283,10 @@ pub fn print_list(infos: &[BundleInfo], json: bool) -> anyhow::Result<ExitCode> 
         .collect();
     print!(
         "{}",
-        table(["NAMESPACE", "NAME", "VERSION", "DIGEST", "MODEL"], &rows)
+        table(
+            ["NAMESPACE", "NAME", "VERSION", "CONTENT DIGEST", "MODEL"],
+            &rows
+        )
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -307,7 +330,10 @@ fn describe(i: &BundleInfo) -> String {
         field("description", d.clone());
     }
     field("path", i.path.display().to_string());
-    field("digest", i.digest.clone());
+    field(
+        "content",
+        format!("{} (digest of the files; bundles lists it)", i.digest),
+    );
     field("model", format!("{}/{}", i.model.provider, i.model.name));
     field("executor", i.executor.to_string());
     field(

@@ -58,7 +58,7 @@ pub fn push(
 
 fn print_pushed(reference: &str, target: &str, pushed: &Pushed) {
     println!(
-        "Pushed {reference} to {target} (manifest {}; {} blobs uploaded, {} already there)",
+        "Pushed {reference} to {target} (manifest digest {}; {} blobs uploaded, {} already there)",
         pushed.digest, pushed.uploaded, pushed.present
     );
 }
@@ -108,7 +108,7 @@ pub async fn pull_remote(
     )
     .context("the server's answer is not a bundle")?;
     println!(
-        "Installed {} from {source} on the server ({})",
+        "Installed {} from {source} on the server (content digest {})",
         installed.reference, installed.digest
     );
     Ok(ExitCode::SUCCESS)
@@ -118,7 +118,7 @@ pub fn pull(home: &ServiceHome, source: &str, args: &AccessArgs) -> anyhow::Resu
     let access = args.access()?;
     let installed = super::tokio()?.block_on(registry::pull(home, source, &access))?;
     println!(
-        "Installed {} from {source} at {} ({})",
+        "Installed {} from {source} at {} (content digest {})",
         installed.reference(),
         installed.root.display(),
         installed.digest

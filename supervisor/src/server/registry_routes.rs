@@ -105,6 +105,7 @@ impl From<RegistryError> for ApiError {
         let (status, code) = match e {
             RegistryError::Bundle(inner) => return inner.into(),
             RegistryError::BadReference { .. } => (S::UNPROCESSABLE_ENTITY, "invalid_registry_ref"),
+            RegistryError::ContentDigest { .. } => (S::UNPROCESSABLE_ENTITY, "content_digest"),
             RegistryError::Denied { .. } => (S::FORBIDDEN, "registry_denied"),
             RegistryError::NotFound { .. } => (S::NOT_FOUND, "registry_not_found"),
             RegistryError::NotABundle { .. } => (S::UNPROCESSABLE_ENTITY, "not_a_bundle"),

@@ -27,7 +27,11 @@ fn export_then_import_reproduces_the_digest_and_remove_deletes_the_install() {
     let built = digest_of(&env, "hello");
     let tar = env.path("hello.tar");
     let out = env.run(&["export", "hello", "-o", tar.to_str().unwrap()]);
-    assert!(out.ok().contains("manifest sha256:"), "{}", out.stdout);
+    assert!(
+        out.ok().contains("manifest digest sha256:"),
+        "{}",
+        out.stdout
+    );
 
     assert!(env
         .run(&["bundles", "remove", "hello"])
@@ -413,6 +417,6 @@ fn export_to_dash_writes_the_archive_to_stdout_and_no_file_named_dash() {
         std::fs::read(&tar).unwrap(),
         "the same reproducible archive"
     );
-    assert!(String::from_utf8_lossy(&piped.stderr).contains("to stdout (manifest sha256:"));
+    assert!(String::from_utf8_lossy(&piped.stderr).contains("to stdout (manifest digest sha256:"));
     assert!(!env.path("-").exists(), "no file named -");
 }

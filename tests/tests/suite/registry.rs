@@ -20,7 +20,10 @@ fn inspect(env: &Env, reference: &str) -> serde_json::Value {
 
 /// The manifest digest in a push's or build's output line.
 fn manifest_digest(out: &str) -> String {
-    let at = out.find("manifest sha256:").expect("a manifest digest") + "manifest ".len();
+    let at = out
+        .find("manifest digest sha256:")
+        .expect("a manifest digest")
+        + "manifest digest ".len();
     out[at..at + 71].to_string()
 }
 
@@ -75,6 +78,23 @@ fn push_then_pull_keeps_the_local_digests_a_second_push_uploads_nothing_and_a_pu
     assert_eq!(
         inspect(&by_digest, "hello")["digest"],
         inspect(&local, "hello")["digest"]
+    );
+
+    // The content digest `bundles` and `inspect` show is not what a registry knows: the error says which to use.
+    let content = inspect(&local, "hello")["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        inspect(&local, "hello")["manifest_digest"],
+        built_manifest.as_str()
+    );
+    let wrong = local.run(&["pull", &format!("{}@{content}", registry.url("team/hello"))]);
+    let err = wrong.failed();
+    assert!(
+        err.contains("is the content digest of local/hello:0.1.0")
+            && err.contains("manifest digest"),
+        "{err}"
     );
 
     let missing = other.run(&["pull", &registry.url("team/hello:9.9.9")]);
