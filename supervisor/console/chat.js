@@ -1,3 +1,5 @@
+import { renderMarkdown } from "./markdown.js";
+
 // The chat view: turns the journal's events into a transcript. Text only ever enters the page as text nodes, so
 // nothing a model or a command writes can become markup.
 
@@ -101,7 +103,7 @@ export class Chat {
     if (!t.answer) {
       const msg = el("div", "msg agent");
       msg.append(el("span", "who", "Agent"));
-      t.answer = el("p", "text");
+      t.answer = el("div", "text");
       msg.append(t.answer);
       t.node.append(msg);
     }
@@ -274,6 +276,12 @@ export class Chat {
   on_turn_completed(p) {
     const t = this.turn(p.turn_id);
     if (!t.answer && p.final_message) this.answer(t).append(p.final_message);
+    // Streamed as text, drawn as markdown once whole (see markdown.js: no model text becomes markup).
+    if (t.answer) {
+      this.flush();
+      renderMarkdown(t.answer, t.answer.textContent);
+      t.answer.classList.add("md");
+    }
     const u = p.usage || {};
     t.node.append(el("p", "turn-end muted", `completed · ${u.input_tokens ?? 0} in, ${u.output_tokens ?? 0} out`));
     this.done(p.turn_id);

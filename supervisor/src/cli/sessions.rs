@@ -127,7 +127,7 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
                 super::term_text::safe(r.title.as_deref().unwrap_or("-")).into_owned(),
                 r.bundle.reference.clone(),
                 outcome,
-                age(&r.updated_at, now),
+                service_supervisor::runtime::record::age(&r.updated_at, now),
                 r.turn_count.to_string(),
                 r.usage
                     .total()
@@ -144,22 +144,6 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
         )
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// How long ago `when` (RFC 3339) was, as `45s`, `12m`, `3h` or `5d`.
-fn age(when: &str, now: chrono::DateTime<chrono::Utc>) -> String {
-    let Ok(then) = chrono::DateTime::parse_from_rfc3339(when) else {
-        return "?".into();
-    };
-    let secs = (now - then.with_timezone(&chrono::Utc))
-        .num_seconds()
-        .max(0);
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m", s / 60),
-        s if s < 86_400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
 }
 
 async fn show(

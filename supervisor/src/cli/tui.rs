@@ -34,6 +34,9 @@ pub struct TuiArgs {
     /// Attach to an existing session instead.
     #[arg(long, conflicts_with = "bundle")]
     session: Option<String>,
+    /// Pick the session to attach to from this directory's, newest first (filtered as you type).
+    #[arg(long, conflicts_with_all = ["bundle", "session"])]
+    resume: bool,
     /// Working directory of a new session (default: the current directory). With --remote, a directory of the
     /// server's under one of its --workspace-root.
     #[arg(long)]
@@ -199,6 +202,63 @@ impl Ui {
         Ok(path.display().to_string())
     }
 
+    /// Attaches to session `id` and says so.
+    async fn resume(&mut self, id: &str) -> anyhow::Result<()> {
+        self.attach(id).await?;
+        self.app
+            .info(format!("resumed session {}", self.app.session_id));
+        Ok(())
+    }
+
+    /// Opens the resume picker over the sessions of this directory (of all, when it has none or on a server).
+    async fn open_picker(&mut self) -> anyhow::Result<()> {
+        let records = self.backend.sessions().await?;
+        let here = match &self.backend {
+            Backend::Local(_) => std::env::current_dir()
+                .ok()
+                .map(|d| d.display().to_string()),
+            Backend::Remote(_) => None,
+        };
+        self.app.picker = Some(service_supervisor::tui::picker::Picker::new(
+            &records,
+            here.as_deref(),
+            chrono::Utc::now(),
+        ));
+        Ok(())
+    }
+
+    /// A key while the picker is open: type to filter, ↑↓ to choose, Enter to open, Esc (or Ctrl-C) to close; with
+    /// no session open yet (`tui --resume`), closing quits.
+    async fn picker_key(&mut self, key: KeyEvent) {
+        let Some(picker) = self.app.picker.as_mut() else {
+            return;
+        };
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        let close = key.code == KeyCode::Esc || (ctrl && key.code == KeyCode::Char('c'));
+        match key.code {
+            _ if close => {
+                self.app.picker = None;
+                if self.app.session_id.is_empty() {
+                    self.app.quit = true;
+                }
+            }
+            KeyCode::Up => picker.step(-1),
+            KeyCode::Down => picker.step(1),
+            KeyCode::Backspace => picker.pop(),
+            KeyCode::Enter => {
+                let Some(id) = picker.chosen().map(|c| c.id.clone()) else {
+                    return;
+                };
+                self.app.picker = None;
+                if let Err(e) = self.resume(&id).await {
+                    self.app.error(format!("{e:#}"));
+                }
+            }
+            KeyCode::Char(c) if !ctrl => picker.push(c),
+            _ => {}
+        }
+    }
+
     /// Makes the next turns use the model `spec` (provider/name).
     fn use_model(&mut self, spec: &str) -> anyhow::Result<()> {
         let (provider, name) = spec
@@ -334,11 +394,8 @@ impl Ui {
                     list.join("\n")
                 });
             }
-            Slash::Resume(id) => {
-                self.attach(&id).await?;
-                self.app
-                    .info(format!("resumed session {}", self.app.session_id));
-            }
+            Slash::Resume(Some(id)) => self.resume(&id).await?,
+            Slash::Resume(None) => self.open_picker().await?,
             Slash::Model(spec) => {
                 self.use_model(&spec)?;
                 self.app.info(format!("next turns use {spec}"));
@@ -388,6 +445,10 @@ impl Ui {
 
     async fn key(&mut self, key: KeyEvent) {
         if key.kind != KeyEventKind::Press {
+            return;
+        }
+        if self.app.picker.is_some() {
+            self.picker_key(key).await;
             return;
         }
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
@@ -469,6 +530,7 @@ async fn session_loop(
         interrupted: None,
     };
     match (&args.session, args.bundle.as_ref().or(defaults.default_bundle.as_ref())) {
+        _ if args.resume => ui.open_picker().await?,
         (Some(id), _) => ui.attach(id).await?,
         (None, Some(bundle)) => ui.new_session(bundle).await?,
         (None, None) => anyhow::bail!(

@@ -83,6 +83,22 @@ pub struct SessionRecord {
     pub usage: Usage,
 }
 
+/// How long before `now` the time `when` (RFC 3339) was: `45s`, `12m`, `3h` or `5d`; `?` when it does not parse.
+pub fn age(when: &str, now: chrono::DateTime<chrono::Utc>) -> String {
+    let Ok(then) = chrono::DateTime::parse_from_rfc3339(when) else {
+        return "?".into();
+    };
+    let secs = (now - then.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
 /// Characters of the first prompt a session's title keeps.
 pub const TITLE_CHARS: usize = 60;
 

@@ -40,6 +40,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/chat.js"),
     ),
     (
+        "markdown.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/markdown.js"),
+    ),
+    (
         "inspector.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/inspector.js"),

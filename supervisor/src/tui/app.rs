@@ -102,6 +102,8 @@ pub struct App {
     pub turn: TurnState,
     /// Set by /quit or Ctrl-C.
     pub quit: bool,
+    /// The resume picker, while it is open.
+    pub picker: Option<crate::tui::picker::Picker>,
     /// Draw without colours (`NO_COLOR` is set); emphasis such as bold and reverse stays.
     pub no_color: bool,
 }
@@ -129,6 +131,7 @@ impl App {
             session_id: session_id.into(),
             turn: TurnState::Idle,
             quit: false,
+            picker: None,
             // https://no-color.org: any non-empty value.
             no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
         }

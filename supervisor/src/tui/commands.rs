@@ -21,7 +21,7 @@ pub enum Slash {
     /// `/sessions`: list sessions.
     Sessions,
     /// `/resume <id>`: switch to a session.
-    Resume(String),
+    Resume(Option<String>),
     /// `/bundle <ref>`: a fresh session of another bundle.
     Bundle(String),
     /// `/model <provider/name>`: model for the next turns.
@@ -42,8 +42,8 @@ pub const HELP: &[(&str, &str)] = &[
     ("/new", "start a new session of the same bundle"),
     ("/sessions", "list sessions"),
     (
-        "/resume <id>",
-        "switch to an existing session (the start of its id is enough)",
+        "/resume [id]",
+        "switch to an existing session (the start of its id is enough); without one, pick it from a list",
     ),
     ("/bundle <ref>", "start a new session of another bundle"),
     (
@@ -93,7 +93,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "help" => Slash::Help,
         "new" => Slash::New,
         "sessions" => Slash::Sessions,
-        "resume" => Slash::Resume(needs("a session id")?),
+        "resume" => Slash::Resume(Some(arg.to_string()).filter(|a| !a.is_empty())),
         "bundle" => Slash::Bundle(needs("a bundle reference")?),
         "model" => Slash::Model(needs("provider/name")?),
         "cwd" => Slash::Cwd(needs("a directory")?),
@@ -128,7 +128,7 @@ mod tests {
         assert_eq!(parse("!ls -la"), Ok(Input::Operator("ls -la".into())));
         assert_eq!(
             parse("/resume abc"),
-            Ok(Input::Slash(Slash::Resume("abc".into())))
+            Ok(Input::Slash(Slash::Resume(Some("abc".into()))))
         );
         assert_eq!(
             parse("/model openai/gpt"),

@@ -3,7 +3,11 @@
 //! - [`app`]: the state, built by folding session events, and the input line with history.
 //! - [`commands`]: parsing input lines (prompt, `/command`, `!operator command`).
 //! - [`view`]: drawing the state with ratatui.
+//! - [`markdown`]: assistant text as styled lines.
+//! - [`picker`]: the resume picker over sessions.
 
 pub mod app;
 pub mod commands;
+pub mod markdown;
+pub mod picker;
 pub mod view;

@@ -49,7 +49,10 @@ pub fn render(frame: &mut Frame, app: &App) {
             header,
         );
     }
-    transcript(frame, main, app);
+    match &app.picker {
+        Some(picker) => picker_box(frame, main, picker),
+        None => transcript(frame, main, app),
+    }
     if plan_h > 0 {
         plan_box(frame, plan, app);
     }
@@ -83,7 +86,7 @@ pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
                     lines.push(Line::from(Span::styled(format!("{mark}{l}"), style)));
                 }
             }
-            Entry::Assistant(text) => lines.extend(markdown(text)),
+            Entry::Assistant(text) => lines.extend(super::markdown::lines(text)),
             Entry::Reasoning(text) if text.trim().is_empty() => {}
             Entry::Reasoning(text) => {
                 let style = dim().add_modifier(Modifier::ITALIC);
@@ -223,32 +226,6 @@ fn expand_tabs(line: &str) -> String {
     out
 }
 
-/// Cheap markdown: headings bold, code fences and code dimmed, the rest as is.
-fn markdown(text: &str) -> Vec<Line<'static>> {
-    let mut in_code = false;
-    text.lines()
-        .map(|l| {
-            if l.trim_start().starts_with("```") {
-                in_code = !in_code;
-                return Line::from(Span::styled(l.to_string(), dim()));
-            }
-            if in_code {
-                Line::from(Span::styled(
-                    l.to_string(),
-                    Style::default().fg(Color::Gray),
-                ))
-            } else if l.starts_with('#') {
-                Line::from(Span::styled(
-                    l.trim_start_matches('#').trim().to_string(),
-                    Style::default().add_modifier(Modifier::BOLD),
-                ))
-            } else {
-                Line::from(l.to_string())
-            }
-        })
-        .collect()
-}
-
 fn transcript(frame: &mut Frame, area: Rect, app: &App) {
     let lines = transcript_lines(app);
     let width = area.width.max(1) as usize;
@@ -260,6 +237,41 @@ fn transcript(frame: &mut Frame, area: Rect, app: &App) {
         .wrap(Wrap { trim: false })
         .scroll((top as u16, 0));
     frame.render_widget(p, area);
+}
+
+/// The resume picker in place of the transcript: what was typed, then the matching sessions, the chosen one
+/// highlighted.
+fn picker_box(frame: &mut Frame, area: Rect, picker: &super::picker::Picker) {
+    let matching = picker.matching();
+    let mut lines = vec![
+        Line::from(vec![
+            Span::styled("filter: ", dim()),
+            Span::raw(picker.filter.clone()),
+            Span::styled("▏", Style::default().fg(Color::Yellow)),
+        ]),
+        Line::default(),
+    ];
+    if matching.is_empty() {
+        lines.push(Line::styled("no session matches", dim()));
+    }
+    let rows = area.height.saturating_sub(4) as usize;
+    let first = picker.selected.saturating_sub(rows.saturating_sub(1));
+    for (i, choice) in matching.iter().enumerate().skip(first).take(rows) {
+        let style = if i == picker.selected {
+            Style::default().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::default()
+        };
+        lines.push(Line::styled(choice.label.clone(), style));
+    }
+    let title = format!(
+        " resume: {} · type to filter · ↑↓ choose · Enter opens · Esc closes ",
+        picker.title
+    );
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(title)),
+        area,
+    );
 }
 
 fn plan_box(frame: &mut Frame, area: Rect, app: &App) {

@@ -23,6 +23,7 @@ fn script() -> String {
         r#"{{turns: [
   {{when: "approve", replies: [{{tool_calls: [{{name: "Bash", arguments: {{command: "echo approved-output"}}}}]}}, {{text: "done: {{{{last_tool_output}}}}"}}]}},
   {{when: "write", replies: [{{tool_calls: [{{name: "Write", arguments: {{file_path: "page.html", content: "<script>document.title='pwned'</script>\nhello from the console\n"}}}}]}}, {{text: "wrote it"}}]}},
+  {{when: "markdown", replies: [{{text: "Here it is.\n\n## Heading x\n\n- item **bold** and `code`\n- [a link](javascript:alert(1))\n\n```\ncode <b>not bold</b>\n```\n\n<script>document.title='md'</script>"}}]}},
   {{when: "slow", replies: [{{text: "{SLOW}", delay_ms: 150}}]}},
   {{when: "inject", replies: [{{text: "{INJECTION}"}}]}},
   {{when: "plan", replies: [{{tool_calls: [{{name: "UpdatePlan", arguments: {{plan: [{{step: "look", status: "completed"}}, {{step: "answer", status: "in_progress"}}]}}}}]}}, {{text: "planned"}}]}},
@@ -168,6 +169,33 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     let shot = browser.screenshot("console.png").await;
     eprintln!("screenshot: {}", shot.display());
 
+    // Markdown in an answer is drawn, and markup in it stays text.
+    send(&browser, "some markdown please").await;
+    browser
+        .wait_text(".msg.agent .text.md h2", "Heading x")
+        .await;
+    assert_eq!(count(&browser, ".msg.agent .text.md li strong").await, 1);
+    assert_eq!(count(&browser, ".msg.agent .text.md li code").await, 1);
+    let code = browser
+        .js("return document.querySelector('.msg.agent .text.md pre code').textContent")
+        .await;
+    assert_eq!(code, "code <b>not bold</b>");
+    assert_eq!(
+        count(
+            &browser,
+            ".text.md b, .text.md script, .text.md a, #transcript script"
+        )
+        .await,
+        0
+    );
+    assert!(browser
+        .js("return document.querySelector('#transcript').textContent")
+        .await
+        .as_str()
+        .unwrap()
+        .contains("<script>document.title='md'</script>"));
+    assert_ne!(browser.js("return document.title").await, "md");
+
     // A plan shows as a checklist.
     send(&browser, "make a plan").await;
     browser.wait_text(".plan", "answer").await;
@@ -188,7 +216,7 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     );
     browser.client.refresh().await.unwrap();
     browser.wait_text(".msg.agent .text", SLOW).await;
-    assert_eq!(count(&browser, ".msg.user").await, 5, "each prompt once");
+    assert_eq!(count(&browser, ".msg.user").await, 6, "each prompt once");
     let answers = browser
         .js("return [...document.querySelectorAll('.msg.agent .text')].map(e => e.textContent)")
         .await;

@@ -40,7 +40,7 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
     tmux.wait_for("bang-42");
 
     tmux.type_line("/help");
-    tmux.wait_for("/resume <id>");
+    tmux.wait_for("/resume [id]");
     tmux.type_line("/fly");
     tmux.wait_for("unknown command /fly; known commands:");
 
@@ -168,4 +168,88 @@ fn in_the_tui_the_first_ctrl_c_interrupts_the_turn_and_the_next_quits() {
     );
     tmux.keys(&["C-c"]);
     tmux.wait_for("TUI-EXITED-0");
+}
+
+#[test]
+fn the_tui_draws_an_answers_markdown_instead_of_showing_its_marks() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("md"),
+        r#"{turns: [{replies: [{text: "Intro line.\n\n## Results\n\n- **first** point\n- second with `code`\n\n```\nlet x = 1;\n```\n"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let command = format!(
+        "cd {} && env SERVICE_HOME={} {} tui --bundle ./md",
+        env.work.path().display(),
+        env.home.path().display(),
+        binary().display()
+    );
+    let tmux = Tmux::start(&command);
+    tmux.wait_for("sandbox read_only");
+    tmux.type_line("show me");
+    let screen = tmux.wait_for("let x = 1;");
+    let lines: Vec<&str> = screen.lines().map(str::trim_end).collect();
+    assert!(lines.contains(&"Results"), "{screen}");
+    assert!(lines.contains(&"• first point"), "{screen}");
+    assert!(lines.contains(&"• second with code"), "{screen}");
+    assert!(
+        !screen.contains("##") && !screen.contains("**") && !screen.contains("```"),
+        "{screen}"
+    );
+    tmux.type_line("/quit");
+}
+
+#[test]
+fn tui_resume_picks_from_this_directorys_sessions_newest_first_filtered_as_typed() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("rb"),
+        r#"{turns: [{replies: [{text: "answered {{prompt}}"}]}]}"#,
+        "",
+        "read_only",
+    );
+    for prompt in ["fix the parser", "write the docs", "tune the cache"] {
+        env.run(&["run", "./rb", prompt]).ok();
+    }
+    // A session of another directory is not offered.
+    let elsewhere = super::support::sandbox_tempdir();
+    env.run(&[
+        "run",
+        "./rb",
+        "elsewhere task",
+        "--cwd",
+        elsewhere.path().to_str().unwrap(),
+    ])
+    .ok();
+    let command = format!(
+        "cd {} && env SERVICE_HOME={} {} tui --resume",
+        env.work.path().display(),
+        env.home.path().display(),
+        binary().display()
+    );
+    let tmux = Tmux::start(&command);
+    let screen = tmux.wait_for("resume: sessions in");
+    let rows: Vec<&str> = screen.lines().filter(|l| l.contains(" ago ")).collect();
+    assert_eq!(rows.len(), 3, "{screen}");
+    assert!(
+        rows[0].contains("tune the cache") && rows[2].contains("fix the parser"),
+        "newest first: {screen}"
+    );
+    assert!(!screen.contains("elsewhere task"), "{screen}");
+    assert!(
+        rows.iter()
+            .all(|r| r.contains("completed") && r.contains("ago")),
+        "{screen}"
+    );
+    tmux.keys(&["-l", "docs"]);
+    let filtered = tmux.wait_for("filter: docs");
+    assert!(
+        filtered.contains("write the docs") && !filtered.contains("tune the cache"),
+        "{filtered}"
+    );
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("resumed session");
+    tmux.wait_for("answered write the docs");
+    tmux.type_line("/quit");
 }
