@@ -167,11 +167,7 @@ impl Renderer {
                     _ => style,
                 });
             }
-            Tag::Paragraph => {
-                if self.bullet.is_none() {
-                    self.blank();
-                }
-            }
+            Tag::Paragraph if self.bullet.is_none() => self.blank(),
             Tag::CodeBlock(kind) => {
                 self.blank();
                 self.code = true;

@@ -51,12 +51,12 @@ impl Picker {
             .map(|r| Choice {
                 id: r.id.clone(),
                 label: format!(
-                    "{}  {}  {}  {}  {}",
+                    "{}  {}  {} ago  {}  {}",
                     r.title.as_deref().unwrap_or("(no prompt yet)"),
                     r.bundle.reference,
-                    format!("{} ago", crate::runtime::record::age(&r.updated_at, now)),
+                    crate::runtime::record::age(&r.updated_at, now),
                     outcome(r),
-                    &r.id[..r.id.len().min(8)]
+                    r.id.chars().take(8).collect::<String>()
                 ),
             })
             .collect();
