@@ -135,7 +135,8 @@ mod tests {
             Ok(Input::Slash(Slash::Model("openai/gpt".into())))
         );
         assert_eq!(parse("/quit"), Ok(Input::Slash(Slash::Quit)));
-        assert_eq!(parse("/resume"), Err("/resume needs a session id".into()));
+        assert_eq!(parse("/resume"), Ok(Input::Slash(Slash::Resume(None))));
+        assert_eq!(parse("/model"), Err("/model needs provider/name".into()));
         let err = parse("/fly").unwrap_err();
         assert!(
             err.starts_with("unknown command /fly; known commands: /help /new /sessions /resume"),
