@@ -50,6 +50,18 @@ fn pulled_file(home: &ServiceHome) -> PathBuf {
     home.root().join("bundles").join("pulled.json")
 }
 
+/// The registry references whose pull installed `installed` (`<namespace>/<id>:<version>`), for `inspect`.
+pub fn pulled_from(home: &ServiceHome, installed: &str) -> Vec<String> {
+    std::fs::read(pulled_file(home))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<std::collections::BTreeMap<String, String>>(&b).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, to)| to == installed)
+        .map(|(from, _)| from)
+        .collect()
+}
+
 /// Remembers that pulling `reference` installed the bundle at `installed` (`<namespace>/<id>:<version>`).
 pub fn record_pull(home: &ServiceHome, reference: &str, installed: &str) -> Result<()> {
     let path = pulled_file(home);

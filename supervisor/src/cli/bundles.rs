@@ -94,9 +94,11 @@ pub fn inspect(
         None => None,
     };
     let manifest = service_supervisor::registry::manifest_digest(&bundle)?;
+    let pulled = bundle::reference::pulled_from(home, &bundle.reference());
     if json {
         let mut value = serde_json::to_value(bundle.info())?;
         value["manifest_digest"] = serde_json::json!(manifest);
+        value["pulled_from"] = serde_json::json!(pulled);
         if let Some(read) = &read {
             value["project_instructions"] = serde_json::json!(read.paths());
         }
@@ -108,6 +110,9 @@ pub fn inspect(
         "  {:<12} {manifest} (in registries, exports and layouts: pull by this one)",
         "manifest"
     );
+    if !pulled.is_empty() {
+        println!("  {:<12} {}", "pulled from", pulled.join(", "));
+    }
     if let Some(read) = &read {
         println!(
             "  {:<12} {}",

@@ -67,6 +67,15 @@ fn push_then_pull_keeps_the_local_digests_a_second_push_uploads_nothing_and_a_pu
         inspect(&other, "hello")["digest"],
         inspect(&local, "hello")["digest"]
     );
+    // The pulled bundle remembers where it came from.
+    assert_eq!(
+        inspect(&other, "hello")["pulled_from"],
+        serde_json::json!([target])
+    );
+    assert!(other
+        .run(&["inspect", "hello"])
+        .ok()
+        .contains(&format!("pulled from  {target}")));
     assert!(other
         .run(&["run", "hello", "--prompt", "hi"])
         .ok()
