@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::support::{binary, give_to_sandbox, write_bundle, Env};
+use super::providers::of_type;
+use super::support::{give_to_sandbox, write_bundle, Env};
 use super::tmux::Tmux;
 
 const SCRIPT: &str = r#"{turns: [
@@ -29,14 +30,6 @@ fn setup() -> Env {
     env
 }
 
-fn payloads<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events
-        .iter()
-        .filter(|e| e["payload"]["type"] == kind)
-        .map(|e| &e["payload"]["payload"])
-        .collect()
-}
-
 #[test]
 fn the_diff_of_a_write_or_an_edit_is_in_its_request_its_result_and_sessions_diff() {
     let env = setup();
@@ -46,7 +39,7 @@ fn the_diff_of_a_write_or_an_edit_is_in_its_request_its_result_and_sessions_diff
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    let asked = payloads(&events, "permission_requested");
+    let asked = of_type(&events, "permission_requested");
     assert_eq!(asked.len(), 2);
     let edit = asked[0]["diff"].as_str().unwrap();
     assert!(edit.contains("\n-two\n+TWO\n"), "{edit}");
@@ -55,7 +48,7 @@ fn the_diff_of_a_write_or_an_edit_is_in_its_request_its_result_and_sessions_diff
         "context lines: {edit}"
     );
     assert!(asked[1]["diff"].as_str().unwrap().contains("+fresh\n"));
-    let done = payloads(&events, "tool_call_finished");
+    let done = of_type(&events, "tool_call_finished");
     assert_eq!(
         done[0]["diff"], asked[0]["diff"],
         "the result's diff is the change made"
@@ -125,13 +118,7 @@ fn on_a_terminal_the_edit_question_shows_the_diff_first() {
 #[test]
 fn the_tui_shows_the_diff_in_the_approval_box_and_with_slash_diff() {
     let env = setup();
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle ./b",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display()
-    );
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./b");
     tmux.wait_for("sandbox workspace_write");
     tmux.type_line("please edit");
     let screen = tmux.wait_for("+TWO");

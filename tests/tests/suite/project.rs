@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::provider_server::ProviderServer;
 use super::providers::{bundle, local, of_type, openai_text, openai_tool_call};
-use super::support::{binary, sandbox_tempdir, write_bundle, Env};
+use super::support::{sandbox_tempdir, write_bundle, Env};
 use super::tmux::Tmux;
 
 /// A git repository given to the sandbox user: `.git/`, `AGENTS.md`, `src/main.rs`, and `src/CLAUDE.md`.
@@ -254,14 +254,10 @@ fn tui_cwd_sets_the_workspace_and_slash_cwd_is_checked_when_typed() {
         "",
         "read_only",
     );
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle ./tb --cwd {}",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display(),
-        project.path().display()
+    let tmux = Tmux::service_rs(
+        &env,
+        &format!("tui --bundle ./tb --cwd {}", project.path().display()),
     );
-    let tmux = Tmux::start(&command);
     let real = project.path().canonicalize().unwrap();
     tmux.wait_for(&format!("workspace {} (read-only)", real.display()));
     tmux.type_line("/cwd /etc");

@@ -3,18 +3,15 @@
 
 use std::time::Duration;
 
-use super::support::{binary, pids_with, wait_until, write_bundle, Env};
+use super::support::{pids_with, wait_until, write_bundle, Env};
 use super::tmux::Tmux;
 
 /// `run` of bundle `./b` with `prompt` in a terminal; the shell then prints the exit code as `EXIT=<code>`.
 pub(super) fn run_in_terminal(env: &Env, prompt: &str) -> Tmux {
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} run ./b --prompt '{prompt}'; echo EXIT=$?; sleep 60",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display()
-    );
-    Tmux::start(&command)
+    Tmux::service_rs(
+        env,
+        &format!("run ./b --prompt '{prompt}'; echo EXIT=$?; sleep 60"),
+    )
 }
 
 /// The session id `run` printed on the terminal.

@@ -40,6 +40,16 @@ impl Tmux {
         t
     }
 
+    /// `service-rs <line>` run by a shell in `env`'s work directory and store (the line may go on with `; ...`).
+    pub fn service_rs(env: &super::support::Env, line: &str) -> Tmux {
+        Tmux::start(&format!(
+            "cd {} && env SERVICE_HOME={} {} {line}",
+            env.work.path().display(),
+            env.home.path().display(),
+            super::support::binary().display()
+        ))
+    }
+
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new("tmux");
         c.args(["-L", &self.socket]).args(args);

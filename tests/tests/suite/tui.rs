@@ -19,13 +19,7 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
         "permissions:\n  default: allow\n  rules:\n    - { tool: Write, action: ask }\n",
         "workspace_write",
     );
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle ./tuibundle",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display()
-    );
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./tuibundle");
     tmux.wait_for("sandbox workspace_write");
     // The header says which host directory the session sees, and that it may write there.
     tmux.wait_for(&format!(
@@ -76,13 +70,10 @@ fn the_tui_restores_the_terminal_when_it_exits() {
     // screen again (not the TUI's alternate screen), and the terminal must echo typed text (raw mode off).
     let env = Env::new();
     write_bundle(&env.path("b"), SCRIPT, "", "workspace_write");
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle ./b; echo TUI-EXITED-$?; stty -a | grep -o ' -icanon\\| icanon' ; sleep 30",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display()
+    let tmux = Tmux::service_rs(
+        &env,
+        "tui --bundle ./b; echo TUI-EXITED-$?; stty -a | grep -o ' -icanon\\| icanon' ; sleep 30",
     );
-    let tmux = Tmux::start(&command);
     tmux.wait_for("sandbox workspace_write");
     tmux.type_line("/quit");
     let screen = tmux.wait_for("TUI-EXITED-0");
@@ -143,13 +134,7 @@ fn in_the_tui_the_first_ctrl_c_interrupts_the_turn_and_the_next_quits() {
         "",
         "workspace_write",
     );
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle ./b; echo TUI-EXITED-$?; sleep 30",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display()
-    );
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./b; echo TUI-EXITED-$?; sleep 30");
     tmux.wait_for("sandbox workspace_write");
     tmux.type_line("go");
     tmux.wait_for("sleep 27.5");
@@ -179,13 +164,7 @@ fn the_tui_draws_an_answers_markdown_instead_of_showing_its_marks() {
         "",
         "read_only",
     );
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle ./md",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display()
-    );
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./md");
     tmux.wait_for("sandbox read_only");
     tmux.type_line("show me");
     let screen = tmux.wait_for("let x = 1;");
@@ -222,13 +201,7 @@ fn tui_resume_picks_from_this_directorys_sessions_newest_first_filtered_as_typed
         elsewhere.path().to_str().unwrap(),
     ])
     .ok();
-    let command = format!(
-        "cd {} && env SERVICE_HOME={} {} tui --resume",
-        env.work.path().display(),
-        env.home.path().display(),
-        binary().display()
-    );
-    let tmux = Tmux::start(&command);
+    let tmux = Tmux::service_rs(&env, "tui --resume");
     let screen = tmux.wait_for("resume: sessions in");
     let rows: Vec<&str> = screen.lines().filter(|l| l.contains(" ago ")).collect();
     assert_eq!(rows.len(), 3, "{screen}");
