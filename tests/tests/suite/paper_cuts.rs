@@ -99,15 +99,7 @@ async fn bundles_remove_sees_the_live_sessions_of_a_server_on_the_same_store() {
     env.run(&["build", "askb"]).ok();
     let server = Server::start(env.home.path(), &[], &[]);
     let api = Client::of(&server);
-    let (status, session) = api
-        .json(
-            reqwest::Method::POST,
-            "/sessions",
-            Some(serde_json::json!({"bundle_ref": "fixture"})),
-        )
-        .await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_string();
+    let id = api.session("fixture").await;
     let (status, _) = api
         .json(
             reqwest::Method::POST,
