@@ -129,12 +129,11 @@ enum Command {
 
 impl Cli {
     /// The command line, where `service-rs "fix the failing test"` means `service-rs run "fix the failing test"`: a
-    /// first word that is no command and no option is a prompt for the default bundle (or a bundle, as `run`
-    /// settles). A single word without a space is taken for a mistyped command rather than run as a prompt.
+    /// first word that holds a space (no command or option does) is a prompt for the default bundle (or a bundle, as
+    /// `run` settles). A single word is left to clap, which reports a mistyped command as one.
     pub fn parse_args() -> Cli {
-        use clap::{CommandFactory, Parser};
+        use clap::Parser;
         let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-        let command = Cli::command();
         let mut i = 1;
         // Skip the global options and their values.
         while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
@@ -144,16 +143,13 @@ impl Cli {
                 _ => break,
             }
         }
-        let first = args.get(i).and_then(|a| a.to_str()).map(str::to_string);
-        if let Some(word) = first {
-            let known = command
-                .get_subcommands()
-                .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word))
-                || word == "help"
-                || word.starts_with('-');
-            if !known && word.trim().contains(char::is_whitespace) {
-                args.insert(i, "run".into());
-            }
+        // Building clap's command tree to look the word up would cost a one-shot run about as much again as parsing.
+        let prompt = args
+            .get(i)
+            .and_then(|a| a.to_str())
+            .is_some_and(|w| !w.starts_with('-') && w.trim().contains(char::is_whitespace));
+        if prompt {
+            args.insert(i, "run".into());
         }
         Cli::parse_from(args)
     }

@@ -443,12 +443,17 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
         }
         None => start_new(backend, args, prompt).await?,
     };
-    let bundle = backend.bundle(&record.bundle.reference).await?;
-    let workspace = super::workspace::describe(&record.cwd, bundle.sandbox.mode);
-    if args.verbose || std::io::stderr().is_terminal() {
+    // Said where someone reads it: on a terminal (where approval questions are asked too) or with --verbose.
+    let shown = args.verbose || std::io::stderr().is_terminal();
+    let workspace = if shown {
+        let bundle = backend.bundle(&record.bundle.reference).await?;
+        let workspace = super::workspace::describe(&record.cwd, bundle.sandbox.mode);
         eprintln!("session: {}", record.id);
         eprintln!("workspace: {workspace}");
-    }
+        workspace
+    } else {
+        String::new()
+    };
     follow(
         backend,
         args,
