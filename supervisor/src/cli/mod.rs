@@ -1,9 +1,11 @@
 //! The command line: clap definitions and one function per command. Errors end up here and are printed once.
 
+mod answer;
 mod backend;
 mod bundles;
 mod config;
 mod doctor;
+mod event_lines;
 mod logging;
 mod mcp;
 mod progress;

@@ -1,17 +1,18 @@
 //! `service-rs run`: a fresh session, one turn, the final answer on stdout.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use std::io::IsTerminal;
-
 use futures::StreamExt;
-use service_ipc::{ApprovalDecision, EventMsg, EventPayload, ModelRef, Task, TurnOverrides};
+use service_ipc::{ApprovalDecision, EventPayload, ModelRef, Task, TurnOverrides};
 use service_supervisor::config_file::Approvals;
 use service_supervisor::runtime::{approvals, EventStream, SessionRecord};
 use service_supervisor::ServiceHome;
 
+use super::answer::Answer;
 use super::backend::Backend;
+use super::event_lines::show;
 use super::progress::Progress;
 use super::remote::Remote;
 use super::term_text::safe;
@@ -172,135 +173,6 @@ pub struct RunArgs {
     /// How requests are answered without --approve or --deny (`approvals` of `service-rs config`).
     #[arg(skip)]
     pub(super) approvals: service_supervisor::config_file::Approvals,
-}
-
-/// How this run answers permission requests.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Answer {
-    Approve,
-    Deny,
-    AskTerminal,
-    DenyNoTerminal,
-}
-
-impl Answer {
-    pub(super) fn from_args(args: &RunArgs) -> Answer {
-        use std::io::IsTerminal;
-        match (args.approve, args.deny) {
-            (true, _) => Answer::Approve,
-            (_, true) => Answer::Deny,
-            _ if args.approvals == Approvals::Deny => Answer::Deny,
-            _ if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() => {
-                Answer::AskTerminal
-            }
-            _ => Answer::DenyNoTerminal,
-        }
-    }
-
-    /// This run's answer to a request for `tool` (or "network"), asking on the terminal when it may; `workspace`
-    /// says what the session can see (see [`super::workspace::describe`]).
-    pub(super) async fn decide(
-        self,
-        asked: &approvals::Asked,
-        workspace: &str,
-    ) -> ApprovalDecision {
-        let (tool, summary) = (asked.tool.as_str(), asked.summary.as_str());
-        let (tool, scope) = match tool {
-            "network" => ("network access to", String::new()),
-            tool => (tool, format!(" in {workspace}")),
-        };
-        match self {
-            Answer::Approve => ApprovalDecision::AllowOnce,
-            Answer::Deny => ApprovalDecision::Deny,
-            Answer::DenyNoTerminal => {
-                eprintln!(
-                    "denied {} `{}`: agent.yaml asks for approval and there is no terminal to ask on; pass \
-                     --approve to allow every request of this run, or --deny to deny them without this message",
-                    safe(tool),
-                    safe(summary)
-                );
-                ApprovalDecision::Deny
-            }
-            Answer::AskTerminal => {
-                // The tool's name, summary and diff come from the sandbox: escaped, they cannot redraw the question.
-                if let Some(diff) = &asked.diff {
-                    eprint!("{}", diff_for_terminal(diff));
-                }
-                let question = format!(
-                    "Allow {} `{}`{scope}? [o]nce, [a]lways in this session, [d]eny: ",
-                    safe(tool),
-                    safe(summary)
-                );
-                tokio::task::spawn_blocking(move || ask(&question))
-                    .await
-                    .unwrap_or(ApprovalDecision::Deny)
-            }
-        }
-    }
-}
-
-/// A unified diff for stderr: escaped, `-` lines red and `+` lines green unless `NO_COLOR` is set.
-pub(super) fn diff_for_terminal(diff: &str) -> String {
-    let colour = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let mut out = String::new();
-    for line in diff.lines() {
-        let line = safe(line);
-        let code = match line.chars().next() {
-            _ if !colour || line.starts_with("---") || line.starts_with("+++") => None,
-            Some('-') => Some("31"),
-            Some('+') => Some("32"),
-            Some('@') => Some("36"),
-            _ => None,
-        };
-        match code {
-            Some(code) => out.push_str(&format!("\x1b[{code}m{line}\x1b[0m\n")),
-            None => out.push_str(&format!("{line}\n")),
-        }
-    }
-    out
-}
-
-/// Asks on the terminal until the answer is one of the three; end of input denies.
-fn ask(question: &str) -> ApprovalDecision {
-    use std::io::Write;
-    loop {
-        eprint!("{question}");
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        match std::io::stdin().read_line(&mut line) {
-            Ok(0) | Err(_) => return ApprovalDecision::Deny,
-            Ok(_) => {}
-        }
-        match line.trim().to_lowercase().as_str() {
-            "o" | "once" | "y" | "yes" => return ApprovalDecision::AllowOnce,
-            "a" | "always" => return ApprovalDecision::AllowAlways,
-            "d" | "deny" | "n" | "no" => return ApprovalDecision::Deny,
-            _ => eprintln!("please answer o, a or d"),
-        }
-    }
-}
-
-/// What a `mcp_server_failed` event means for the user: the server, why, which tools are missing, and the tail of
-/// its stderr; None for other events.
-pub(super) fn mcp_failure(payload: &EventPayload) -> Option<String> {
-    let EventPayload::McpServerFailed {
-        server,
-        message,
-        stderr_tail,
-    } = payload
-    else {
-        return None;
-    };
-    let mut line = format!(
-        "MCP server {server} failed: {message}; its tools (mcp__{server}__*) are not available this session"
-    );
-    if !stderr_tail.trim().is_empty() {
-        line.push_str(&format!(
-            "; its stderr ended with: {}",
-            stderr_tail.trim().replace('\n', " | ")
-        ));
-    }
-    Some(line)
 }
 
 /// When a run starts warming up the cgroup lock for a worker it may start, where one is needed (cgroup v2). Not at
@@ -661,96 +533,4 @@ async fn follow(
         }
         _ => Ok(ExitCode::FAILURE),
     }
-}
-
-/// Prints an event as a JSON line (`--json`) or a description on stderr (`--verbose`).
-fn show(msg: &EventMsg, json: bool, verbose: bool, progress: &mut Progress) {
-    if json {
-        println!("{}", serde_json::to_string(msg).unwrap_or_default());
-    } else if verbose {
-        describe(msg, progress);
-    } else if let (EventPayload::ModelRetry { .. }, false) = (&msg.payload, progress.spinning()) {
-        // A wait the user would otherwise sit through in silence (the spinner says it on a terminal).
-        describe(msg, progress);
-    }
-}
-
-/// One line on stderr per event, for --verbose.
-fn describe(msg: &EventMsg, progress: &mut Progress) {
-    let line = match &msg.payload {
-        EventPayload::TurnStarted { context, .. } => {
-            let mut line = format!(
-                "turn started: model {}/{}, sandbox {}, cwd {}",
-                context.model.provider, context.model.name, context.sandbox_mode, context.cwd
-            );
-            if !context.instructions.is_empty() {
-                line.push_str(&format!(
-                    ", project instructions {}",
-                    context.instructions.join(", ")
-                ));
-            }
-            line
-        }
-        EventPayload::ReasoningDelta { delta, .. } => format!("thinking: {delta}"),
-        EventPayload::ToolCallStarted {
-            tool, arguments, ..
-        } => format!("tool {tool} {arguments}"),
-        EventPayload::ToolCallFinished { tool, status, .. } => {
-            format!("tool {tool} finished: {status:?}")
-        }
-        EventPayload::ExecCommandOutputDelta { chunk, .. } => format!("  | {}", chunk.trim_end()),
-        EventPayload::PermissionRequested { tool, summary, .. } => {
-            format!("permission needed: {tool} {summary}")
-        }
-        EventPayload::NetworkPermissionRequested {
-            host,
-            port,
-            addresses,
-            internal,
-            ..
-        } => format!(
-            "permission needed: network {}",
-            service_supervisor::runtime::approvals::network_summary(
-                host, *port, addresses, *internal
-            )
-        ),
-        EventPayload::NetworkAccess {
-            host,
-            port,
-            decision: service_ipc::NetworkDecision::Allow,
-            rule,
-            ..
-        } => format!(
-            "network: {host}:{port} allowed by {}",
-            rule.as_deref().unwrap_or("?")
-        ),
-        EventPayload::NetworkAccess {
-            host, port, reason, ..
-        } => format!(
-            "network: {host}:{port} refused: {}",
-            reason.as_deref().unwrap_or("?")
-        ),
-        EventPayload::NetworkClosed {
-            host,
-            port,
-            bytes_sent,
-            bytes_received,
-            ..
-        } => format!(
-            "network: {host}:{port} closed ({bytes_sent} B sent, {bytes_received} B received)"
-        ),
-        EventPayload::PlanUpdate { plan, .. } => format!("plan: {} steps", plan.len()),
-        EventPayload::ModelRetry {
-            attempt,
-            max_attempts,
-            delay_ms,
-            reason,
-            ..
-        } => service_supervisor::providers::retry_line(*attempt, *max_attempts, *delay_ms, reason),
-        EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
-        failed @ EventPayload::McpServerFailed { .. } => mcp_failure(failed).unwrap_or_default(),
-        _ => return,
-    };
-    progress.interject();
-    eprintln!("[{}] {}", msg.id, safe(&line));
 }

@@ -230,7 +230,7 @@ fn transcript_line(event: &EventMsg, answer: &mut String) -> Option<String> {
             ..
         } => Some(format!("\n! {command}")),
         failed @ EventPayload::McpServerFailed { .. } => {
-            super::run::mcp_failure(failed).map(|l| format!("  {l}"))
+            super::event_lines::mcp_failure(failed).map(|l| format!("  {l}"))
         }
         _ => None,
     }
@@ -308,7 +308,7 @@ async fn diff(
             } if wanted.is_none_or(|w| w == index) => {
                 shown = true;
                 if colour {
-                    print!("{}", super::run::diff_for_terminal(diff));
+                    print!("{}", super::answer::diff_for_terminal(diff));
                 } else {
                     print!("{}", out.stdout(diff));
                 }
