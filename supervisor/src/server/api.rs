@@ -360,52 +360,32 @@ impl<S: Send + Sync, T: Body> FromRequest<S> for ApiJson<T> {
 
 /// A query string whose rejection uses the API's error shape (400 `bad_request`, naming what was wrong), not
 /// axum's plain-text one.
+#[derive(axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct ApiQuery<T>(pub T);
 
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
-    for ApiQuery<T>
-{
-    type Rejection = ApiError;
+/// Path parameters whose rejection (a segment that is not UTF-8 once decoded) uses the API's error shape.
+#[derive(axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, ApiError> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(q)| ApiQuery(q))
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
-                    format!("the query string: {}", e.body_text()),
-                )
-            })
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(e: axum::extract::rejection::QueryRejection) -> ApiError {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("the query string: {}", e.body_text()),
+        )
     }
 }
 
-/// Path parameters whose rejection (a segment that is not UTF-8 once decoded) uses the API's error shape.
-pub struct ApiPath<T>(pub T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromRequestParts<S>
-    for ApiPath<T>
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, ApiError> {
-        axum::extract::Path::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Path(p)| ApiPath(p))
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
-                    format!("the path: {}", e.body_text()),
-                )
-            })
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(e: axum::extract::rejection::PathRejection) -> ApiError {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("the path: {}", e.body_text()),
+        )
     }
 }
 
