@@ -519,6 +519,12 @@ async fn session_loop(
         approvals: defaults.approvals,
         default_model: defaults.default_model.clone(),
         workspace: match &backend {
+            // Attaching, a directory that cannot be a workspace (the home directory) only leaves /new a fresh one.
+            Backend::Local(_) if args.session.is_some() || args.resume => {
+                super::workspace::for_new_session(args.cwd.as_deref(), args.workspace)
+                    .ok()
+                    .flatten()
+            }
             Backend::Local(_) => {
                 super::workspace::for_new_session(args.cwd.as_deref(), args.workspace)?
             }
