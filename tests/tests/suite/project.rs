@@ -270,3 +270,46 @@ fn tui_cwd_sets_the_workspace_and_slash_cwd_is_checked_when_typed() {
     tmux.wait_for("at-/workspace/sub");
     tmux.type_line("/quit");
 }
+
+#[test]
+fn a_sandbox_cannot_plant_an_instructions_link_that_makes_the_supervisor_read_a_host_file() {
+    let env = Env::new();
+    let project = sandbox_tempdir();
+    // A file only the supervisor's user may read, outside the project.
+    let host = tempfile::tempdir().unwrap();
+    let secret = host.path().join("secret.txt");
+    std::fs::write(&secret, "HOST-SECRET-7731").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let server = ProviderServer::start(vec![
+        openai_tool_call(&format!(
+            "ln -s {} AGENTS.md && ln -s {} CLAUDE.md && echo planted",
+            secret.display(),
+            secret.display()
+        )),
+        openai_text("planted them"),
+        openai_text("next session"),
+    ]);
+    bundle(&env, "oa", "openai", "gpt-test", local(&server));
+    env.run(&["build", "oa"]).ok();
+    let first = run_in(&env, &server, project.path(), &[]);
+    assert!(
+        of_type(&first, "tool_call_finished")[0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("planted"),
+        "{first:?}"
+    );
+    assert!(project.path().join("AGENTS.md").is_symlink());
+    // The next session in that directory: the links lead out of the project, so nothing is read through them.
+    let next = run_in(&env, &server, project.path(), &[]);
+    assert!(of_type(&next, "turn_started")[0]["context"]
+        .get("instructions")
+        .is_none());
+    for req in server.recorded() {
+        let body = req.body.to_string();
+        assert!(
+            !body.contains("HOST-SECRET-7731"),
+            "the host file reached the model: {body}"
+        );
+    }
+}
