@@ -46,9 +46,21 @@ impl ServiceRuntime {
             .unwrap_or_else(|| bundle.agent.model.to_ref());
         crate::providers::check_model(&model).map_err(RuntimeError::InvalidRequest)?;
         let id = uuid::Uuid::new_v4().to_string();
-        let ahead = self.call_ahead(&bundle, &id, cwd, &task, &overrides, &model);
+        // Read once, here, for the call made ahead and for the session: a fresh workspace has none.
+        let instructions = std::sync::Arc::new(match cwd.map(std::fs::canonicalize) {
+            Some(Ok(dir)) => {
+                ProjectInstructions::of_bundle(&bundle, &dir, &self.inner.options.workspace_roots)
+            }
+            _ => ProjectInstructions::default(),
+        });
+        // A turn directory fails the start with its own error: no call for nothing.
+        let ahead = match overrides.cwd {
+            None => self.call_ahead(&bundle, &id, cwd, &task, &model, &instructions),
+            Some(_) => None,
+        };
         overrides.model = Some(model);
         let session = self.create_session_as(id, bundle, bundle_ref, cwd).await?;
+        session.adopt_instructions(instructions);
         // Its files for the turn are made while the call is on the wire; a failure shows again at the turn's saves.
         if let Err(e) = session.journal.log().prepare_first_turn(&session.record()) {
             tracing::debug!(session = %session.id, "files for the first turn not made ahead: {e}");
@@ -77,11 +89,11 @@ impl ServiceRuntime {
         id: &str,
         cwd: Option<&Path>,
         task: &Task,
-        overrides: &TurnOverrides,
         model: &ModelRef,
+        instructions: &ProjectInstructions,
     ) -> Option<model_call::Ahead> {
-        // A turn directory, or a session directory that is not one, fails the start with its own error.
-        if overrides.cwd.is_some() || cwd.is_some_and(|c| !c.is_dir()) {
+        // A session directory that is not one fails the start with its own error.
+        if cwd.is_some_and(|c| !c.is_dir()) {
             return None;
         }
         let workspace = self.inner.home.sessions().join(id).join("workspace");
@@ -89,13 +101,7 @@ impl ServiceRuntime {
             .launcher
             .view(&bundle.manifest.sandbox, cwd.unwrap_or(&workspace))
             .ok()?;
-        // As the session will read them: from its canonical workspace.
-        let instructions = ProjectInstructions::of_bundle(
-            bundle,
-            &std::fs::canonicalize(cwd.unwrap_or(&workspace)).ok()?,
-            &self.inner.options.workspace_roots,
-        );
-        let query = lead::first_query(bundle, &instructions, Vec::new(), &task.prompt)?;
+        let query = lead::first_query(bundle, instructions, Vec::new(), &task.prompt)?;
         let turn_id = uuid::Uuid::new_v4().to_string();
         let request = lead::request(model.clone(), &turn_id, query);
         Some(model_call::ahead(&self.inner, bundle, id, request))

@@ -277,6 +277,11 @@ impl Session {
             .clone()
     }
 
+    /// Takes `instructions` as the session's, read already for its first call (see [`Self::instructions`]).
+    pub(crate) fn adopt_instructions(&self, instructions: Arc<ProjectInstructions>) {
+        let _ = self.instructions.set(instructions);
+    }
+
     /// A copy of the record.
     pub fn record(&self) -> SessionRecord {
         lock(&self.record).clone()
