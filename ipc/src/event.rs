@@ -107,8 +107,8 @@ pub enum EventPayload {
     TurnStarted {
         /// Turn id.
         turn_id: String,
-        /// Resolved model, cwd and sandbox mode.
-        context: TurnContext,
+        /// Resolved model, cwd and sandbox mode (boxed: the largest payload would size every event).
+        context: Box<TurnContext>,
         /// The submission this turn answers.
         submission_id: String,
         /// The user prompt.

@@ -9,6 +9,7 @@
 //! - [`doctor`]: the checks of `service-rs doctor`.
 //! - [`egress`]: the proxy that is a sandbox's only way out, host by host.
 //! - [`metrics`]: the Prometheus metrics of a runtime (`GET /metrics`).
+//! - [`facade`]: the runtime in other protocols' terms: the Agent Client Protocol (`service-rs acp`).
 //! - [`mcp_server`]: `service-rs mcp serve`, the installed bundles as MCP tools.
 //! - [`model_config`]: the documented keys of `model.config` and their validation.
 //! - [`providers`]: model providers, serving the workers' model requests.
@@ -25,6 +26,7 @@ pub mod doctor;
 pub mod egress;
 pub mod error_chain;
 pub mod event_source;
+pub mod facade;
 pub use service_worker::hardening;
 pub mod home;
 pub mod mcp_server;

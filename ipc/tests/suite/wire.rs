@@ -38,7 +38,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
         (
             EventPayload::TurnStarted {
                 turn_id: t(),
-                context: context(),
+                context: Box::new(context()),
                 submission_id: "s1".into(),
                 prompt: "hi".into(),
             },

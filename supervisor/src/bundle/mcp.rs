@@ -13,7 +13,7 @@ pub const DEFAULT_TOOL_MS: u64 = 120_000;
 const MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// One entry of `mcp_servers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerSpec {
     /// Program of a stdio server, looked up on the sandbox's PATH.

@@ -50,6 +50,17 @@ impl Backend {
             .map_err(anyhow::Error::msg)
     }
 
+    /// The record of session `id`.
+    pub async fn session(&self, id: &str) -> anyhow::Result<SessionRecord> {
+        match self {
+            Backend::Local(rt) => Ok(rt.get_session(id).await?),
+            Backend::Remote(r) => Ok(serde_json::from_value(
+                r.call(reqwest::Method::GET, &format!("/sessions/{id}"), None)
+                    .await?,
+            )?),
+        }
+    }
+
     /// Every journaled event of a session, oldest first.
     pub async fn journal(&self, id: &str) -> anyhow::Result<Vec<EventMsg>> {
         match self {

@@ -1,5 +1,6 @@
 //! The command line: clap definitions and one function per command. Errors end up here and are printed once.
 
+mod acp;
 mod answer;
 mod backend;
 mod bundles;
@@ -30,7 +31,7 @@ use service_supervisor::ServiceHome;
 #[command(name = "service-rs", version, about)]
 pub struct Cli {
     /// Run the command against a running `service-rs serve` at this base URL: bundles, export, import, push, pull,
-    /// sessions, inspect, run and tui.
+    /// sessions, inspect, run, tui and acp.
     #[arg(long, global = true, value_name = "BASE_URL")]
     remote: Option<String>,
     /// Log lines on stderr as text or JSON; `RUST_LOG` filters them (serve logs at info by default, other
@@ -111,6 +112,9 @@ enum Command {
     Tui(tui::TuiArgs),
     /// Start the HTTP server.
     Serve(Box<serve::ServeArgs>),
+    /// Serve the Agent Client Protocol on stdin and stdout, for editors: each session runs a bundle in the
+    /// editor's project directory, confined.
+    Acp(acp::AcpArgs),
     /// MCP: list a bundle's MCP tools, or serve the installed bundles as an MCP server.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -230,6 +234,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             args,
         ),
         Command::Mcp(command) => mcp::run(home()?, command),
+        Command::Acp(args) => acp::run(home()?, args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(
@@ -280,6 +285,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Build { .. } => Err(local_only("build")),
         Command::Serve { .. } => Err(local_only("serve")),
         Command::Mcp(_) => Err(local_only("mcp")),
+        Command::Acp(args) => acp::run_remote(remote, args),
         Command::Completions { .. } => Err(local_only("completions")),
         Command::Doctor(_) => Err(local_only("doctor")),
         Command::Config(_) => Err(local_only("config")),

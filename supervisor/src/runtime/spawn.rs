@@ -108,6 +108,13 @@ pub(crate) async fn start(
         .kill_on_drop(true)
         .process_group(0)
         .stdin(std::process::Stdio::null());
+    // Nothing from a sandbox may reach this process's stdout, which may carry a protocol (`acp`, `mcp serve`):
+    // what the worker writes there goes to stderr, with the logs.
+    if let Ok(stderr) = std::io::stderr().as_fd().try_clone_to_owned() {
+        command.stdout(std::process::Stdio::from(stderr));
+    } else {
+        command.stdout(std::process::Stdio::null());
+    }
     let mut inherited: Vec<_> = launch.inherit.iter().map(|fd| fd.as_fd()).collect();
     inherited.push(theirs.as_fd());
     let spawned = spawn_with_fds(&mut command, &inherited);

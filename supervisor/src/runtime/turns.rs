@@ -322,7 +322,7 @@ fn turn_context(
 fn emit_started(session: &Session, turn_id: &str, task: &Task, context: &TurnContext) {
     session.emit(EventPayload::TurnStarted {
         turn_id: turn_id.to_string(),
-        context: context.clone(),
+        context: Box::new(context.clone()),
         submission_id: task.submission_id.to_string(),
         prompt: task.prompt.clone(),
     });

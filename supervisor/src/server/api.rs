@@ -162,6 +162,11 @@ pub struct ApiError {
 pub struct OwnedBy(pub String);
 
 impl ApiError {
+    /// The code and message, for front ends that report errors in another protocol.
+    pub fn into_body(self) -> ErrorBody {
+        self.body
+    }
+
     /// A body over [`super::MAX_BODY`], wherever it is read.
     pub fn payload_too_large() -> Self {
         ApiError::new(

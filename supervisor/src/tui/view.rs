@@ -427,7 +427,7 @@ mod tests {
     fn started(prompt: &str) -> EventMsg {
         ev(EventPayload::TurnStarted {
             turn_id: "t".into(),
-            context: TurnContext {
+            context: Box::new(TurnContext {
                 cwd: "/workspace".into(),
                 model: ModelRef {
                     provider: "scripted".into(),
@@ -438,7 +438,7 @@ mod tests {
                 instructions: Vec::new(),
                 approval_policy: None,
                 metadata: None,
-            },
+            }),
             submission_id: "x".into(),
             prompt: prompt.into(),
         })

@@ -1,3 +1,4 @@
+mod acp;
 mod approvals;
 mod browser;
 mod bundles;

@@ -1,0 +1,236 @@
+//! Journaled events as ACP `session/update`s. The same translation serves a live turn and `session/load`'s replay,
+//! so that a replayed conversation reads as it did live.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use agent_client_protocol::v1::schema::{
+    Content, ContentBlock, ContentChunk, Diff, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
+    SessionUpdate, ToolCall, ToolCallContent, ToolCallLocation, ToolCallStatus as AcpStatus,
+    ToolCallUpdate, ToolCallUpdateFields, ToolKind as AcpKind, UsageUpdate,
+};
+use service_ipc::{EventPayload, PlanStatus, ToolCallStatus};
+
+use crate::facade::tool_view::{self, PathMap, ToolKind, ToolView};
+
+/// Most command output kept in a tool call's live content; the final result carries the tool's own output.
+const LIVE_OUTPUT_CAP: usize = 64 * 1024;
+
+/// A started tool call, remembered for its updates.
+struct Call {
+    tool: String,
+    /// The file a Write or Edit changes, as the sandbox names it.
+    path: Option<String>,
+    /// Command output so far.
+    output: String,
+}
+
+/// Turns a session's events into updates, one event at a time.
+pub(super) struct Replay {
+    host_cwd: PathBuf,
+    /// The sandbox's workspace, from the turn's context.
+    map: Option<PathMap>,
+    /// Whether a turn's prompt is sent as a user message (a replay), or not (the client sent it).
+    echo_prompts: bool,
+    calls: HashMap<String, Call>,
+    exec_calls: HashMap<String, String>,
+}
+
+impl Replay {
+    /// A replay of a whole conversation, in the session's host directory `host_cwd`.
+    pub(super) fn new(host_cwd: PathBuf) -> Replay {
+        Replay {
+            host_cwd,
+            map: None,
+            echo_prompts: true,
+            calls: HashMap::new(),
+            exec_calls: HashMap::new(),
+        }
+    }
+
+    /// The updates of a live turn, whose prompt the client already shows.
+    pub(super) fn live(host_cwd: PathBuf) -> Replay {
+        Replay {
+            echo_prompts: false,
+            ..Replay::new(host_cwd)
+        }
+    }
+
+    fn host(&self, sandbox_path: &str) -> PathBuf {
+        match &self.map {
+            Some(map) => map.to_host(sandbox_path),
+            None => PathBuf::from(sandbox_path),
+        }
+    }
+
+    pub(super) fn sandbox_cwd(&self) -> String {
+        self.map
+            .as_ref()
+            .map(|m| m.sandbox.display().to_string())
+            .unwrap_or_else(|| "/workspace".into())
+    }
+
+    /// The view of a tool call, with its files as host paths.
+    pub(super) fn view(
+        &self,
+        tool: &str,
+        arguments: &serde_json::Value,
+    ) -> (ToolView, Vec<ToolCallLocation>) {
+        let view = tool_view::view(tool, arguments, &self.sandbox_cwd());
+        let locations = view
+            .locations
+            .iter()
+            .map(|l| ToolCallLocation::new(self.host(&l.path)).line(l.line))
+            .collect();
+        (view, locations)
+    }
+
+    /// The updates one event makes; most make none.
+    pub(super) fn updates(&mut self, payload: &EventPayload) -> Vec<SessionUpdate> {
+        let text = |t: &str| ContentChunk::new(ContentBlock::from(t.to_string()));
+        match payload {
+            EventPayload::TurnStarted {
+                context, prompt, ..
+            } => {
+                self.map = Some(PathMap {
+                    sandbox: PathBuf::from(&context.cwd),
+                    host: self.host_cwd.clone(),
+                });
+                if self.echo_prompts {
+                    return vec![SessionUpdate::UserMessageChunk(text(prompt))];
+                }
+            }
+            EventPayload::AgentMessageDelta { delta, .. } => {
+                return vec![SessionUpdate::AgentMessageChunk(text(delta))]
+            }
+            EventPayload::ReasoningDelta { delta, .. } => {
+                return vec![SessionUpdate::AgentThoughtChunk(text(delta))]
+            }
+            EventPayload::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => {
+                let (view, locations) = self.view(tool, arguments);
+                let path = matches!(tool.as_str(), "Write" | "Edit")
+                    .then(|| view.locations.first().map(|l| l.path.clone()))
+                    .flatten();
+                self.calls.insert(
+                    call_id.clone(),
+                    Call {
+                        tool: tool.clone(),
+                        path,
+                        output: String::new(),
+                    },
+                );
+                return vec![SessionUpdate::ToolCall(
+                    ToolCall::new(call_id.clone(), view.title)
+                        .kind(kind(view.kind))
+                        .status(AcpStatus::InProgress)
+                        .locations(locations)
+                        .raw_input(arguments.clone()),
+                )];
+            }
+            EventPayload::ExecCommandBegin {
+                exec_id,
+                call_id: Some(call_id),
+                ..
+            } => {
+                self.exec_calls.insert(exec_id.clone(), call_id.clone());
+            }
+            EventPayload::ExecCommandOutputDelta { exec_id, chunk, .. } => {
+                let Some(call_id) = self.exec_calls.get(exec_id) else {
+                    return Vec::new();
+                };
+                let Some(call) = self.calls.get_mut(call_id) else {
+                    return Vec::new();
+                };
+                if call.output.len() >= LIVE_OUTPUT_CAP {
+                    return Vec::new();
+                }
+                call.output.push_str(chunk);
+                return vec![update(
+                    call_id,
+                    ToolCallUpdateFields::new().content(vec![content(&call.output)]),
+                )];
+            }
+            EventPayload::ToolCallFinished {
+                call_id,
+                status,
+                output,
+                diff,
+                ..
+            } => {
+                let call = self.calls.remove(call_id);
+                let mut contents = Vec::new();
+                if let (Some(diff), Some(path)) =
+                    (diff, call.as_ref().and_then(|c| c.path.as_deref()))
+                {
+                    let (old, new) = tool_view::texts_of_diff(diff);
+                    let is_new_file =
+                        old.is_empty() && call.as_ref().is_some_and(|c| c.tool == "Write");
+                    contents.push(ToolCallContent::Diff(
+                        Diff::new(self.host(path), new).old_text((!is_new_file).then_some(old)),
+                    ));
+                }
+                if !output.is_empty() {
+                    contents.push(content(output));
+                }
+                let status = match status {
+                    ToolCallStatus::Ok => AcpStatus::Completed,
+                    ToolCallStatus::Error | ToolCallStatus::Denied => AcpStatus::Failed,
+                };
+                return vec![update(
+                    call_id,
+                    ToolCallUpdateFields::new()
+                        .status(status)
+                        .content(contents)
+                        .raw_output(serde_json::json!({"output": output})),
+                )];
+            }
+            EventPayload::PlanUpdate { plan, .. } => {
+                let entries = plan
+                    .iter()
+                    .map(|item| {
+                        let status = match item.status {
+                            PlanStatus::Pending => PlanEntryStatus::Pending,
+                            PlanStatus::InProgress => PlanEntryStatus::InProgress,
+                            PlanStatus::Completed => PlanEntryStatus::Completed,
+                        };
+                        PlanEntry::new(item.step.clone(), PlanEntryPriority::Medium, status)
+                    })
+                    .collect();
+                return vec![SessionUpdate::Plan(Plan::new(entries))];
+            }
+            EventPayload::TurnCompleted { usage, .. } => {
+                if let (Some(used), Some(size)) = (usage.context_tokens, usage.context_window) {
+                    return vec![SessionUpdate::UsageUpdate(UsageUpdate::new(used, size))];
+                }
+            }
+            _ => {}
+        }
+        Vec::new()
+    }
+}
+
+fn update(call_id: &str, fields: ToolCallUpdateFields) -> SessionUpdate {
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(call_id.to_string(), fields))
+}
+
+fn content(text: &str) -> ToolCallContent {
+    ToolCallContent::Content(Content::new(ContentBlock::from(text.to_string())))
+}
+
+/// The ACP kind of a tool kind.
+pub(super) fn kind(kind: ToolKind) -> AcpKind {
+    match kind {
+        ToolKind::Read => AcpKind::Read,
+        ToolKind::Edit => AcpKind::Edit,
+        ToolKind::Execute => AcpKind::Execute,
+        ToolKind::Search => AcpKind::Search,
+        ToolKind::Fetch => AcpKind::Fetch,
+        ToolKind::Think => AcpKind::Think,
+        ToolKind::Other => AcpKind::Other,
+    }
+}
