@@ -25,6 +25,7 @@ const SCRIPT: &str = r#"{turns: [
   {when: "write", replies: [{tool_calls: [{name: "Write", arguments: {file_path: "out.txt", content: "new\n"}}]}, {text: "result: {{last_tool_output}}"}]},
   {when: "long", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo started; sleep 311"}}]}, {text: "slept"}]},
   {when: "stdin", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo started; sleep 313"}}]}, {text: "slept"}]},
+  {when: "whoami", replies: [{tool_calls: [{name: "mcp__fx__whoami", arguments: {}}]}, {text: "{{last_tool_output}}"}]},
   {when: "short", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 2"}}]}, {text: "slept a little"}]},
 ]}"#;
 
@@ -408,6 +409,46 @@ fn a_clients_mcp_server_command_runs_inside_the_sandbox_not_on_the_host() {
             .contains("bad__name"),
         "{}",
         bad[1]
+    );
+}
+
+#[test]
+fn a_clients_mcp_server_joins_the_session_and_runs_confined_in_its_sandbox() {
+    let Some(python) = sdk_python() else { return };
+    let p = project();
+    let fixture = binary().with_file_name("mcp-fixture");
+    std::fs::copy(&fixture, p.dir.path().join("mcp-fixture")).unwrap();
+    super::support::give_to_sandbox(p.dir.path());
+    let t = p.local(
+        &python,
+        json!([
+            {"op": "initialize"},
+            {"op": "new", "cwd": p.cwd(), "mcp_servers": [{"name": "fx", "command": "/workspace/mcp-fixture", "args": ["ok"], "env": [{"name": "FROM_CLIENT", "value": "1"}]}]},
+            {"op": "prompt", "text": "whoami"},
+        ]),
+    );
+    let prompt = &t[2];
+    assert_eq!(prompt["result"]["stopReason"], "end_turn", "{prompt}");
+    let call = prompt["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(call["title"], "fx: whoami");
+    let seen: Value = serde_json::from_str(&text_of(prompt, "agent_message_chunk")).unwrap();
+    assert_eq!(seen["cwd"], "/workspace", "{seen}");
+    assert_eq!(seen["home_visible"], false, "{seen}");
+    let env: Vec<&str> = seen["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(env.contains(&"FROM_CLIENT"), "{env:?}");
+    assert!(
+        !env.contains(&"SERVICE_HOME"),
+        "the host's environment reached the client's server: {env:?}"
     );
 }
 

@@ -149,22 +149,20 @@ pub async fn serve(
         options,
         open: Mutex::new(HashMap::new()),
     });
-    let (a1, a2, a3, a4, a5, a6, a7, a8, a9) = (
-        acp.clone(),
-        acp.clone(),
-        acp.clone(),
-        acp.clone(),
-        acp.clone(),
-        acp.clone(),
-        acp.clone(),
-        acp.clone(),
-        acp.clone(),
-    );
+    // Each handler holds its own handle on the state.
+    let on = || acp.clone();
     let served = agent_client_protocol::Agent
         .v1()
         .name("service-rs")
         .on_receive_request(
-            async move |_req: InitializeRequest, responder, _cx: ConnectionTo<Client>| {
+            async move |req: InitializeRequest, responder, _cx: ConnectionTo<Client>| {
+                // Read, not used: tools stay in the sandbox (see the module doc).
+                tracing::debug!(
+                    fs_read = req.client_capabilities.fs.read_text_file,
+                    fs_write = req.client_capabilities.fs.write_text_file,
+                    terminal = req.client_capabilities.terminal,
+                    "acp client capabilities"
+                );
                 responder.respond(initialize_response())
             },
             agent_client_protocol::on_receive_request!(),
@@ -177,59 +175,90 @@ pub async fn serve(
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: NewSessionRequest, responder, cx: ConnectionTo<Client>| {
-                a1.new_session(req, responder, cx).await
+            {
+                let acp = on();
+                async move |req: NewSessionRequest, responder, cx: ConnectionTo<Client>| {
+                    acp.new_session(req, responder, cx).await
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
-                a2.load_session(req, responder, cx).await
+            {
+                let acp = on();
+                async move |req: LoadSessionRequest, responder, cx: ConnectionTo<Client>| {
+                    acp.load_session(req, responder, cx).await
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: ResumeSessionRequest, responder, cx: ConnectionTo<Client>| {
-                a3.resume_session(req, responder, cx).await
+            {
+                let acp = on();
+                async move |req: ResumeSessionRequest, responder, cx: ConnectionTo<Client>| {
+                    acp.resume_session(req, responder, cx).await
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: ListSessionsRequest, responder, _cx: ConnectionTo<Client>| {
-                a4.list_sessions(req, responder).await
+            {
+                let acp = on();
+                async move |req: ListSessionsRequest, responder, _cx: ConnectionTo<Client>| {
+                    acp.list_sessions(req, responder).await
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: CloseSessionRequest, responder, _cx: ConnectionTo<Client>| {
-                a5.close_session(req, responder).await
+            {
+                let acp = on();
+                async move |req: CloseSessionRequest, responder, _cx: ConnectionTo<Client>| {
+                    acp.close_session(req, responder).await
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: SetSessionModeRequest, responder, cx: ConnectionTo<Client>| {
-                a6.set_mode(req, responder, cx)
+            {
+                let acp = on();
+                async move |req: SetSessionModeRequest, responder, cx: ConnectionTo<Client>| {
+                    acp.set_mode(req, responder, cx)
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: PromptRequest, responder, cx: ConnectionTo<Client>| {
-                a7.prompt(req, responder, cx)
+            {
+                let acp = on();
+                async move |req: PromptRequest, responder, cx: ConnectionTo<Client>| {
+                    acp.prompt(req, responder, cx)
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_notification(
-            async move |note: CancelNotification, _cx: ConnectionTo<Client>| {
-                a8.cancel(&note.session_id.0).await;
-                Ok(())
+            {
+                let acp = on();
+                async move |note: CancelNotification, _cx: ConnectionTo<Client>| {
+                    acp.cancel(&note.session_id.0).await;
+                    Ok(())
+                }
             },
             agent_client_protocol::on_receive_notification!(),
         )
         .connect_to(transport)
         .await;
-    // The client has gone: no turn it started may outlive it.
-    for id in lock(&a9.open).keys() {
-        tracing::debug!(session = %id, "acp client gone");
+    // The client has gone: no turn it started may outlive it, here or on a server.
+    let running: Vec<String> = lock(&acp.open)
+        .iter()
+        .filter(|(_, open)| lock(&open.state).cancel.is_some())
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in running {
+        if let Err(e) = sessions.interrupt(&id).await {
+            tracing::debug!(session = %id, "interrupt at exit: {e}");
+        }
     }
     sessions.shutdown("acp client gone").await;
     served

@@ -76,7 +76,12 @@ impl Replay {
         tool: &str,
         arguments: &serde_json::Value,
     ) -> (ToolView, Vec<ToolCallLocation>) {
-        let view = tool_view::view(tool, arguments, &self.sandbox_cwd());
+        let mut view = tool_view::view(tool, arguments, &self.sandbox_cwd());
+        // The editor knows the files by their host paths.
+        if let Some(first) = view.locations.first() {
+            let host = self.host(&first.path).display().to_string();
+            view.title = view.title.replace(&first.path, &host);
+        }
         let locations = view
             .locations
             .iter()
