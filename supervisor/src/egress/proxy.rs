@@ -268,7 +268,7 @@ async fn decide(
         return Err((
             Some(rule),
             Refusal::forbidden(format!(
-                "{}:{} is not allowed: it resolves to {own}, the service's own (its session database or its API), \
+                "{}:{} is not allowed: it resolves to {own}, the service's own (its session database, its API or another node's), \
                  which no sandbox may reach",
                 conn.host, conn.port
             )),

@@ -84,8 +84,12 @@ impl ServiceRuntime {
         let rt = self.clone();
         tokio::spawn(async move {
             let mut renewed = std::time::Instant::now();
+            // The first renewal is at once: it also tells the other nodes where this one serves (see
+            // `Store::renew`), before a sandbox of theirs could be started without knowing it.
+            let mut pause = std::time::Duration::ZERO;
             loop {
-                tokio::time::sleep(lease / 3).await;
+                tokio::time::sleep(pause).await;
+                pause = lease / 3;
                 let sessions: Vec<Arc<Session>> = rt.sessions().values().cloned().collect();
                 let mut live = Vec::new();
                 for s in &sessions {

@@ -26,6 +26,7 @@ const SCRIPT: &str = r#"{turns: [
   {when: "long", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo started; sleep 311"}}]}, {text: "slept"}]},
   {when: "stdin", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo started; sleep 313"}}]}, {text: "slept"}]},
   {when: "whoami", replies: [{tool_calls: [{name: "mcp__fx__whoami", arguments: {}}]}, {text: "{{last_tool_output}}"}]},
+  {when: "plan", replies: [{tool_calls: [{name: "UpdatePlan", arguments: {plan: [{step: "read", status: "completed"}, {step: "write", status: "in_progress"}]}}]}, {text: "planned"}]},
   {when: "short", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 2"}}]}, {text: "slept a little"}]},
 ]}"#;
 
@@ -307,6 +308,41 @@ fn cancel_during_a_long_command_ends_the_turn_cancelled_with_no_process_left() {
         || processes_with("sleep 311") == 0,
         || "the cancelled command is still running".to_string(),
     );
+}
+
+#[test]
+fn a_plan_arrives_as_an_acp_plan_with_its_steps_statuses() {
+    let Some(python) = sdk_python() else { return };
+    let p = project();
+    let t = p.local(
+        &python,
+        json!([{"op": "initialize"}, {"op": "new", "cwd": p.cwd()}, {"op": "prompt", "text": "plan it"}]),
+    );
+    let plan = t[2]["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["sessionUpdate"] == "plan")
+        .unwrap();
+    let entries: Vec<(&str, &str)> = plan["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["content"].as_str().unwrap(),
+                e["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(entries, [("read", "completed"), ("write", "in_progress")]);
+    let call = t[2]["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(call["kind"], "think");
 }
 
 #[test]

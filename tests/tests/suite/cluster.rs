@@ -556,3 +556,75 @@ async fn a_bundle_listing_the_session_database_in_any_spelling_cannot_reach_it_f
         "every refusal names the database: {answer}"
     );
 }
+
+/// Attack: a bundle on node a lists node b's API (the same host, another port) in two spellings. The other nodes'
+/// addresses are reserved like the node's own, so its sandbox cannot reach b, whose port it could not know of
+/// otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_listing_another_nodes_api_cannot_reach_it_from_its_sandbox() {
+    let pg = Postgres::start();
+    let (_home_b, b) = node(&pg, "b", "10s");
+    let port = b
+        .server
+        .base
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    let bundle = TempDir::new().unwrap();
+    let spellings = ["127.0.0.1", "localhost"];
+    let curls: Vec<String> = spellings
+        .iter()
+        .map(|h| format!("curl -sS --noproxy '' --max-time 5 http://{h}:{port}/healthz 2>&1; echo"))
+        .collect();
+    let script = json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": curls.join("\n")}}]},
+        {"text": "result: {{last_tool_output}}"}]}]});
+    write_bundle(bundle.path(), &script.to_string(), "", "workspace_write");
+    let listed: Vec<String> = spellings
+        .iter()
+        .map(|h| format!("\"{h}:{port}\""))
+        .collect();
+    edit(
+        &bundle.path().join("service.bundle.json5"),
+        "network: []",
+        &format!("network: [{}]", listed.join(", ")),
+    );
+    // b has said where it serves before a starts.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pg
+        .sql("SELECT url FROM nodes WHERE node_id = 'b'")
+        .contains(&port)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node b never recorded its address"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_home_a, a) = node(&pg, "a", "10s");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pg
+        .sql("SELECT url FROM nodes WHERE node_id = 'a'")
+        .contains("http")
+    {
+        assert!(Instant::now() < deadline, "node a never renewed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let id = a.session(bundle.path().to_str().unwrap()).await;
+    let (status, result) = turn(&a, &id, "go").await;
+    assert_eq!(status, 200, "{result}");
+    let answer = result["final_message"].as_str().unwrap();
+    for host in spellings {
+        assert!(
+            answer.contains(&format!("{host}:{port} is not allowed"))
+                && answer.contains("another node"),
+            "the proxy refuses node b as {host}: {answer}"
+        );
+    }
+    assert!(
+        !answer.contains("\"status\""),
+        "node b answered the sandbox: {answer}"
+    );
+}

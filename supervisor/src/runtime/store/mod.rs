@@ -73,7 +73,8 @@ pub trait Store: Send + Sync {
     /// Gives up session `id` (its worker stopped here), so another node may take it without waiting.
     async fn release(&self, id: &str);
 
-    /// Extends this node's claims on the sessions in `live` (their workers run here), and lets go of the others.
+    /// Extends this node's claims on the sessions in `live` (their workers run here), and lets go of the others; a
+    /// shared store also records where this node serves and learns where the others do (see `reserved`).
     async fn renew(&self, live: &[String]) -> Result<()>;
 
     /// How long a claim lasts unless renewed; None when claims never expire (a store of one process).
@@ -82,7 +83,8 @@ pub trait Store: Send + Sync {
     /// The address this node serves at, for other nodes to forward to, unless the operator gave one.
     fn bound_at(&self, _url: &str) {}
 
-    /// Addresses of the store's own servers, which no sandbox may reach even when a bundle lists them.
+    /// Addresses of the store's own servers and of the other nodes sharing it, which no sandbox may reach even when a
+    /// bundle lists them.
     fn reserved(&self) -> Vec<std::net::SocketAddr> {
         Vec::new()
     }

@@ -52,6 +52,8 @@ pub(crate) struct Inner {
     lease: Duration,
     /// Where the database listens, as resolved at start.
     reserved: Vec<std::net::SocketAddr>,
+    /// Where the other nodes serve, as of the last renewal.
+    peers: Mutex<Vec<std::net::SocketAddr>>,
     /// Open logs by session, for the notifications of other nodes' writes.
     logs: Mutex<HashMap<String, Weak<log::Shared>>>,
 }
@@ -71,6 +73,35 @@ impl Inner {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The socket addresses a node's base URL names; none when it names nothing usable (that node forwards nowhere
+/// either).
+async fn addresses_of(url: &str) -> Vec<std::net::SocketAddr> {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return Vec::new();
+    };
+    let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
+        return Vec::new();
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let found = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .map(|addrs| addrs.collect());
+    match found {
+        Ok(addrs) => addrs,
+        Err(e) => {
+            tracing::debug!("the address of node {url} is not known: {e}");
+            Vec::new()
+        }
+    }
+}
+
 /// `host:port` of the first host a configuration names.
 fn host_of(config: &tokio_postgres::Config) -> String {
     let host = match config.get_hosts().first() {
@@ -83,6 +114,38 @@ fn host_of(config: &tokio_postgres::Config) -> String {
 }
 
 impl PgStore {
+    /// Says where this node serves, and learns where the others do (those seen within ten leases): their
+    /// addresses join what no sandbox started from now on may reach.
+    async fn meet_peers(&self, client: &deadpool_postgres::Object) -> Result<()> {
+        let inner = &self.inner;
+        let url = lock(&inner.url).clone();
+        if !url.is_empty() {
+            client
+                .execute(
+                    "INSERT INTO nodes (node_id, url, seen_at) VALUES ($1, $2, now()) \
+                     ON CONFLICT (node_id) DO UPDATE SET url = $2, seen_at = now()",
+                    &[&inner.node.id, &url],
+                )
+                .await
+                .map_err(|e| inner.error(e))?;
+        }
+        let recent = inner.lease.as_secs_f64() * 10.0;
+        let rows = client
+            .query(
+                "SELECT url FROM nodes WHERE node_id <> $1 AND seen_at > now() - make_interval(secs => $2)",
+                &[&inner.node.id, &recent],
+            )
+            .await
+            .map_err(|e| inner.error(e))?;
+        let mut peers = Vec::new();
+        for row in rows {
+            let url: String = row.get(0);
+            peers.extend(addresses_of(&url).await);
+        }
+        *lock(&inner.peers) = peers;
+        Ok(())
+    }
+
     /// Connects to the database at `url`, applies the schema, and starts listening for other nodes' events. A
     /// database that cannot be reached is an error naming its host.
     pub async fn connect(url: &str, node: Node, lease: Duration) -> Result<PgStore> {
@@ -147,6 +210,7 @@ impl PgStore {
             node,
             lease,
             reserved,
+            peers: Mutex::new(Vec::new()),
             logs: Mutex::new(HashMap::new()),
         });
         let mut client = inner.pool.get().await.map_err(|e| match tls::refused(&e) {
@@ -332,11 +396,13 @@ impl Store for PgStore {
             )
             .await
             .map_err(|e| inner.error(e))?;
-        Ok(())
+        self.meet_peers(&client).await
     }
 
     fn reserved(&self) -> Vec<std::net::SocketAddr> {
-        self.inner.reserved.clone()
+        let mut all = self.inner.reserved.clone();
+        all.extend(lock(&self.inner.peers).iter().copied());
+        all
     }
 
     fn lease(&self) -> Option<Duration> {
