@@ -12,5 +12,6 @@ fn main() -> std::process::ExitCode {
     if let Some(code) = service_worker::entry::run(&args) {
         return code;
     }
+    cli::complete::answer_if_asked();
     cli::run(cli::Cli::parse_args())
 }

@@ -22,7 +22,7 @@ use super::remote::Remote;
 #[derive(Debug, clap::Args)]
 pub struct AcpArgs {
     /// The bundle every new session runs; default: `default_bundle` of $SERVICE_HOME/config.toml.
-    #[arg(long, value_name = "REF")]
+    #[arg(long, value_name = "REF", add = super::complete::bundles())]
     bundle: Option<String>,
     /// Run every worker on the host, without confinement.
     #[arg(long)]

@@ -158,6 +158,7 @@ enum BundlesCommand {
     /// Remove an installed bundle.
     Remove {
         /// Bundle reference: <name>, <name>@<version>, <namespace>/<name>:<version>.
+        #[arg(add = super::complete::bundles())]
         bundle_ref: String,
         /// Stop the live sessions that use it instead of refusing.
         #[arg(long)]

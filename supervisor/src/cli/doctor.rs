@@ -9,6 +9,7 @@ use service_supervisor::ServiceHome;
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
     /// Also check this bundle: that it loads, and that its model's server answers with the key it needs.
+    #[arg(add = super::complete::bundles())]
     bundle_ref: Option<String>,
     /// Print the checks as JSON.
     #[arg(long)]

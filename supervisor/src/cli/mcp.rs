@@ -16,6 +16,7 @@ pub enum McpCommand {
     /// Start a bundle's MCP servers in its sandbox and list the tools they offer.
     Tools {
         /// Bundle reference.
+        #[arg(add = super::complete::bundles())]
         bundle_ref: String,
         /// Print the tools with their JSON Schemas as JSON.
         #[arg(long)]

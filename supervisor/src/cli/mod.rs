@@ -4,6 +4,7 @@ mod acp;
 mod answer;
 mod backend;
 mod bundles;
+pub(crate) mod complete;
 mod config;
 mod doctor;
 mod event_lines;
@@ -67,6 +68,7 @@ enum Command {
     /// Print the metadata of a bundle.
     Inspect {
         /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory.
+        #[arg(add = complete::bundles())]
         bundle_ref: String,
         /// Print the full metadata as JSON.
         #[arg(long)]
@@ -80,6 +82,7 @@ enum Command {
     /// Write an installed bundle as an OCI image layout tar (skopeo reads it as oci-archive:).
     Export {
         /// Bundle reference.
+        #[arg(add = complete::bundles())]
         bundle_ref: String,
         /// The tar file to write; `-` writes it to stdout.
         #[arg(long, short)]
@@ -88,6 +91,7 @@ enum Command {
     /// Push an installed bundle to an OCI registry: <registry>/<repository>:<tag>.
     Push {
         /// Bundle reference.
+        #[arg(add = complete::bundles())]
         bundle_ref: String,
         /// Where to: <registry>/<repository>:<tag>, e.g. 127.0.0.1:5000/team/hello:0.1.0.
         target: String,
@@ -126,7 +130,8 @@ enum Command {
     /// Check that this machine runs confined sessions, that the store is writable, and that a bundle's model
     /// answers.
     Doctor(doctor::DoctorArgs),
-    /// Print a shell completion script: `service-rs completions bash > ~/.local/share/bash-completion/completions/service-rs`.
+    /// Print the shell's completion registration: `source <(service-rs completions bash)`; it completes bundle
+    /// references and session ids from the store.
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
@@ -236,13 +241,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp(command) => mcp::run(home()?, command),
         Command::Acp(args) => acp::run(home()?, args),
         Command::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "service-rs",
-                &mut std::io::stdout(),
-            );
+            complete::write_registration(shell, &mut std::io::stdout())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tui(args) => tui::run(home()?, args),

@@ -118,12 +118,13 @@ pub struct RunArgs {
     /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory (default: the
     /// default_bundle of `service-rs config`). With --continue, it picks the last session of that bundle. When it
     /// names no bundle and a default bundle is set, it is the prompt.
+    #[arg(add = super::complete::bundles())]
     pub(super) bundle_ref: Option<String>,
     /// The prompt (or --prompt TEXT, or stdin).
     #[arg(value_name = "PROMPT", conflicts_with = "prompt")]
     pub(super) prompt_arg: Option<String>,
     /// Continue this session (its id, or the start of one) instead of creating one.
-    #[arg(long, short = 's', conflicts_with = "continue_last")]
+    #[arg(long, short = 's', conflicts_with = "continue_last", add = super::complete::sessions())]
     pub(super) session: Option<String>,
     /// Continue the most recently used session (of the bundle, when one is named).
     #[arg(long = "continue", short = 'c')]

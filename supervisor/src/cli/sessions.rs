@@ -30,6 +30,7 @@ enum SessionsCommand {
     /// Print a session's transcript: prompts, tool calls and answers.
     Show {
         /// Session id, or the start of one.
+        #[arg(add = super::complete::sessions())]
         id: String,
         /// Print every journaled event as a JSON line instead.
         #[arg(long)]
@@ -42,6 +43,7 @@ enum SessionsCommand {
     /// Print what a session's Write and Edit calls changed, as unified diffs, of every turn or of one.
     Diff {
         /// Session id, or the start of one.
+        #[arg(add = super::complete::sessions())]
         id: String,
         /// Only this turn: 1 is the first, -1 the last.
         #[arg(long, allow_hyphen_values = true)]
@@ -53,7 +55,7 @@ enum SessionsCommand {
     /// Stop a session's worker and delete the session with its journal and workspace.
     Delete {
         /// Session ids, or the starts of them.
-        #[arg(required = true)]
+        #[arg(required = true, add = super::complete::sessions())]
         ids: Vec<String>,
     },
     /// Delete the sessions that have not changed for a while; running ones are kept. Locally, also the session

@@ -29,10 +29,10 @@ use super::backend::Backend;
 #[derive(Debug, clap::Args)]
 pub struct TuiArgs {
     /// Bundle of a new session (default: the default_bundle of `service-rs config`).
-    #[arg(long)]
+    #[arg(long, add = super::complete::bundles())]
     bundle: Option<String>,
     /// Attach to an existing session instead.
-    #[arg(long, conflicts_with = "bundle")]
+    #[arg(long, conflicts_with = "bundle", add = super::complete::sessions())]
     session: Option<String>,
     /// Pick the session to attach to from this directory's, newest first (filtered as you type).
     #[arg(long, conflicts_with_all = ["bundle", "session"])]

@@ -161,23 +161,21 @@ fn a_prompt_piped_on_stdin_or_given_as_a_dash_is_run_and_an_empty_one_leaves_no_
 }
 
 #[test]
-fn completions_are_printed_for_bash_zsh_and_fish() {
+fn completions_register_for_bash_zsh_and_fish_and_complete_bundles_and_sessions_in_bash() {
     let env = Env::new();
     for (shell, marker) in [
-        ("bash", "complete -F"),
+        ("bash", "complete -o"),
         ("zsh", "#compdef service-rs"),
-        ("fish", "complete -c service-rs"),
+        (
+            "fish",
+            "complete --keep-order --exclusive --command service-rs",
+        ),
     ] {
         let out = env.run(&["completions", shell]).ok().to_string();
         assert!(
-            out.contains(marker) && out.contains("mcp") && out.contains("config"),
+            out.contains(marker) && out.contains("COMPLETE"),
             "{shell}: {}",
-            &out[..out.len().min(200)]
-        );
-        // The worker's entry is the supervisor's business, not a command to complete.
-        assert!(
-            !out.contains("ipc-fd") && !out.contains("enter-cgroups"),
-            "{shell}"
+            &out[..out.len().min(300)]
         );
     }
     let help = env.run(&["--help"]).ok().to_string();
@@ -190,6 +188,38 @@ fn completions_are_printed_for_bash_zsh_and_fish() {
         .run(&["completions", "tcsh"])
         .failed()
         .contains("invalid value"));
+
+    // A real bash, with the registration sourced, completes from the store as it is.
+    let bundle = env.path("bundle");
+    super::support::write_bundle(
+        &bundle,
+        r#"{turns: [{replies: [{text: "hi"}]}]}"#,
+        "",
+        "read_only",
+    );
+    env.run(&["build", bundle.to_str().unwrap()]).ok();
+    env.run(&["run", "fixture", "--prompt", "a session to complete"])
+        .ok();
+    let id = env.run(&["sessions", "--json"]).json()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bin = super::support::binary();
+    let term = super::tmux::Tmux::start(&format!(
+        "cd {} && env SERVICE_HOME={} PATH={}:$PATH bash --norc --noprofile",
+        env.work.path().display(),
+        env.home.path().display(),
+        bin.parent().unwrap().display()
+    ));
+    term.type_line("source <(service-rs completions bash); echo sourced");
+    term.wait_for("sourced");
+    term.keys(&["-l", "service-rs inspect fix"]);
+    term.keys(&["Tab", "Tab"]);
+    term.wait_for("service-rs inspect fixture");
+    term.keys(&["C-u"]);
+    term.keys(&["-l", &format!("service-rs sessions show {}", &id[..4])]);
+    term.keys(&["Tab"]);
+    term.wait_for(&format!("service-rs sessions show {id}"));
 }
 
 #[test]
