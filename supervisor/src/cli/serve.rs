@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// Let clients pull bundles from and push them to this registry (HOST[:PORT]); repeatable (default: none).
     #[arg(long, value_name = "HOST[:PORT]")]
     allow_registry: Vec<String>,
+    /// How requests on the OpenAI-compatible routes (/v1) answer permission requests, which their clients cannot.
+    #[arg(long, value_enum, default_value_t)]
+    openai_approvals: service_supervisor::facade::openai::OpenAiApprovals,
     /// Connections served at once.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
@@ -223,6 +226,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.policy.dangerous = args.dangerous_sandbox_mode;
     options.policy.allowed_models = args.allow_model;
     options.policy.allowed_registries = allowed_registries(&args.allow_registry)?;
+    options.policy.openai_approvals = args.openai_approvals;
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));

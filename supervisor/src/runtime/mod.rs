@@ -497,6 +497,24 @@ impl ServiceRuntime {
         Ok(handle)
     }
 
+    /// Gives a new session a conversation before its first turn (a client's earlier messages): it follows the
+    /// bundle's system prompt as ordinary history. Refused once the session has run a turn or has a worker, which
+    /// would not see it.
+    pub async fn seed_history(
+        &self,
+        id: &str,
+        messages: Vec<service_ipc::ChatMessage>,
+    ) -> Result<()> {
+        let session = self.session(id).await?;
+        let started = session.worker.lock().await.is_some();
+        if started || session.record().turn_count > 0 {
+            return Err(RuntimeError::InvalidRequest(format!(
+                "session {id} has already run; earlier messages can only start a new session"
+            )));
+        }
+        session.journal.log().append_history(&messages)
+    }
+
     /// Resolves a pending approval request.
     pub async fn resolve_approval(
         &self,

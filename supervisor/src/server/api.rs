@@ -162,6 +162,11 @@ pub struct ApiError {
 pub struct OwnedBy(pub String);
 
 impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
     /// The code and message, for front ends that report errors in another protocol.
     pub fn into_body(self) -> ErrorBody {
         self.body

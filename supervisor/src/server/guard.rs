@@ -135,11 +135,24 @@ pub async fn check_request(State(st): State<AppState>, req: Request, next: Next)
 
 /// Requires `Authorization: Bearer <token>` (the scheme in any case) unless the server runs with `--no-auth`.
 pub async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(expected) = st.token.as_deref() else {
+    if token_accepted(&st, req.headers()) {
         return next.run(req).await;
+    }
+    refuse(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "send Authorization: Bearer <token> with the server's token (printed at start-up and stored in \
+         $SERVICE_HOME/serve.token)"
+            .into(),
+    )
+}
+
+/// Whether `headers` carry the server's bearer token (or the cluster's, from another node); always with `--no-auth`.
+pub fn token_accepted(st: &AppState, headers: &axum::http::HeaderMap) -> bool {
+    let Some(expected) = st.token.as_deref() else {
+        return true;
     };
-    let given = req
-        .headers()
+    let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
@@ -147,20 +160,10 @@ pub async fn require_token(State(st): State<AppState>, req: Request, next: Next)
         .map(|(_, token)| token.trim());
     // Nodes of a cluster forward requests to each other with the cluster token.
     let cluster = st.cluster.as_deref().map(|c| c.token.as_bytes());
-    let valid = |token: &str| {
+    given.is_some_and(|token| {
         constant_time_eq(token.as_bytes(), expected.as_bytes())
             || cluster.is_some_and(|c| constant_time_eq(token.as_bytes(), c))
-    };
-    match given {
-        Some(token) if valid(token) => next.run(req).await,
-        _ => refuse(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send Authorization: Bearer <token> with the server's token (printed at start-up and stored in \
-             $SERVICE_HOME/serve.token)"
-                .into(),
-        ),
-    }
+    })
 }
 
 /// Compares two secrets in time that depends only on their lengths.

@@ -111,6 +111,8 @@ pub struct ClientPolicy {
     pub max_streams_per_client: usize,
     /// Registries (`host[:port]`, lower case) the server pulls from and pushes to for clients (`--allow-registry`).
     pub allowed_registries: Vec<String>,
+    /// How `/v1` requests answer permission requests (`--openai-approvals`).
+    pub openai_approvals: crate::facade::openai::OpenAiApprovals,
 }
 
 /// Shared by every handler.
@@ -171,6 +173,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .merge(console::routes())
+        .merge(crate::facade::openai::routes(&state))
         .merge(protected)
         .fallback(|| async {
             ApiError::new(

@@ -23,6 +23,7 @@ mod llama_server;
 mod mcp;
 mod mcp_confinement;
 mod mcp_real;
+mod openai_facade;
 mod operations;
 mod paper_cuts;
 mod postgres;

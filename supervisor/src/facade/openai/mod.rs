@@ -1,0 +1,181 @@
+//! Bundles served as OpenAI-compatible models on `serve`: `GET /v1/models` and `POST /v1/chat/completions`, so
+//! that chat UIs, IDE plugins and evaluation harnesses that speak OpenAI's API reach a bundle.
+//!
+//! - [`chat`]: Chat Completions, streamed and not;
+//! - this module: the routes, their token check and OpenAI's error shape, the model list and how a model id names a
+//!   bundle.
+//!
+//! A client never steers the agent past its bundle: its `system` messages become user-level context after the
+//! bundle's own system prompt, its `tools` are not called, and permission requests are answered by the server's
+//! `--openai-approvals` setting, not by the client.
+
+mod chat;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::bundle::{self, Bundle};
+use crate::server::api::ApiError;
+use crate::server::AppState;
+
+/// How `/v1` requests answer permission requests, which nobody can answer in OpenAI's API (`--openai-approvals`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpenAiApprovals {
+    /// Refuse every request; the answer says which tool was refused.
+    #[default]
+    Deny,
+    /// Allow every request, once each.
+    Allow,
+}
+
+/// An error in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`.
+#[derive(Debug)]
+pub struct OpenAiError {
+    status: StatusCode,
+    message: String,
+    kind: &'static str,
+    code: String,
+}
+
+impl OpenAiError {
+    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> OpenAiError {
+        let kind = match status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
+                "invalid_request_error"
+            }
+            _ => "server_error",
+        };
+        OpenAiError {
+            status,
+            message: message.into(),
+            kind,
+            code: code.to_string(),
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> OpenAiError {
+        OpenAiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// The JSON body, also sent as a stream's last event.
+    fn body(&self) -> serde_json::Value {
+        json!({"error": {"message": self.message, "type": self.kind, "code": self.code, "param": null}})
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}
+
+impl From<ApiError> for OpenAiError {
+    fn from(e: ApiError) -> OpenAiError {
+        let status = e.status();
+        let body = e.into_body();
+        // OpenAI's API answers a malformed request with 400 where ours says 422.
+        let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
+            StatusCode::BAD_REQUEST
+        } else {
+            status
+        };
+        OpenAiError::new(status, &body.code, body.message)
+    }
+}
+
+impl From<crate::runtime::RuntimeError> for OpenAiError {
+    fn from(e: crate::runtime::RuntimeError) -> OpenAiError {
+        ApiError::from(e).into()
+    }
+}
+
+/// The `/v1` routes, behind the server's token (sent as OpenAI clients send an API key).
+pub fn routes(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat::completions))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
+}
+
+async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if crate::server::guard::token_accepted(&st, req.headers()) {
+        return next.run(req).await;
+    }
+    OpenAiError::new(
+        StatusCode::UNAUTHORIZED,
+        "invalid_api_key",
+        "send the server's token as the API key (Authorization: Bearer <token>); `serve` prints it at start-up and \
+         stores it in $SERVICE_HOME/serve.token",
+    )
+    .into_response()
+}
+
+/// A bundle's model id: the short reference of a local bundle (`hello`), the full one otherwise.
+fn model_ids(home: &crate::ServiceHome) -> Vec<String> {
+    let installed = bundle::store::list_installed(home).unwrap_or_default();
+    let mut ids: Vec<String> = installed
+        .iter()
+        .map(|b| {
+            let short = installed.iter().filter(|o| o.id == b.id).count() == 1;
+            if b.namespace == "local" && short {
+                b.id.clone()
+            } else {
+                b.reference()
+            }
+        })
+        .collect();
+    ids.dedup();
+    ids
+}
+
+async fn models(State(st): State<AppState>) -> Json<serde_json::Value> {
+    let data: Vec<serde_json::Value> = model_ids(st.rt.home())
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "service-rs"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+/// The bundle a request's `model` names, under the server's policy; an unknown one lists the installed ones.
+async fn bundle_of(st: &AppState, model: &str) -> Result<Bundle, OpenAiError> {
+    crate::server::policy::bundle_ref(&st.policy, model)?;
+    let home = st.rt.home().clone();
+    let policy = st.policy.clone();
+    let reference = model.to_string();
+    let resolved = tokio::task::spawn_blocking(move || {
+        bundle::resolve(&home, &reference).map(|b| {
+            let allowed = crate::server::policy::sandbox(&policy, &b);
+            (b, allowed)
+        })
+    })
+    .await
+    .map_err(|_| {
+        OpenAiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "resolving the model failed",
+        )
+    })?;
+    match resolved {
+        Ok((b, Ok(()))) => Ok(b),
+        Ok((_, Err(e))) => Err(e.into()),
+        Err(bundle::BundleError::NotFound(_)) => Err(OpenAiError::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            format!(
+                "no model \"{model}\"; the models are the installed bundles: {}",
+                model_ids(st.rt.home()).join(", ")
+            ),
+        )),
+        Err(e) => Err(ApiError::from(e).into()),
+    }
+}
