@@ -1,7 +1,8 @@
 //! HTTP benchmarks: `cargo bench -p service-supervisor --bench http`.
 //!
 //! - run-sync round trip of a text-only turn (scripted provider, which takes no time of its own, so the whole
-//!   round trip is overhead), against the same turn through the runtime in-process;
+//!   round trip is overhead), against the same turn through the runtime in-process, and the same turn as an
+//!   OpenAI chat completion (`POST /v1/chat/completions` continuing the session, not streamed);
 //! - event fan-out: one turn streams `BENCH_EVENTS` deltas (default 20,000) while 100 SSE clients follow the
 //!   session from a child process; reports events per second (each delivered to all 100), deliveries per second,
 //!   the CPU time the supervisor and the clients spent per delivery, and events lost.
@@ -166,7 +167,7 @@ fn main() -> BenchResult<()> {
         // run-sync round trip against the in-process turn.
         let id = rt.create_session(&bundle_ref, None).await?.id;
         rt.start_worker(&id).await?;
-        let (mut http, mut direct) = (Vec::new(), Vec::new());
+        let (mut http, mut direct, mut openai) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..iters {
             let t = Instant::now();
             rt.run_turn(&id, Task::new("hi"), TurnOverrides::default())
@@ -182,6 +183,18 @@ fn main() -> BenchResult<()> {
             http.push(t.elapsed());
             if body["status"] != "completed" {
                 return Err(format!("run-sync failed: {body}").into());
+            }
+            let t = Instant::now();
+            let resp = client
+                .post(format!("{base}/v1/chat/completions"))
+                .header("x-service-session", &id)
+                .json(&serde_json::json!({"model": "bench", "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await?;
+            let body: serde_json::Value = resp.json().await?;
+            openai.push(t.elapsed());
+            if body["choices"][0]["message"]["content"] != "ok" {
+                return Err(format!("the chat completion failed: {body}").into());
             }
         }
 
@@ -246,6 +259,17 @@ fn main() -> BenchResult<()> {
             "| {:<52} | {:>11.3} ms |",
             "HTTP overhead per turn (difference)",
             ms(h.saturating_sub(d))
+        );
+        let o = median(openai);
+        println!(
+            "| {:<52} | {:>11.3} ms |",
+            "same turn via POST /v1/chat/completions",
+            ms(o)
+        );
+        println!(
+            "| {:<52} | {:>11.3} ms |",
+            "chat completion over run-sync (difference)",
+            ms(o) - ms(h)
         );
         println!(
             "| {:<52} | {:>14} |",

@@ -60,6 +60,30 @@ out["continued"] = {
     "session": again.headers.get("x-service-session"),
 }
 
+events, first_id, streamed = [], None, ""
+with client.responses.stream(
+    model=model,
+    input=[{"role": "user", "content": "say hello"}],
+    instructions="Answer in French.",
+) as stream:
+    for event in stream:
+        events.append(event.type)
+        if event.type == "response.output_text.delta":
+            streamed += event.delta
+    final = stream.get_final_response()
+    first_id = final.id
+second = client.responses.create(model=model, input="say hello again", previous_response_id=first_id)
+out["responses"] = {
+    "events": events,
+    "streamed": streamed,
+    "final_text": final.output_text,
+    "usage_total": final.usage.total_tokens,
+    "first_id": first_id,
+    "second_text": second.output_text,
+    "second_previous": second.previous_response_id,
+    "second_id": second.id,
+}
+
 try:
     client.chat.completions.create(model="no-such-bundle", messages=[{"role": "user", "content": "x"}])
 except openai.NotFoundError as e:

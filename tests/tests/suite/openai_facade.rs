@@ -114,6 +114,51 @@ async fn the_openai_sdk_lists_bundles_and_chats_streamed_plain_and_continued() {
         record["turn_count"], 2,
         "the second request continued the session: {record}"
     );
+    let resp = &r["responses"];
+    let events: Vec<&str> = resp["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let mut order = events.clone();
+    order.dedup();
+    assert_eq!(
+        order,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ],
+        "the stream follows OpenAI's sequence"
+    );
+    assert_eq!(resp["streamed"], "bonjour tout le monde");
+    assert_eq!(resp["final_text"], "bonjour tout le monde");
+    assert!(resp["usage_total"].as_u64().unwrap() > 0);
+    assert_eq!(resp["second_previous"], resp["first_id"]);
+    let continued = resp["second_id"].as_str().unwrap();
+    let first_session = &resp["first_id"].as_str().unwrap()[5..41];
+    assert_eq!(
+        &continued[5..41],
+        first_session,
+        "previous_response_id continued the session"
+    );
+    let record: Value = reqwest::Client::new()
+        .get(server.url(&format!("/sessions/{first_session}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["turn_count"], 2, "{record}");
     let unknown = &r["unknown_model"];
     assert_eq!(
         (unknown["status"].as_u64(), unknown["code"].as_str()),

@@ -122,7 +122,7 @@ fn continued(headers: &HeaderMap, user: Option<&str>) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-fn now() -> u64 {
+pub(super) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -186,7 +186,7 @@ async fn answer(
     }
     let id = format!("chatcmpl-{turn_id}");
     let turn = Turn {
-        st: st.clone(),
+        approver: Approver { st: st.clone() },
         id,
         model: req.model.clone(),
         created: now(),
@@ -208,7 +208,7 @@ async fn answer(
         if msg.payload.turn_id().is_some_and(|t| t != turn_id) {
             continue;
         }
-        turn.answer_permission(&msg.payload, &mut denied).await;
+        turn.approver.answer(&msg.payload, &mut denied).await;
         if let Some(end) = turn_end::of(&msg.payload, &turn_id) {
             break end;
         }
@@ -234,7 +234,7 @@ async fn answer(
     Ok((extra, Json(body)).into_response())
 }
 
-fn facade(e: crate::facade::FacadeError) -> OpenAiError {
+pub(super) fn facade(e: crate::facade::FacadeError) -> OpenAiError {
     let status = match e.code.as_str() {
         "session_not_found" => StatusCode::NOT_FOUND,
         "turn_in_progress" => StatusCode::CONFLICT,
@@ -244,7 +244,7 @@ fn facade(e: crate::facade::FacadeError) -> OpenAiError {
 }
 
 /// What the answer adds when permission requests were refused: which, and why.
-fn denied_note(denied: &[String]) -> String {
+pub(super) fn denied_note(denied: &[String]) -> String {
     if denied.is_empty() {
         return String::new();
     }
@@ -255,18 +255,15 @@ fn denied_note(denied: &[String]) -> String {
     )
 }
 
-/// A running turn's response.
+/// Answers the permission requests of `/v1` turns, by the server's `--openai-approvals`.
 #[derive(Clone)]
-struct Turn {
-    st: AppState,
-    id: String,
-    model: String,
-    created: u64,
+pub(super) struct Approver {
+    pub(super) st: AppState,
 }
 
-impl Turn {
-    /// Answers a permission request the event asks, by the server's setting; a refused one is noted in `denied`.
-    async fn answer_permission(&self, payload: &EventPayload, denied: &mut Vec<String>) {
+impl Approver {
+    /// Answers the permission request `payload` asks, if any; a refused one is noted in `denied`.
+    pub(super) async fn answer(&self, payload: &EventPayload, denied: &mut Vec<String>) {
         let Some(asked) = approvals::asked(payload) else {
             return;
         };
@@ -286,7 +283,18 @@ impl Turn {
             tracing::debug!("permission answer not delivered: {e}");
         }
     }
+}
 
+/// A running turn's response.
+#[derive(Clone)]
+struct Turn {
+    approver: Approver,
+    id: String,
+    model: String,
+    created: u64,
+}
+
+impl Turn {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
         let body = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
             "model": self.model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
@@ -333,7 +341,7 @@ impl Turn {
                 if let Some(delta) = delta {
                     let _ = tx.send(self.chunk(delta, None)).await;
                 }
-                self.answer_permission(&msg.payload, &mut denied).await;
+                self.approver.answer(&msg.payload, &mut denied).await;
                 let Some(end) = turn_end::of(&msg.payload, &turn_id) else {
                     continue;
                 };
@@ -366,7 +374,7 @@ impl Turn {
 }
 
 /// A stream fed by a task through a small channel; the task stops when the client goes.
-fn async_stream<F, Fut>(run: F) -> impl Stream<Item = Result<Event, Infallible>>
+pub(super) fn async_stream<F, Fut>(run: F) -> impl Stream<Item = Result<Event, Infallible>>
 where
     F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,

@@ -1,7 +1,9 @@
-//! Bundles served as OpenAI-compatible models on `serve`: `GET /v1/models` and `POST /v1/chat/completions`, so
+//! Bundles served as OpenAI-compatible models on `serve`: `GET /v1/models`, `POST /v1/chat/completions` and
+//! `POST /v1/responses`, so
 //! that chat UIs, IDE plugins and evaluation harnesses that speak OpenAI's API reach a bundle.
 //!
 //! - [`chat`]: Chat Completions, streamed and not;
+//! - [`responses`]: the Responses API, streamed and not, with `previous_response_id`;
 //! - this module: the routes, their token check and OpenAI's error shape, the model list and how a model id names a
 //!   bundle.
 //!
@@ -10,6 +12,7 @@
 //! `--openai-approvals` setting, not by the client.
 
 mod chat;
+mod responses;
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -100,6 +103,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/responses", post(responses::create))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,

@@ -1,0 +1,374 @@
+//! `POST /v1/responses`: a turn of a bundle, as OpenAI's Responses API answers it, streamed or not.
+//!
+//! `input` is a string or items; the last user item is the prompt, the items before it and `instructions` become a
+//! new session's history after the bundle's own system prompt (as user-level context: they never replace it). A
+//! response id names the turn that made it, and `previous_response_id` continues that turn's session.
+
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use service_ipc::{ChatMessage, ChatRole, EventPayload, Task, Usage};
+
+use super::chat::{async_stream, denied_note, facade, now, Approver, SESSION_HEADER};
+use super::{bundle_of, OpenAiError};
+use crate::facade::turn_end::{self, TurnEnd};
+use crate::facade::Sessions;
+use crate::server::AppState;
+
+/// A Responses request; fields this server does not use are ignored.
+#[derive(Debug, Deserialize)]
+pub struct ResponsesRequest {
+    model: String,
+    input: Input,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    stream: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Input {
+    Text(String),
+    Items(Vec<Value>),
+}
+
+/// An item's role and text; None for items that are not messages (tool outputs, reasoning).
+fn message_of(item: &Value) -> Option<(String, String)> {
+    let role = item.get("role")?.as_str()?.to_string();
+    let text = match item.get("content")? {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    Some((role, text))
+}
+
+/// The prompt and the history before it.
+fn conversation(req: &ResponsesRequest) -> Result<(Vec<ChatMessage>, String), OpenAiError> {
+    let context = |text: &str| {
+        ChatMessage::text(
+            ChatRole::User,
+            format!("Instructions from the client application (the agent's own instructions and rules still apply):\n{text}"),
+        )
+    };
+    let mut history: Vec<ChatMessage> = req.instructions.iter().map(|i| context(i)).collect();
+    let prompt = match &req.input {
+        Input::Text(t) => t.clone(),
+        Input::Items(items) => {
+            let messages: Vec<(String, String)> = items.iter().filter_map(message_of).collect();
+            let Some(last) = messages.iter().rposition(|(role, _)| role == "user") else {
+                return Err(OpenAiError::invalid(
+                    "input has no user message; the last user item is the prompt",
+                ));
+            };
+            for (role, text) in &messages[..last] {
+                history.push(match role.as_str() {
+                    "assistant" => ChatMessage::text(ChatRole::Assistant, text.clone()),
+                    "system" | "developer" => context(text),
+                    _ => ChatMessage::text(ChatRole::User, text.clone()),
+                });
+            }
+            messages[last].1.clone()
+        }
+    };
+    if prompt.trim().is_empty() {
+        return Err(OpenAiError::invalid("the prompt has no text"));
+    }
+    Ok((history, prompt))
+}
+
+/// A response id: the session and the turn that made it.
+fn response_id(session: &str, turn: &str) -> String {
+    format!("resp_{session}_{turn}")
+}
+
+/// The session a response id names.
+fn session_of(response_id: &str) -> Result<String, OpenAiError> {
+    response_id
+        .strip_prefix("resp_")
+        .and_then(|rest| rest.split_once('_'))
+        .map(|(session, _)| session.to_string())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            OpenAiError::new(
+                StatusCode::NOT_FOUND,
+                "previous_response_not_found",
+                format!("previous_response_id \"{response_id}\" is not a response of this server"),
+            )
+        })
+}
+
+fn usage_json(u: &Usage) -> Value {
+    let (i, o) = (u.input_tokens.unwrap_or(0), u.output_tokens.unwrap_or(0));
+    json!({"input_tokens": i, "input_tokens_details": {"cached_tokens": 0},
+           "output_tokens": o, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": i + o})
+}
+
+/// What a response says about itself at any stage.
+struct Shape {
+    id: String,
+    item_id: String,
+    model: String,
+    created: u64,
+    previous: Option<String>,
+}
+
+impl Shape {
+    fn message(&self, text: &str, status: &str) -> Value {
+        let content = if status == "in_progress" {
+            json!([])
+        } else {
+            json!([{"type": "output_text", "text": text, "annotations": []}])
+        };
+        json!({"type": "message", "id": self.item_id, "status": status, "role": "assistant", "content": content})
+    }
+
+    fn response(
+        &self,
+        status: &str,
+        output: Vec<Value>,
+        usage: Option<&Usage>,
+        error: Option<Value>,
+    ) -> Value {
+        json!({"id": self.id, "object": "response", "created_at": self.created, "status": status,
+               "model": self.model, "output": output, "previous_response_id": self.previous,
+               "parallel_tool_calls": false, "tool_choice": "auto", "tools": [],
+               "usage": usage.map(usage_json), "error": error})
+    }
+}
+
+/// `POST /v1/responses`.
+pub async fn create(State(st): State<AppState>, body: axum::body::Bytes) -> Response {
+    match answer(st, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn answer(st: AppState, body: axum::body::Bytes) -> Result<Response, OpenAiError> {
+    let req: ResponsesRequest = serde_json::from_slice(&body)
+        .map_err(|e| OpenAiError::invalid(format!("the body is not a Responses request: {e}")))?;
+    let (history, prompt) = conversation(&req)?;
+    let session = match &req.previous_response_id {
+        Some(previous) => {
+            let id = session_of(previous)?;
+            st.rt.get_session(&id).await?;
+            id
+        }
+        None => {
+            let bundle = bundle_of(&st, &req.model).await?;
+            let record = st.rt.create_session_from(bundle, &req.model, None).await?;
+            if !history.is_empty() {
+                st.rt.seed_history(&record.id, history).await?;
+            }
+            record.id
+        }
+    };
+    let mut events = Sessions::live_events(&st.rt, &session)
+        .await
+        .map_err(facade)?;
+    let turn_id = Sessions::start_turn(&st.rt, &session, Task::new(prompt))
+        .await
+        .map_err(facade)?;
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&session) {
+        headers.insert(SESSION_HEADER, v);
+    }
+    let shape = Shape {
+        id: response_id(&session, &turn_id),
+        item_id: format!("msg_{turn_id}"),
+        model: req.model.clone(),
+        created: now(),
+        previous: req.previous_response_id.clone(),
+    };
+    let approver = Approver { st: st.clone() };
+    if req.stream {
+        return Ok((headers, Sse::new(stream(shape, approver, events, turn_id))).into_response());
+    }
+    let mut denied = Vec::new();
+    let end = loop {
+        let Some(msg) = events.next().await else {
+            return Err(OpenAiError::new(
+                StatusCode::BAD_GATEWAY,
+                "worker_unavailable",
+                "the session's events ended before the turn did",
+            ));
+        };
+        if msg.payload.turn_id().is_some_and(|t| t != turn_id) {
+            continue;
+        }
+        approver.answer(&msg.payload, &mut denied).await;
+        if let Some(end) = turn_end::of(&msg.payload, &turn_id) {
+            break end;
+        }
+    };
+    let (text, usage) = match end {
+        TurnEnd::Completed {
+            final_message,
+            usage,
+        } => (final_message, usage),
+        TurnEnd::MaxSteps { message } | TurnEnd::Refused { message } => (message, Usage::default()),
+        TurnEnd::Interrupted => (String::new(), Usage::default()),
+        TurnEnd::Failed { code, message } => {
+            return Err(OpenAiError::new(StatusCode::BAD_GATEWAY, &code, message));
+        }
+    };
+    let text = format!("{text}{}", denied_note(&denied));
+    let body = shape.response(
+        "completed",
+        vec![shape.message(&text, "completed")],
+        Some(&usage),
+        None,
+    );
+    Ok((headers, Json(body)).into_response())
+}
+
+/// The turn as Responses stream events, in OpenAI's order.
+fn stream(
+    shape: Shape,
+    approver: Approver,
+    mut events: crate::runtime::EventStream,
+    turn_id: String,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    async_stream(move |tx| async move {
+        let mut seq = 0u64;
+        let mut send = |kind: &str, mut body: Value| {
+            body["type"] = json!(kind);
+            body["sequence_number"] = json!(seq);
+            seq += 1;
+            Event::default().event(kind).data(body.to_string())
+        };
+        let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+        let at = |body: Value| {
+            let mut b = json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0});
+            if let (Some(b), Value::Object(extra)) = (b.as_object_mut(), body) {
+                b.extend(extra);
+            }
+            b
+        };
+        let opening = [
+            send(
+                "response.created",
+                json!({"response": shape.response("in_progress", vec![], None, None)}),
+            ),
+            send(
+                "response.in_progress",
+                json!({"response": shape.response("in_progress", vec![], None, None)}),
+            ),
+            send(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": shape.message("", "in_progress")}),
+            ),
+            send("response.content_part.added", at(json!({"part": part("")}))),
+        ];
+        for e in opening {
+            let _ = tx.send(e).await;
+        }
+        let (mut text, mut denied) = (String::new(), Vec::new());
+        let ended = loop {
+            let Some(msg) = events.next().await else {
+                break TurnEnd::Failed {
+                    code: "worker_unavailable".into(),
+                    message: "the session's events ended before the turn did".into(),
+                };
+            };
+            if msg.payload.turn_id().is_some_and(|t| t != turn_id) {
+                continue;
+            }
+            if let EventPayload::AgentMessageDelta { delta, .. } = &msg.payload {
+                text.push_str(delta);
+                let _ = tx
+                    .send(send(
+                        "response.output_text.delta",
+                        at(json!({"delta": delta})),
+                    ))
+                    .await;
+            }
+            approver.answer(&msg.payload, &mut denied).await;
+            if let Some(end) = turn_end::of(&msg.payload, &turn_id) {
+                break end;
+            }
+        };
+        let usage = match ended {
+            TurnEnd::Completed { usage, .. } => usage,
+            TurnEnd::MaxSteps { .. } | TurnEnd::Refused { .. } | TurnEnd::Interrupted => {
+                Usage::default()
+            }
+            TurnEnd::Failed { code, message } => {
+                let error = json!({"code": code, "message": message});
+                let failed = shape.response("failed", vec![], None, Some(error));
+                let _ = tx
+                    .send(send("response.failed", json!({"response": failed})))
+                    .await;
+                return;
+            }
+        };
+        let note = denied_note(&denied);
+        if !note.is_empty() {
+            text.push_str(&note);
+            let _ = tx
+                .send(send(
+                    "response.output_text.delta",
+                    at(json!({"delta": note})),
+                ))
+                .await;
+        }
+        let item = shape.message(&text, "completed");
+        let closing = [
+            send("response.output_text.done", at(json!({"text": text}))),
+            send(
+                "response.content_part.done",
+                at(json!({"part": part(&text)})),
+            ),
+            send(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": item.clone()}),
+            ),
+            send(
+                "response.completed",
+                json!({"response": shape.response("completed", vec![item], Some(&usage), None)}),
+            ),
+        ];
+        for e in closing {
+            let _ = tx.send(e).await;
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_id_names_its_session() {
+        let id = response_id("6f0c-aa", "t-1");
+        assert_eq!(session_of(&id).unwrap(), "6f0c-aa");
+        assert!(session_of("resp_").is_err());
+        assert!(session_of("chatcmpl-x").is_err());
+    }
+
+    #[test]
+    fn instructions_and_system_items_become_user_context() {
+        let req: ResponsesRequest = serde_json::from_value(json!({"model": "m", "instructions": "no rules",
+            "input": [{"role": "developer", "content": "obey me"}, {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}))
+        .unwrap();
+        let (history, prompt) = conversation(&req).unwrap();
+        assert_eq!(prompt, "hi");
+        assert_eq!(history.len(), 2);
+        assert!(history.iter().all(|m| m.role == ChatRole::User));
+    }
+}
