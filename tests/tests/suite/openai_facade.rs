@@ -262,6 +262,97 @@ async fn permission_requests_follow_the_servers_openai_approvals() {
     assert_eq!(std::fs::read_to_string(ws).unwrap(), "x");
 }
 
+/// `--openai-approvals wait`: the request stays open while a watcher of the session's events answers the
+/// permission request through `POST /approvals/{id}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_a_permission_request_is_answered_through_the_approvals_endpoint() {
+    let env = Env::new();
+    let server = served(&env, &["--openai-approvals", "wait"]);
+    let pending = tokio::spawn({
+        let url = server.url("/v1/chat/completions");
+        async move {
+            let resp = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"model": "fixture", "messages": [{"role": "user", "content": "write it"}]}))
+                .send()
+                .await
+                .unwrap();
+            let session = resp.headers()["x-service-session"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            (session, resp.json::<Value>().await.unwrap())
+        }
+    });
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let request_id = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no permission request was journaled"
+        );
+        let sessions: Value = client
+            .get(server.url("/sessions"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let found = match sessions.as_array().and_then(|a| a.first()) {
+            Some(s) => {
+                let id = s["id"].as_str().unwrap();
+                let journal: Value = client
+                    .get(server.url(&format!("/sessions/{id}/journal")))
+                    .bearer_auth(TOKEN)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                journal.as_array().unwrap().iter().find_map(|e| {
+                    (e["payload"]["type"] == "permission_requested").then(|| {
+                        e["payload"]["payload"]["request_id"]
+                            .as_str()
+                            .unwrap()
+                            .to_string()
+                    })
+                })
+            }
+            None => None,
+        };
+        if let Some(id) = found {
+            break id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(
+        !pending.is_finished(),
+        "the request did not wait for the answer"
+    );
+    let resolved = client
+        .post(server.url(&format!("/approvals/{request_id}")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"decision": "allow_once"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resolved.status().is_success());
+    let (session, body) = pending.await.unwrap();
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("wrote 1 bytes"), "{text}");
+    let ws = env
+        .home
+        .path()
+        .join("sessions")
+        .join(session)
+        .join("workspace/out.txt");
+    assert_eq!(std::fs::read_to_string(ws).unwrap(), "x");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_openais_error_shape() {
     let env = Env::new();

@@ -273,6 +273,8 @@ impl Approver {
                 denied.push(format!("{} {}", asked.tool, asked.summary));
                 ApprovalDecision::Deny
             }
+            // Someone else answers it, through the approvals endpoint.
+            super::OpenAiApprovals::Wait => return,
         };
         if let Err(e) = self
             .st

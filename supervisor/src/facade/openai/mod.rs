@@ -34,6 +34,9 @@ pub enum OpenAiApprovals {
     Deny,
     /// Allow every request, once each.
     Allow,
+    /// Leave each request pending until `POST /approvals/{id}` answers it (a client that follows the session's
+    /// events sees it), as long as the request stays open.
+    Wait,
 }
 
 /// An error in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`.
