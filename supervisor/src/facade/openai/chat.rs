@@ -16,16 +16,12 @@ use axum::Json;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use service_ipc::{ApprovalDecision, ChatMessage, ChatRole, EventPayload, Task, Usage};
+use service_ipc::{ChatMessage, ChatRole, EventPayload, Usage};
 
-use super::{bundle_of, OpenAiError};
+use super::turn::{denied_note, events_ended, start, Approver, Started, SESSION_HEADER};
+use super::OpenAiError;
 use crate::facade::turn_end::{self, TurnEnd};
-use crate::facade::Sessions;
-use crate::runtime::approvals;
 use crate::server::AppState;
-
-/// The header that names (and continues) a session.
-pub const SESSION_HEADER: &str = "x-service-session";
 
 /// A Chat Completions request; fields this server does not use are ignored, as OpenAI's own servers do.
 #[derive(Debug, Deserialize)]
@@ -155,64 +151,26 @@ async fn answer(
         OpenAiError::invalid(format!("the body is not a chat completion request: {e}"))
     })?;
     let (history, prompt) = conversation(&req.messages)?;
-    let session = match continued(&headers, req.user.as_deref()) {
-        Some(id) => {
-            // The request's model must be the session's bundle; the earlier messages are the session's own.
-            st.rt.get_session(&id).await?;
-            id
-        }
-        None => {
-            let bundle = bundle_of(&st, &req.model).await?;
-            let record = st.rt.create_session_from(bundle, &req.model, None).await?;
-            if !history.is_empty() {
-                st.rt.seed_history(&record.id, history).await?;
-            }
-            record.id
-        }
-    };
-    let mut events = Sessions::live_events(&st.rt, &session)
-        .await
-        .map_err(facade)?;
-    let turn_id = Sessions::start_turn(&st.rt, &session, Task::new(prompt))
-        .await
-        .map_err(facade)?;
-    let mut extra = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&session) {
-        extra.insert(SESSION_HEADER, v);
-    }
+    let continued = continued(&headers, req.user.as_deref());
+    let mut started = start(&st, &req.model, continued, history, prompt).await?;
+    let mut extra = started.headers();
     if req.tools.is_some() {
         // The bundle's tools run on the server; a client's own are never called.
         extra.insert("x-service-ignored", HeaderValue::from_static("tools"));
     }
-    let id = format!("chatcmpl-{turn_id}");
     let turn = Turn {
         approver: Approver { st: st.clone() },
-        id,
+        id: format!("chatcmpl-{}", started.turn_id),
         model: req.model.clone(),
         created: now(),
     };
     if req.stream {
         let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
-        let stream = turn.stream(events, turn_id, include_usage);
+        let stream = turn.stream(started, include_usage);
         return Ok((extra, Sse::new(stream)).into_response());
     }
     let mut denied = Vec::new();
-    let end = loop {
-        let Some(msg) = events.next().await else {
-            return Err(OpenAiError::new(
-                StatusCode::BAD_GATEWAY,
-                "worker_unavailable",
-                "the session's events ended before the turn did",
-            ));
-        };
-        if msg.payload.turn_id().is_some_and(|t| t != turn_id) {
-            continue;
-        }
-        turn.approver.answer(&msg.payload, &mut denied).await;
-        if let Some(end) = turn_end::of(&msg.payload, &turn_id) {
-            break end;
-        }
-    };
+    let end = turn.approver.until_end(&mut started, &mut denied).await?;
     let (text, usage, finish) = match end {
         TurnEnd::Completed {
             final_message,
@@ -232,59 +190,6 @@ async fn answer(
         "usage": usage_json(&usage),
     });
     Ok((extra, Json(body)).into_response())
-}
-
-pub(super) fn facade(e: crate::facade::FacadeError) -> OpenAiError {
-    let status = match e.code.as_str() {
-        "session_not_found" => StatusCode::NOT_FOUND,
-        "turn_in_progress" => StatusCode::CONFLICT,
-        _ => StatusCode::BAD_GATEWAY,
-    };
-    OpenAiError::new(status, &e.code, e.message)
-}
-
-/// What the answer adds when permission requests were refused: which, and why.
-pub(super) fn denied_note(denied: &[String]) -> String {
-    if denied.is_empty() {
-        return String::new();
-    }
-    format!(
-        "\n\n[service-rs: permission denied for {}; this server answers permission requests with \
-         --openai-approvals deny]",
-        denied.join("; ")
-    )
-}
-
-/// Answers the permission requests of `/v1` turns, by the server's `--openai-approvals`.
-#[derive(Clone)]
-pub(super) struct Approver {
-    pub(super) st: AppState,
-}
-
-impl Approver {
-    /// Answers the permission request `payload` asks, if any; a refused one is noted in `denied`.
-    pub(super) async fn answer(&self, payload: &EventPayload, denied: &mut Vec<String>) {
-        let Some(asked) = approvals::asked(payload) else {
-            return;
-        };
-        let decision = match self.st.policy.openai_approvals {
-            super::OpenAiApprovals::Allow => ApprovalDecision::AllowOnce,
-            super::OpenAiApprovals::Deny => {
-                denied.push(format!("{} {}", asked.tool, asked.summary));
-                ApprovalDecision::Deny
-            }
-            // Someone else answers it, through the approvals endpoint.
-            super::OpenAiApprovals::Wait => return,
-        };
-        if let Err(e) = self
-            .st
-            .rt
-            .resolve_approval(&asked.request_id, decision)
-            .await
-        {
-            tracing::debug!("permission answer not delivered: {e}");
-        }
-    }
 }
 
 /// A running turn's response.
@@ -307,10 +212,14 @@ impl Turn {
     /// chunk, usage when asked for, and `[DONE]`; an error object when the turn fails.
     fn stream(
         self,
-        mut events: crate::runtime::EventStream,
-        turn_id: String,
+        started: Started,
         include_usage: bool,
     ) -> impl Stream<Item = Result<Event, Infallible>> {
+        let Started {
+            mut events,
+            turn_id,
+            ..
+        } = started;
         async_stream(move |tx| async move {
             let _ = tx
                 .send(self.chunk(json!({"role": "assistant", "content": ""}), None))
@@ -318,11 +227,7 @@ impl Turn {
             let mut denied = Vec::new();
             loop {
                 let Some(msg) = events.next().await else {
-                    let e = OpenAiError::new(
-                        StatusCode::BAD_GATEWAY,
-                        "worker_unavailable",
-                        "the session's events ended before the turn did",
-                    );
+                    let e = events_ended();
                     let _ = tx.send(Event::default().data(e.body().to_string())).await;
                     break;
                 };

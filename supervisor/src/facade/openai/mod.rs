@@ -4,6 +4,7 @@
 //!
 //! - [`chat`]: Chat Completions, streamed and not;
 //! - [`responses`]: the Responses API, streamed and not, with `previous_response_id`;
+//! - [`turn`]: starting a turn in a new or continued session, its permission requests, its end;
 //! - this module: the routes, their token check and OpenAI's error shape, the model list and how a model id names a
 //!   bundle.
 //!
@@ -13,6 +14,7 @@
 
 mod chat;
 mod responses;
+mod turn;
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;

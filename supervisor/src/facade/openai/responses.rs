@@ -7,19 +7,19 @@
 use std::convert::Infallible;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use service_ipc::{ChatMessage, ChatRole, EventPayload, Task, Usage};
+use service_ipc::{ChatMessage, ChatRole, EventPayload, Usage};
 
-use super::chat::{async_stream, denied_note, facade, now, Approver, SESSION_HEADER};
-use super::{bundle_of, OpenAiError};
+use super::chat::{async_stream, now};
+use super::turn::{denied_note, start, Approver, Started};
+use super::OpenAiError;
 use crate::facade::turn_end::{self, TurnEnd};
-use crate::facade::Sessions;
 use crate::server::AppState;
 
 /// A Responses request; fields this server does not use are ignored.
@@ -163,59 +163,25 @@ async fn answer(st: AppState, body: axum::body::Bytes) -> Result<Response, OpenA
     let req: ResponsesRequest = serde_json::from_slice(&body)
         .map_err(|e| OpenAiError::invalid(format!("the body is not a Responses request: {e}")))?;
     let (history, prompt) = conversation(&req)?;
-    let session = match &req.previous_response_id {
-        Some(previous) => {
-            let id = session_of(previous)?;
-            st.rt.get_session(&id).await?;
-            id
-        }
-        None => {
-            let bundle = bundle_of(&st, &req.model).await?;
-            let record = st.rt.create_session_from(bundle, &req.model, None).await?;
-            if !history.is_empty() {
-                st.rt.seed_history(&record.id, history).await?;
-            }
-            record.id
-        }
+    let continued = match &req.previous_response_id {
+        Some(previous) => Some(session_of(previous)?),
+        None => None,
     };
-    let mut events = Sessions::live_events(&st.rt, &session)
-        .await
-        .map_err(facade)?;
-    let turn_id = Sessions::start_turn(&st.rt, &session, Task::new(prompt))
-        .await
-        .map_err(facade)?;
-    let mut headers = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&session) {
-        headers.insert(SESSION_HEADER, v);
-    }
+    let mut started = start(&st, &req.model, continued, history, prompt).await?;
+    let headers = started.headers();
     let shape = Shape {
-        id: response_id(&session, &turn_id),
-        item_id: format!("msg_{turn_id}"),
+        id: response_id(&started.session, &started.turn_id),
+        item_id: format!("msg_{}", started.turn_id),
         model: req.model.clone(),
         created: now(),
         previous: req.previous_response_id.clone(),
     };
     let approver = Approver { st: st.clone() };
     if req.stream {
-        return Ok((headers, Sse::new(stream(shape, approver, events, turn_id))).into_response());
+        return Ok((headers, Sse::new(stream(shape, approver, started))).into_response());
     }
     let mut denied = Vec::new();
-    let end = loop {
-        let Some(msg) = events.next().await else {
-            return Err(OpenAiError::new(
-                StatusCode::BAD_GATEWAY,
-                "worker_unavailable",
-                "the session's events ended before the turn did",
-            ));
-        };
-        if msg.payload.turn_id().is_some_and(|t| t != turn_id) {
-            continue;
-        }
-        approver.answer(&msg.payload, &mut denied).await;
-        if let Some(end) = turn_end::of(&msg.payload, &turn_id) {
-            break end;
-        }
-    };
+    let end = approver.until_end(&mut started, &mut denied).await?;
     let (text, usage) = match end {
         TurnEnd::Completed {
             final_message,
@@ -241,9 +207,13 @@ async fn answer(st: AppState, body: axum::body::Bytes) -> Result<Response, OpenA
 fn stream(
     shape: Shape,
     approver: Approver,
-    mut events: crate::runtime::EventStream,
-    turn_id: String,
+    started: Started,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
+    let Started {
+        mut events,
+        turn_id,
+        ..
+    } = started;
     async_stream(move |tx| async move {
         let mut seq = 0u64;
         let mut send = |kind: &str, mut body: Value| {

@@ -1,0 +1,155 @@
+//! What the `/v1` routes share about a turn: starting it in a new or continued session, answering its permission
+//! requests by the server's setting, and waiting for its end.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use futures::StreamExt;
+use service_ipc::{ApprovalDecision, ChatMessage, EventPayload, Task};
+
+use super::{bundle_of, OpenAiError};
+use crate::facade::turn_end::{self, TurnEnd};
+use crate::facade::{FacadeError, Sessions};
+use crate::runtime::{approvals, EventStream};
+use crate::server::AppState;
+
+/// The header that names (and continues) a session.
+pub const SESSION_HEADER: &str = "x-service-session";
+
+/// A turn a request started.
+pub(super) struct Started {
+    /// Its session.
+    pub(super) session: String,
+    /// The session's events, subscribed before the turn started.
+    pub(super) events: EventStream,
+    /// The turn's id.
+    pub(super) turn_id: String,
+}
+
+impl Started {
+    /// Response headers naming the session.
+    pub(super) fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(&self.session) {
+            headers.insert(SESSION_HEADER, v);
+        }
+        headers
+    }
+}
+
+/// Starts a turn of `prompt`: in session `continued` when the request names one (its own history stands), else in a
+/// new session of the bundle `model` names, given `history` first.
+pub(super) async fn start(
+    st: &AppState,
+    model: &str,
+    continued: Option<String>,
+    history: Vec<ChatMessage>,
+    prompt: String,
+) -> Result<Started, OpenAiError> {
+    let session = match continued {
+        Some(id) => {
+            st.rt.get_session(&id).await?;
+            id
+        }
+        None => {
+            let bundle = bundle_of(st, model).await?;
+            let record = st.rt.create_session_from(bundle, model, None).await?;
+            if !history.is_empty() {
+                st.rt.seed_history(&record.id, history).await?;
+            }
+            record.id
+        }
+    };
+    let events = Sessions::live_events(&st.rt, &session)
+        .await
+        .map_err(facade)?;
+    let turn_id = Sessions::start_turn(&st.rt, &session, Task::new(prompt))
+        .await
+        .map_err(facade)?;
+    Ok(Started {
+        session,
+        events,
+        turn_id,
+    })
+}
+
+/// A facade operation's error, with the status OpenAI's API would use.
+pub(super) fn facade(e: FacadeError) -> OpenAiError {
+    let status = match e.code.as_str() {
+        "session_not_found" => StatusCode::NOT_FOUND,
+        "turn_in_progress" => StatusCode::CONFLICT,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    OpenAiError::new(status, &e.code, e.message)
+}
+
+/// The error of events that ended before their turn did.
+pub(super) fn events_ended() -> OpenAiError {
+    OpenAiError::new(
+        StatusCode::BAD_GATEWAY,
+        "worker_unavailable",
+        "the session's events ended before the turn did",
+    )
+}
+
+/// Answers the permission requests of `/v1` turns, by the server's `--openai-approvals`.
+#[derive(Clone)]
+pub(super) struct Approver {
+    pub(super) st: AppState,
+}
+
+impl Approver {
+    /// Answers the permission request `payload` asks, if any; a refused one is noted in `denied`.
+    pub(super) async fn answer(&self, payload: &EventPayload, denied: &mut Vec<String>) {
+        let Some(asked) = approvals::asked(payload) else {
+            return;
+        };
+        let decision = match self.st.policy.openai_approvals {
+            super::OpenAiApprovals::Allow => ApprovalDecision::AllowOnce,
+            super::OpenAiApprovals::Deny => {
+                denied.push(format!("{} {}", asked.tool, asked.summary));
+                ApprovalDecision::Deny
+            }
+            // Someone else answers it, through the approvals endpoint.
+            super::OpenAiApprovals::Wait => return,
+        };
+        if let Err(e) = self
+            .st
+            .rt
+            .resolve_approval(&asked.request_id, decision)
+            .await
+        {
+            tracing::debug!("permission answer not delivered: {e}");
+        }
+    }
+
+    /// Reads `started`'s events to its end, answering its permission requests; the refused ones go to `denied`.
+    pub(super) async fn until_end(
+        &self,
+        started: &mut Started,
+        denied: &mut Vec<String>,
+    ) -> Result<TurnEnd, OpenAiError> {
+        loop {
+            let Some(msg) = started.events.next().await else {
+                return Err(events_ended());
+            };
+            if msg.payload.turn_id().is_some_and(|t| t != started.turn_id) {
+                continue;
+            }
+            self.answer(&msg.payload, denied).await;
+            if let Some(end) = turn_end::of(&msg.payload, &started.turn_id) {
+                return Ok(end);
+            }
+        }
+    }
+}
+
+/// What the answer adds when permission requests were refused: which, and why.
+pub(super) fn denied_note(denied: &[String]) -> String {
+    if denied.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n\n[service-rs: permission denied for {}; this server answers permission requests with \
+         --openai-approvals deny]",
+        denied.join("; ")
+    )
+}
