@@ -42,6 +42,15 @@ fn served(env: &Env, more: &[&str]) -> Server {
     Server::start(env.home.path(), &args, &[])
 }
 
+/// The file the fixture's write makes, in a session's own workspace.
+fn out_file(env: &Env, session: &str) -> PathBuf {
+    env.home
+        .path()
+        .join("sessions")
+        .join(session)
+        .join("workspace/out.txt")
+}
+
 async fn chat(server: &Server, body: Value) -> (u16, Value, Option<String>) {
     let resp = reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
@@ -234,12 +243,7 @@ async fn permission_requests_follow_the_servers_openai_approvals() {
     assert_eq!(status, 200, "{body}");
     let text = body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(text.contains("permission denied for Write"), "{text}");
-    let ws = env
-        .home
-        .path()
-        .join("sessions")
-        .join(session.unwrap())
-        .join("workspace/out.txt");
+    let ws = out_file(&env, &session.unwrap());
     assert!(!ws.exists(), "a denied write happened");
     drop(server);
 
@@ -253,12 +257,7 @@ async fn permission_requests_follow_the_servers_openai_approvals() {
     assert_eq!(status, 200, "{body}");
     let text = body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(text.contains("wrote 1 bytes"), "{text}");
-    let ws = env
-        .home
-        .path()
-        .join("sessions")
-        .join(session.unwrap())
-        .join("workspace/out.txt");
+    let ws = out_file(&env, &session.unwrap());
     assert_eq!(std::fs::read_to_string(ws).unwrap(), "x");
 }
 
@@ -344,12 +343,7 @@ async fn with_wait_a_permission_request_is_answered_through_the_approvals_endpoi
     let (session, body) = pending.await.unwrap();
     let text = body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(text.contains("wrote 1 bytes"), "{text}");
-    let ws = env
-        .home
-        .path()
-        .join("sessions")
-        .join(session)
-        .join("workspace/out.txt");
+    let ws = out_file(&env, &session);
     assert_eq!(std::fs::read_to_string(ws).unwrap(), "x");
 }
 
