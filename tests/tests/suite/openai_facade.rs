@@ -347,6 +347,53 @@ async fn with_wait_a_permission_request_is_answered_through_the_approvals_endpoi
     assert_eq!(std::fs::read_to_string(ws).unwrap(), "x");
 }
 
+/// `include: ["service.tool_calls"]` adds the bundle's tool calls to a response's output; without it a strict client
+/// sees the message alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_carries_the_bundles_tool_calls_only_when_asked() {
+    let env = Env::new();
+    let server = served(&env, &[]);
+    let respond = |body: Value| {
+        let url = server.url("/v1/responses");
+        async move {
+            let resp = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 200);
+            resp.json::<Value>().await.unwrap()
+        }
+    };
+    let plain = respond(json!({"model": "fixture", "input": "write it"})).await;
+    let kinds: Vec<&str> = plain["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["message"], "{plain}");
+    let with = respond(
+        json!({"model": "fixture", "input": "write it", "include": ["service.tool_calls"]}),
+    )
+    .await;
+    let call = with["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "service_tool_call")
+        .unwrap_or_else(|| panic!("{with}"));
+    assert_eq!(call["name"], "Write");
+    assert_eq!(call["arguments"]["file_path"], "out.txt");
+    assert_eq!(call["status"], "failed", "the write was denied: {call}");
+    assert!(
+        call["output"].as_str().unwrap().contains("denied"),
+        "{call}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_openais_error_shape() {
     let env = Env::new();

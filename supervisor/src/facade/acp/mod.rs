@@ -44,9 +44,10 @@ pub struct AcpOptions {
 }
 
 /// How permission questions of a session are answered: the ACP session modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Mode {
     /// Every question goes to the client.
+    #[default]
     Ask,
     /// Writes and edits inside the workspace are allowed; the rest goes to the client.
     AutoEdit,
@@ -89,7 +90,7 @@ struct Open {
 
 #[derive(Default)]
 struct OpenState {
-    mode: Option<Mode>,
+    mode: Mode,
     /// Tools (or `network host`) the client rejected for the rest of the session.
     rejected: HashSet<String>,
     /// The bundle's skills, offered as slash commands.
@@ -99,7 +100,7 @@ struct OpenState {
 }
 
 /// The agent's state, shared by its handlers.
-pub struct Acp {
+struct Acp {
     sessions: Arc<dyn Sessions>,
     options: AcpOptions,
     open: Mutex<HashMap<String, Arc<Open>>>,

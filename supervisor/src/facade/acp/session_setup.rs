@@ -151,7 +151,7 @@ impl Acp {
                 req.mode_id.0
             )));
         };
-        lock(&open.state).mode = Some(mode);
+        lock(&open.state).mode = mode;
         cx.send_notification(SessionNotification::new(
             req.session_id,
             SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(mode.id())),
@@ -163,7 +163,7 @@ impl Acp {
         let open = Arc::new(Open {
             host_cwd: PathBuf::from(&record.cwd),
             state: std::sync::Mutex::new(OpenState {
-                mode: Some(mode),
+                mode,
                 ..OpenState::default()
             }),
         });

@@ -203,7 +203,7 @@ impl Acp {
             if state.rejected.contains(&remembered) {
                 return Ok(Some(ApprovalDecision::Deny));
             }
-            state.mode.unwrap_or(Mode::Ask)
+            state.mode
         };
         match mode {
             Mode::ReadOnly => return Ok(Some(ApprovalDecision::Deny)),

@@ -170,7 +170,10 @@ async fn answer(
         return Ok((extra, Sse::new(stream)).into_response());
     }
     let mut denied = Vec::new();
-    let end = turn.approver.until_end(&mut started, &mut denied).await?;
+    let end = turn
+        .approver
+        .until_end(&mut started, &mut denied, |_| {})
+        .await?;
     let (text, usage, finish) = match end {
         TurnEnd::Completed {
             final_message,

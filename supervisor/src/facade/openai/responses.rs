@@ -33,6 +33,46 @@ pub struct ResponsesRequest {
     previous_response_id: Option<String>,
     #[serde(default)]
     stream: bool,
+    #[serde(default)]
+    include: Vec<String>,
+}
+
+/// What `include` names to get the bundle's tool calls as output items.
+const TOOL_CALLS: &str = "service.tool_calls";
+
+/// The bundle's tool calls as `service_tool_call` output items, for clients that ask for them.
+#[derive(Default)]
+struct ToolItems(Vec<Value>);
+
+impl ToolItems {
+    fn see(&mut self, payload: &EventPayload) {
+        match payload {
+            EventPayload::ToolCallStarted {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => self.0.push(
+                json!({"type": "service_tool_call", "id": call_id, "name": tool,
+                                    "arguments": arguments, "status": "in_progress"}),
+            ),
+            EventPayload::ToolCallFinished {
+                call_id,
+                status,
+                output,
+                ..
+            } => {
+                if let Some(item) = self.0.iter_mut().find(|i| i["id"] == json!(call_id)) {
+                    item["status"] = json!(match status {
+                        service_ipc::ToolCallStatus::Ok => "completed",
+                        _ => "failed",
+                    });
+                    item["output"] = json!(output);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -178,10 +218,13 @@ async fn answer(st: AppState, body: axum::body::Bytes) -> Result<Response, OpenA
     };
     let approver = Approver { st: st.clone() };
     if req.stream {
-        return Ok((headers, Sse::new(stream(shape, approver, started))).into_response());
+        let tools = req.include.iter().any(|i| i == TOOL_CALLS);
+        return Ok((headers, Sse::new(stream(shape, approver, started, tools))).into_response());
     }
-    let mut denied = Vec::new();
-    let end = approver.until_end(&mut started, &mut denied).await?;
+    let (mut denied, mut tools) = (Vec::new(), ToolItems::default());
+    let end = approver
+        .until_end(&mut started, &mut denied, |p| tools.see(p))
+        .await?;
     let (text, usage) = match end {
         TurnEnd::Completed {
             final_message,
@@ -194,20 +237,21 @@ async fn answer(st: AppState, body: axum::body::Bytes) -> Result<Response, OpenA
         }
     };
     let text = format!("{text}{}", denied_note(&denied));
-    let body = shape.response(
-        "completed",
-        vec![shape.message(&text, "completed")],
-        Some(&usage),
-        None,
-    );
+    let mut output = vec![shape.message(&text, "completed")];
+    if req.include.iter().any(|i| i == TOOL_CALLS) {
+        output.extend(tools.0);
+    }
+    let body = shape.response("completed", output, Some(&usage), None);
     Ok((headers, Json(body)).into_response())
 }
 
 /// The turn as Responses stream events, in OpenAI's order.
+/// With `with_tools`, the final response also carries the bundle's tool calls, after the message.
 fn stream(
     shape: Shape,
     approver: Approver,
     started: Started,
+    with_tools: bool,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let Started {
         mut events,
@@ -248,7 +292,7 @@ fn stream(
         for e in opening {
             let _ = tx.send(e).await;
         }
-        let (mut text, mut denied) = (String::new(), Vec::new());
+        let (mut text, mut denied, mut tools) = (String::new(), Vec::new(), ToolItems::default());
         let ended = loop {
             let Some(msg) = events.next().await else {
                 break TurnEnd::Failed {
@@ -268,6 +312,7 @@ fn stream(
                     ))
                     .await;
             }
+            tools.see(&msg.payload);
             approver.answer(&msg.payload, &mut denied).await;
             if let Some(end) = turn_end::of(&msg.payload, &turn_id) {
                 break end;
@@ -298,6 +343,10 @@ fn stream(
                 .await;
         }
         let item = shape.message(&text, "completed");
+        let mut output = vec![item.clone()];
+        if with_tools {
+            output.extend(tools.0);
+        }
         let closing = [
             send("response.output_text.done", at(json!({"text": text}))),
             send(
@@ -310,7 +359,7 @@ fn stream(
             ),
             send(
                 "response.completed",
-                json!({"response": shape.response("completed", vec![item], Some(&usage), None)}),
+                json!({"response": shape.response("completed", output, Some(&usage), None)}),
             ),
         ];
         for e in closing {

@@ -121,11 +121,13 @@ impl Approver {
         }
     }
 
-    /// Reads `started`'s events to its end, answering its permission requests; the refused ones go to `denied`.
+    /// Reads `started`'s events to its end, answering its permission requests (the refused ones go to `denied`) and
+    /// showing each of its events to `seen`.
     pub(super) async fn until_end(
         &self,
         started: &mut Started,
         denied: &mut Vec<String>,
+        mut seen: impl FnMut(&EventPayload),
     ) -> Result<TurnEnd, OpenAiError> {
         loop {
             let Some(msg) = started.events.next().await else {
@@ -134,6 +136,7 @@ impl Approver {
             if msg.payload.turn_id().is_some_and(|t| t != started.turn_id) {
                 continue;
             }
+            seen(&msg.payload);
             self.answer(&msg.payload, denied).await;
             if let Some(end) = turn_end::of(&msg.payload, &started.turn_id) {
                 return Ok(end);
