@@ -167,6 +167,11 @@ impl ApiError {
         self.status
     }
 
+    /// The node that owns the session the request is about, when another one does.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
     /// The code and message, for front ends that report errors in another protocol.
     pub fn into_body(self) -> ErrorBody {
         self.body

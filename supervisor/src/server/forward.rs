@@ -24,10 +24,21 @@ pub struct Cluster {
 }
 
 /// Headers a forwarded request keeps.
-const KEPT: [HeaderName; 3] = [
+const KEPT: [HeaderName; 4] = [
     header::CONTENT_TYPE,
     header::ACCEPT,
     HeaderName::from_static("last-event-id"),
+    // The session an OpenAI-compatible request continues.
+    HeaderName::from_static("x-service-session"),
+];
+
+/// Headers of the owner's answer the client gets.
+const ANSWERED: [HeaderName; 5] = [
+    header::CONTENT_TYPE,
+    header::RETRY_AFTER,
+    header::CACHE_CONTROL,
+    HeaderName::from_static("x-service-session"),
+    HeaderName::from_static("x-service-ignored"),
 ];
 
 /// Runs the request here; when the answer says another node owns the session, sends the request there instead.
@@ -78,11 +89,7 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
     match onward.send().await {
         Ok(answer) => {
             let mut out = Response::builder().status(answer.status());
-            for name in [
-                header::CONTENT_TYPE,
-                header::RETRY_AFTER,
-                header::CACHE_CONTROL,
-            ] {
+            for name in ANSWERED {
                 if let Some(v) = answer.headers().get(&name) {
                     out = out.header(name, v);
                 }

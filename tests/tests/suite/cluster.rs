@@ -628,3 +628,49 @@ async fn a_bundle_listing_another_nodes_api_cannot_reach_it_from_its_sandbox() {
         "node b answered the sandbox: {answer}"
     );
 }
+
+/// An OpenAI-compatible request that continues a session another node runs is sent on to that node, and its answer
+/// (with the session header) comes back through the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_completion_continuing_a_session_of_another_node_is_forwarded_there() {
+    let pg = Postgres::start();
+    let (_ha, a) = node(&pg, "a", "10s");
+    let (_hb, b) = node(&pg, "b", "10s");
+    let bundle = TempDir::new().unwrap();
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "hello from the owner"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    let model = bundle.path().to_str().unwrap();
+    let chat = |base: String, session: Option<String>| async move {
+        let mut req = reqwest::Client::new()
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}));
+        if let Some(s) = session {
+            req = req.header("x-service-session", s);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let session = resp
+            .headers()
+            .get("x-service-session")
+            .map(|v| v.to_str().unwrap().to_string());
+        (status, session, resp.json::<Value>().await.unwrap())
+    };
+    let (status, session, body) = chat(a.server.base.clone(), None).await;
+    assert_eq!(status, 200, "{body}");
+    let session = session.unwrap();
+    // a keeps the session's worker, so b must send the next turn there.
+    let (status, again, body) = chat(b.server.base.clone(), Some(session.clone())).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(again.as_deref(), Some(session.as_str()));
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "hello from the owner"
+    );
+    let record = a.get(&format!("/sessions/{session}")).await;
+    assert_eq!(record.1["turn_count"], 2, "{:?}", record);
+}

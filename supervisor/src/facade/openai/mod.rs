@@ -48,6 +48,8 @@ pub struct OpenAiError {
     message: String,
     kind: &'static str,
     code: String,
+    /// The node that owns the session, for the forwarding layer (see `server::forward`).
+    owner: Option<String>,
 }
 
 impl OpenAiError {
@@ -64,6 +66,7 @@ impl OpenAiError {
             message: message.into(),
             kind,
             code: code.to_string(),
+            owner: None,
         }
     }
 
@@ -79,13 +82,20 @@ impl OpenAiError {
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(url) = self.owner {
+            response
+                .extensions_mut()
+                .insert(crate::server::api::OwnedBy(url));
+        }
+        response
     }
 }
 
 impl From<ApiError> for OpenAiError {
     fn from(e: ApiError) -> OpenAiError {
         let status = e.status();
+        let owner = e.owner().map(str::to_string);
         let body = e.into_body();
         // OpenAI's API answers a malformed request with 400 where ours says 422.
         let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
@@ -93,7 +103,10 @@ impl From<ApiError> for OpenAiError {
         } else {
             status
         };
-        OpenAiError::new(status, &body.code, body.message)
+        OpenAiError {
+            owner,
+            ..OpenAiError::new(status, &body.code, body.message)
+        }
     }
 }
 
@@ -105,10 +118,17 @@ impl From<crate::runtime::RuntimeError> for OpenAiError {
 
 /// The `/v1` routes, behind the server's token (sent as OpenAI clients send an API key).
 pub fn routes(state: &AppState) -> Router<AppState> {
-    Router::new()
-        .route("/v1/models", get(models))
+    // A continued session may run on another node of a cluster: the request goes there.
+    let turns = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/responses", post(responses::create))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::server::forward::forward,
+        ));
+    Router::new()
+        .route("/v1/models", get(models))
+        .merge(turns)
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,

@@ -3,11 +3,10 @@
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use futures::StreamExt;
-use service_ipc::{ApprovalDecision, ChatMessage, EventPayload, Task};
+use service_ipc::{ApprovalDecision, ChatMessage, EventPayload, Task, TurnOverrides};
 
 use super::{bundle_of, OpenAiError};
 use crate::facade::turn_end::{self, TurnEnd};
-use crate::facade::{FacadeError, Sessions};
 use crate::runtime::{approvals, EventStream};
 use crate::server::AppState;
 
@@ -58,27 +57,18 @@ pub(super) async fn start(
             record.id
         }
     };
-    let events = Sessions::live_events(&st.rt, &session)
-        .await
-        .map_err(facade)?;
-    let turn_id = Sessions::start_turn(&st.rt, &session, Task::new(prompt))
-        .await
-        .map_err(facade)?;
+    // The runtime's own errors, not the facade's: one that names the session's owner node is forwarded there.
+    let events = st.rt.subscribe_session(&session).await?;
+    let turn_id = st
+        .rt
+        .start_turn(&session, Task::new(prompt), TurnOverrides::default())
+        .await?
+        .turn_id;
     Ok(Started {
         session,
         events,
         turn_id,
     })
-}
-
-/// A facade operation's error, with the status OpenAI's API would use.
-pub(super) fn facade(e: FacadeError) -> OpenAiError {
-    let status = match e.code.as_str() {
-        "session_not_found" => StatusCode::NOT_FOUND,
-        "turn_in_progress" => StatusCode::CONFLICT,
-        _ => StatusCode::BAD_GATEWAY,
-    };
-    OpenAiError::new(status, &e.code, e.message)
 }
 
 /// The error of events that ended before their turn did.
