@@ -10,7 +10,7 @@ Steps:
   {"op": "load", "session": ID, "cwd": DIR}                ID defaults to the kept one
   {"op": "resume", "cwd": DIR} / {"op": "list"} / {"op": "close"}
   {"op": "set_mode", "mode": "read-only"}
-  {"op": "prompt", "text": T, "answers": ["allow_once", ...], "cancel_after": KIND}
+  {"op": "prompt", "text": T, "answers": ["allow_once", ...], "cancel_after": KIND, "attach": {"uri", "text"}}
       answers are given to permission questions in order; cancel_after sends session/cancel once an update of
       that kind arrives (and answers any question then open `cancelled`, as the protocol asks)
   {"op": "prompt_twice", "text": T}                       a second prompt while the first runs
@@ -113,7 +113,11 @@ async def main():
                 elif op == "set_mode":
                     result = await conn.set_session_mode(session_id=session, mode_id=step["mode"])
                 elif op == "prompt":
-                    result = await conn.prompt(session_id=session, prompt=[acp.text_block(step["text"])])
+                    blocks = [acp.text_block(step["text"])]
+                    if "attach" in step:
+                        resource = acp.embedded_text_resource(step["attach"]["uri"], step["attach"]["text"])
+                        blocks.append(acp.resource_block(resource))
+                    result = await conn.prompt(session_id=session, prompt=blocks)
                 elif op == "prompt_twice":
                     first = asyncio.create_task(
                         conn.prompt(session_id=session, prompt=[acp.text_block(step["text"])])

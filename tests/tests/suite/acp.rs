@@ -27,6 +27,7 @@ const SCRIPT: &str = r#"{turns: [
   {when: "stdin", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo started; sleep 313"}}]}, {text: "slept"}]},
   {when: "whoami", replies: [{tool_calls: [{name: "mcp__fx__whoami", arguments: {}}]}, {text: "{{last_tool_output}}"}]},
   {when: "plan", replies: [{tool_calls: [{name: "UpdatePlan", arguments: {plan: [{step: "read", status: "completed"}, {step: "write", status: "in_progress"}]}}]}, {text: "planned"}]},
+  {when: "echo", replies: [{text: "{{prompt}}"}]},
   {when: "short", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 2"}}]}, {text: "slept a little"}]},
 ]}"#;
 
@@ -343,6 +344,25 @@ fn a_plan_arrives_as_an_acp_plan_with_its_steps_statuses() {
         .find(|u| u["sessionUpdate"] == "tool_call")
         .unwrap();
     assert_eq!(call["kind"], "think");
+}
+
+#[test]
+fn a_file_the_editor_attaches_reaches_the_model_with_the_prompt() {
+    let Some(python) = sdk_python() else { return };
+    let p = project();
+    let t = p.local(
+        &python,
+        json!([
+            {"op": "initialize"}, {"op": "new", "cwd": p.cwd()},
+            {"op": "prompt", "text": "echo this", "attach": {"uri": "file:///project/unsaved.rs", "text": "fn attached() {}"}},
+        ]),
+    );
+    let answer = text_of(&t[2], "agent_message_chunk");
+    assert!(answer.starts_with("echo this"), "{answer}");
+    assert!(
+        answer.contains("file:///project/unsaved.rs") && answer.contains("fn attached() {}"),
+        "{answer}"
+    );
 }
 
 #[test]

@@ -31,6 +31,7 @@ fn served(env: &Env, more: &[&str]) -> Server {
         &src,
         r#"{turns: [
           {when: "write", replies: [{tool_calls: [{name: "Write", arguments: {file_path: "out.txt", content: "x"}}]}, {text: "result: {{last_tool_output}}"}]},
+          {when: "count", replies: [{text: "messages: {{message_count}}"}]},
           {replies: [{text: "bonjour tout le monde"}]},
         ]}"#,
         "permissions:\n  default: allow\n  rules:\n    - { tool: Write, action: ask }\n",
@@ -345,6 +346,43 @@ async fn with_wait_a_permission_request_is_answered_through_the_approvals_endpoi
     assert!(text.contains("wrote 1 bytes"), "{text}");
     let ws = out_file(&env, &session);
     assert_eq!(std::fs::read_to_string(ws).unwrap(), "x");
+}
+
+/// A new session's earlier messages reach the model before the prompt, as history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earlier_messages_become_the_new_sessions_history() {
+    let env = Env::new();
+    let server = served(&env, &[]);
+    let count = |body: Value| {
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (_, alone, _) = chat(
+        &server,
+        json!({"model": "fixture", "messages": [{"role": "user", "content": "count"}]}),
+    )
+    .await;
+    let (_, after, _) = chat(
+        &server,
+        json!({"model": "fixture", "messages": [
+            {"role": "system", "content": "be kind"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "noted"},
+            {"role": "user", "content": "count"}]}),
+    )
+    .await;
+    let n = |text: String| {
+        text.trim_start_matches("messages: ")
+            .parse::<u32>()
+            .unwrap()
+    };
+    assert_eq!(
+        n(count(after)),
+        n(count(alone)) + 3,
+        "the three earlier messages were sent"
+    );
 }
 
 /// `include: ["service.tool_calls"]` adds the bundle's tool calls to a response's output; without it a strict client
