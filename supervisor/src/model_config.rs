@@ -14,6 +14,9 @@
 //! | `extra_headers` | yes | yes | string map, no credential headers |
 //! | `extra_body` | yes | yes | object merged into the request body |
 //! | `context_window` | yes | yes | the model's context in tokens, never sent: usage lines say how much a turn filled |
+//! | `wire_api` | yes | no | `chat` (Chat Completions, the default) or `responses` (OpenAI's Responses API) |
+//! | `reasoning` | yes | no | Responses wire only: `{effort: minimal\|low\|medium\|high, summary: auto\|concise\|detailed}` |
+//! | `verbosity` | yes | no | Responses wire only: `low`, `medium` or `high` (`text.verbosity`) |
 //!
 //! `scripted` takes only `script` and `context_window`.
 
@@ -34,7 +37,13 @@ const COMMON: &[&str] = &[
 ];
 /// Keys about the model that are never sent to it.
 const LOCAL: &[&str] = &["context_window"];
-const OPENAI_ONLY: &[&str] = &["seed", "parallel_tool_calls"];
+const OPENAI_ONLY: &[&str] = &[
+    "seed",
+    "parallel_tool_calls",
+    "wire_api",
+    "reasoning",
+    "verbosity",
+];
 const ANTHROPIC_ONLY: &[&str] = &["top_k", "thinking"];
 
 /// Headers a bundle may not set: credentials go only where the operator's key policy sends them.
@@ -58,6 +67,10 @@ const OWNED_BODY_KEYS: &[&str] = &[
     "stream_options",
     "tools",
     "system",
+    "input",
+    "instructions",
+    "store",
+    "include",
 ];
 
 /// The keys `provider` accepts in `model.config`.
@@ -177,6 +190,71 @@ pub struct ModelSettings {
     pub script: Option<String>,
     /// The model's context window in tokens (never sent).
     pub context_window: Option<u64>,
+    /// Which OpenAI wire the `openai` provider speaks.
+    pub wire_api: Option<WireApi>,
+    /// Reasoning settings of the Responses wire.
+    pub reasoning: Option<Reasoning>,
+    /// `text.verbosity` of the Responses wire.
+    pub verbosity: Option<Level>,
+}
+
+/// The OpenAI wire formats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireApi {
+    /// `POST /chat/completions`.
+    #[default]
+    Chat,
+    /// `POST /responses`.
+    Responses,
+}
+
+/// `reasoning` of the Responses wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reasoning {
+    /// How much the model reasons.
+    pub effort: Option<Effort>,
+    /// Which reasoning summary the model streams.
+    pub summary: Option<Summary>,
+}
+
+/// `reasoning.effort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effort {
+    /// Least.
+    Minimal,
+    /// Low.
+    Low,
+    /// Medium.
+    Medium,
+    /// Most.
+    High,
+}
+
+/// `reasoning.summary`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Summary {
+    /// The model's choice.
+    Auto,
+    /// Short.
+    Concise,
+    /// Long.
+    Detailed,
+}
+
+/// A low/medium/high setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Low.
+    Low,
+    /// Medium.
+    Medium,
+    /// High.
+    High,
 }
 
 /// Validates `config` for `provider`: every unknown key is named, each value checked.
@@ -268,6 +346,18 @@ impl ModelSettings {
                         "\"{name}\" may not be set by a bundle; an API key belongs in the operator's environment \
                          or in $SERVICE_HOME/config.toml (api_key_env), never in agent.yaml"
                     ),
+                );
+            }
+        }
+        let responses = self.wire_api == Some(WireApi::Responses);
+        for (key, set) in [
+            ("reasoning", self.reasoning.is_some()),
+            ("verbosity", self.verbosity.is_some()),
+        ] {
+            if set && !responses {
+                return bad(
+                    key,
+                    "applies to the Responses wire only; add wire_api: responses".into(),
                 );
             }
         }

@@ -5,6 +5,7 @@ pub mod anthropic;
 mod http;
 pub mod keys;
 pub mod openai;
+pub mod openai_responses;
 pub mod scripted;
 
 use futures::stream::BoxStream;

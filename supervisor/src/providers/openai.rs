@@ -1,4 +1,5 @@
-//! Provider `openai`: Chat Completions with `stream: true`, for OpenAI and any compatible server (Ollama, vLLM,
+//! Provider `openai`: Chat Completions with `stream: true` (or the Responses API with `wire_api: responses`, see
+//! [`super::openai_responses`]), for OpenAI and any compatible server (Ollama, vLLM,
 //! LM Studio, OpenRouter). Tool-call arguments arrive in pieces keyed by `index` and are assembled before the call
 //! is handed on; `reasoning_content` / `reasoning` deltas become reasoning; usage comes from the final chunk
 //! (`stream_options.include_usage`).
@@ -175,11 +176,20 @@ async fn run(
     on_retry: OnRetry,
     tx: &mpsc::Sender<ModelChunk>,
 ) -> ModelChunk {
-    let (ep, settings) = match endpoint(&request.model, keys, on_retry) {
+    let (mut ep, settings) = match endpoint(&request.model, keys, on_retry) {
         Ok(resolved) => resolved,
         Err(failed) => return failed,
     };
     let own = auth_headers(&ep);
+    if settings.wire_api == Some(crate::model_config::WireApi::Responses) {
+        // The same server, key and transport; another path and wire.
+        ep.url = format!(
+            "{}{}",
+            ep.url.trim_end_matches("/chat/completions"),
+            super::openai_responses::PATH
+        );
+        return super::openai_responses::run(request, &ep, &settings, own, tx).await;
+    }
     let body = body(request, &settings, &ep.url);
     let headers = http::headers(own, &settings);
     let resp = match http::send(&ep, &headers, &body).await {

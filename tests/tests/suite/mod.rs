@@ -37,6 +37,7 @@ mod providers;
 mod registry;
 mod registry_http;
 mod registry_server;
+mod responses_provider;
 mod run_cli;
 mod sandbox;
 mod sessions_cli;

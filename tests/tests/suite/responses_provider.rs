@@ -1,0 +1,199 @@
+//! The `openai` provider on OpenAI's Responses wire (`model.config.wire_api: responses`), against a local server
+//! that answers as the Responses API streams and records every request's shape.
+
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+
+use super::provider_server::{ProviderServer, Reply};
+use super::providers::{bundle, local, of_type, run_json};
+use super::support::Env;
+
+/// One Responses stream event.
+fn event(kind: &str, mut body: Value) -> String {
+    body["type"] = json!(kind);
+    format!("event: {kind}\ndata: {body}\n\n")
+}
+
+fn completed(input: u64, output: u64) -> String {
+    event(
+        "response.completed",
+        json!({"response": {"id": "resp_1", "status": "completed",
+            "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output}}}),
+    )
+}
+
+/// A response that calls Bash with `command`, its arguments streamed in two pieces.
+fn calls_bash(command: &str) -> Reply {
+    let args = json!({"command": command}).to_string();
+    let (a, b) = args.split_at(args.len() / 2);
+    Reply::sse(
+        [
+            event("response.created", json!({"response": {"id": "resp_1", "status": "in_progress"}})),
+            event(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_abc", "name": "Bash", "arguments": ""}}),
+            ),
+            event("response.function_call_arguments.delta", json!({"item_id": "fc_1", "delta": a})),
+            event("response.function_call_arguments.delta", json!({"item_id": "fc_1", "delta": b})),
+            event("response.function_call_arguments.done", json!({"item_id": "fc_1", "arguments": args})),
+            completed(40, 9),
+        ]
+        .concat(),
+    )
+}
+
+/// A response with a reasoning summary in two parts, then `text`.
+fn answers(text: &str) -> Reply {
+    Reply::sse(
+        [
+            event(
+                "response.reasoning_summary_part.added",
+                json!({"summary_index": 0}),
+            ),
+            event(
+                "response.reasoning_summary_text.delta",
+                json!({"delta": "Look at the output."}),
+            ),
+            event(
+                "response.reasoning_summary_part.added",
+                json!({"summary_index": 1}),
+            ),
+            event(
+                "response.reasoning_summary_text.delta",
+                json!({"delta": "Then answer."}),
+            ),
+            event("response.output_text.delta", json!({"delta": &text[..4]})),
+            event("response.output_text.delta", json!({"delta": &text[4..]})),
+            completed(60, 7),
+        ]
+        .concat(),
+    )
+}
+
+#[test]
+fn a_turn_with_a_tool_call_runs_on_the_responses_wire_with_paired_items() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![calls_bash("echo wired"), answers("It said wired.")]);
+    let mut config = local(&server);
+    config["wire_api"] = json!("responses");
+    config["reasoning"] = json!({"effort": "low", "summary": "auto"});
+    config["max_tokens"] = json!(300);
+    bundle(&env, "rw", "openai", "gpt-5-codex", config);
+    let envs = [
+        ("OPENAI_API_KEY", "sk-test-key"),
+        ("OPENAI_BASE_URL", &server.base),
+    ];
+    let (out, events) = run_json(&env, "./rw", &envs, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        of_type(&events, "tool_call_started")[0]["arguments"],
+        json!({"command": "echo wired"})
+    );
+    assert!(of_type(&events, "tool_call_finished")[0]["output"]
+        .as_str()
+        .unwrap()
+        .contains("wired"));
+    let reasoning: String = of_type(&events, "reasoning_delta")
+        .iter()
+        .map(|p| p["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasoning, "Look at the output.Then answer.");
+    assert_eq!(of_type(&events, "reasoning_section_break").len(), 1);
+    let done = of_type(&events, "turn_completed")[0];
+    assert_eq!(done["final_message"], "It said wired.");
+    assert_eq!(done["usage"]["input_tokens"], 100);
+    assert_eq!(done["usage"]["output_tokens"], 16);
+
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].path, "/responses");
+    assert_eq!(reqs[0].header("authorization"), Some("Bearer sk-test-key"));
+    let first = &reqs[0].body;
+    assert_eq!(
+        (first["stream"].as_bool(), first["store"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(
+        first["instructions"]
+            .as_str()
+            .map(|s| s.starts_with("Be brief.")),
+        Some(true)
+    );
+    assert_eq!(first["tools"][0]["type"], "function");
+    assert_eq!(first["tools"][0]["name"], "Bash");
+    assert_eq!(
+        first["reasoning"],
+        json!({"effort": "low", "summary": "auto"})
+    );
+    assert_eq!(first["max_output_tokens"], 300);
+    assert!(first.get("messages").is_none());
+    let second = reqs[1].body["input"].as_array().unwrap();
+    let call = second
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap();
+    let output = second
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap();
+    assert_eq!(call["call_id"], "call_abc");
+    assert_eq!(
+        output["call_id"], "call_abc",
+        "the result is paired with its call"
+    );
+    assert!(output["output"].as_str().unwrap().contains("wired"));
+}
+
+#[test]
+fn a_failed_response_fails_the_turn_with_its_code_and_message() {
+    let env = Env::new();
+    let failed = Reply::sse(event(
+        "response.failed",
+        json!({"response": {"id": "resp_1", "status": "failed",
+            "error": {"code": "rate_limit_exceeded", "message": "slow down"}}}),
+    ));
+    let server = ProviderServer::start(vec![failed]);
+    let mut config = local(&server);
+    config["wire_api"] = json!("responses");
+    bundle(&env, "rf", "openai", "gpt-5-codex", config);
+    let envs = [
+        ("OPENAI_API_KEY", "sk-test-key"),
+        ("OPENAI_BASE_URL", &server.base),
+    ];
+    let (out, events) = run_json(&env, "./rf", &envs, &[]);
+    assert!(!out.status.success());
+    let error = of_type(&events, "error")[0];
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("rate_limit_exceeded") && message.contains("slow down"),
+        "{message}"
+    );
+    assert!(
+        message.contains("/responses"),
+        "the URL tried is named: {message}"
+    );
+}
+
+#[test]
+fn responses_settings_are_refused_on_the_chat_wire() {
+    let env = Env::new();
+    bundle(
+        &env,
+        "rc",
+        "openai",
+        "gpt-test",
+        json!({"reasoning": {"effort": "low"}}),
+    );
+    let failed = env
+        .run(&["build", env.path("rc").to_str().unwrap()])
+        .failed()
+        .to_string();
+    assert!(
+        failed.contains("model.config.reasoning") && failed.contains("wire_api: responses"),
+        "{failed}"
+    );
+}
