@@ -9,7 +9,8 @@
 //! - [`doctor`]: the checks of `service-rs doctor`.
 //! - [`egress`]: the proxy that is a sandbox's only way out, host by host.
 //! - [`metrics`]: the Prometheus metrics of a runtime (`GET /metrics`).
-//! - [`facade`]: the runtime in other protocols' terms: the Agent Client Protocol (`service-rs acp`).
+//! - [`facade`]: the runtime in other protocols' terms: the Agent Client Protocol (`service-rs acp`) and
+//!   OpenAI-compatible models (`/v1` on `serve`).
 //! - [`mcp_server`]: `service-rs mcp serve`, the installed bundles as MCP tools.
 //! - [`model_config`]: the documented keys of `model.config` and their validation.
 //! - [`providers`]: model providers, serving the workers' model requests.

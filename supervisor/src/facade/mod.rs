@@ -5,7 +5,8 @@
 //! - [`tool_view`]: what a tool call is about (its kind, a title, the files it touches), from its name and arguments;
 //! - [`turn_end`]: how a turn ended, in terms every protocol maps to its own stop reasons;
 //! - [`acp`]: the Agent Client Protocol, for editors (`service-rs acp`);
-//! - [`openai`]: bundles as OpenAI-compatible models on `serve` (`/v1/models`, `/v1/chat/completions`).
+//! - [`openai`]: bundles as OpenAI-compatible models on `serve` (`/v1/models`, `/v1/chat/completions`,
+//!   `/v1/responses`).
 //!
 //! A facade decides nothing a client could abuse: the runtime keeps choosing models, keys and sandboxes from its
 //! own state, and every permission request still goes through the runtime's approval store.
