@@ -122,6 +122,15 @@ async fn with_allow_registry_the_server_pushes_pulls_and_pulls_a_session_bundle_
         .await;
     assert_eq!(status, 200, "{pushed}");
 
+    let (status, pushed) = api
+        .json(
+            reqwest::Method::POST,
+            "/bundles/push",
+            Some(json!({"bundle_ref": "hello", "target": registry.url("team/as-model:3")})),
+        )
+        .await;
+    assert_eq!(status, 200, "{pushed}");
+
     let other = Env::new();
     let other_server = Server::start(other.home.path(), &allow, &[]);
     let other_api = Client::of(&other_server);
@@ -170,6 +179,21 @@ async fn with_allow_registry_the_server_pushes_pulls_and_pulls_a_session_bundle_
         .await;
     assert_eq!(status, 200, "{turn}");
     assert!(turn["final_message"]
+        .as_str()
+        .unwrap()
+        .contains("You asked: \"hi\""));
+
+    // The same as an OpenAI-compatible model: pulled on first use, then answering.
+    let (status, chat) = other_api
+        .json(
+            reqwest::Method::POST,
+            "/v1/chat/completions",
+            Some(json!({"model": registry.url("team/as-model:3"),
+                        "messages": [{"role": "user", "content": "hi"}]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{chat}");
+    assert!(chat["choices"][0]["message"]["content"]
         .as_str()
         .unwrap()
         .contains("You asked: \"hi\""));

@@ -177,6 +177,8 @@ async fn models(State(st): State<AppState>) -> Json<serde_json::Value> {
 /// The bundle a request's `model` names, under the server's policy; an unknown one lists the installed ones.
 async fn bundle_of(st: &AppState, model: &str) -> Result<Bundle, OpenAiError> {
     crate::server::policy::bundle_ref(&st.policy, model)?;
+    // A registry the operator allowed serves its bundles as models too, pulled on first use.
+    crate::server::registry_routes::pull_on_first_use(st, model).await?;
     let home = st.rt.home().clone();
     let policy = st.policy.clone();
     let reference = model.to_string();
