@@ -287,20 +287,28 @@ async fn run(
 }
 
 async fn done(calls: Calls, usage: Usage, tx: &mpsc::Sender<ModelChunk>) -> ModelChunk {
-    for (i, c) in calls.0.into_iter().enumerate() {
-        let call = ToolCall {
-            id: if c.id.is_empty() {
-                format!("call_{i}")
-            } else {
-                c.id
-            },
-            name: c.name,
-            arguments: if c.arguments.is_empty() {
-                "{}".into()
-            } else {
-                c.arguments
-            },
-        };
+    let calls = calls.0.into_iter().enumerate().map(|(i, c)| ToolCall {
+        id: if c.id.is_empty() {
+            format!("call_{i}")
+        } else {
+            c.id
+        },
+        name: c.name,
+        arguments: c.arguments,
+    });
+    hand_on(calls, usage, tx).await
+}
+
+/// Hands on a finished answer's tool calls (arguments `{}` when the model sent none), then ends the call.
+pub(super) async fn hand_on(
+    calls: impl IntoIterator<Item = ToolCall>,
+    usage: Usage,
+    tx: &mpsc::Sender<ModelChunk>,
+) -> ModelChunk {
+    for mut call in calls {
+        if call.arguments.is_empty() {
+            call.arguments = "{}".into();
+        }
         if tx.send(ModelChunk::ToolCall { call }).await.is_err() {
             break;
         }

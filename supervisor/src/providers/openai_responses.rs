@@ -231,21 +231,12 @@ fn failure(ep: &Endpoint, v: &Value, data: &str) -> ModelChunk {
 }
 
 async fn done(calls: Vec<Pending>, usage: Usage, tx: &mpsc::Sender<ModelChunk>) -> ModelChunk {
-    for c in calls {
-        let call = ToolCall {
-            id: c.call_id,
-            name: c.name,
-            arguments: if c.arguments.is_empty() {
-                "{}".into()
-            } else {
-                c.arguments
-            },
-        };
-        if tx.send(ModelChunk::ToolCall { call }).await.is_err() {
-            break;
-        }
-    }
-    ModelChunk::Done { usage }
+    let calls = calls.into_iter().map(|c| ToolCall {
+        id: c.call_id,
+        name: c.name,
+        arguments: c.arguments,
+    });
+    super::openai::hand_on(calls, usage, tx).await
 }
 
 #[cfg(test)]
