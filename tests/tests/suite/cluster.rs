@@ -37,6 +37,31 @@ pub(super) fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> 
     (home, Api::with_token(server, TOKEN))
 }
 
+/// Writes into `dir` a bundle that lists each of `hosts` at `port` and, in one Bash call, curls `path` on each of
+/// them; its answer is what curl printed.
+fn curl_bundle<H: AsRef<str>>(dir: &std::path::Path, hosts: &[H], port: &str, path: &str) {
+    let curls: Vec<String> = hosts
+        .iter()
+        .map(|h| {
+            let h = h.as_ref();
+            format!("curl -sS --noproxy '' --max-time 5 http://{h}:{port}{path} 2>&1; echo")
+        })
+        .collect();
+    let script = json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": curls.join("\n")}}]},
+        {"text": "result: {{last_tool_output}}"}]}]});
+    write_bundle(dir, &script.to_string(), "", "workspace_write");
+    let listed: Vec<String> = hosts
+        .iter()
+        .map(|h| format!("\"{}:{port}\"", h.as_ref()))
+        .collect();
+    edit(
+        &dir.join("service.bundle.json5"),
+        "network: []",
+        &format!("network: [{}]", listed.join(", ")),
+    );
+}
+
 /// Runs a turn with `run-sync` through `api`: its status code and result.
 pub(super) async fn turn(api: &Api, id: &str, prompt: &str) -> (u16, Value) {
     api.post(
@@ -514,23 +539,7 @@ async fn a_bundle_listing_the_session_database_in_any_spelling_cannot_reach_it_f
         "[64:ff9b::7f00:1]".into(),
         "127.0.0.2".into(),
     ];
-    let curls: Vec<String> = spellings
-        .iter()
-        .map(|h| format!("curl -sS --noproxy '' --max-time 5 http://{h}:{port}/ 2>&1; echo"))
-        .collect();
-    let script = json!({"turns": [{"replies": [
-        {"tool_calls": [{"name": "Bash", "arguments": {"command": curls.join("\n")}}]},
-        {"text": "result: {{last_tool_output}}"}]}]});
-    write_bundle(bundle.path(), &script.to_string(), "", "workspace_write");
-    let listed: Vec<String> = spellings
-        .iter()
-        .map(|h| format!("\"{h}:{port}\""))
-        .collect();
-    edit(
-        &bundle.path().join("service.bundle.json5"),
-        "network: []",
-        &format!("network: [{}]", listed.join(", ")),
-    );
+    curl_bundle(bundle.path(), &spellings, &port.to_string(), "/");
     let resolve = format!("db.test:{port}:127.0.0.1");
     let (_home, a) = node_with(&pg, "a", "10s", &["--resolve", &resolve]);
     let id = a.session(bundle.path().to_str().unwrap()).await;
@@ -574,23 +583,7 @@ async fn a_bundle_listing_another_nodes_api_cannot_reach_it_from_its_sandbox() {
         .to_string();
     let bundle = TempDir::new().unwrap();
     let spellings = ["127.0.0.1", "localhost"];
-    let curls: Vec<String> = spellings
-        .iter()
-        .map(|h| format!("curl -sS --noproxy '' --max-time 5 http://{h}:{port}/healthz 2>&1; echo"))
-        .collect();
-    let script = json!({"turns": [{"replies": [
-        {"tool_calls": [{"name": "Bash", "arguments": {"command": curls.join("\n")}}]},
-        {"text": "result: {{last_tool_output}}"}]}]});
-    write_bundle(bundle.path(), &script.to_string(), "", "workspace_write");
-    let listed: Vec<String> = spellings
-        .iter()
-        .map(|h| format!("\"{h}:{port}\""))
-        .collect();
-    edit(
-        &bundle.path().join("service.bundle.json5"),
-        "network: []",
-        &format!("network: [{}]", listed.join(", ")),
-    );
+    curl_bundle(bundle.path(), &spellings, &port, "/healthz");
     // b has said where it serves before a starts.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pg
