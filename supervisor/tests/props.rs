@@ -110,6 +110,7 @@ mod http {
             streams: Default::default(),
             cluster: None,
             forwarder: Default::default(),
+            public_url: "http://127.0.0.1:8472".into(),
         };
         (home, router(state))
     }

@@ -46,6 +46,12 @@ pub struct ServeArgs {
     /// How requests on the OpenAI-compatible routes (/v1) answer permission requests, which their clients cannot.
     #[arg(long, value_enum, default_value_t)]
     openai_approvals: service_supervisor::facade::openai::OpenAiApprovals,
+    /// Serve no A2A agent cards or JSON-RPC (/a2a/<bundle>, /.well-known/agent-card.json).
+    #[arg(long)]
+    no_a2a: bool,
+    /// The bundle whose agent card /.well-known/agent-card.json serves.
+    #[arg(long, value_name = "BUNDLE", conflicts_with = "no_a2a")]
+    a2a_default: Option<String>,
     /// Connections served at once.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
@@ -86,8 +92,9 @@ pub struct ServeArgs {
     /// This node's id among the nodes sharing the store (default: the host name and a random suffix).
     #[arg(long, requires = "store")]
     node_id: Option<String>,
-    /// The base URL other nodes reach this one at (default: http:// and --bind, when that names an address).
-    #[arg(long, requires = "store", value_name = "URL")]
+    /// The base URL clients and other nodes reach this server at, as agent cards give it (default: http:// and
+    /// --bind, when that names an address).
+    #[arg(long, value_name = "URL")]
     advertise_url: Option<String>,
     /// Token the nodes sharing the store present to each other when they forward requests; the same on every node.
     #[arg(
@@ -227,6 +234,17 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.policy.allowed_models = args.allow_model;
     options.policy.allowed_registries = allowed_registries(&args.allow_registry)?;
     options.policy.openai_approvals = args.openai_approvals;
+    options.policy.a2a = service_supervisor::facade::a2a::A2aPolicy {
+        off: args.no_a2a,
+        default_bundle: args.a2a_default,
+    };
+    if let Some(url) = &args.advertise_url {
+        anyhow::ensure!(
+            url.starts_with("http://") || url.starts_with("https://"),
+            "--advertise-url takes a base URL such as https://agents.example.com; got \"{url}\""
+        );
+        options.advertise_url = Some(url.clone());
+    }
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));

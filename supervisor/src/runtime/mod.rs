@@ -29,6 +29,7 @@ pub mod journal;
 pub mod launcher;
 mod lead;
 mod model_call;
+mod names;
 pub mod operations;
 mod ownership;
 mod prestart;

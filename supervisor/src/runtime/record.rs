@@ -81,6 +81,10 @@ pub struct SessionRecord {
     /// Tokens in and out over every turn, as the supervisor counted them at the provider.
     #[serde(default)]
     pub usage: Usage,
+    /// The id a protocol client knows the session by when it chose one (an A2A context id); else the session id
+    /// serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
 }
 
 /// How long before `now` the time `when` (RFC 3339) was: `45s`, `12m`, `3h` or `5d`; `?` when it does not parse.
@@ -313,6 +317,7 @@ mod tests {
             last_turn: None,
             title: None,
             usage: Default::default(),
+            context_id: None,
         }
     }
 

@@ -113,6 +113,8 @@ pub struct ClientPolicy {
     pub allowed_registries: Vec<String>,
     /// How `/v1` requests answer permission requests (`--openai-approvals`).
     pub openai_approvals: crate::facade::openai::OpenAiApprovals,
+    /// What the A2A routes serve (`--no-a2a`, `--a2a-default`).
+    pub a2a: crate::facade::a2a::A2aPolicy,
 }
 
 /// Shared by every handler.
@@ -134,6 +136,9 @@ pub struct AppState {
     pub cluster: Option<Arc<forward::Cluster>>,
     /// The client requests for other nodes go through.
     pub forwarder: reqwest::Client,
+    /// The base URL clients reach this server at (`--advertise-url`, else `http://` and the bound address), for
+    /// the URLs that documents such as A2A's agent cards give.
+    pub public_url: Arc<str>,
 }
 
 /// The whole application.
@@ -174,6 +179,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(handlers::readyz))
         .merge(console::routes())
         .merge(crate::facade::openai::routes(&state))
+        .merge(crate::facade::a2a::routes(&state))
         .merge(protected)
         .fallback(|| async {
             ApiError::new(
@@ -285,6 +291,8 @@ pub struct ServeOptions {
     pub idle_timeout: Option<Duration>,
     /// This node's id and the cluster token, when nodes share a store.
     pub cluster: Option<forward::Cluster>,
+    /// The base URL clients reach this server at, when it is not `http://` and the bound address.
+    pub advertise_url: Option<String>,
 }
 
 impl ServeOptions {
@@ -305,6 +313,7 @@ impl ServeOptions {
             },
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             cluster: None,
+            advertise_url: None,
         }
     }
 }
@@ -365,6 +374,13 @@ pub async fn serve(
         streams: Arc::new(guard::StreamCounts::default()),
         cluster: options.cluster.map(Arc::new),
         forwarder: reqwest::Client::new(),
+        public_url: Arc::from(
+            options
+                .advertise_url
+                .as_deref()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .unwrap_or_else(|| format!("http://{bound}")),
+        ),
     };
     rt.store().bound_at(&format!("http://{bound}"));
     rt.reserve_address(bound);

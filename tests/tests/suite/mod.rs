@@ -1,3 +1,4 @@
+mod a2a;
 mod acp;
 mod approvals;
 mod browser;

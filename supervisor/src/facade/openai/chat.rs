@@ -20,6 +20,7 @@ use service_ipc::{ChatMessage, ChatRole, EventPayload, Usage};
 
 use super::turn::{denied_note, events_ended, start, Approver, Started, SESSION_HEADER};
 use super::OpenAiError;
+use crate::facade::sse::async_stream;
 use crate::facade::turn_end::{self, TurnEnd};
 use crate::server::AppState;
 
@@ -281,17 +282,6 @@ impl Turn {
             let _ = tx.send(Event::default().data("[DONE]")).await;
         })
     }
-}
-
-/// A stream fed by a task through a small channel; the task stops when the client goes.
-pub(super) fn async_stream<F, Fut>(run: F) -> impl Stream<Item = Result<Event, Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(run(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
 }
 
 #[cfg(test)]

@@ -16,9 +16,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use service_ipc::{ChatMessage, ChatRole, EventPayload, Usage};
 
-use super::chat::{async_stream, now};
+use super::chat::now;
 use super::turn::{denied_note, start, Approver, Started};
 use super::OpenAiError;
+use crate::facade::sse::async_stream;
 use crate::facade::turn_end::{self, TurnEnd};
 use crate::server::AppState;
 

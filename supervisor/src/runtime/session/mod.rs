@@ -146,6 +146,7 @@ impl Session {
             last_turn: None,
             title: None,
             usage: Default::default(),
+            context_id: None,
         };
         // A session that cannot be written down (a full store) leaves no directory behind.
         let made = match store.insert(&record).await {
@@ -289,6 +290,11 @@ impl Session {
 
     fn update(&self, change: impl FnOnce(&mut SessionRecord)) -> Result<()> {
         self.change_record(change, true)
+    }
+
+    /// Records the id a protocol client knows the session by.
+    pub(crate) fn set_context_id(&self, context_id: &str) -> Result<()> {
+        self.update(|r| r.context_id = Some(context_id.to_string()))
     }
 
     /// As [`Session::update`], but not flushed to disk: for the record of a turn starting, which a process crash

@@ -71,6 +71,7 @@ impl Store for FilesStore {
     }
 
     async fn delete(&self, id: &str) -> Result<()> {
+        super::files_names::forget(&self.home, id);
         let dir = self.home.sessions().join(id);
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -83,6 +84,14 @@ impl Store for FilesStore {
     async fn open_log(&self, id: &str, publish: Publish) -> Result<Arc<dyn SessionLog>> {
         let dir = self.home.sessions().join(id);
         Ok(Arc::new(FilesLog::open(id, &dir, publish)?))
+    }
+
+    async fn name_session(&self, name: &str, id: &str) -> Result<String> {
+        super::files_names::claim(&self.home, name, id)
+    }
+
+    async fn named_session(&self, name: &str) -> Result<Option<String>> {
+        Ok(super::files_names::find(&self.home, name))
     }
 
     async fn claim(&self, _id: &str) -> Result<Claim> {

@@ -10,6 +10,7 @@
 
 pub mod files;
 pub mod files_lock;
+mod files_names;
 pub mod postgres;
 
 use std::sync::Arc;
@@ -105,6 +106,13 @@ pub trait Store: Send + Sync {
     async fn grants(&self, _id: &str) -> Result<Vec<Grant>> {
         Ok(Vec::new())
     }
+
+    /// Gives session `id` the name `name` (a client's context id, a turn a client follows) unless another session
+    /// has it; returns the session the name belongs to now, so that the first of two racing claims wins.
+    async fn name_session(&self, name: &str, id: &str) -> Result<String>;
+
+    /// The session named `name`, if any.
+    async fn named_session(&self, name: &str) -> Result<Option<String>>;
 
     /// Whether the store answers now (`/readyz`).
     async fn ready(&self) -> Result<()>;

@@ -421,6 +421,38 @@ impl Store for PgStore {
         Ok(row.map(|r| r.get(0)))
     }
 
+    async fn name_session(&self, name: &str, id: &str) -> Result<String> {
+        let client = self.inner.client().await?;
+        // The insert does nothing when the name is taken; the select then reads the winner's row, unless the winner
+        // committed after this statement's snapshot, when a second look finds it.
+        let row = client
+            .query_opt(
+                "WITH ins AS (INSERT INTO names (name, session_id) VALUES ($1, $2) ON CONFLICT DO NOTHING \
+                 RETURNING session_id) SELECT session_id FROM ins UNION ALL \
+                 SELECT session_id FROM names WHERE name = $1 LIMIT 1",
+                &[&name, &id],
+            )
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        match row {
+            Some(r) => Ok(r.get(0)),
+            None => self.named_session(name).await?.ok_or_else(|| {
+                self.inner.error(format!(
+                    "the name \"{name}\" was taken and released at once"
+                ))
+            }),
+        }
+    }
+
+    async fn named_session(&self, name: &str) -> Result<Option<String>> {
+        let client = self.inner.client().await?;
+        let row = client
+            .query_opt("SELECT session_id FROM names WHERE name = $1", &[&name])
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     async fn grant(&self, id: &str, grant: &Grant) -> Result<()> {
         let json = serde_json::to_string(grant).unwrap_or_default();
         let client = self.inner.client().await?;

@@ -8,6 +8,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("001_sessions.sql")),
     (2, include_str!("002_approvals.sql")),
     (3, include_str!("003_nodes.sql")),
+    (4, include_str!("004_names.sql")),
 ];
 
 /// An arbitrary key for the advisory lock ("svc-rs" in ASCII).
