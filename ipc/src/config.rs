@@ -113,6 +113,23 @@ pub struct WorkerConfig {
     /// worker and bwrap's monitor.
     #[serde(default = "default_spare_shell_idle_ms")]
     pub spare_shell_idle_ms: u64,
+    /// Remote A2A agents from `agent.yaml`; each is a tool `a2a__<name>` the worker calls through the egress proxy.
+    #[serde(default)]
+    pub a2a_agents: Vec<A2aAgent>,
+}
+
+/// A remote agent the bundle calls over A2A (`a2a_agents` of agent.yaml).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct A2aAgent {
+    /// Its name; the tool is `a2a__<name>`.
+    pub name: String,
+    /// Its base URL; the agent card is at `<url>/.well-known/agent-card.json`.
+    pub url: String,
+    /// The bearer token to send (the supervisor read `token_env` from its environment).
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Time allowed for one call; past it the remote task is cancelled.
+    pub tool_timeout_ms: u64,
 }
 
 /// [`WorkerConfig::spare_shell_idle_ms`] when the supervisor does not say: 30 s.

@@ -346,6 +346,14 @@ pub enum EventPayload {
         /// The last lines it wrote to stderr.
         stderr_tail: String,
     },
+    /// A remote A2A agent of `a2a_agents` could not be reached or described itself wrongly as the worker started;
+    /// its tool is not offered, and the session goes on without it.
+    A2aAgentFailed {
+        /// Its name from agent.yaml.
+        agent: String,
+        /// What happened.
+        message: String,
+    },
     /// A model call failed before any output and will be tried again; journaled by the supervisor, which makes
     /// the call.
     ModelRetry {
@@ -398,6 +406,7 @@ impl EventPayload {
             EventPayload::McpServerStarted { .. } => "mcp_server_started",
             EventPayload::McpToolsChanged { .. } => "mcp_tools_changed",
             EventPayload::McpServerFailed { .. } => "mcp_server_failed",
+            EventPayload::A2aAgentFailed { .. } => "a2a_agent_failed",
             EventPayload::Error { .. } => "error",
         }
     }
@@ -428,6 +437,7 @@ impl EventPayload {
             EventPayload::McpServerStarted { .. }
             | EventPayload::McpToolsChanged { .. }
             | EventPayload::McpServerFailed { .. }
+            | EventPayload::A2aAgentFailed { .. }
             | EventPayload::NetworkRefusalsSuppressed { .. } => None,
         }
     }

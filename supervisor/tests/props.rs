@@ -111,6 +111,7 @@ mod http {
             cluster: None,
             forwarder: Default::default(),
             public_url: "http://127.0.0.1:8472".into(),
+            advertised: false,
         };
         (home, router(state))
     }

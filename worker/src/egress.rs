@@ -55,3 +55,27 @@ async fn forward(mut client: TcpStream, socket: String) {
         let _ = tokio::io::copy_bidirectional(&mut client, &mut proxy).await;
     }
 }
+
+/// The worker's own HTTP client (MCP servers, A2A agents): through the forwarder like every command, so a sandbox
+/// without hosts has no route out at all. TLS uses the ring provider and the webpki roots, so it needs nothing from
+/// the sandbox's `/etc`.
+pub fn http_client() -> Result<reqwest::Client, String> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS set-up: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let builder = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .user_agent(concat!("service-rs/", env!("CARGO_PKG_VERSION")));
+    let builder = match proxy_url() {
+        Some(proxy) => builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| e.to_string())?),
+        None => builder.no_proxy(),
+    };
+    builder.build().map_err(|e| format!("HTTP client: {e}"))
+}

@@ -22,6 +22,7 @@
 //! - [`footprint`]: what an idle worker gives back (free heap pages, unused stack).
 //! - [`orphans`]: reaping the processes a worker that is pid 1 of its sandbox inherits.
 
+pub mod a2a;
 pub mod confine;
 pub mod conn;
 pub mod egress;

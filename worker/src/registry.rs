@@ -7,10 +7,11 @@ use std::sync::Arc;
 use serde_json::Value;
 use service_ipc::{BuiltinTool, ToolSpec};
 
+use crate::a2a::Agents;
 use crate::mcp::Servers;
 use crate::tools::{self, ToolCtx, ToolResult};
 
-/// Longest permission key of an MCP call.
+/// Longest permission key of an MCP or A2A call.
 const MAX_MCP_KEY: usize = 16 * 1024;
 
 /// A tool the model may call.
@@ -20,6 +21,8 @@ pub enum Tool {
     Builtin(BuiltinTool),
     /// A tool of an MCP server, by its model-facing name.
     Mcp(String),
+    /// A remote A2A agent's tool (`a2a__<name>`).
+    A2a(String),
 }
 
 impl Tool {
@@ -27,7 +30,7 @@ impl Tool {
     pub fn name(&self) -> &str {
         match self {
             Tool::Builtin(t) => t.as_str(),
-            Tool::Mcp(name) => name,
+            Tool::Mcp(name) | Tool::A2a(name) => name,
         }
     }
 }
@@ -36,18 +39,25 @@ impl Tool {
 pub struct Registry {
     builtins: Vec<BuiltinTool>,
     mcp: Arc<Servers>,
+    agents: Agents,
 }
 
 impl Registry {
-    /// A registry of `builtins` and the tools of `mcp`.
-    pub fn new(builtins: Vec<BuiltinTool>, mcp: Arc<Servers>) -> Registry {
-        Registry { builtins, mcp }
+    /// A registry of `builtins`, the tools of `mcp` and those of the remote `agents`.
+    pub fn new(builtins: Vec<BuiltinTool>, mcp: Arc<Servers>, agents: Agents) -> Registry {
+        Registry {
+            builtins,
+            mcp,
+            agents,
+        }
     }
 
-    /// The specs to offer the next model call: the builtins in manifest order, then the MCP tools.
+    /// The specs to offer the next model call: the builtins in manifest order, then the MCP tools, then the remote
+    /// agents.
     pub async fn specs(&self) -> Vec<ToolSpec> {
         let mut specs = tools::specs(&self.builtins);
         specs.extend(self.mcp.specs().await);
+        specs.extend(self.agents.specs().await);
         specs
     }
 
@@ -61,7 +71,14 @@ impl Registry {
         if self.mcp.offers(name) {
             return Ok(Tool::Mcp(name.to_string()));
         }
-        if let Some(why) = self.mcp.failure_of(name) {
+        if self.agents.offers(name) {
+            return Ok(Tool::A2a(name.to_string()));
+        }
+        if let Some(why) = self
+            .mcp
+            .failure_of(name)
+            .or_else(|| self.agents.failure_of(name))
+        {
             return Err(format!("tool \"{name}\" is not available: {why}"));
         }
         let names: Vec<&str> = self.builtins.iter().map(|t| t.as_str()).collect();
@@ -77,22 +94,18 @@ impl Registry {
     }
 
     /// The argument permission rules match against: a builtin's command, path or pattern; an MCP call's
-    /// arguments as compact JSON, cut at 16 KiB (the supervisor refuses a permission request over 64 KiB).
+    /// arguments as compact JSON, and an A2A agent's message, cut at 16 KiB (the supervisor refuses a permission
+    /// request over 64 KiB).
     pub fn key_argument(&self, tool: &Tool, args: &Value, cwd: &Path) -> String {
         match tool {
             Tool::Builtin(t) => tools::key_argument(*t, args, cwd),
-            Tool::Mcp(_) => {
-                let mut key = args.to_string();
-                if key.len() > MAX_MCP_KEY {
-                    let mut end = MAX_MCP_KEY;
-                    while !key.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    key.truncate(end);
-                    key.push_str("...");
-                }
-                key
-            }
+            Tool::A2a(_) => bounded(
+                args.get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            Tool::Mcp(_) => bounded(args.to_string()),
         }
     }
 
@@ -101,6 +114,7 @@ impl Registry {
         match tool {
             Tool::Builtin(t) => tools::describe(*t, args, key),
             Tool::Mcp(name) => format!("calling {name}"),
+            Tool::A2a(name) => format!("asking {}", name.trim_start_matches(crate::a2a::PREFIX)),
         }
     }
 
@@ -108,7 +122,7 @@ impl Registry {
     pub fn preview_diff(&self, tool: &Tool, args: &Value, cwd: &Path) -> Option<String> {
         match tool {
             Tool::Builtin(t) => tools::preview_diff(*t, args, cwd),
-            Tool::Mcp(_) => None,
+            Tool::Mcp(_) | Tool::A2a(_) => None,
         }
     }
 
@@ -117,6 +131,20 @@ impl Registry {
         match tool {
             Tool::Builtin(t) => tools::run(*t, args, ctx).await,
             Tool::Mcp(name) => self.mcp.call(name, args, ctx.cancel).await,
+            Tool::A2a(name) => self.agents.call(name, args, ctx).await,
         }
     }
+}
+
+/// A permission key cut at [`MAX_MCP_KEY`].
+fn bounded(mut key: String) -> String {
+    if key.len() > MAX_MCP_KEY {
+        let mut end = MAX_MCP_KEY;
+        while !key.is_char_boundary(end) {
+            end -= 1;
+        }
+        key.truncate(end);
+        key.push_str("...");
+    }
+    key
 }

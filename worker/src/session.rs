@@ -57,7 +57,9 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
         outbox.clone(),
         std::path::Path::new(&config.workspace),
     );
-    let registry = Registry::new(config.tools.clone(), servers);
+    // Remote agents' cards are fetched meanwhile; the first model call waits for them too.
+    let agents = crate::a2a::Agents::start(&config.a2a_agents, outbox.clone());
+    let registry = Registry::new(config.tools.clone(), servers, agents);
     let shared = Arc::new(Shared::new(config, outbox, registry));
     let stop = CancellationToken::new();
     let mut turn: Option<RunningTurn> = None;

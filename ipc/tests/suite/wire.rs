@@ -255,6 +255,12 @@ fn every_to_worker() -> Vec<ToWorker> {
             egress_proxy: Some("/run/service/egress.sock".into()),
             no_proxy: "localhost".into(),
             spare_shell_idle_ms: 500,
+            a2a_agents: vec![service_ipc::A2aAgent {
+                name: "peer".into(),
+                url: "https://peer.example/a2a/x".into(),
+                token: Some("t".into()),
+                tool_timeout_ms: 1000,
+            }],
             mcp_servers: [(
                 "git".to_string(),
                 service_ipc::McpServer::Stdio {

@@ -40,6 +40,17 @@ pub struct AgentSpec {
     /// MCP servers the session runs, by name.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_servers: std::collections::BTreeMap<String, super::mcp::McpServerSpec>,
+    /// Remote A2A agents the bundle calls, each as a tool `a2a__<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub a2a_agents: Vec<super::a2a_agents::A2aAgentSpec>,
+}
+
+impl AgentSpec {
+    /// Whether some tools are known only once the worker runs (MCP servers' lists, A2A agents' cards), so the
+    /// supervisor cannot make a turn's first model call itself.
+    pub fn has_worker_tools(&self) -> bool {
+        !self.mcp_servers.is_empty() || !self.a2a_agents.is_empty()
+    }
 }
 
 /// `model` of agent.yaml.
@@ -184,9 +195,23 @@ impl AgentSpec {
                 return bad(&key, message);
             }
         }
+        for (i, agent) in self.a2a_agents.iter().enumerate() {
+            if let Err((key, message)) = agent.validate(i) {
+                return bad(&key, message);
+            }
+            if self.a2a_agents[..i].iter().any(|a| a.name == agent.name) {
+                return bad(
+                    &format!("a2a_agents[{i}].name"),
+                    format!(
+                        "\"{}\" is named twice; each agent needs its own name",
+                        agent.name
+                    ),
+                );
+            }
+        }
         for (i, rule) in self.permissions.rules.iter().enumerate() {
             let tool = &rule.tool;
-            if tool.starts_with("mcp__") {
+            if tool.starts_with("mcp__") || tool.starts_with("a2a__") {
                 if let Err(e) = globset::Glob::new(tool) {
                     return bad(
                         &format!("permissions.rules[{i}].tool"),
@@ -197,8 +222,8 @@ impl AgentSpec {
                 return bad(
                     &format!("permissions.rules[{i}].tool"),
                     format!(
-                        "unknown tool \"{tool}\"; expected a builtin tool ({}) or an MCP tool name or glob such as \
-                         mcp__git__*",
+                        "unknown tool \"{tool}\"; expected a builtin tool ({}), an MCP tool name or glob such as \
+                         mcp__git__*, or an A2A agent's tool such as a2a__helper",
                         service_ipc::BuiltinTool::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
                     ),
                 );

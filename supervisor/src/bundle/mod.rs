@@ -9,6 +9,7 @@
 //! - [`template`]: the starter bundle of `init`.
 //! - [`unpack`]: unpacking a tar as a hostile archive (layers and imports).
 
+pub mod a2a_agents;
 pub mod agent;
 pub mod archive;
 pub mod error;
@@ -168,6 +169,9 @@ pub struct BundleInfo {
     /// MCP servers, by name, as agent.yaml declares them.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_servers: std::collections::BTreeMap<String, mcp::McpServerSpec>,
+    /// Remote A2A agents the bundle calls, as agent.yaml declares them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub a2a_agents: Vec<a2a_agents::A2aAgentSpec>,
 }
 
 impl Bundle {
@@ -203,6 +207,7 @@ impl Bundle {
             sandbox: self.manifest.sandbox.clone(),
             skills: self.skills.iter().map(|s| s.name.clone()).collect(),
             mcp_servers: self.agent.mcp_servers.clone(),
+            a2a_agents: self.agent.a2a_agents.clone(),
         }
     }
 }

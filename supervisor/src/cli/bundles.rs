@@ -47,10 +47,16 @@ pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::R
                 bundle.root.display(),
                 bundle.digest
             );
+            for warning in service_supervisor::bundle::a2a_agents::unreachable(
+                &bundle.agent.a2a_agents,
+                &bundle.manifest.sandbox.permissions.network,
+            ) {
+                eprintln!("warning: {warning}");
+            }
             let asked = host_variables(&bundle.info());
             if !asked.is_empty() {
                 eprintln!(
-                    "warning: this bundle asks for host variables {} (env_from_host); a run passes only those the \
+                    "warning: this bundle asks for host variables {} (env_from_host, token_env); a run passes only those the \
                      operator lists in {} or `serve --pass-env`",
                     asked.join(", "),
                     service_supervisor::providers::keys::PASS_ENV
@@ -61,12 +67,13 @@ pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
-/// The host variables a bundle's MCP servers ask for (`env_from_host`), sorted, once each.
+/// The host variables a bundle asks for (MCP servers' `env_from_host`, A2A agents' `token_env`), sorted, once each.
 fn host_variables(info: &BundleInfo) -> Vec<String> {
     let names: std::collections::BTreeSet<&String> = info
         .mcp_servers
         .values()
         .flat_map(|s| &s.env_from_host)
+        .chain(info.a2a_agents.iter().filter_map(|a| a.token_env.as_ref()))
         .collect();
     names.into_iter().cloned().collect()
 }
@@ -378,6 +385,14 @@ fn describe(i: &BundleInfo) -> String {
             servers.join(", ")
         },
     );
+    if !i.a2a_agents.is_empty() {
+        let agents: Vec<String> = i
+            .a2a_agents
+            .iter()
+            .map(|a| format!("{} ({})", a.name, a.url))
+            .collect();
+        field("a2a agents", agents.join(", "));
+    }
     let asked = host_variables(i);
     if !asked.is_empty() {
         field(

@@ -73,6 +73,21 @@ impl Guard {
             self.mcp_events += 1;
             return Ok((self.mcp_events <= MAX_MCP_EVENTS).then_some(payload));
         }
+        if let E::A2aAgentFailed { agent, .. } = &payload {
+            if !session
+                .bundle
+                .agent
+                .a2a_agents
+                .iter()
+                .any(|a| &a.name == agent)
+            {
+                return Err(format!(
+                    "a {kind} event for A2A agent {agent:?}, which agent.yaml does not declare"
+                ));
+            }
+            self.mcp_events += 1;
+            return Ok((self.mcp_events <= MAX_MCP_EVENTS).then_some(payload));
+        }
         match &payload {
             E::AgentMessageDelta { .. }
             | E::ReasoningDelta { .. }
@@ -86,7 +101,10 @@ impl Guard {
             | E::ExecCommandOutputTruncated { .. }
             | E::ExecCommandEnd { .. } => {}
             // Checked above.
-            E::McpServerStarted { .. } | E::McpToolsChanged { .. } | E::McpServerFailed { .. } => {}
+            E::McpServerStarted { .. }
+            | E::McpToolsChanged { .. }
+            | E::McpServerFailed { .. }
+            | E::A2aAgentFailed { .. } => {}
             E::TurnStarted { .. }
             | E::TurnCompleted { .. }
             | E::PermissionRequested { .. }
@@ -203,11 +221,19 @@ pub fn permission_request(
     Ok(())
 }
 
-/// True when the bundle offers `tool`: a builtin its manifest lists, or a tool of an MCP server agent.yaml
-/// declares (the worker learns their tools; the supervisor knows the servers).
+/// True when the bundle offers `tool`: a builtin its manifest lists, a tool of an MCP server agent.yaml declares
+/// (the worker learns their tools; the supervisor knows the servers), or an A2A agent's tool.
 fn offers(session: &Session, tool: &str) -> bool {
     if let Ok(builtin) = tool.parse::<BuiltinTool>() {
         return session.bundle.manifest.tools.contains(&builtin);
+    }
+    if let Some(agent) = tool.strip_prefix("a2a__") {
+        return session
+            .bundle
+            .agent
+            .a2a_agents
+            .iter()
+            .any(|a| a.name == agent);
     }
     tool.len() <= MAX_TOOL_NAME
         && tool

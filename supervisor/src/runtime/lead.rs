@@ -43,7 +43,7 @@ pub(super) fn first_query(
     mut history: Vec<ChatMessage>,
     prompt: &str,
 ) -> Option<(Vec<ChatMessage>, Vec<ToolSpec>)> {
-    if !bundle.agent.mcp_servers.is_empty() {
+    if bundle.agent.has_worker_tools() {
         return None;
     }
     history.push(ChatMessage::text(ChatRole::User, prompt));

@@ -342,6 +342,11 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
             .map(|_| egress::SOCKET_IN_SANDBOX.to_string()),
         mcp_servers: mcp_servers(rt, id, bundle),
         spare_shell_idle_ms: rt.options.spare_shell_idle.as_millis() as u64,
+        a2a_agents: agent
+            .a2a_agents
+            .iter()
+            .map(|a| a.to_worker(|name| host_variable(rt, id, name)))
+            .collect(),
     }
 }
 
@@ -365,27 +370,34 @@ fn no_proxy(rules: &[String]) -> String {
         .join(",")
 }
 
-/// The worker's form of the bundle's MCP servers. `env_from_host` is read here, from the supervisor's environment:
-/// only the variables the operator listed (`SERVICE_PASS_ENV`, `serve --pass-env`, `pass_env` in `config.toml`), and
-/// never one that holds a provider key or the server's own secrets, listed or not.
+/// The worker's form of the bundle's MCP servers, with `env_from_host` read from the supervisor's environment (see
+/// [`host_variable`]).
 fn mcp_servers(
     rt: &Inner,
     id: &str,
     bundle: &Bundle,
 ) -> std::collections::BTreeMap<String, service_ipc::McpServer> {
-    let host = |name: &str| {
-        if !rt.options.keys.passes(name) {
-            tracing::warn!(session = %id, "mcp_servers env_from_host names {name}, which the operator has not listed (SERVICE_PASS_ENV, --pass-env) or which holds a secret of the server; not passed");
-            return None;
-        }
-        std::env::var(name).ok()
-    };
     bundle
         .agent
         .mcp_servers
         .iter()
-        .map(|(name, spec)| (name.clone(), spec.to_worker(host)))
+        .map(|(name, spec)| {
+            (
+                name.clone(),
+                spec.to_worker(|var| host_variable(rt, id, var)),
+            )
+        })
         .collect()
+}
+
+/// Host variable `name` for a bundle (`env_from_host`, an A2A agent's `token_env`): only when the operator listed it,
+/// and never one that holds a provider key or the server's own secrets.
+fn host_variable(rt: &Inner, id: &str, name: &str) -> Option<String> {
+    if !rt.options.keys.passes(name) {
+        tracing::warn!(session = %id, "the bundle asks for host variable {name}, which the operator has not listed (SERVICE_PASS_ENV, --pass-env) or which holds a secret of the server; not passed");
+        return None;
+    }
+    std::env::var(name).ok()
 }
 
 /// Serialises spawns that pass a descriptor: it is made inheritable only for the spawn, and no other worker's spawn

@@ -139,6 +139,8 @@ pub struct AppState {
     /// The base URL clients reach this server at (`--advertise-url`, else `http://` and the bound address), for
     /// the URLs that documents such as A2A's agent cards give.
     pub public_url: Arc<str>,
+    /// Whether `public_url` is the operator's `--advertise-url`, which then wins over the name a request used.
+    pub advertised: bool,
 }
 
 /// The whole application.
@@ -381,6 +383,7 @@ pub async fn serve(
                 .map(|u| u.trim_end_matches('/').to_string())
                 .unwrap_or_else(|| format!("http://{bound}")),
         ),
+        advertised: options.advertise_url.is_some(),
     };
     rt.store().bound_at(&format!("http://{bound}"));
     rt.reserve_address(bound);

@@ -285,6 +285,9 @@ impl App {
             EventPayload::McpServerFailed {
                 server, message, ..
             } => self.error(format!("MCP server {server}: {message}")),
+            EventPayload::A2aAgentFailed { agent, message } => {
+                self.error(format!("A2A agent {agent}: {message}"))
+            }
             EventPayload::ModelRetry {
                 attempt,
                 max_attempts,

@@ -667,3 +667,84 @@ async fn a_chat_completion_continuing_a_session_of_another_node_is_forwarded_the
     let record = a.get(&format!("/sessions/{session}")).await;
     assert_eq!(record.1["turn_count"], 2, "{:?}", record);
 }
+
+/// A2A: a task started on one node is read, cancelled and continued through another; each request that needs the
+/// session's worker goes to its owner, and every node reads the task from the shared journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_task_started_on_one_node_is_followed_and_cancelled_through_another() {
+    let pg = Postgres::start();
+    let (ha, a) = node(&pg, "a", "10s");
+    let (hb, b) = node(&pg, "b", "10s");
+    let bundle = TempDir::new().unwrap();
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{when: "sleep", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 353"}}]}, {text: "woke"}]},
+                    {replies: [{text: "hello from the owner"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    // A2A serves installed bundles: each node has it in its own store.
+    for home in [ha.path(), hb.path()] {
+        let built = std::process::Command::new(super::support::binary())
+            .env("SERVICE_HOME", home)
+            .args(["build", bundle.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(built.status.success(), "{built:?}");
+    }
+    let rpc = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let message = |text: &str| {
+        json!({"message": {"messageId": "m", "role": "ROLE_USER", "contextId": "ctx-cluster",
+            "parts": [{"text": text}]}, "configuration": {"returnImmediately": true}})
+    };
+    let (_, started) = a
+        .post("/a2a/fixture", rpc("SendMessage", message("sleep now")))
+        .await;
+    let task = started["result"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut state = String::new();
+    for _ in 0..100 {
+        let (_, got) = b
+            .post("/a2a/fixture", rpc("GetTask", json!({"id": task})))
+            .await;
+        state = got["result"]["status"]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if state == "TASK_STATE_WORKING" && super::support::processes_with("sleep 353") > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(state, "TASK_STATE_WORKING");
+    let (_, canceled) = b
+        .post("/a2a/fixture", rpc("CancelTask", json!({"id": task})))
+        .await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    super::support::wait_until(
+        std::time::Duration::from_secs(10),
+        || super::support::processes_with("sleep 353") == 0,
+        || "the cancelled command still runs".into(),
+    );
+    let mut blocking = message("hi");
+    blocking["configuration"]["returnImmediately"] = json!(false);
+    let (_, next) = b.post("/a2a/fixture", rpc("SendMessage", blocking)).await;
+    let next = &next["result"]["task"];
+    assert_eq!(next["contextId"], "ctx-cluster", "{next}");
+    assert_eq!(
+        next["artifacts"][0]["parts"][0]["text"],
+        "hello from the owner"
+    );
+    let (_, listed) = a
+        .post(
+            "/a2a/fixture",
+            rpc("ListTasks", json!({"contextId": "ctx-cluster"})),
+        )
+        .await;
+    assert_eq!(listed["result"]["totalSize"], 2, "{listed}");
+}

@@ -1,4 +1,5 @@
 mod a2a;
+mod a2a_calls;
 mod acp;
 mod approvals;
 mod browser;

@@ -15,7 +15,7 @@ const MAX_DESCRIPTION: usize = 2048;
 /// Largest input schema kept (serialized); a larger one is replaced by an open object schema.
 const MAX_SCHEMA: usize = 32 * 1024;
 /// Result text kept for the model.
-const OUTPUT_CAP: usize = 64 * 1024;
+pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
 
 /// One offered tool: the spec the model sees and the server's own name for it.
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ pub(super) fn render(result: &Value) -> String {
 }
 
 /// `text` cut at the cap, with a note of how much was left out.
-fn cut(mut text: String) -> String {
+pub(crate) fn cut(mut text: String) -> String {
     if text.len() <= OUTPUT_CAP {
         return text;
     }

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::conn::Outbox;
 use crate::tools::ToolResult;
 
-mod bounds;
+pub(crate) mod bounds;
 mod http;
 
 use bounds::{offered, render, Offered};

@@ -270,21 +270,37 @@ fn card_of(bundle: &Bundle, endpoint: &str) -> Value {
     })
 }
 
-async fn card(State(st): State<AppState>, Path(reference): Path<String>) -> Response {
+async fn card(
+    State(st): State<AppState>,
+    Path(reference): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     match installed(&st, &reference).await {
         Ok(b) => {
             // Clients post to the URL as written, so it is absolute; the reference is one path segment.
             let segment = percent_encoding::utf8_percent_encode(&reference, SEGMENT);
-            let endpoint = format!("{}/a2a/{segment}", st.public_url);
+            let endpoint = format!("{}/a2a/{segment}", base_url(&st, &headers));
             Json(card_of(&b, &endpoint)).into_response()
         }
         Err(e) => e.into_response(),
     }
 }
 
-async fn default_card(State(st): State<AppState>) -> Response {
+/// The base URL a card gives: `--advertise-url` when set, else the name the client reached this server by (the
+/// `Host` the request guard accepted: the bound address or an `--allowed-host`).
+fn base_url(st: &AppState, headers: &HeaderMap) -> String {
+    if st.advertised {
+        return st.public_url.to_string();
+    }
+    match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+        Some(host) => format!("http://{host}"),
+        None => st.public_url.to_string(),
+    }
+}
+
+async fn default_card(State(st): State<AppState>, headers: HeaderMap) -> Response {
     match st.policy.a2a.default_bundle.clone() {
-        Some(reference) => card(State(st), Path(reference)).await,
+        Some(reference) => card(State(st), Path(reference), headers).await,
         None => ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
