@@ -308,6 +308,10 @@ export class Chat {
     this.root.append(el("p", "error notice", `MCP server ${p.server} failed: ${p.message}`));
   }
 
+  on_a2a_agent_failed(p) {
+    this.root.append(el("p", "error notice", `A2A agent ${p.agent} is not offered: ${p.message}`));
+  }
+
   done(turnId) {
     if (this.running === turnId) this.running = null;
     for (const [id, card] of this.approvals) {

@@ -114,6 +114,9 @@ fn describe(msg: &EventMsg, progress: &mut Progress) {
         } => service_supervisor::providers::retry_line(*attempt, *max_attempts, *delay_ms, reason),
         EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
         failed @ EventPayload::McpServerFailed { .. } => mcp_failure(failed).unwrap_or_default(),
+        EventPayload::A2aAgentFailed { agent, message } => {
+            format!("A2A agent {agent} is not offered: {message}")
+        }
         _ => return,
     };
     progress.interject();

@@ -234,6 +234,9 @@ fn transcript_line(event: &EventMsg, answer: &mut String) -> Option<String> {
         failed @ EventPayload::McpServerFailed { .. } => {
             super::event_lines::mcp_failure(failed).map(|l| format!("  {l}"))
         }
+        EventPayload::A2aAgentFailed { agent, message } => {
+            Some(format!("  A2A agent {agent} is not offered: {message}"))
+        }
         _ => None,
     }
 }

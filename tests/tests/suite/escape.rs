@@ -379,6 +379,8 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "model_retry",
         "mcp_undeclared",
         "mcp_tool_of_undeclared_server",
+        "a2a_undeclared",
+        "a2a_tool_of_undeclared_agent",
         "other_turn",
         "model_for_other_turn",
         "model_flood",
