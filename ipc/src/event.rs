@@ -354,6 +354,21 @@ pub enum EventPayload {
         /// What happened.
         message: String,
     },
+    /// The conversation's older turns were replaced by a summary, so that it fits the model's context again.
+    ContextCompacted {
+        /// The turn it happened in (before its first call, or on an overflow); null for a compaction by hand.
+        turn_id: Option<String>,
+        /// Context tokens before: the last call's prompt as the provider counted it, else an estimate.
+        before_tokens: u64,
+        /// Context tokens after, estimated.
+        after_tokens: u64,
+        /// Turns the summary replaced.
+        summarised_turns: u32,
+        /// `auto` (past the threshold), `manual` or `overflow` (the provider refused the context).
+        reason: String,
+        /// The summary, as the model sees it from now on.
+        summary: String,
+    },
     /// A model call failed before any output and will be tried again; journaled by the supervisor, which makes
     /// the call.
     ModelRetry {
@@ -407,6 +422,7 @@ impl EventPayload {
             EventPayload::McpToolsChanged { .. } => "mcp_tools_changed",
             EventPayload::McpServerFailed { .. } => "mcp_server_failed",
             EventPayload::A2aAgentFailed { .. } => "a2a_agent_failed",
+            EventPayload::ContextCompacted { .. } => "context_compacted",
             EventPayload::Error { .. } => "error",
         }
     }
@@ -433,6 +449,7 @@ impl EventPayload {
             | EventPayload::ExecCommandEnd { turn_id, .. }
             | EventPayload::NetworkAccess { turn_id, .. }
             | EventPayload::NetworkClosed { turn_id, .. }
+            | EventPayload::ContextCompacted { turn_id, .. }
             | EventPayload::Error { turn_id, .. } => turn_id.as_deref(),
             EventPayload::McpServerStarted { .. }
             | EventPayload::McpToolsChanged { .. }

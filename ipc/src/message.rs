@@ -34,6 +34,12 @@ pub enum ToWorker {
         /// The messages, in order.
         messages: Vec<ChatMessage>,
     },
+    /// The conversation before the running turn (or before the next one) is now `messages`: the supervisor
+    /// compacted it. A running turn keeps its own messages after them.
+    ReplaceHistory {
+        /// The messages, in order.
+        messages: Vec<ChatMessage>,
+    },
     /// A streamed piece of the answer to `ModelRequest` `request_id`.
     ModelChunk {
         /// The request it answers.

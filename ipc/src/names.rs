@@ -139,6 +139,8 @@ name_enum! {
     pub enum MemoryProvider {
         /// Keep the system prompt and the last N messages.
         SlidingWindow => "sliding_window",
+        /// Keep the whole conversation, summarising its older turns once it nears the context window.
+        Compact => "compact",
     }
 }
 

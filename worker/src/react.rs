@@ -97,7 +97,7 @@ pub async fn run_turn(
         cancel: &cancel,
         cwd: PathBuf::from(&context.cwd),
     };
-    let start = history.len();
+    let mut start = history.len();
     history.push(ChatMessage::text(ChatRole::User, task.prompt.clone()));
     let mut usage = Usage::default();
     let first = first_reply.map(|r| {
@@ -107,7 +107,9 @@ pub async fn run_turn(
             calls: r.tool_calls,
         }
     });
-    let outcome = turn.steps(&mut history, first, &mut usage).await;
+    let outcome = turn
+        .steps(&mut history, &mut start, first, &mut usage)
+        .await;
     let added = history[start..].to_vec();
 
     let (status, final_message, error) = match outcome {
@@ -143,9 +145,12 @@ struct Turn<'a> {
 }
 
 impl Turn<'_> {
+    /// Runs the turn's model calls and tools; its messages are `history[*start..]`, and the conversation before
+    /// them may be replaced by a compacted one meanwhile.
     async fn steps(
         &self,
         history: &mut Vec<ChatMessage>,
+        start: &mut usize,
         mut first: Option<Reply>,
         usage: &mut Usage,
     ) -> Result<String, Stop> {
@@ -159,6 +164,12 @@ impl Turn<'_> {
             let reply = match first.take() {
                 Some(reply) => reply,
                 None => {
+                    if let Some(earlier) = self.shared.take_replacement() {
+                        let own = history.split_off(*start);
+                        *history = earlier;
+                        *start = history.len();
+                        history.extend(own);
+                    }
                     let messages = memory::prompt(&system, history, config.memory_window);
                     // Listed per call: an MCP server may have changed its tools, or died, since the last one.
                     let specs = self.shared.registry.specs().await;

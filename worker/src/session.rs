@@ -105,6 +105,11 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 // Queued behind a running turn's own messages: the supervisor sends it only between turns.
                 shared.history.lock().await.extend(messages);
             }
+            ToWorker::ReplaceHistory { messages } => match shared.history.try_lock() {
+                Ok(mut history) => *history = messages,
+                // A running turn holds the conversation: it takes the new one before its next model call.
+                Err(_) => shared.replace_history_later(messages),
+            },
             ToWorker::ModelChunk { request_id, chunk } => {
                 shared.deliver_chunk(&request_id, chunk).await;
             }

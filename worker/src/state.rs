@@ -26,6 +26,8 @@ pub struct Shared {
     pub registry: Registry,
     model_streams: Mutex<HashMap<String, mpsc::Sender<ModelChunk>>>,
     approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
+    /// A compacted conversation that arrived while a turn ran, for it to take.
+    replacement: Mutex<Option<Vec<ChatMessage>>>,
 }
 
 impl Shared {
@@ -38,7 +40,18 @@ impl Shared {
             registry,
             model_streams: Mutex::new(HashMap::new()),
             approvals: Mutex::new(HashMap::new()),
+            replacement: Mutex::new(None),
         }
+    }
+
+    /// Keeps `messages` as the conversation before the running turn, for [`Shared::take_replacement`].
+    pub fn replace_history_later(&self, messages: Vec<ChatMessage>) {
+        *lock(&self.replacement) = Some(messages);
+    }
+
+    /// The compacted conversation that arrived during the running turn, if any.
+    pub fn take_replacement(&self) -> Option<Vec<ChatMessage>> {
+        lock(&self.replacement).take()
     }
 
     /// Hands a chunk to the model stream it answers; chunks of a closed stream are dropped.

@@ -73,9 +73,50 @@ pub struct MemorySpec {
     /// Memory provider.
     #[serde(default = "default_memory")]
     pub provider: MemoryProvider,
-    /// Messages kept besides the system prompt.
+    /// `sliding_window`: messages kept besides the system prompt.
     #[serde(default = "default_window")]
     pub window: usize,
+    /// `compact`: the share of the context window past which the next turn first compacts; 1.0 leaves it to an
+    /// overflow or a compaction by hand.
+    #[serde(default = "default_threshold")]
+    pub threshold: f64,
+    /// `compact`: the last turns kept whole after the summary.
+    #[serde(default = "default_keep_recent_turns")]
+    pub keep_recent_turns: usize,
+    /// `compact`: the longest summary, in tokens.
+    #[serde(default = "default_summary_max_tokens")]
+    pub summary_max_tokens: u32,
+    /// `off`: no compaction at all, not even when the provider refuses a context as too long.
+    #[serde(default)]
+    pub compaction: Compaction,
+}
+
+/// `memory.compaction` of agent.yaml.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Compaction {
+    /// Compact past the threshold (`compact`), when the provider refuses the context, and by hand.
+    #[default]
+    On,
+    /// Never.
+    Off,
+}
+
+impl MemorySpec {
+    /// Messages of the history a model call sees: the window, or all of it when compaction keeps it short.
+    pub fn window_messages(&self) -> usize {
+        match self.provider {
+            MemoryProvider::SlidingWindow => self.window,
+            MemoryProvider::Compact => usize::MAX,
+        }
+    }
+
+    /// Whether a turn may compact before its first call (past `threshold`).
+    pub fn compacts_ahead(&self) -> bool {
+        self.provider == MemoryProvider::Compact
+            && self.compaction == Compaction::On
+            && self.threshold < 1.0
+    }
 }
 
 fn default_true() -> bool {
@@ -93,12 +134,25 @@ fn default_window() -> usize {
 fn default_max_steps() -> u32 {
     20
 }
+fn default_threshold() -> f64 {
+    0.8
+}
+fn default_keep_recent_turns() -> usize {
+    2
+}
+fn default_summary_max_tokens() -> u32 {
+    2000
+}
 
 impl Default for MemorySpec {
     fn default() -> Self {
         MemorySpec {
             provider: default_memory(),
             window: default_window(),
+            threshold: default_threshold(),
+            keep_recent_turns: default_keep_recent_turns(),
+            summary_max_tokens: default_summary_max_tokens(),
+            compaction: Compaction::On,
         }
     }
 }
@@ -181,6 +235,22 @@ impl AgentSpec {
         }
         if self.memory.window < 2 {
             return bad("memory.window", "must keep at least 2 messages".into());
+        }
+        let m = &self.memory;
+        if !(m.threshold > 0.0 && m.threshold <= 1.0) {
+            return bad(
+                "memory.threshold",
+                format!("{} is out of range: a share of the context window above 0 and at most 1 (1 turns automatic compaction off)", m.threshold),
+            );
+        }
+        if m.keep_recent_turns > 1000 {
+            return bad("memory.keep_recent_turns", "at most 1000".into());
+        }
+        if !(16..=100_000).contains(&m.summary_max_tokens) {
+            return bad(
+                "memory.summary_max_tokens",
+                format!("{} is out of range 16..=100000", m.summary_max_tokens),
+            );
         }
         if self.permissions.network == service_ipc::PermissionAction::Allow {
             return bad(

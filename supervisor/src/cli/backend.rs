@@ -211,6 +211,34 @@ impl Backend {
         }
     }
 
+    /// Compacts session `id`; the answer of `POST /sessions/{id}/compact`.
+    pub async fn compact(
+        &self,
+        id: &str,
+        focus: Option<&str>,
+    ) -> anyhow::Result<serde_json::Value> {
+        match self {
+            Backend::Local(rt) => {
+                let done = rt.compact_session(id, focus).await?;
+                Ok(match done {
+                    Some(c) => {
+                        serde_json::json!({"compacted": true, "before_tokens": c.before_tokens,
+                        "after_tokens": c.after_tokens, "summarised_turns": c.summarised_turns})
+                    }
+                    None => serde_json::json!({"compacted": false, "summarised_turns": 0}),
+                })
+            }
+            Backend::Remote(r) => r
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/sessions/{id}/compact"),
+                    Some(serde_json::json!({"focus": focus})),
+                )
+                .await
+                .map_err(|e| anyhow!("{e}")),
+        }
+    }
+
     pub async fn interrupt(&self, id: &str) -> anyhow::Result<()> {
         match self {
             Backend::Local(rt) => rt.interrupt(id).await.map(drop).map_err(Into::into),

@@ -53,6 +53,15 @@ pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::R
             ) {
                 eprintln!("warning: {warning}");
             }
+            if bundle.agent.memory.compacts_ahead()
+                && service_supervisor::runtime::compaction::window_of(&bundle.agent.model.to_ref())
+                    .is_none()
+            {
+                eprintln!(
+                    "warning: memory.provider compact needs the model's context window to compact before a turn; \
+                     set model.config.context_window (until then only an overflow or `sessions compact` compacts)"
+                );
+            }
             let asked = host_variables(&bundle.info());
             if !asked.is_empty() {
                 eprintln!(

@@ -1,4 +1,4 @@
-//! `service-rs sessions`: list, show, delete and prune sessions, of this machine or of a server (`--remote`).
+//! `service-rs sessions`: list, show, compact, delete and prune sessions, of this machine or of a server (`--remote`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -52,6 +52,16 @@ enum SessionsCommand {
         #[arg(long)]
         raw: bool,
     },
+    /// Replace a session's older turns with a summary its model writes, keeping the last turns whole
+    /// (memory.keep_recent_turns); the journal keeps everything.
+    Compact {
+        /// Session id, or the start of one.
+        #[arg(add = super::complete::sessions())]
+        id: String,
+        /// What the summary should keep above all.
+        #[arg(long)]
+        focus: Option<String>,
+    },
     /// Stop a session's worker and delete the session with its journal and workspace.
     Delete {
         /// Session ids, or the starts of them.
@@ -91,6 +101,9 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 diff(&backend, &id, turn, Output::new(raw)).await
             }
             Some(SessionsCommand::Delete { ids }) => delete(&backend, &ids).await,
+            Some(SessionsCommand::Compact { id, focus }) => {
+                compact(&backend, &id, focus.as_deref()).await
+            }
             Some(SessionsCommand::Prune {
                 older_than,
                 dry_run,
@@ -342,6 +355,24 @@ async fn delete(backend: &Backend, prefixes: &[String]) -> anyhow::Result<ExitCo
     for id in ids {
         backend.delete(&id).await?;
         println!("deleted {id}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn compact(backend: &Backend, prefix: &str, focus: Option<&str>) -> anyhow::Result<ExitCode> {
+    let records = backend.sessions().await?;
+    let id = service_supervisor::runtime::record::by_id_prefix(&records, prefix)
+        .map_err(anyhow::Error::msg)?
+        .id
+        .clone();
+    let done = backend.compact(&id, focus).await?;
+    if done["compacted"] == true {
+        println!(
+            "compacted {id}: {} turns summarised, about {} -> {} tokens",
+            done["summarised_turns"], done["before_tokens"], done["after_tokens"]
+        );
+    } else {
+        println!("nothing to compact in {id}: it has no turns older than the ones kept");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -19,11 +19,13 @@ use ratatui::Terminal;
 use service_ipc::{ApprovalDecision, ModelRef, Task, TurnOverrides};
 use service_supervisor::runtime::EventStream;
 use service_supervisor::tui::app::{App, TurnState};
-use service_supervisor::tui::commands::{self, Input, Slash, HELP};
+use service_supervisor::tui::commands::{self, Input};
 use service_supervisor::ServiceHome;
 use tokio::sync::mpsc;
 
 use super::backend::Backend;
+
+mod slash;
 
 /// Arguments of `tui`.
 #[derive(Debug, clap::Args)]
@@ -352,75 +354,6 @@ impl Ui {
                 }
             }
         }
-    }
-
-    async fn slash(&mut self, slash: Slash) -> anyhow::Result<()> {
-        match slash {
-            Slash::Help => {
-                let text: Vec<String> = HELP.iter().map(|(c, h)| format!("{c:<24} {h}")).collect();
-                self.app.info(format!(
-                    "{}\n!<command>               run a command in the session sandbox (not a turn)\n\
-                     Ctrl-R                   show or hide reasoning",
-                    text.join("\n")
-                ));
-            }
-            Slash::New => {
-                let bundle = self.bundle_ref.clone();
-                self.new_session(&bundle).await?;
-            }
-            Slash::Bundle(reference) => self.new_session(&reference).await?,
-            Slash::Sessions => {
-                let list: Vec<String> = self
-                    .backend
-                    .sessions()
-                    .await?
-                    .iter()
-                    .map(|r| {
-                        let turns = match r.turn_count {
-                            1 => "1 turn".to_string(),
-                            n => format!("{n} turns"),
-                        };
-                        format!(
-                            "{}  {}  {turns}  {}",
-                            r.id,
-                            r.bundle.reference,
-                            r.title.as_deref().unwrap_or("")
-                        )
-                    })
-                    .collect();
-                self.app.info(if list.is_empty() {
-                    "no sessions".into()
-                } else {
-                    list.join("\n")
-                });
-            }
-            Slash::Resume(Some(id)) => self.resume(&id).await?,
-            Slash::Resume(None) => self.open_picker().await?,
-            Slash::Model(spec) => {
-                self.use_model(&spec)?;
-                self.app.info(format!("next turns use {spec}"));
-            }
-            Slash::Cwd(dir) => {
-                let dir = self.checked_cwd(&dir)?;
-                self.app.info(format!("next turns run in {dir}"));
-                self.cwd = Some(dir);
-            }
-            Slash::Diff => {
-                if self.app.turn_diffs.is_empty() {
-                    self.app
-                        .info("the last turn changed no file with Write or Edit");
-                } else {
-                    let diffs = self.app.turn_diffs.join("");
-                    self.app
-                        .entries
-                        .push(service_supervisor::tui::app::Entry::Diff(diffs));
-                    self.app.scroll = 0;
-                }
-            }
-            Slash::Clear => self.app.entries.clear(),
-            Slash::Quit => self.app.quit = true,
-        }
-        Ok(())
     }
 
     /// Ctrl-C: the first interrupts a running turn and a second quits; when idle it clears the input, or quits

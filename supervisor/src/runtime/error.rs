@@ -81,6 +81,9 @@ pub enum RuntimeError {
     /// The worker could not be started or reached (start_turn, run_session_command).
     #[error("the session worker is unavailable: {0}")]
     WorkerUnavailable(String),
+    /// The summary call of a compaction failed; the history is unchanged (compact_session).
+    #[error("compaction failed, the history is unchanged: {0}")]
+    CompactionFailed(String),
     /// The worker died before answering (run_turn, run_session_command).
     #[error("the session worker died: {0}")]
     WorkerDied(String),

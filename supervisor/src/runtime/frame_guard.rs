@@ -114,6 +114,7 @@ impl Guard {
             | E::NetworkRefusalsSuppressed { .. }
             | E::NetworkPermissionRequested { .. }
             | E::ModelRetry { .. }
+            | E::ContextCompacted { .. }
             | E::Error { .. } => {
                 return Err(format!("a {kind} event, which only the supervisor emits"))
             }

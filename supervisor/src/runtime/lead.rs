@@ -58,7 +58,8 @@ pub(super) fn first_query(
         tools,
         skills,
     );
-    let messages = service_worker::memory::prompt(&system, &history, agent.memory.window);
+    let messages =
+        service_worker::memory::prompt(&system, &history, agent.memory.window_messages());
     Some((messages, service_worker::tools::specs(tools)))
 }
 

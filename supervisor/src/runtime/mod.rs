@@ -21,6 +21,7 @@
 
 pub mod approvals;
 mod bundle_fetch;
+pub mod compaction;
 mod egress_sink;
 pub mod error;
 mod frame_guard;

@@ -18,8 +18,37 @@ use super::Inner;
 use crate::bundle::Bundle;
 use crate::providers;
 
-/// Streams `request` for `session`; dropping the stream abandons the call.
+/// Streams `request` for `session`; dropping the stream abandons the call. A call whose context the provider
+/// refuses as too long, before any output, is compacted away and made again, once per turn (see `compaction`).
 pub(super) fn stream(
+    rt: &Arc<Inner>,
+    session: &Arc<Session>,
+    request: ModelRequest,
+) -> BoxStream<'static, ModelChunk> {
+    let mut first = once(rt, session, request.clone());
+    if session.bundle.agent.memory.compaction == crate::bundle::agent::Compaction::Off {
+        return first;
+    }
+    let (rt, session) = (rt.clone(), session.clone());
+    futures::stream::once(async move {
+        let head = first.next().await;
+        if let Some(ModelChunk::Failed { code, .. }) = &head {
+            if code == "context_length_exceeded" {
+                if let Some(again) =
+                    super::compaction::after_overflow(&rt, &session, &request).await
+                {
+                    return once(&rt, &session, again);
+                }
+            }
+        }
+        futures::stream::iter(head).chain(first).boxed()
+    })
+    .flatten()
+    .boxed()
+}
+
+/// One call of `request`, its retries journaled and its usage counted.
+fn once(
     rt: &Inner,
     session: &Arc<Session>,
     request: ModelRequest,

@@ -331,7 +331,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         tools: bundle.manifest.tools.clone(),
         skills,
         max_steps: agent.max_steps,
-        memory_window: agent.memory.window,
+        memory_window: agent.memory.window_messages(),
         permissions: agent.permissions.clone(),
         history,
         heartbeat_ms: rt.options.heartbeat.as_millis() as u64,

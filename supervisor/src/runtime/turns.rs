@@ -149,6 +149,10 @@ impl ServiceRuntime {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }
         let outcome = session.begin_turn(&turn_id, model.clone(), &task.prompt)?;
+        if ahead.is_none() {
+            // A turn made ahead is a new session's first: nothing to compact.
+            super::compaction::before_turn(&self.inner, session, &turn_id, &model).await;
+        }
         let first = match ahead {
             Some(ahead) => Some(FirstCall::Made(ahead)),
             None => self
@@ -181,7 +185,7 @@ impl ServiceRuntime {
             return None;
         }
         // The model sees the memory window only: a long history is not read whole.
-        let window = session.bundle.agent.memory.window;
+        let window = session.bundle.agent.memory.window_messages();
         let history = session.recent_history(window).await.ok()?;
         let instructions = session.instructions(&self.inner.options.workspace_roots);
         lead::first_query(&session.bundle, &instructions, history, prompt)

@@ -74,6 +74,30 @@ pub struct Accepted {
     pub turn_id: String,
 }
 
+/// `POST /sessions/{id}/compact` (the body may be empty).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactRequest {
+    /// What the summary should keep above all.
+    #[serde(default)]
+    pub focus: Option<String>,
+}
+
+/// What `POST /sessions/{id}/compact` did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CompactResult {
+    /// False when there was nothing older than the turns kept (`memory.keep_recent_turns`).
+    pub compacted: bool,
+    /// Context tokens before, estimated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before_tokens: Option<u64>,
+    /// Context tokens after, estimated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_tokens: Option<u64>,
+    /// Turns the summary replaced.
+    pub summarised_turns: u32,
+}
+
 /// `POST /sessions/{id}/commands`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +274,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::SandboxUnavailable(_) => (S::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
             RuntimeError::WorkerUnavailable(_) => (S::SERVICE_UNAVAILABLE, "worker_unavailable"),
             RuntimeError::WorkerDied(_) => (S::SERVICE_UNAVAILABLE, "worker_died"),
+            RuntimeError::CompactionFailed(_) => (S::BAD_GATEWAY, "compaction_failed"),
             RuntimeError::BundleMismatch { .. } => (S::CONFLICT, "bundle_mismatch"),
             RuntimeError::BundleUnavailable { .. } => (S::BAD_GATEWAY, "bundle_unavailable"),
             RuntimeError::OwnedElsewhere { url, .. } => {

@@ -214,6 +214,42 @@ async fn checked_overrides(
     Ok(overrides)
 }
 
+/// Replaces the session's older turns with a summary its model writes, between turns; the body may be empty.
+#[utoipa::path(post, path = "/sessions/{id}/compact", params(("id" = String, Path)),
+    request_body(content = CompactRequest, description = "Optional"), responses((status = 200, body = CompactResult)))]
+pub async fn compact(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<CompactResult>> {
+    let req: CompactRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CompactRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!("the body is {{\"focus\": \"...\"}} or empty: {e}"),
+            )
+        })?
+    };
+    let done = st.rt.compact_session(&id, req.focus.as_deref()).await?;
+    Ok(Json(match done {
+        Some(c) => CompactResult {
+            compacted: true,
+            before_tokens: Some(c.before_tokens),
+            after_tokens: Some(c.after_tokens),
+            summarised_turns: c.summarised_turns,
+        },
+        None => CompactResult {
+            compacted: false,
+            before_tokens: None,
+            after_tokens: None,
+            summarised_turns: 0,
+        },
+    }))
+}
+
 /// Interrupts the running turn.
 #[utoipa::path(post, path = "/sessions/{id}/interrupt", params(("id" = String, Path)), responses((status = 202, body = Accepted)))]
 pub async fn interrupt(

@@ -69,6 +69,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::run_sync,
         handlers::run_async,
         handlers::interrupt,
+        handlers::compact,
         handlers::run_command,
         handlers::resolve_approval,
         handlers::events,
@@ -82,6 +83,8 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         api::RunRequest,
         api::TurnResult,
         api::Accepted,
+        api::CompactRequest,
+        api::CompactResult,
         api::CommandRequest,
         api::CommandResult,
         api::DecisionRequest,
@@ -229,6 +232,7 @@ fn owned_routes(state: &AppState) -> Router<AppState> {
         .route("/sessions/{id}/run-sync", post(handlers::run_sync))
         .route("/sessions/{id}/run", post(handlers::run_async))
         .route("/sessions/{id}/interrupt", post(handlers::interrupt))
+        .route("/sessions/{id}/compact", post(handlers::compact))
         .route("/sessions/{id}/commands", post(handlers::run_command))
         .route("/approvals/{request_id}", post(handlers::resolve_approval))
         .route_layer(axum::middleware::from_fn_with_state(

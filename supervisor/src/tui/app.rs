@@ -285,6 +285,16 @@ impl App {
             EventPayload::McpServerFailed {
                 server, message, ..
             } => self.error(format!("MCP server {server}: {message}")),
+            EventPayload::ContextCompacted {
+                before_tokens,
+                after_tokens,
+                summarised_turns,
+                reason,
+                ..
+            } => self.info(format!(
+                "context compacted ({reason}): {summarised_turns} turns summarised, ~{before_tokens} -> \
+                 ~{after_tokens} tokens"
+            )),
             EventPayload::A2aAgentFailed { agent, message } => {
                 self.error(format!("A2A agent {agent}: {message}"))
             }

@@ -30,6 +30,8 @@ pub enum Slash {
     Cwd(String),
     /// `/diff`: what the last turn's Write and Edit calls changed.
     Diff,
+    /// `/compact [focus]`: summarise the older turns now.
+    Compact(Option<String>),
     /// `/clear`: clear the transcript view.
     Clear,
     /// `/quit`.
@@ -57,6 +59,10 @@ pub const HELP: &[(&str, &str)] = &[
     (
         "/diff",
         "show what the last turn's Write and Edit calls changed",
+    ),
+    (
+        "/compact [focus]",
+        "summarise the older turns now, keeping the last ones; the focus says what to keep above all",
     ),
     ("/clear", "clear the transcript view"),
     (
@@ -99,6 +105,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "cwd" => Slash::Cwd(needs("a directory")?),
         "clear" => Slash::Clear,
         "diff" => Slash::Diff,
+        "compact" => Slash::Compact(Some(arg.to_string()).filter(|a| !a.is_empty())),
         "quit" | "exit" => Slash::Quit,
         _ => {
             let known: Vec<&str> = HELP

@@ -8,6 +8,7 @@ mod cluster;
 mod cluster_bundles;
 mod cluster_tls;
 mod commands;
+mod compaction;
 mod console;
 mod contract;
 mod defaults;

@@ -226,3 +226,30 @@ fn tui_resume_picks_from_this_directorys_sessions_newest_first_filtered_as_typed
     tmux.wait_for("answered write the docs");
     tmux.type_line("/quit");
 }
+
+#[test]
+fn compact_in_the_tui_summarises_the_older_turns_and_says_so() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("compacting"),
+        r#"{turns: [
+          {when: "Summarise the conversation", replies: [{text: "SUMMARY"}]},
+          {replies: [{text: "seen {{message_count}}"}]},
+        ]}"#,
+        "memory: { provider: compact, keep_recent_turns: 1 }\n",
+        "workspace_write",
+    );
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./compacting");
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("first");
+    tmux.wait_for("seen 2");
+    tmux.type_line("second");
+    tmux.wait_for("seen 4");
+    tmux.type_line("third");
+    tmux.wait_for("seen 6");
+    tmux.type_line("/compact the numbers");
+    tmux.wait_for("context compacted (manual): 2 turns summarised");
+    // System, summary, the kept turn's prompt and answer, the new prompt.
+    tmux.type_line("fourth");
+    tmux.wait_for("seen 5");
+}

@@ -62,6 +62,10 @@ struct ActiveTurn {
     lead: Option<DropGuard>,
     /// The turn's model calls as the supervisor made them: what its end reports, whatever the worker says.
     usage: service_ipc::Usage,
+    /// The turn's prompt: where its own messages start in a model request.
+    prompt: String,
+    /// Whether an overflow was compacted away in this turn already (a second one fails the turn).
+    overflow_compacted: bool,
     /// Tells other processes on the store that the session is live while the turn runs.
     _lease: Option<crate::runtime::store::files_lock::LiveLease>,
 }

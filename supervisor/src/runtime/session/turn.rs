@@ -32,6 +32,27 @@ impl Session {
             .map(|a| a.model.clone())
     }
 
+    /// The prompt of running turn `turn_id`.
+    pub fn turn_prompt(&self, turn_id: &str) -> Option<String> {
+        lock(&self.active)
+            .as_ref()
+            .filter(|a| a.turn_id == turn_id)
+            .map(|a| a.prompt.clone())
+    }
+
+    /// True the first time running turn `turn_id` asks to compact away an overflow; false after, so that a turn
+    /// whose context still overflows fails rather than compacting again and again.
+    pub fn first_overflow(&self, turn_id: &str) -> bool {
+        let mut active = lock(&self.active);
+        match active.as_mut().filter(|a| a.turn_id == turn_id) {
+            Some(a) if !a.overflow_compacted => {
+                a.overflow_compacted = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Marks `turn_id` as led by the supervisor (see `lead`); the token is cancelled when the turn ends, or by
     /// `interrupt_lead`, until `hand_over`.
     pub(crate) fn lead(&self, turn_id: &str) -> Option<CancellationToken> {
@@ -109,6 +130,8 @@ impl Session {
                 stop_reason: None,
                 lead: None,
                 usage,
+                prompt: prompt.to_string(),
+                overflow_compacted: false,
                 _lease: crate::runtime::store::files_lock::live(&self.dir),
             });
         }
@@ -182,6 +205,8 @@ impl Session {
             let mut record = lock(&self.record);
             ended(&mut record, end.status);
             record.usage.add(end.usage);
+            // The last call's prompt is the context the next turn starts from (compaction reads it).
+            record.usage.context_tokens = end.usage.context_tokens.or(record.usage.context_tokens);
             self.journal.log().save_turn_end(&end.messages, &record)
         };
         let saved = history.is_ok();

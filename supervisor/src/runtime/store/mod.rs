@@ -24,6 +24,9 @@ use super::error::Result;
 use super::journal::Published;
 use super::record::SessionRecord;
 
+/// The history line after which the history starts again (see [`SessionLog::reset_history`]).
+pub(crate) const HISTORY_RESET: &str = r#"{"history_reset":true}"#;
+
 /// Called with each batch of events once it is stored, in sequence order, to broadcast it.
 pub type Publish = Arc<dyn Fn(Vec<Arc<Published>>) + Send + Sync>;
 
@@ -132,6 +135,10 @@ pub trait SessionLog: Send + Sync {
 
     /// Appends a turn's messages to the history, durably.
     fn append_history(&self, messages: &[ChatMessage]) -> Result<()>;
+
+    /// Makes `messages` the whole history from now on (a compaction), durably. The log stays append-only: a
+    /// [`HISTORY_RESET`] line, then the messages; readers start after the last such line.
+    fn reset_history(&self, messages: &[ChatMessage]) -> Result<()>;
 
     /// Appends a turn's messages and saves the record that ends it, both durable when it returns: the history's
     /// result, then the record's. A backend whose writes each wait for their own flush may do the two at once.

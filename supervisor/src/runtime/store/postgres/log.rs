@@ -108,9 +108,10 @@ impl PgLog {
             .client()
             .await?
             .query(
-                "SELECT message FROM (SELECT n, message FROM history WHERE session_id = $1 \
+                "SELECT message FROM (SELECT n, message FROM history WHERE session_id = $1 AND n > \
+                 COALESCE((SELECT max(n) FROM history WHERE session_id = $1 AND message = $3), 0) \
                  ORDER BY n DESC LIMIT $2) recent ORDER BY n",
-                &[&self.shared.id, &limit],
+                &[&self.shared.id, &limit, &super::super::HISTORY_RESET],
             )
             .await
             .map_err(|e| store.error(e))?;
@@ -151,6 +152,17 @@ impl SessionLog for PgLog {
                 .collect();
             self.push(Op::History(lines));
         }
+        Ok(())
+    }
+
+    fn reset_history(&self, messages: &[ChatMessage]) -> Result<()> {
+        let mut lines = vec![super::super::HISTORY_RESET.to_string()];
+        lines.extend(
+            messages
+                .iter()
+                .map(|m| serde_json::to_string(m).unwrap_or_default()),
+        );
+        self.push(Op::History(lines));
         Ok(())
     }
 
