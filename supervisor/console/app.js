@@ -157,6 +157,7 @@ async function createSession(e) {
 
 function setRunning(running) {
   $("interrupt").disabled = !running;
+  $("compact").disabled = running;
   $("session-state").textContent = running ? "running" : "idle";
   $("session-state").className = "badge " + (running ? "run" : "ok");
 }
@@ -260,6 +261,16 @@ async function interrupt() {
   }
 }
 
+async function compact() {
+  if (!state.open) return;
+  try {
+    const done = await guarded(() => call("POST", `/sessions/${encodeURIComponent(state.open.id)}/compact`, {}));
+    if (done && !done.compacted) $("server-status").textContent = "nothing to compact: no turns older than the ones kept";
+  } catch (err) {
+    $("server-status").textContent = err.message;
+  }
+}
+
 function selectTab(events) {
   $("tab-chat").setAttribute("aria-selected", String(!events));
   $("tab-events").setAttribute("aria-selected", String(events));
@@ -316,6 +327,7 @@ function wire() {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send(e);
   });
   $("interrupt").addEventListener("click", interrupt);
+  $("compact").addEventListener("click", compact);
   $("tab-chat").addEventListener("click", () => selectTab(false));
   $("tab-events").addEventListener("click", () => selectTab(true));
   for (const tab of [$("tab-chat"), $("tab-events")]) {

@@ -308,6 +308,11 @@ export class Chat {
     this.root.append(el("p", "error notice", `MCP server ${p.server} failed: ${p.message}`));
   }
 
+  on_context_compacted(p) {
+    const note = `context compacted (${p.reason}): ${p.summarised_turns} turns summarised, ~${p.before_tokens} → ~${p.after_tokens} tokens`;
+    this.root.append(el("p", "muted notice", note));
+  }
+
   on_a2a_agent_failed(p) {
     this.root.append(el("p", "error notice", `A2A agent ${p.agent} is not offered: ${p.message}`));
   }
