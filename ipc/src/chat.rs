@@ -88,6 +88,12 @@ pub struct Usage {
     /// Completion tokens.
     #[serde(default)]
     pub output_tokens: Option<u64>,
+    /// Prompt tokens the provider served from its cache (part of `input_tokens`), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+    /// Completion tokens spent on reasoning (part of `output_tokens`), when the provider said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
     /// Model calls counted, in a turn's usage (the supervisor counts them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_calls: Option<u32>,
@@ -134,6 +140,8 @@ impl Usage {
         }
         self.input_tokens = sum(self.input_tokens, other.input_tokens);
         self.output_tokens = sum(self.output_tokens, other.output_tokens);
+        self.cached_tokens = sum(self.cached_tokens, other.cached_tokens);
+        self.reasoning_tokens = sum(self.reasoning_tokens, other.reasoning_tokens);
     }
 }
 

@@ -176,8 +176,14 @@ async fn run(
         let index = v["index"].as_u64().unwrap_or(0);
         let chunk = match kind.as_str() {
             "message_start" => {
-                usage.input_tokens = v["message"]["usage"]["input_tokens"].as_u64();
-                usage.output_tokens = v["message"]["usage"]["output_tokens"].as_u64();
+                let u = &v["message"]["usage"];
+                usage.output_tokens = u["output_tokens"].as_u64();
+                // Anthropic counts cached prompt tokens apart from `input_tokens`; ours includes them.
+                usage.cached_tokens = u["cache_read_input_tokens"].as_u64();
+                usage.input_tokens = u["input_tokens"].as_u64().map(|i| {
+                    i + usage.cached_tokens.unwrap_or(0)
+                        + u["cache_creation_input_tokens"].as_u64().unwrap_or(0)
+                });
                 None
             }
             "content_block_start" => {

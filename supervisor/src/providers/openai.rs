@@ -226,6 +226,8 @@ async fn run(
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
             usage.input_tokens = u["prompt_tokens"].as_u64();
             usage.output_tokens = u["completion_tokens"].as_u64();
+            usage.cached_tokens = u["prompt_tokens_details"]["cached_tokens"].as_u64();
+            usage.reasoning_tokens = u["completion_tokens_details"]["reasoning_tokens"].as_u64();
         }
         let Some(choice) = v["choices"].get(0) else {
             continue;

@@ -199,6 +199,8 @@ fn usage(u: &Value) -> Usage {
     Usage {
         input_tokens: u["input_tokens"].as_u64(),
         output_tokens: u["output_tokens"].as_u64(),
+        cached_tokens: u["input_tokens_details"]["cached_tokens"].as_u64(),
+        reasoning_tokens: u["output_tokens_details"]["reasoning_tokens"].as_u64(),
         ..Usage::default()
     }
 }

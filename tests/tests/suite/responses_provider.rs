@@ -18,7 +18,9 @@ fn completed(input: u64, output: u64) -> String {
     event(
         "response.completed",
         json!({"response": {"id": "resp_1", "status": "completed",
-            "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output}}}),
+            "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output,
+                "input_tokens_details": {"cached_tokens": input / 4},
+                "output_tokens_details": {"reasoning_tokens": output / 2}}}}),
     )
 }
 
@@ -107,6 +109,16 @@ fn a_turn_with_a_tool_call_runs_on_the_responses_wire_with_paired_items() {
     assert_eq!(done["final_message"], "It said wired.");
     assert_eq!(done["usage"]["input_tokens"], 100);
     assert_eq!(done["usage"]["output_tokens"], 16);
+    // Each call's cached and reasoning tokens, summed over the turn's two calls.
+    let (cached, reasoning) = (
+        &done["usage"]["cached_tokens"],
+        &done["usage"]["reasoning_tokens"],
+    );
+    assert!(
+        cached.as_u64().unwrap() > 0 && reasoning.as_u64().unwrap() > 0,
+        "{}",
+        done["usage"]
+    );
 
     let reqs = server.recorded();
     assert_eq!(reqs.len(), 2);
@@ -196,4 +208,103 @@ fn responses_settings_are_refused_on_the_chat_wire() {
         failed.contains("model.config.reasoning") && failed.contains("wire_api: responses"),
         "{failed}"
     );
+}
+
+/// `llm-mock-api` (a third-party mock server from PyPI, `.ci/llm-mock-api`) on 127.0.0.1, killed when dropped.
+struct MockApi {
+    child: std::process::Child,
+    base: String,
+}
+
+impl MockApi {
+    /// Starts it with `rules` (its JSON5 rules), or None when `SERVICE_TEST_LLM_MOCK` does not name it.
+    fn start(dir: &std::path::Path, rules: &str) -> Option<MockApi> {
+        let Some(command) = std::env::var_os("SERVICE_TEST_LLM_MOCK") else {
+            eprintln!("skipped: set SERVICE_TEST_LLM_MOCK to the llm-mock-api command (`.ci/llm-mock-api` installs it; .ci/run sets it)");
+            return None;
+        };
+        let rules_file = dir.join("rules.json5");
+        std::fs::write(&rules_file, rules).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let child = std::process::Command::new(command)
+            .args(["start", "-H", "127.0.0.1", "-p", &port.to_string(), "-r"])
+            .arg(&rules_file)
+            .arg("--config")
+            .arg(dir.join("no-config.json"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "llm-mock-api did not listen within 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(MockApi {
+            child,
+            base: format!("http://127.0.0.1:{port}/v1"),
+        })
+    }
+}
+
+impl Drop for MockApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_turn_against_llm_mock_apis_responses_endpoint_runs_a_tool_and_answers() {
+    let env = Env::new();
+    let Some(mock) = MockApi::start(
+        env.work.path(),
+        r#"[{ when: "weather", replies: [
+            { reply: { tools: [{ name: "Bash", args: { command: "echo sunny-$((6*7))" } }] } },
+            { reply: { text: "The sky says so." } },
+        ] }]"#,
+    ) else {
+        return;
+    };
+    bundle(
+        &env,
+        "mocked",
+        "openai",
+        "codex-mini",
+        json!({"base_url": mock.base, "wire_api": "responses", "max_retries": 0, "timeout_ms": 10000}),
+    );
+    let mut cmd = env.command(&[
+        "run",
+        "./mocked",
+        "--json",
+        "--prompt",
+        "what weather is it?",
+    ]);
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let output: String = of_type(&events, "exec_command_output_delta")
+        .iter()
+        .map(|e| e["chunk"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        output.contains("sunny-42"),
+        "the tool ran in the sandbox: {output:?}"
+    );
+    let done = of_type(&events, "turn_completed");
+    assert_eq!(done[0]["final_message"], "The sky says so.");
+    assert!(done[0]["usage"]["input_tokens"].as_u64().unwrap() > 0);
 }

@@ -128,7 +128,9 @@ pub(super) fn now() -> u64 {
 
 fn usage_json(u: &Usage) -> Value {
     let (i, o) = (u.input_tokens.unwrap_or(0), u.output_tokens.unwrap_or(0));
-    json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o})
+    json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o,
+           "prompt_tokens_details": {"cached_tokens": u.cached_tokens.unwrap_or(0)},
+           "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens.unwrap_or(0)}})
 }
 
 /// `POST /v1/chat/completions`.

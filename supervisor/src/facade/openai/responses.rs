@@ -155,8 +155,9 @@ fn session_of(response_id: &str) -> Result<String, OpenAiError> {
 
 fn usage_json(u: &Usage) -> Value {
     let (i, o) = (u.input_tokens.unwrap_or(0), u.output_tokens.unwrap_or(0));
-    json!({"input_tokens": i, "input_tokens_details": {"cached_tokens": 0},
-           "output_tokens": o, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": i + o})
+    json!({"input_tokens": i, "input_tokens_details": {"cached_tokens": u.cached_tokens.unwrap_or(0)},
+           "output_tokens": o, "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens.unwrap_or(0)},
+           "total_tokens": i + o})
 }
 
 /// What a response says about itself at any stage.
