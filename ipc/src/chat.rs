@@ -42,6 +42,10 @@ pub struct ChatMessage {
     /// For a tool message: the call it answers.
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// Items of an assistant message that only its provider reads back, sent before its content (a Responses
+    /// API's encrypted reasoning); other providers leave them out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opaque: Vec<serde_json::Value>,
 }
 
 impl ChatMessage {
@@ -52,6 +56,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            opaque: Vec::new(),
         }
     }
 
@@ -62,6 +67,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: Some(call_id.into()),
+            opaque: Vec::new(),
         }
     }
 }
@@ -166,6 +172,9 @@ pub struct FirstReply {
     pub text: String,
     /// The tool calls the worker runs next; never empty.
     pub tool_calls: Vec<ToolCall>,
+    /// Its items only the provider reads back (see [`ChatMessage::opaque`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opaque: Vec<serde_json::Value>,
     /// Its token counts.
     pub usage: Usage,
 }
@@ -218,6 +227,11 @@ pub enum ModelChunk {
     ToolCall {
         /// The call.
         call: ToolCall,
+    },
+    /// An item only the provider reads back, for the assistant message (see [`ChatMessage::opaque`]).
+    Opaque {
+        /// The item, as the provider gave it.
+        item: serde_json::Value,
     },
     /// The completion ended normally; the last chunk of a request.
     Done {

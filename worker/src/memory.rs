@@ -43,6 +43,7 @@ mod tests {
                 arguments: "{}".into(),
             }],
             tool_call_id: None,
+            opaque: Vec::new(),
         }
     }
 

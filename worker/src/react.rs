@@ -32,7 +32,12 @@ pub struct Reply {
     pub text: String,
     /// Its tool calls so far.
     pub calls: Vec<ToolCall>,
+    /// Its items only the provider reads back (see `ChatMessage::opaque`), at most [`MAX_OPAQUE`].
+    pub opaque: Vec<serde_json::Value>,
 }
+
+/// Opaque items one reply keeps; a provider sends one reasoning item per reply.
+pub const MAX_OPAQUE: usize = 16;
 
 /// What one chunk of a model reply comes to.
 // Only small events (deltas) travel in `Event`; boxing it would allocate once per streamed delta.
@@ -72,6 +77,12 @@ impl Reply {
                 self.calls.push(call);
                 Piece::Kept
             }
+            ModelChunk::Opaque { item } => {
+                if self.opaque.len() < MAX_OPAQUE {
+                    self.opaque.push(item);
+                }
+                Piece::Kept
+            }
             ModelChunk::Done { usage } => Piece::Done(usage),
             ModelChunk::Failed { code, message } => Piece::Failed(code, message),
         }
@@ -105,6 +116,7 @@ pub async fn run_turn(
         Reply {
             text: r.text,
             calls: r.tool_calls,
+            opaque: r.opaque,
         }
     });
     let outcome = turn
@@ -181,6 +193,7 @@ impl Turn<'_> {
                 content: reply.text.clone(),
                 tool_calls: reply.calls.clone(),
                 tool_call_id: None,
+                opaque: reply.opaque.clone(),
             });
             if reply.calls.is_empty() {
                 if reply.text.trim().is_empty() {

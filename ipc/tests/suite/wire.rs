@@ -291,6 +291,7 @@ fn every_to_worker() -> Vec<ToWorker> {
                     name: "Bash".into(),
                     arguments: "{\"command\":\"ls\"}".into(),
                 }],
+                opaque: vec![serde_json::json!({"type": "reasoning", "encrypted_content": "x"})],
                 usage: Usage::default(),
             }),
         },

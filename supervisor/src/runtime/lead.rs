@@ -142,6 +142,7 @@ impl Led {
                 let reply = FirstReply {
                     text: reply.text,
                     tool_calls: reply.calls,
+                    opaque: reply.opaque,
                     usage,
                 };
                 self.hand_over(reply, start_worker).await
@@ -284,6 +285,7 @@ impl Led {
                 content: reply.text,
                 tool_calls: reply.tool_calls.clone(),
                 tool_call_id: None,
+                opaque: reply.opaque,
             });
             for call in &reply.tool_calls {
                 messages.push(ChatMessage::tool_result(

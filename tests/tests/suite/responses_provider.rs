@@ -32,8 +32,13 @@ fn calls_bash(command: &str) -> Reply {
         [
             event("response.created", json!({"response": {"id": "resp_1", "status": "in_progress"}})),
             event(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": {"type": "reasoning", "id": "rs_1",
+                    "encrypted_content": "gAAAA-sealed", "summary": [{"type": "summary_text", "text": "Run it."}]}}),
+            ),
+            event(
                 "response.output_item.added",
-                json!({"output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_abc", "name": "Bash", "arguments": ""}}),
+                json!({"output_index": 1, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_abc", "name": "Bash", "arguments": ""}}),
             ),
             event("response.function_call_arguments.delta", json!({"item_id": "fc_1", "delta": a})),
             event("response.function_call_arguments.delta", json!({"item_id": "fc_1", "delta": b})),
@@ -143,11 +148,19 @@ fn a_turn_with_a_tool_call_runs_on_the_responses_wire_with_paired_items() {
     );
     assert_eq!(first["max_output_tokens"], 300);
     assert!(first.get("messages").is_none());
+    assert_eq!(first["include"], json!(["reasoning.encrypted_content"]));
     let second = reqs[1].body["input"].as_array().unwrap();
-    let call = second
+    let at = second
         .iter()
-        .find(|i| i["type"] == "function_call")
+        .position(|i| i["type"] == "function_call")
         .unwrap();
+    let call = &second[at];
+    assert_eq!(
+        second[at - 1],
+        json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAA-sealed",
+               "summary": [{"type": "summary_text", "text": "Run it."}]}),
+        "the encrypted reasoning goes back before the call it led to"
+    );
     let output = second
         .iter()
         .find(|i| i["type"] == "function_call_output")
