@@ -17,6 +17,7 @@
 //! | `wire_api` | yes | no | `chat` (Chat Completions, the default) or `responses` (OpenAI's Responses API) |
 //! | `reasoning` | yes | no | Responses wire only: `{effort: minimal\|low\|medium\|high, summary: auto\|concise\|detailed}` |
 //! | `verbosity` | yes | no | Responses wire only: `low`, `medium` or `high` (`text.verbosity`) |
+//! | `store` | yes | no | Responses wire only: `true` keeps responses on the server and chains them by `previous_response_id` (default `false`: stateless) |
 //!
 //! `scripted` takes only `script` and `context_window`.
 
@@ -43,6 +44,7 @@ const OPENAI_ONLY: &[&str] = &[
     "wire_api",
     "reasoning",
     "verbosity",
+    "store",
 ];
 const ANTHROPIC_ONLY: &[&str] = &["top_k", "thinking"];
 
@@ -196,6 +198,8 @@ pub struct ModelSettings {
     pub reasoning: Option<Reasoning>,
     /// `text.verbosity` of the Responses wire.
     pub verbosity: Option<Level>,
+    /// Responses kept on the server and chained by `previous_response_id` (Responses wire).
+    pub store: Option<bool>,
 }
 
 /// The OpenAI wire formats.
@@ -353,6 +357,7 @@ impl ModelSettings {
         for (key, set) in [
             ("reasoning", self.reasoning.is_some()),
             ("verbosity", self.verbosity.is_some()),
+            ("store", self.store.is_some()),
         ] {
             if set && !responses {
                 return bad(

@@ -2,7 +2,10 @@
 //! `stream: true`), which codex-family models answer only on. Stateless: `store: false`, so every call sends the
 //! conversation as input items; tool calls are `function_call` items whose `call_id` pairs them with the
 //! `function_call_output` items that carry their results, and the encrypted reasoning of each reply is kept in the
-//! history (`ChatMessage::opaque`) and sent back before its message, as the API asks of stateless callers.
+//! history (`ChatMessage::opaque`) and sent back before its message, as the API asks of stateless callers. With
+//! `store: true` the server keeps the conversation: each reply's response id is kept in the history instead, and the
+//! next call sends `previous_response_id` with only the items that came after it, so a new worker or another node
+//! chains on from the journaled history.
 
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -23,20 +26,29 @@ pub fn body(request: &ModelRequest, settings: &ModelSettings) -> Value {
         .filter(|m| m.role == ChatRole::System)
         .map(|m| m.content.as_str())
         .collect();
-    let input: Vec<Value> = request
-        .messages
+    let stored = settings.store == Some(true);
+    // Stored: the server has the conversation up to its last response; only what came after is sent.
+    let (previous, from) = match stored {
+        true => last_response(&request.messages),
+        false => (None, 0),
+    };
+    let input: Vec<Value> = request.messages[from..]
         .iter()
         .filter(|m| m.role != ChatRole::System)
         .flat_map(items)
         .collect();
-    // Stateless: the reasoning comes back encrypted, kept with the assistant message, and is sent again with it.
     let mut body = json!({
         "model": request.model.name,
         "stream": true,
-        "store": false,
-        "include": ["reasoning.encrypted_content"],
+        "store": stored,
         "input": input,
     });
+    match previous {
+        Some(id) => body["previous_response_id"] = json!(id),
+        // Stateless: the reasoning comes back encrypted, is kept with the assistant message, and is sent again.
+        None if !stored => body["include"] = json!(["reasoning.encrypted_content"]),
+        None => {}
+    }
     if !instructions.is_empty() {
         body["instructions"] = json!(instructions.join("\n\n"));
     }
@@ -125,6 +137,30 @@ fn reasoning_item(item: &Value) -> Option<Value> {
     Some(out)
 }
 
+/// The opaque item that records which stored response an assistant message is (`store: true`).
+const RESPONSE_REF: &str = "service.response";
+
+/// The last stored response the conversation names, and where the messages after it start; (None, 0) when none.
+/// A response id came through the worker, so only an id's own characters are taken.
+fn last_response(messages: &[ChatMessage]) -> (Option<String>, usize) {
+    for (i, m) in messages.iter().enumerate().rev() {
+        let id = m
+            .opaque
+            .iter()
+            .filter(|o| o["type"] == RESPONSE_REF)
+            .filter_map(|o| o["id"].as_str())
+            .find(|id| {
+                !id.is_empty()
+                    && id.len() <= 128
+                    && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            });
+        if let Some(id) = id {
+            return (Some(id.to_string()), i + 1);
+        }
+    }
+    (None, 0)
+}
+
 /// A function call being streamed: its `call_id` and name from `output_item.added`, its arguments in pieces.
 struct Pending {
     item_id: String,
@@ -142,6 +178,7 @@ pub async fn run(
     tx: &mpsc::Sender<ModelChunk>,
 ) -> ModelChunk {
     let body = body(request, settings);
+    let stored = settings.store == Some(true);
     let headers = http::headers(own, settings);
     let resp = match http::send(ep, &headers, &body).await {
         Ok(r) => r,
@@ -202,7 +239,13 @@ pub async fn run(
                 }
                 None
             }
-            "response.completed" => return done(calls, usage(&v["response"]["usage"]), tx).await,
+            "response.completed" => {
+                if let Some(id) = v["response"]["id"].as_str().filter(|_| stored) {
+                    let item = json!({"type": RESPONSE_REF, "id": id});
+                    let _ = tx.send(ModelChunk::Opaque { item }).await;
+                }
+                return done(calls, usage(&v["response"]["usage"]), tx).await;
+            }
             "response.failed" | "response.incomplete" | "error" => {
                 return failure(ep, &v, &ev.data);
             }

@@ -136,7 +136,7 @@ impl Led {
                 );
             }
             Outcome::Done(reply, usage) if reply.calls.is_empty() => {
-                self.answered(reply.text, usage).await
+                self.answered(reply.text, reply.opaque, usage).await
             }
             Outcome::Done(reply, usage) => {
                 let reply = FirstReply {
@@ -210,11 +210,10 @@ impl Led {
     }
 
     /// Ends a turn whose reply called no tool, as the worker would have.
-    async fn answered(&self, text: String, usage: Usage) {
-        let messages = vec![
-            self.prompt(),
-            ChatMessage::text(ChatRole::Assistant, text.clone()),
-        ];
+    async fn answered(&self, text: String, opaque: Vec<serde_json::Value>, usage: Usage) {
+        let mut answer = ChatMessage::text(ChatRole::Assistant, text.clone());
+        answer.opaque = opaque;
+        let messages = vec![self.prompt(), answer];
         let (status, error) = if text.trim().is_empty() {
             let (code, message) = service_worker::react::empty_response();
             (TurnStatus::Failed, Some((code.into(), message.into())))

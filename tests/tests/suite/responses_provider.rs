@@ -321,3 +321,72 @@ fn a_turn_against_llm_mock_apis_responses_endpoint_runs_a_tool_and_answers() {
     assert_eq!(done[0]["final_message"], "The sky says so.");
     assert!(done[0]["usage"]["input_tokens"].as_u64().unwrap() > 0);
 }
+
+/// A stream that ends response `id` after `items` (already framed events).
+fn response(id: &str, items: &[String]) -> Reply {
+    let mut events = vec![event(
+        "response.created",
+        json!({"response": {"id": id, "status": "in_progress"}}),
+    )];
+    events.extend_from_slice(items);
+    events.push(event(
+        "response.completed",
+        json!({"response": {"id": id, "status": "completed",
+            "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}}}),
+    ));
+    Reply::sse(events.concat())
+}
+
+#[test]
+fn with_store_each_call_chains_on_the_last_response_even_from_a_new_worker() {
+    let env = Env::new();
+    let args = json!({"command": "echo chained"}).to_string();
+    let server = ProviderServer::start(vec![
+        response(
+            "resp_a",
+            &[event(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                    "name": "Bash", "arguments": args}}),
+            )],
+        ),
+        response("resp_b", &[event("response.output_text.delta", json!({"delta": "ran it"}))]),
+        response("resp_c", &[event("response.output_text.delta", json!({"delta": "again"}))]),
+    ]);
+    let mut config = local(&server);
+    config["wire_api"] = json!("responses");
+    config["store"] = json!(true);
+    bundle(&env, "stored", "openai", "gpt-5-codex", config);
+    let envs = [("OPENAI_API_KEY", "sk-test-key")];
+    let (out, events) = run_json(&env, "./stored", &envs, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let session = events[0]["session_id"].as_str().unwrap().to_string();
+    // A second `run`: a new supervisor and worker, which find the last response id in the stored history.
+    let out = env
+        .command(&["run", "--session", &session, "--prompt", "once more"])
+        .env("OPENAI_API_KEY", "sk-test-key")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 3);
+    let first = &reqs[0].body;
+    assert_eq!(first["store"], true);
+    assert!(first.get("previous_response_id").is_none());
+    assert!(first.get("include").is_none(), "a stored response keeps its reasoning");
+    let second = &reqs[1].body;
+    assert_eq!(second["previous_response_id"], "resp_a");
+    let kinds: Vec<&str> = second["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap_or("message"))
+        .collect();
+    assert_eq!(kinds, ["function_call_output"], "only what came after resp_a");
+    let third = &reqs[2].body;
+    assert_eq!(third["previous_response_id"], "resp_b");
+    assert_eq!(third["input"].as_array().unwrap().len(), 1, "{third}");
+    assert_eq!(third["input"][0]["role"], "user");
+    assert!(third["instructions"].as_str().unwrap().starts_with("Be brief."));
+}
