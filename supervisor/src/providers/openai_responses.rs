@@ -152,7 +152,9 @@ fn last_response(messages: &[ChatMessage]) -> (Option<String>, usize) {
             .find(|id| {
                 !id.is_empty()
                     && id.len() <= 128
-                    && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             });
         if let Some(id) = id {
             return (Some(id.to_string()), i + 1);
@@ -333,7 +335,11 @@ mod tests {
             json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA",
                    "summary": [{"type": "summary_text", "text": "looked"}]})
         );
-        assert_eq!(sent.len(), 2, "the reasoning item, then the message: {sent:?}");
+        assert_eq!(
+            sent.len(),
+            2,
+            "the reasoning item, then the message: {sent:?}"
+        );
         assert_eq!(sent[1]["role"], "assistant");
     }
 

@@ -1,6 +1,7 @@
 //! What the OpenAPI document says about every operation, added once instead of on each handler: the bearer
-//! security scheme (every path but `/healthz`), and the error responses any request can meet on its way through
-//! the middleware and the runtime, all with the `{"error": {...}}` body.
+//! security scheme (every path but `/healthz` and the agent cards), and the error responses any request can meet on
+//! its way through the middleware and the runtime, all with the `{"error": {...}}` body. The OpenAI-compatible and
+//! A2A routes answer in their own protocols' shapes, which their handlers declare.
 
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::Operation;
@@ -92,6 +93,18 @@ impl utoipa::Modify for Contract {
                 &mut item.delete,
                 &mut item.put,
             ];
+            // The protocol routes (OpenAI's, A2A's) declare their errors in their protocol's shape themselves;
+            // agent cards need no token.
+            if path.starts_with("/v1/") || path.starts_with("/a2a/") {
+                let public = path.ends_with("/agent-card.json");
+                for op in ops.into_iter().flatten().filter(|_| !public) {
+                    op.security = Some(vec![SecurityRequirement::new(
+                        "bearer",
+                        Vec::<String>::new(),
+                    )]);
+                }
+                continue;
+            }
             for op in ops.into_iter().flatten() {
                 if !health {
                     op.security = Some(vec![SecurityRequirement::new(

@@ -216,7 +216,7 @@ async fn checked_overrides(
 
 /// Replaces the session's older turns with a summary its model writes, between turns; the body may be empty.
 #[utoipa::path(post, path = "/sessions/{id}/compact", params(("id" = String, Path)),
-    request_body(content = CompactRequest, description = "Optional"), responses((status = 200, body = CompactResult)))]
+    request_body(content = Option<CompactRequest>, description = "Optional"), responses((status = 200, body = CompactResult)))]
 pub async fn compact(
     State(st): State<AppState>,
     ApiPath(id): ApiPath<String>,
@@ -225,13 +225,15 @@ pub async fn compact(
     let req: CompactRequest = if body.iter().all(u8::is_ascii_whitespace) {
         CompactRequest::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                format!("the body is {{\"focus\": \"...\"}} or empty: {e}"),
-            )
-        })?
+        serde_json::from_slice::<Option<CompactRequest>>(&body)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_request",
+                    format!("the body is {{\"focus\": \"...\"}}, null or empty: {e}"),
+                )
+            })?
     };
     let done = st.rt.compact_session(&id, req.focus.as_deref()).await?;
     Ok(Json(match done {

@@ -74,6 +74,11 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::resolve_approval,
         handlers::events,
         handlers::metrics,
+        crate::facade::openai::models,
+        crate::facade::openai::chat::completions,
+        crate::facade::openai::responses::create,
+        crate::facade::a2a::card,
+        crate::facade::a2a::rpc,
     ),
     components(schemas(
         api::CreateSession,

@@ -350,8 +350,20 @@ fn with_store_each_call_chains_on_the_last_response_even_from_a_new_worker() {
                     "name": "Bash", "arguments": args}}),
             )],
         ),
-        response("resp_b", &[event("response.output_text.delta", json!({"delta": "ran it"}))]),
-        response("resp_c", &[event("response.output_text.delta", json!({"delta": "again"}))]),
+        response(
+            "resp_b",
+            &[event(
+                "response.output_text.delta",
+                json!({"delta": "ran it"}),
+            )],
+        ),
+        response(
+            "resp_c",
+            &[event(
+                "response.output_text.delta",
+                json!({"delta": "again"}),
+            )],
+        ),
     ]);
     let mut config = local(&server);
     config["wire_api"] = json!("responses");
@@ -359,7 +371,11 @@ fn with_store_each_call_chains_on_the_last_response_even_from_a_new_worker() {
     bundle(&env, "stored", "openai", "gpt-5-codex", config);
     let envs = [("OPENAI_API_KEY", "sk-test-key")];
     let (out, events) = run_json(&env, "./stored", &envs, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let session = events[0]["session_id"].as_str().unwrap().to_string();
     // A second `run`: a new supervisor and worker, which find the last response id in the stored history.
     let out = env
@@ -367,14 +383,21 @@ fn with_store_each_call_chains_on_the_last_response_even_from_a_new_worker() {
         .env("OPENAI_API_KEY", "sk-test-key")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let reqs = server.recorded();
     assert_eq!(reqs.len(), 3);
     let first = &reqs[0].body;
     assert_eq!(first["store"], true);
     assert!(first.get("previous_response_id").is_none());
-    assert!(first.get("include").is_none(), "a stored response keeps its reasoning");
+    assert!(
+        first.get("include").is_none(),
+        "a stored response keeps its reasoning"
+    );
     let second = &reqs[1].body;
     assert_eq!(second["previous_response_id"], "resp_a");
     let kinds: Vec<&str> = second["input"]
@@ -383,10 +406,17 @@ fn with_store_each_call_chains_on_the_last_response_even_from_a_new_worker() {
         .iter()
         .map(|i| i["type"].as_str().unwrap_or("message"))
         .collect();
-    assert_eq!(kinds, ["function_call_output"], "only what came after resp_a");
+    assert_eq!(
+        kinds,
+        ["function_call_output"],
+        "only what came after resp_a"
+    );
     let third = &reqs[2].body;
     assert_eq!(third["previous_response_id"], "resp_b");
     assert_eq!(third["input"].as_array().unwrap().len(), 1, "{third}");
     assert_eq!(third["input"][0]["role"], "user");
-    assert!(third["instructions"].as_str().unwrap().starts_with("Be brief."));
+    assert!(third["instructions"]
+        .as_str()
+        .unwrap()
+        .starts_with("Be brief."));
 }

@@ -270,7 +270,12 @@ fn card_of(bundle: &Bundle, endpoint: &str) -> Value {
     })
 }
 
-async fn card(
+/// A bundle's A2A agent card; no token needed.
+#[utoipa::path(get, path = "/a2a/{bundle}/.well-known/agent-card.json", tag = "a2a",
+    params(("bundle" = String, Path, description = "An installed bundle's reference, one path segment")),
+    responses((status = 200, description = "The A2A 1.0 agent card", body = Object),
+        (status = 404, description = "No installed bundle of that name", body = crate::server::api::ErrorEnvelope)))]
+pub async fn card(
     State(st): State<AppState>,
     Path(reference): Path<String>,
     headers: HeaderMap,
@@ -354,7 +359,15 @@ fn version_ok(headers: &HeaderMap) -> Result<(), A2aError> {
     ))
 }
 
-async fn rpc(
+/// A2A 1.0 JSON-RPC for a bundle: SendMessage, SendStreamingMessage, GetTask, ListTasks, CancelTask,
+/// SubscribeToTask.
+#[utoipa::path(post, path = "/a2a/{bundle}", tag = "a2a",
+    params(("bundle" = String, Path, description = "An installed bundle's reference, one path segment"),
+        ("A2A-Version" = Option<String>, Header, description = "1.0 (taken as 1.0 when missing)")),
+    request_body(content = Object, description = "A JSON-RPC 2.0 request"),
+    responses((status = 200, description = "A JSON-RPC response (errors too, with A2A's codes), or for the streaming methods server-sent JSON-RPC responses", body = Object),
+        (status = 401, description = "Missing or wrong token, as a JSON-RPC error", body = Object)))]
+pub async fn rpc(
     State(st): State<AppState>,
     Path(reference): Path<String>,
     headers: HeaderMap,

@@ -133,7 +133,16 @@ fn usage_json(u: &Usage) -> Value {
            "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens.unwrap_or(0)}})
 }
 
-/// `POST /v1/chat/completions`.
+/// A chat completion from a bundle: `model` names the bundle, the last user message is the prompt.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
+    params(("x-service-session" = Option<String>, Header, description = "Continue this session")),
+    request_body(content = Object, description = "OpenAI's chat completion request: model, messages, stream, stream_options, user"),
+    responses(
+        (status = 200, description = "A chat.completion, or with stream: true server-sent chat.completion.chunk events and [DONE]", body = Object),
+        (status = 400, description = "Not a chat completion request, in OpenAI's error shape", body = Object),
+        (status = 401, description = "Missing or wrong token, in OpenAI's error shape", body = Object),
+        (status = 404, description = "model_not_found: the message lists the installed bundles", body = Object),
+        (status = 502, description = "The turn failed; the code is the runtime's", body = Object)))]
 pub async fn completions(
     State(st): State<AppState>,
     headers: HeaderMap,

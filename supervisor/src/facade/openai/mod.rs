@@ -12,8 +12,8 @@
 //! bundle's own system prompt, its `tools` are not called, and permission requests are answered by the server's
 //! `--openai-approvals` setting, not by the client.
 
-mod chat;
-mod responses;
+pub mod chat;
+pub mod responses;
 mod turn;
 
 use axum::extract::{Request, State};
@@ -166,7 +166,11 @@ fn model_ids(home: &crate::ServiceHome) -> Vec<String> {
     ids
 }
 
-async fn models(State(st): State<AppState>) -> Json<serde_json::Value> {
+/// Every installed bundle as an OpenAI model.
+#[utoipa::path(get, path = "/v1/models", tag = "openai",
+    responses((status = 200, description = "{object: list, data: [{id, object: model, created, owned_by: service-rs}]}", body = Object),
+        (status = 401, description = "Missing or wrong token, in OpenAI's error shape", body = Object)))]
+pub async fn models(State(st): State<AppState>) -> Json<serde_json::Value> {
     let data: Vec<serde_json::Value> = model_ids(st.rt.home())
         .into_iter()
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "service-rs"}))

@@ -193,7 +193,15 @@ impl Shape {
     }
 }
 
-/// `POST /v1/responses`.
+/// A response from a bundle on OpenAI's Responses API: `previous_response_id` continues its session.
+#[utoipa::path(post, path = "/v1/responses", tag = "openai",
+    request_body(content = Object, description = "OpenAI's Responses request: model, input, instructions, stream, previous_response_id, include"),
+    responses(
+        (status = 200, description = "A response object, or with stream: true its server-sent events", body = Object),
+        (status = 400, description = "Not a Responses request, in OpenAI's error shape", body = Object),
+        (status = 401, description = "Missing or wrong token, in OpenAI's error shape", body = Object),
+        (status = 404, description = "model_not_found or previous_response_not_found", body = Object),
+        (status = 502, description = "The turn failed; the code is the runtime's", body = Object)))]
 pub async fn create(State(st): State<AppState>, body: axum::body::Bytes) -> Response {
     match answer(st, body).await {
         Ok(r) => r,
