@@ -440,6 +440,8 @@ async fn follow(
     let mut progress = Progress::new(args.json, super::term_text::Output::new(args.raw));
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     let mut interrupted = false;
+    // Said on the usage line: the conversation the model sees was summarised during the turn.
+    let mut compacted = false;
     let end = loop {
         let msg = tokio::select! {
             msg = events.next() => msg,
@@ -467,6 +469,9 @@ async fn follow(
         };
         progress.event(&msg.payload);
         show(&msg, args.json, args.verbose, &mut progress);
+        if let EventPayload::ContextCompacted { .. } = &msg.payload {
+            compacted |= msg.payload.turn_id() == Some(turn_id);
+        }
         if let EventPayload::TurnStarted { context, .. } = &msg.payload {
             if context.sandbox_mode == service_ipc::SandboxMode::DangerFullAccess {
                 root = context.cwd.clone();
@@ -512,10 +517,14 @@ async fn follow(
             if !args.json {
                 progress.finish(&final_message);
                 if args.verbose || std::io::stderr().is_terminal() {
-                    eprintln!(
-                        "{}",
-                        service_supervisor::usage_line::describe(&usage, Some(began.elapsed()))
-                    );
+                    let line =
+                        service_supervisor::usage_line::describe(&usage, Some(began.elapsed()));
+                    let note = if compacted {
+                        " · context compacted"
+                    } else {
+                        ""
+                    };
+                    eprintln!("{line}{note}");
                 }
             }
             Ok(ExitCode::SUCCESS)

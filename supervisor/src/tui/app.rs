@@ -90,6 +90,8 @@ pub struct App {
     pub workspace: String,
     /// What the last turn cost (see [`crate::usage_line`]).
     pub usage: String,
+    /// The turn whose context was compacted, for its usage line.
+    compacted_in: Option<String>,
     /// The diffs of the files the last (or running) turn changed with Write and Edit.
     pub turn_diffs: Vec<String>,
     /// The tool call each pending permission request is about, by request id.
@@ -125,6 +127,7 @@ impl App {
             sandbox: sandbox.into(),
             workspace: String::new(),
             usage: String::new(),
+            compacted_in: None,
             turn_diffs: Vec::new(),
             asked_calls: Default::default(),
             turn_started_at: None,
@@ -286,15 +289,19 @@ impl App {
                 server, message, ..
             } => self.error(format!("MCP server {server}: {message}")),
             EventPayload::ContextCompacted {
+                turn_id,
                 before_tokens,
                 after_tokens,
                 summarised_turns,
                 reason,
                 ..
-            } => self.info(format!(
-                "context compacted ({reason}): {summarised_turns} turns summarised, ~{before_tokens} -> \
-                 ~{after_tokens} tokens"
-            )),
+            } => {
+                self.compacted_in = turn_id.clone();
+                self.info(format!(
+                    "context compacted ({reason}): {summarised_turns} turns summarised, ~{before_tokens} -> \
+                     ~{after_tokens} tokens"
+                ))
+            }
             EventPayload::A2aAgentFailed { agent, message } => {
                 self.error(format!("A2A agent {agent}: {message}"))
             }
@@ -343,7 +350,7 @@ impl App {
             EventPayload::PlanUpdate { plan, .. } => self.plan = plan.clone(),
             // Progress lines repeat what the tool line already shows.
             EventPayload::ToolCallDelta { .. } => {}
-            EventPayload::TurnCompleted { usage, .. } => {
+            EventPayload::TurnCompleted { usage, turn_id, .. } => {
                 self.turn = TurnState::Idle;
                 self.approval = None;
                 let elapsed = self.turn_started_at.take().and_then(|s| {
@@ -352,6 +359,9 @@ impl App {
                     (to - from).to_std().ok()
                 });
                 self.usage = crate::usage_line::describe(usage, elapsed);
+                if self.compacted_in.take().as_ref() == Some(turn_id) {
+                    self.usage.push_str(" · context compacted");
+                }
             }
             EventPayload::Error {
                 turn_id,

@@ -271,3 +271,36 @@ async fn a_second_overflow_in_the_turn_fails_it_without_compacting_again() {
         "no call after the second overflow"
     );
 }
+
+#[test]
+fn run_says_on_its_usage_line_that_a_turn_compacted_the_context() {
+    let env = Env::new();
+    bundle(
+        &env,
+        "long",
+        scripted(120),
+        json!({"provider": "compact", "threshold": 0.5, "keep_recent_turns": 1}),
+    );
+    let mut lines = Vec::new();
+    for i in 0..5 {
+        let prompt = format!("prompt number {i} with a few more words");
+        let mut args = vec!["run", "long", "--verbose", "--prompt", &prompt];
+        if i > 0 {
+            args.push("--continue");
+        }
+        let out = env.run(&args);
+        out.ok();
+        lines.push(
+            out.stderr
+                .lines()
+                .find(|l| l.starts_with("tokens "))
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    assert!(
+        lines.iter().any(|l| l.ends_with(" · context compacted")),
+        "{lines:#?}"
+    );
+    assert!(!lines[0].contains("compacted"), "{lines:#?}");
+}
