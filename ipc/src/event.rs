@@ -346,6 +346,14 @@ pub enum EventPayload {
         /// The last lines it wrote to stderr.
         stderr_tail: String,
     },
+    /// What the running turn has used so far, after each model call that goes on to run tools; the turn's end
+    /// carries the total. The supervisor's count, never the worker's.
+    UsageUpdate {
+        /// Turn id.
+        turn_id: String,
+        /// The turn's usage so far.
+        usage: crate::Usage,
+    },
     /// A remote A2A agent of `a2a_agents` could not be reached or described itself wrongly as the worker started;
     /// its tool is not offered, and the session goes on without it.
     A2aAgentFailed {
@@ -422,6 +430,7 @@ impl EventPayload {
             EventPayload::McpToolsChanged { .. } => "mcp_tools_changed",
             EventPayload::McpServerFailed { .. } => "mcp_server_failed",
             EventPayload::A2aAgentFailed { .. } => "a2a_agent_failed",
+            EventPayload::UsageUpdate { .. } => "usage_update",
             EventPayload::ContextCompacted { .. } => "context_compacted",
             EventPayload::Error { .. } => "error",
         }
@@ -442,6 +451,7 @@ impl EventPayload {
             | EventPayload::ApprovalResolved { turn_id, .. }
             | EventPayload::NetworkPermissionRequested { turn_id, .. }
             | EventPayload::PlanUpdate { turn_id, .. }
+            | EventPayload::UsageUpdate { turn_id, .. }
             | EventPayload::ModelRetry { turn_id, .. } => Some(turn_id),
             EventPayload::ExecCommandBegin { turn_id, .. }
             | EventPayload::ExecCommandOutputDelta { turn_id, .. }

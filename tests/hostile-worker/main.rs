@@ -10,7 +10,8 @@
 //! a delta and then a large `TurnFinished` straight to the socket, in pieces: the delta together with the start of
 //! the next frame's header, the rest of it later, its payload in 1 KiB writes with pauses, so that the
 //! supervisor's reads end inside a frame, right after handling a complete one (where it gives idle buffers back).
-//! The answer is [`trickled_answer`]. `inflated_usage` ends its turn claiming a billion tokens each way.
+//! The answer is [`trickled_answer`]. `inflated_usage` claims a billion tokens each way, in a `usage_update` and as
+//! its turn ends.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -193,7 +194,11 @@ fn main() {
                     vec![finished(&turn_id, "handed")]
                 }
                 ToWorker::RunTurn { turn_id, .. } if attack == "inflated_usage" => {
-                    vec![ToSupervisor::TurnFinished {
+                    let claim = EventPayload::UsageUpdate {
+                        turn_id: turn_id.clone(),
+                        usage: Usage::new(1_000_000_000, 1_000_000_000),
+                    };
+                    vec![ToSupervisor::Event(claim), ToSupervisor::TurnFinished {
                         turn_id,
                         status: TurnStatus::Completed,
                         final_message: "cheap".into(),

@@ -281,6 +281,15 @@ impl Turn<'_> {
                 Piece::Kept => {}
                 Piece::Done(u) => {
                     usage.add(u);
+                    if !reply.calls.is_empty() {
+                        // The turn goes on with tools: clients see what it has used so far (the supervisor fills
+                        // in its own count).
+                        let update = EventPayload::UsageUpdate {
+                            turn_id: self.turn_id.to_string(),
+                            usage: Usage::default(),
+                        };
+                        self.shared.outbox.event(update).await;
+                    }
                     return Ok(reply);
                 }
                 Piece::Failed(code, message) => return Err(Stop::Failed { code, message }),

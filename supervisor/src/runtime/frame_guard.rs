@@ -96,6 +96,7 @@ impl Guard {
             | E::ToolCallDelta { .. }
             | E::ToolCallFinished { .. }
             | E::PlanUpdate { .. }
+            | E::UsageUpdate { .. }
             | E::ExecCommandBegin { .. }
             | E::ExecCommandOutputDelta { .. }
             | E::ExecCommandOutputTruncated { .. }
@@ -154,6 +155,14 @@ impl Guard {
                 diff: Some(diff),
                 ..
             } => file_diff(tool, diff)?,
+            // The worker says when; the supervisor says how much, from its own count of the calls it made.
+            E::UsageUpdate { turn_id, .. } => {
+                let usage = session.turn_usage(turn_id).unwrap_or_default();
+                return Ok(Some(E::UsageUpdate {
+                    turn_id: turn_id.clone(),
+                    usage,
+                }));
+            }
             _ => {}
         }
         Ok(Some(payload))

@@ -139,6 +139,11 @@ impl Led {
                 self.answered(reply.text, reply.opaque, usage).await
             }
             Outcome::Done(reply, usage) => {
+                // The turn goes on with tools, as a worker's call that calls tools says.
+                self.session.emit(service_ipc::EventPayload::UsageUpdate {
+                    turn_id: self.turn_id.clone(),
+                    usage: self.session.turn_usage(&self.turn_id).unwrap_or_default(),
+                });
                 let reply = FirstReply {
                     text: reply.text,
                     tool_calls: reply.calls,

@@ -350,6 +350,14 @@ impl App {
             EventPayload::PlanUpdate { plan, .. } => self.plan = plan.clone(),
             // Progress lines repeat what the tool line already shows.
             EventPayload::ToolCallDelta { .. } => {}
+            EventPayload::UsageUpdate { usage, .. } => {
+                let elapsed = self.turn_started_at.as_ref().and_then(|s| {
+                    let from = chrono::DateTime::parse_from_rfc3339(s).ok()?;
+                    let to = chrono::DateTime::parse_from_rfc3339(&msg.created_at).ok()?;
+                    (to - from).to_std().ok()
+                });
+                self.usage = format!("so far: {}", crate::usage_line::describe(usage, elapsed));
+            }
             EventPayload::TurnCompleted { usage, turn_id, .. } => {
                 self.turn = TurnState::Idle;
                 self.approval = None;

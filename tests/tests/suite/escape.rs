@@ -324,6 +324,17 @@ fn half_open_connections_are_closed_after_the_header_time_out() {
 async fn hostile_turn(
     attack: &str,
 ) -> (service_supervisor::runtime::TurnOutcome, Vec<&'static str>) {
+    let (outcome, events) = hostile_events(attack).await;
+    (outcome, events.iter().map(|m| m.payload.kind()).collect())
+}
+
+/// [`hostile_turn`], with the journaled events themselves.
+async fn hostile_events(
+    attack: &str,
+) -> (
+    service_supervisor::runtime::TurnOutcome,
+    Vec<service_ipc::EventMsg>,
+) {
     let env = Env::new();
     let sandbox = r#"{ mode: "workspace_write", permissions: { network: [] } }"#;
     super::sandbox::bundle(&env, attack, sandbox, "true");
@@ -349,17 +360,18 @@ async fn hostile_turn(
     )
     .await;
     let mut events = rt.subscribe_session_from(&id, 0).await.unwrap();
-    let mut kinds = Vec::new();
+    let mut seen = Vec::new();
     while let Ok(Some(msg)) = tokio::time::timeout(
         Duration::from_millis(200),
         futures::StreamExt::next(&mut events),
     )
     .await
     {
-        kinds.push(msg.payload.kind());
+        seen.push(msg);
     }
     let outcome = outcome
         .unwrap_or_else(|_| {
+            let kinds: Vec<&str> = seen.iter().map(|m| m.payload.kind()).collect();
             panic!(
                 "{attack}: the turn did not end; events {kinds:?}, processes {:?}",
                 super::support::pids_with(&format!("--label {id}"))
@@ -367,7 +379,7 @@ async fn hostile_turn(
         })
         .expect("an outcome");
     rt.shutdown("test done").await;
-    (outcome, kinds)
+    (outcome, seen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,8 +405,13 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
             .error
             .unwrap_or_else(|| panic!("{attack}: the turn did not fail"));
         assert_eq!(code, "worker_violation", "{attack}: {message}");
-        // Only the supervisor's own events are journaled: the turn's start and the error that ended it.
-        assert_eq!(kinds, ["turn_started", "error"], "{attack}: {message}");
+        // Only the supervisor's own events are journaled: the turn's start, what its first call (which the
+        // supervisor made and which called a tool) used, and the error that ended it.
+        assert_eq!(
+            kinds,
+            ["turn_started", "usage_update", "error"],
+            "{attack}: {message}"
+        );
     }
 }
 
@@ -402,8 +419,24 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
 /// at the provider, the one call it made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turns_usage_is_the_supervisors_count_not_the_workers_claim() {
-    let (outcome, kinds) = hostile_turn("inflated_usage").await;
+    let (outcome, events) = hostile_events("inflated_usage").await;
+    let kinds: Vec<&str> = events.iter().map(|m| m.payload.kind()).collect();
     assert_eq!(outcome.error, None, "{kinds:?}");
+    let updates: Vec<service_ipc::Usage> = events
+        .iter()
+        .filter_map(|m| match &m.payload {
+            service_ipc::EventPayload::UsageUpdate { usage, .. } => Some(*usage),
+            _ => None,
+        })
+        .collect();
+    // The supervisor's update after its own call, and the worker's claim journaled with the supervisor's count.
+    assert_eq!(updates.len(), 2, "{kinds:?}");
+    assert!(
+        updates
+            .iter()
+            .all(|u| u.input_tokens.is_some_and(|t| t < 1_000)),
+        "{updates:?}"
+    );
     assert_eq!(outcome.final_message, "cheap");
     assert_eq!(outcome.usage.model_calls, Some(1), "{:?}", outcome.usage);
     assert!(
@@ -431,7 +464,12 @@ async fn a_frame_a_taken_over_worker_trickles_in_pieces_is_read_whole() {
     );
     assert_eq!(
         kinds,
-        ["turn_started", "agent_message_delta", "turn_completed"]
+        [
+            "turn_started",
+            "usage_update",
+            "agent_message_delta",
+            "turn_completed"
+        ]
     );
 }
 

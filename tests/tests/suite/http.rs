@@ -57,6 +57,7 @@ async fn create_run_sync_and_the_event_stream_in_spec_order() {
         [
             "turn_started",
             "reasoning_delta",
+            "usage_update",
             "tool_call_started",
             "tool_call_delta",
             "exec_command_begin",

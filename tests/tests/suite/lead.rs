@@ -105,6 +105,7 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
             "turn_started",
             "reasoning_delta",
             "reasoning_delta",
+            "usage_update",
             "tool_call_started",
             "tool_call_delta",
             "exec_command_begin",

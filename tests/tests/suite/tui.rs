@@ -253,3 +253,21 @@ fn compact_in_the_tui_summarises_the_older_turns_and_says_so() {
     tmux.type_line("fourth");
     tmux.wait_for("seen 5");
 }
+
+#[test]
+fn the_status_line_shows_the_turns_usage_while_it_runs_a_tool() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("slow"),
+        r#"{turns: [{replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 3"}}]}, {text: "slept"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./slow");
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("take a nap");
+    // While the command runs, the first call's usage is on the status line.
+    let screen = tmux.wait_for("so far: tokens");
+    assert!(!screen.contains("slept"), "{screen}");
+    tmux.wait_for("slept");
+}

@@ -111,12 +111,19 @@ async fn every_builtin_tool_runs_with_exact_event_order_and_files_on_disk() {
     let id = f.session(&rt).await;
     let (outcome, events) = turn(&rt, &id, "use every tool").await;
     assert_eq!(outcome.status, TurnStatus::Completed, "{:?}", outcome.error);
-    let tool = ["tool_call_started", "tool_call_delta", "tool_call_finished"];
+    // Each call that calls a tool is followed by what the turn has used so far.
+    let tool = [
+        "usage_update",
+        "tool_call_started",
+        "tool_call_delta",
+        "tool_call_finished",
+    ];
     let mut expected = vec!["turn_started"];
     for _ in 0..3 {
         expected.extend(tool);
     }
     expected.extend([
+        "usage_update",
         "tool_call_started",
         "tool_call_delta",
         "exec_command_begin",
@@ -128,6 +135,7 @@ async fn every_builtin_tool_runs_with_exact_event_order_and_files_on_disk() {
         expected.extend(tool);
     }
     expected.extend([
+        "usage_update",
         "tool_call_started",
         "tool_call_delta",
         "plan_update",

@@ -32,6 +32,14 @@ impl Session {
             .map(|a| a.model.clone())
     }
 
+    /// What running turn `turn_id` has used so far, as the supervisor counted its calls.
+    pub fn turn_usage(&self, turn_id: &str) -> Option<service_ipc::Usage> {
+        lock(&self.active)
+            .as_ref()
+            .filter(|a| a.turn_id == turn_id)
+            .map(|a| a.usage)
+    }
+
     /// The prompt of running turn `turn_id`.
     pub fn turn_prompt(&self, turn_id: &str) -> Option<String> {
         lock(&self.active)
