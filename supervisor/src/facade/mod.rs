@@ -1,6 +1,7 @@
 //! Facades: the runtime's sessions and turns in other protocols' terms, for clients that do not speak service-rs.
 //!
 //! The layer is shared; each protocol is one module over it:
+//! - [`bundles`]: the bundle a client names, held to the server's sandbox policy;
 //! - [`sessions`]: what a facade may do with sessions ([`Sessions`]), over the local runtime or a remote server;
 //! - [`tool_view`]: what a tool call is about (its kind, a title, the files it touches), from its name and arguments;
 //! - [`turn_end`]: how a turn ended, in terms every protocol maps to its own stop reasons;
@@ -15,6 +16,7 @@
 
 pub mod a2a;
 pub mod acp;
+pub mod bundles;
 pub mod openai;
 pub mod sessions;
 pub mod sse;

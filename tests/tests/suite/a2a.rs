@@ -8,19 +8,13 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use super::support::{processes_with, wait_until, write_bundle, Env, Server};
+use super::support::{get_json, processes_with, wait_until, write_bundle, Env, Server};
 
 const TOKEN: &str = "a2a-token";
 
 /// The SDK's Python, from the environment `.ci/a2a-sdk` builds; None (the test says it is skipped) without it.
 fn sdk_python() -> Option<PathBuf> {
-    match std::env::var_os("SERVICE_TEST_A2A_PYTHON") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!("skipped: set SERVICE_TEST_A2A_PYTHON to the Python of the A2A SDK environment (`.ci/a2a-sdk` builds it; .ci/run sets it)");
-            None
-        }
-    }
+    super::support::gated("SERVICE_TEST_A2A_PYTHON", ".ci/a2a-sdk")
 }
 
 /// A store with the scripted bundle `fixture`, whose Write asks for permission, and a server over it.
@@ -139,15 +133,7 @@ async fn a_second_message_in_a_context_continues_its_session_and_tasks_are_liste
     assert_eq!(r["got"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(r["unknown_task"]["type"], "TaskNotFoundError", "{r}");
     // The conversation is an ordinary session, which every front end sees.
-    let sessions: Value = reqwest::Client::new()
-        .get(server.url("/sessions"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sessions = get_json(&server, TOKEN, "/sessions").await;
     let list = sessions.as_array().unwrap();
     assert_eq!(list.len(), 1, "{sessions}");
     assert_eq!(list[0]["context_id"], "ctx-tulip");
@@ -264,15 +250,7 @@ async fn the_sdk_with_a_wrong_token_is_refused() {
         r["refused"]["message"].as_str().unwrap().contains("401"),
         "{r}"
     );
-    let sessions: Value = reqwest::Client::new()
-        .get(server.url("/sessions"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sessions = get_json(&server, TOKEN, "/sessions").await;
     assert_eq!(sessions, json!([]), "a refused call made no session");
 }
 

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 
-use super::support::{write_bundle, Env, Server};
+use super::support::{get_json, write_bundle, Env, Server};
 
 const TOKEN: &str = "a2a-token";
 const PEER_TOKEN: &str = "peer-token";
@@ -105,15 +105,10 @@ async fn ask(server: &Server, text: &str) -> (String, Vec<Value>) {
         .unwrap();
     let task = &answer["result"]["task"];
     let session = task["contextId"].as_str().expect("a task").to_string();
-    let journal: Vec<Value> = client
-        .get(server.url(&format!("/sessions/{session}/journal")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let journal: Vec<Value> = serde_json::from_value(
+        get_json(server, TOKEN, &format!("/sessions/{session}/journal")).await,
+    )
+    .unwrap();
     let text = task["artifacts"][0]["parts"][0]["text"]
         .as_str()
         .unwrap_or_else(|| panic!("no answer: {answer}"))
@@ -149,15 +144,7 @@ async fn a_bundle_asks_an_agent_of_another_server_through_its_listed_host() {
         deltas.contains("peer heard"),
         "the answer streamed in: {deltas}"
     );
-    let on_peer: Value = reqwest::Client::new()
-        .get(peer.url("/sessions"))
-        .bearer_auth(PEER_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let on_peer: Value = get_json(&peer, PEER_TOKEN, "/sessions").await;
     assert_eq!(on_peer.as_array().unwrap().len(), 1, "{on_peer}");
 }
 
@@ -183,15 +170,7 @@ async fn an_agent_whose_host_is_not_listed_is_refused_by_the_egress_proxy() {
         answer.contains("is not available") && answer.contains("403"),
         "{answer}"
     );
-    let on_peer: Value = reqwest::Client::new()
-        .get(peer.url("/sessions"))
-        .bearer_auth(PEER_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let on_peer: Value = get_json(&peer, PEER_TOKEN, "/sessions").await;
     assert_eq!(on_peer, json!([]), "nothing reached the peer");
 }
 
@@ -274,15 +253,7 @@ async fn a_card_pointing_its_interface_at_the_callers_own_server_is_refused() {
     let why = failed[0]["payload"]["payload"]["message"].as_str().unwrap();
     assert!(why.contains("is not on the origin"), "{why}");
     assert!(answer.contains("is not available"), "{answer}");
-    let sessions: Value = reqwest::Client::new()
-        .get(server.url("/sessions"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sessions: Value = get_json(&server, TOKEN, "/sessions").await;
     assert_eq!(
         sessions.as_array().unwrap().len(),
         1,
@@ -336,15 +307,7 @@ async fn a_remote_question_ends_the_call_and_a_time_out_cancels_the_remote_task(
         || super::support::processes_with("sleep 359") == 0,
         || "the remote task's command still runs: it was not cancelled".into(),
     );
-    let on_peer: Value = reqwest::Client::new()
-        .get(peer.url("/sessions"))
-        .bearer_auth(PEER_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let on_peer: Value = get_json(&peer, PEER_TOKEN, "/sessions").await;
     let last: Vec<&Value> = on_peer
         .as_array()
         .unwrap()

@@ -33,13 +33,7 @@ const SCRIPT: &str = r#"{turns: [
 
 /// The SDK's Python, from the environment `.ci/acp-sdk` builds; None (the test says it is skipped) without it.
 fn sdk_python() -> Option<PathBuf> {
-    match std::env::var_os("SERVICE_TEST_ACP_PYTHON") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!("skipped: set SERVICE_TEST_ACP_PYTHON to the Python of the ACP SDK environment (`.ci/acp-sdk` builds it; .ci/run sets it)");
-            None
-        }
-    }
+    super::support::gated("SERVICE_TEST_ACP_PYTHON", ".ci/acp-sdk")
 }
 
 /// A store with the scripted bundle installed, and a project directory (a git repository) holding `notes.txt`.

@@ -15,13 +15,7 @@ const TOKEN: &str = "facade-token";
 
 /// The SDK's Python, from the environment `.ci/openai-sdk` builds; None (the test says it is skipped) without it.
 fn sdk_python() -> Option<PathBuf> {
-    match std::env::var_os("SERVICE_TEST_OPENAI_PYTHON") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!("skipped: set SERVICE_TEST_OPENAI_PYTHON to the Python of the OpenAI SDK environment (`.ci/openai-sdk` builds it; .ci/run sets it)");
-            None
-        }
-    }
+    super::support::gated("SERVICE_TEST_OPENAI_PYTHON", ".ci/openai-sdk")
 }
 
 /// A store with a scripted bundle `fixture` whose write asks for permission, and a server over it.

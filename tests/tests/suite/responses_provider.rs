@@ -232,10 +232,7 @@ struct MockApi {
 impl MockApi {
     /// Starts it with `rules` (its JSON5 rules), or None when `SERVICE_TEST_LLM_MOCK` does not name it.
     fn start(dir: &std::path::Path, rules: &str) -> Option<MockApi> {
-        let Some(command) = std::env::var_os("SERVICE_TEST_LLM_MOCK") else {
-            eprintln!("skipped: set SERVICE_TEST_LLM_MOCK to the llm-mock-api command (`.ci/llm-mock-api` installs it; .ci/run sets it)");
-            return None;
-        };
+        let command = super::support::gated("SERVICE_TEST_LLM_MOCK", ".ci/llm-mock-api")?;
         let rules_file = dir.join("rules.json5");
         std::fs::write(&rules_file, rules).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")

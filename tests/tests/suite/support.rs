@@ -497,3 +497,28 @@ pub fn sandbox_tempdir() -> TempDir {
     give_to_sandbox(dir.path());
     dir
 }
+
+/// The path a gated suite's environment variable `var` names (a cached SDK's Python, a third-party server), or None
+/// after saying the test is skipped and how `installer` (a `.ci/` script) provides it.
+pub fn gated(var: &str, installer: &str) -> Option<PathBuf> {
+    match std::env::var_os(var) {
+        Some(p) => Some(PathBuf::from(p)),
+        None => {
+            eprintln!("skipped: set {var} to what `{installer}` prints (.ci/run sets it)");
+            None
+        }
+    }
+}
+
+/// `GET path` on `server` with bearer `token`, as JSON.
+pub async fn get_json(server: &Server, token: &str, path: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(server.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}

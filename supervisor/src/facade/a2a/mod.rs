@@ -25,7 +25,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::bundle::{self, Bundle, BundleRef, Origin};
+use crate::bundle::{Bundle, BundleRef, Origin};
 use crate::server::api::{ApiError, OwnedBy};
 use crate::server::AppState;
 
@@ -219,28 +219,11 @@ async fn installed(st: &AppState, reference: &str) -> Result<Bundle, ApiError> {
     if matches!(BundleRef::parse(reference), Ok(BundleRef::Path(_)) | Err(_)) {
         return Err(not_found());
     }
-    let home = st.rt.home().clone();
-    let policy = st.policy.clone();
-    let reference = reference.to_string();
-    let resolved = tokio::task::spawn_blocking(move || {
-        bundle::resolve(&home, &reference).map(|b| {
-            let allowed = crate::server::policy::sandbox(&policy, &b);
-            (b, allowed)
-        })
-    })
-    .await
-    .map_err(|_| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "resolving the bundle failed",
-        )
-    })?;
-    match resolved {
-        Ok((b, Ok(()))) if matches!(b.origin, Origin::Installed { .. }) => Ok(b),
-        Ok((_, Err(e))) => Err(e),
-        Ok(_) | Err(bundle::BundleError::NotFound(_)) => Err(not_found()),
-        Err(e) => Err(e.into()),
+    use crate::facade::bundles::{resolve_allowed, Unserved};
+    match resolve_allowed(st, reference).await {
+        Ok(b) if matches!(b.origin, Origin::Installed { .. }) => Ok(b),
+        Ok(_) | Err(Unserved::NotFound) => Err(not_found()),
+        Err(Unserved::Refused(e)) => Err(e),
     }
 }
 

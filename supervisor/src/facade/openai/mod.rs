@@ -183,27 +183,11 @@ async fn bundle_of(st: &AppState, model: &str) -> Result<Bundle, OpenAiError> {
     crate::server::policy::bundle_ref(&st.policy, model)?;
     // A registry the operator allowed serves its bundles as models too, pulled on first use.
     crate::server::registry_routes::pull_on_first_use(st, model).await?;
-    let home = st.rt.home().clone();
-    let policy = st.policy.clone();
-    let reference = model.to_string();
-    let resolved = tokio::task::spawn_blocking(move || {
-        bundle::resolve(&home, &reference).map(|b| {
-            let allowed = crate::server::policy::sandbox(&policy, &b);
-            (b, allowed)
-        })
-    })
-    .await
-    .map_err(|_| {
-        OpenAiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "resolving the model failed",
-        )
-    })?;
-    match resolved {
-        Ok((b, Ok(()))) => Ok(b),
-        Ok((_, Err(e))) => Err(e.into()),
-        Err(bundle::BundleError::NotFound(_)) => Err(OpenAiError::new(
+    use crate::facade::bundles::{resolve_allowed, Unserved};
+    match resolve_allowed(st, model).await {
+        Ok(b) => Ok(b),
+        Err(Unserved::Refused(e)) => Err(e.into()),
+        Err(Unserved::NotFound) => Err(OpenAiError::new(
             StatusCode::NOT_FOUND,
             "model_not_found",
             format!(
@@ -211,6 +195,5 @@ async fn bundle_of(st: &AppState, model: &str) -> Result<Bundle, OpenAiError> {
                 model_ids(st.rt.home()).join(", ")
             ),
         )),
-        Err(e) => Err(ApiError::from(e).into()),
     }
 }
