@@ -2,7 +2,8 @@
 //!
 //! - run-sync round trip of a text-only turn (scripted provider, which takes no time of its own, so the whole
 //!   round trip is overhead), against the same turn through the runtime in-process, and the same turn as an
-//!   OpenAI chat completion (`POST /v1/chat/completions` continuing the session, not streamed);
+//!   OpenAI chat completion (`POST /v1/chat/completions` continuing the session, not streamed) and an A2A
+//!   `SendMessage` whose context is the session;
 //! - event fan-out: one turn streams `BENCH_EVENTS` deltas (default 20,000) while 100 SSE clients follow the
 //!   session from a child process; reports events per second (each delivered to all 100), deliveries per second,
 //!   the CPU time the supervisor and the clients spent per delivery, and events lost.
@@ -135,6 +136,8 @@ fn main() -> BenchResult<()> {
     // The scripted provider streams three words per delta.
     write_bundle(bundle.path(), events * 3)?;
     let bundle_ref = bundle.path().display().to_string();
+    // Installed too: A2A serves installed bundles, and the session made from the directory has the same bundle id.
+    service_supervisor::bundle::store::install(&ServiceHome::new(home.path()), bundle.path())?;
     let rt = ServiceRuntime::new(ServiceHome::new(home.path()), RuntimeOptions::new(exe));
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -151,6 +154,8 @@ fn main() -> BenchResult<()> {
             let mut options =
                 server::ServeOptions::new(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
             options.auth = server::Auth::None;
+            // The bench bundle runs on the host, as the runtime's own sessions of it do.
+            options.policy.dangerous = true;
             server::serve(
                 server_rt,
                 options,
@@ -167,7 +172,8 @@ fn main() -> BenchResult<()> {
         // run-sync round trip against the in-process turn.
         let id = rt.create_session(&bundle_ref, None).await?.id;
         rt.start_worker(&id).await?;
-        let (mut http, mut direct, mut openai) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut http, mut direct, mut openai, mut a2a) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..iters {
             let t = Instant::now();
             rt.run_turn(&id, Task::new("hi"), TurnOverrides::default())
@@ -195,6 +201,20 @@ fn main() -> BenchResult<()> {
             openai.push(t.elapsed());
             if body["choices"][0]["message"]["content"] != "ok" {
                 return Err(format!("the chat completion failed: {body}").into());
+            }
+            // A2A: the session is the context; the answer is the finished task.
+            let t = Instant::now();
+            let resp = client
+                .post(format!("{base}/a2a/bench"))
+                .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                    "params": {"message": {"messageId": "m", "role": "ROLE_USER", "contextId": id,
+                        "parts": [{"text": "hi"}]}}}))
+                .send()
+                .await?;
+            let body: serde_json::Value = resp.json().await?;
+            a2a.push(t.elapsed());
+            if body["result"]["task"]["status"]["state"] != "TASK_STATE_COMPLETED" {
+                return Err(format!("the A2A SendMessage failed: {body}").into());
             }
         }
 
@@ -270,6 +290,17 @@ fn main() -> BenchResult<()> {
             "| {:<52} | {:>11.3} ms |",
             "chat completion over run-sync (difference)",
             ms(o) - ms(h)
+        );
+        let a = median(a2a);
+        println!(
+            "| {:<52} | {:>11.3} ms |",
+            "same turn via A2A SendMessage (blocking)",
+            ms(a)
+        );
+        println!(
+            "| {:<52} | {:>11.3} ms |",
+            "A2A SendMessage over run-sync (difference)",
+            ms(a) - ms(h)
         );
         println!(
             "| {:<52} | {:>14} |",

@@ -148,7 +148,7 @@ async fn sessions(call: &Call, context: Option<&str>) -> Result<Vec<SessionRecor
         .list_sessions()
         .await?
         .into_iter()
-        .filter(|r| r.bundle.id == call.bundle.manifest.id)
+        .filter(|r| r.bundle.id == call.bundle_id)
         .collect();
     all.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
     Ok(all)

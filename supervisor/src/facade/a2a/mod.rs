@@ -227,6 +227,25 @@ async fn installed(st: &AppState, reference: &str) -> Result<Bundle, ApiError> {
     }
 }
 
+/// The id of the installed bundle `reference` names by name (`hello`, `local/hello:1.0.0`), seen from its install
+/// directory alone; None for another form (a registry reference), which [`installed`] resolves.
+fn installed_id(st: &AppState, reference: &str) -> Option<String> {
+    let Ok(BundleRef::Installed {
+        namespace,
+        name,
+        version,
+    }) = BundleRef::parse(reference)
+    else {
+        return None;
+    };
+    let dir = st.rt.home().installs().join(namespace).join(&name);
+    let present = match version {
+        Some(v) => dir.join(v.to_string()).is_dir(),
+        None => dir.is_dir(),
+    };
+    present.then_some(name)
+}
+
 /// The agent card of `bundle`, whose JSON-RPC endpoint is `endpoint`.
 fn card_of(bundle: &Bundle, endpoint: &str) -> Value {
     let skills: Vec<Value> = bundle
@@ -313,7 +332,10 @@ struct Envelope {
 /// One request, as the method handlers see it.
 pub(super) struct Call {
     st: AppState,
-    bundle: Bundle,
+    /// The route's bundle reference.
+    reference: String,
+    /// The id of the installed bundle it names: sessions of other bundles are not this agent's.
+    bundle_id: String,
     /// The JSON-RPC id, repeated in every answer.
     id: Value,
 }
@@ -389,11 +411,20 @@ pub async fn rpc(
     if let Err(e) = version_ok(&headers) {
         return answer(&id, Err(e));
     }
-    let bundle = match installed(&st, &reference).await {
-        Ok(b) => b,
-        Err(e) => return answer(&id, Err(e.into())),
+    // Following a task or continuing a conversation needs only the bundle's id; a new session resolves it whole.
+    let bundle_id = match installed_id(&st, &reference) {
+        Some(bundle_id) => bundle_id,
+        None => match installed(&st, &reference).await {
+            Ok(b) => b.manifest.id,
+            Err(e) => return answer(&id, Err(e.into())),
+        },
     };
-    let call = Call { st, bundle, id };
+    let call = Call {
+        st,
+        reference,
+        bundle_id,
+        id,
+    };
     let params = request.params;
     match method.as_str() {
         "SendStreamingMessage" => match Call::params(params) {

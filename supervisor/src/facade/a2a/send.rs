@@ -216,7 +216,7 @@ async fn session_for(call: &Call, context_id: Option<&str>) -> Result<SessionRec
     let rt = &call.st.rt;
     let Some(context) = context_id else {
         return Ok(rt
-            .create_session_from(call.bundle.clone(), &call.reference(), None)
+            .create_session_from(call.bundle().await?, &call.reference, None)
             .await?);
     };
     if context.len() > MAX_CONTEXT_ID || context.chars().any(char::is_control) {
@@ -228,7 +228,7 @@ async fn session_for(call: &Call, context_id: Option<&str>) -> Result<SessionRec
         return Ok(record);
     }
     let record = rt
-        .create_session_from(call.bundle.clone(), &call.reference(), None)
+        .create_session_from(call.bundle().await?, &call.reference, None)
         .await?;
     let holder = rt.name_session(&context_name(context), &record.id).await?;
     if holder != record.id {
@@ -319,16 +319,16 @@ fn decision(data: &[Value], request_id: &str) -> Result<ApprovalDecision, A2aErr
 }
 
 impl Call {
-    /// The reference sessions of this agent are made from.
-    fn reference(&self) -> String {
-        self.bundle.reference()
+    /// The installed bundle new sessions of this agent are made from, resolved whole, under the sandbox policy.
+    async fn bundle(&self) -> Result<crate::bundle::Bundle, A2aError> {
+        Ok(super::installed(&self.st, &self.reference).await?)
     }
 
     /// Session `id`'s record, when it is a session of this agent's bundle; else "no task", since ids of other
     /// agents' sessions are not this client's to probe.
     pub(super) async fn mine(&self, id: &str) -> Result<SessionRecord, A2aError> {
         match self.st.rt.get_session(id).await {
-            Ok(r) if r.bundle.id == self.bundle.manifest.id => Ok(r),
+            Ok(r) if r.bundle.id == self.bundle_id => Ok(r),
             Ok(_) | Err(crate::runtime::RuntimeError::SessionNotFound(_)) => {
                 Err(A2aError::task_not_found(id))
             }
