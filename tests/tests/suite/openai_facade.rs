@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::provider_server::ProviderServer;
 use super::providers::{bundle, local, openai_text};
-use super::support::{write_bundle, Env, Server};
+use super::support::{get_json, write_bundle, Env, Server};
 
 const TOKEN: &str = "facade-token";
 
@@ -105,15 +105,7 @@ async fn the_openai_sdk_lists_bundles_and_chats_streamed_plain_and_continued() {
     assert!(r["stream"]["usage"]["total_tokens"].as_u64().unwrap() > 0);
     let session = r["plain"]["session"].as_str().unwrap();
     assert_eq!(r["continued"]["session"], session);
-    let record: Value = reqwest::Client::new()
-        .get(server.url(&format!("/sessions/{session}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = get_json(&server, TOKEN, &format!("/sessions/{session}")).await;
     assert_eq!(
         record["turn_count"], 2,
         "the second request continued the session: {record}"
@@ -153,15 +145,7 @@ async fn the_openai_sdk_lists_bundles_and_chats_streamed_plain_and_continued() {
         first_session,
         "previous_response_id continued the session"
     );
-    let record: Value = reqwest::Client::new()
-        .get(server.url(&format!("/sessions/{first_session}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = get_json(&server, TOKEN, &format!("/sessions/{first_session}")).await;
     assert_eq!(record["turn_count"], 2, "{record}");
     let unknown = &r["unknown_model"];
     assert_eq!(
@@ -286,27 +270,11 @@ async fn with_wait_a_permission_request_is_answered_through_the_approvals_endpoi
             std::time::Instant::now() < deadline,
             "no permission request was journaled"
         );
-        let sessions: Value = client
-            .get(server.url("/sessions"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let sessions = get_json(&server, TOKEN, "/sessions").await;
         let found = match sessions.as_array().and_then(|a| a.first()) {
             Some(s) => {
                 let id = s["id"].as_str().unwrap();
-                let journal: Value = client
-                    .get(server.url(&format!("/sessions/{id}/journal")))
-                    .bearer_auth(TOKEN)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
+                let journal = get_json(&server, TOKEN, &format!("/sessions/{id}/journal")).await;
                 journal.as_array().unwrap().iter().find_map(|e| {
                     (e["payload"]["type"] == "permission_requested").then(|| {
                         e["payload"]["payload"]["request_id"]
