@@ -113,6 +113,10 @@ pub enum EventPayload {
         submission_id: String,
         /// The user prompt.
         prompt: String,
+        /// The length of the conversation's log when the turn started: where a rewind or a fork to before this
+        /// turn cuts the conversation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        history_mark: Option<u64>,
     },
     /// The turn ended successfully.
     TurnCompleted {
@@ -362,6 +366,40 @@ pub enum EventPayload {
         /// What happened.
         message: String,
     },
+    /// The session's workspace was checkpointed before the turn ran anything (see `sessions rewind`).
+    CheckpointCreated {
+        /// Turn id.
+        turn_id: String,
+        /// Files in the workspace.
+        files: u64,
+        /// Bytes of content stored that no checkpoint held before.
+        bytes_new: u64,
+        /// Turns (by id, oldest first) whose checkpoints were dropped to keep the session within its bound.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dropped: Vec<String>,
+    },
+    /// The session went back to before turn `to_turn`: its files, its conversation, or both.
+    SessionRewound {
+        /// The turn number (from 1) it went back to before.
+        to_turn: u32,
+        /// Whether the workspace's files were restored.
+        files: bool,
+        /// Whether the conversation was cut.
+        conversation: bool,
+        /// Paths the restore changed.
+        #[serde(default)]
+        restored: u64,
+    },
+    /// The session was forked from another: the events before this one are the parent's, as it was before
+    /// turn `turn`.
+    SessionForked {
+        /// The parent session's id.
+        from_session: String,
+        /// The parent's turn (from 1) the fork was made before; one past its last turn for a fork of now.
+        turn: u32,
+        /// `copied` (a copy of the parent's workspace) or `shared` (the same host directory).
+        workspace: String,
+    },
     /// The conversation's older turns were replaced by a summary, so that it fits the model's context again.
     ContextCompacted {
         /// The turn it happened in (before its first call, or on an overflow); null for a compaction by hand.
@@ -432,6 +470,9 @@ impl EventPayload {
             EventPayload::A2aAgentFailed { .. } => "a2a_agent_failed",
             EventPayload::UsageUpdate { .. } => "usage_update",
             EventPayload::ContextCompacted { .. } => "context_compacted",
+            EventPayload::CheckpointCreated { .. } => "checkpoint_created",
+            EventPayload::SessionRewound { .. } => "session_rewound",
+            EventPayload::SessionForked { .. } => "session_forked",
             EventPayload::Error { .. } => "error",
         }
     }
@@ -452,6 +493,7 @@ impl EventPayload {
             | EventPayload::NetworkPermissionRequested { turn_id, .. }
             | EventPayload::PlanUpdate { turn_id, .. }
             | EventPayload::UsageUpdate { turn_id, .. }
+            | EventPayload::CheckpointCreated { turn_id, .. }
             | EventPayload::ModelRetry { turn_id, .. } => Some(turn_id),
             EventPayload::ExecCommandBegin { turn_id, .. }
             | EventPayload::ExecCommandOutputDelta { turn_id, .. }
@@ -465,6 +507,8 @@ impl EventPayload {
             | EventPayload::McpToolsChanged { .. }
             | EventPayload::McpServerFailed { .. }
             | EventPayload::A2aAgentFailed { .. }
+            | EventPayload::SessionRewound { .. }
+            | EventPayload::SessionForked { .. }
             | EventPayload::NetworkRefusalsSuppressed { .. } => None,
         }
     }

@@ -66,6 +66,9 @@ pub struct ConfigFile {
     /// How permission requests are answered by default.
     #[serde(default)]
     pub approvals: Approvals,
+    /// MiB of workspace checkpoints a session keeps (512 when unset); 0 turns checkpoints off.
+    #[serde(default)]
+    pub checkpoint_max_mb: Option<u64>,
 }
 
 /// Why `config.toml` could not be read or changed.
@@ -92,6 +95,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "pass_env",
         "host variables MCP servers may receive, comma-separated",
+    ),
+    (
+        "checkpoint_max_mb",
+        "MiB of workspace checkpoints a session keeps (default 512; 0 turns them off)",
     ),
 ];
 
@@ -142,6 +149,7 @@ pub fn get(home: &Path, key: &str) -> Result<Option<String>, ConfigError> {
             }
             .to_string(),
         ),
+        "checkpoint_max_mb" => file.checkpoint_max_mb.map(|m| m.to_string()),
         _ => Some(file.pass_env.join(",")).filter(|v| !v.is_empty()),
     })
 }
@@ -183,9 +191,19 @@ pub fn set(home: &Path, key: &str, value: Option<&str>) -> Result<(), ConfigErro
                     )))
                 }
                 "default_model" => check_model(v).map_err(err)?,
+                "checkpoint_max_mb" => {
+                    let mb: i64 = v.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                        err(format!(
+                            "checkpoint_max_mb: \"{v}\" is not a whole number of MiB"
+                        ))
+                    })?;
+                    doc[key] = toml_edit::value(mb);
+                }
                 _ => {}
             }
-            doc[key] = toml_edit::value(v);
+            if key != "checkpoint_max_mb" {
+                doc[key] = toml_edit::value(v);
+            }
         }
     }
     let text = doc.to_string();

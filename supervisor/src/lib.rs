@@ -22,6 +22,7 @@
 //! The CLI lives in the `service-rs` binary (`src/main.rs`, `src/cli/`) and is a thin layer over this library.
 
 pub mod bundle;
+pub mod checkpoint;
 pub mod config_file;
 pub mod doctor;
 pub mod egress;

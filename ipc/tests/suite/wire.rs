@@ -41,9 +41,40 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 context: Box::new(context()),
                 submission_id: "s1".into(),
                 prompt: "hi".into(),
+                history_mark: Some(120),
             },
             json!({"type": "turn_started", "payload": {
-                "turn_id": "t1", "context": context_json(), "submission_id": "s1", "prompt": "hi"}}),
+                "turn_id": "t1", "context": context_json(), "submission_id": "s1", "prompt": "hi",
+                "history_mark": 120}}),
+        ),
+        (
+            EventPayload::CheckpointCreated {
+                turn_id: t(),
+                files: 10,
+                bytes_new: 300,
+                dropped: vec!["t0".into()],
+            },
+            json!({"type": "checkpoint_created", "payload": {
+                "turn_id": "t1", "files": 10, "bytes_new": 300, "dropped": ["t0"]}}),
+        ),
+        (
+            EventPayload::SessionRewound {
+                to_turn: 2,
+                files: true,
+                conversation: false,
+                restored: 3,
+            },
+            json!({"type": "session_rewound", "payload": {
+                "to_turn": 2, "files": true, "conversation": false, "restored": 3}}),
+        ),
+        (
+            EventPayload::SessionForked {
+                from_session: "s0".into(),
+                turn: 3,
+                workspace: "copied".into(),
+            },
+            json!({"type": "session_forked", "payload": {
+                "from_session": "s0", "turn": 3, "workspace": "copied"}}),
         ),
         (
             EventPayload::TurnCompleted {

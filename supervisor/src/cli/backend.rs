@@ -239,6 +239,65 @@ impl Backend {
         }
     }
 
+    /// Rewinds session `id`; the answer of `POST /sessions/{id}/rewind`.
+    pub async fn rewind(
+        &self,
+        id: &str,
+        turn: u64,
+        files: bool,
+        conversation: bool,
+        force: bool,
+    ) -> anyhow::Result<serde_json::Value> {
+        match self {
+            Backend::Local(rt) => {
+                let done = rt.rewind_session(id, turn, files, conversation, force).await?;
+                Ok(serde_json::to_value(done)?)
+            }
+            Backend::Remote(r) => r
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/sessions/{id}/rewind"),
+                    Some(json!({"turn": turn, "files": files, "conversation": conversation, "force": force})),
+                )
+                .await
+                .map_err(|e| anyhow!("{e}")),
+        }
+    }
+
+    /// Forks session `id`; the answer of `POST /sessions/{id}/fork`.
+    pub async fn fork(&self, id: &str, turn: Option<u64>) -> anyhow::Result<serde_json::Value> {
+        match self {
+            Backend::Local(rt) => Ok(serde_json::to_value(rt.fork_session(id, turn).await?)?),
+            Backend::Remote(r) => r
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/sessions/{id}/fork"),
+                    Some(json!({"turn": turn})),
+                )
+                .await
+                .map_err(|e| anyhow!("{e}")),
+        }
+    }
+
+    /// What turn `turn` of session `id` changed in its workspace; the answer of `GET /sessions/{id}/changes`.
+    pub async fn changes(&self, id: &str, turn: u64) -> anyhow::Result<serde_json::Value> {
+        match self {
+            Backend::Local(rt) => {
+                let changes = rt.turn_changes(id, turn).await?;
+                Ok(json!({"turn": turn, "checkpointed": changes.is_some(),
+                    "changes": changes.unwrap_or_default()}))
+            }
+            Backend::Remote(r) => r
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/sessions/{id}/changes?turn={turn}"),
+                    None,
+                )
+                .await
+                .map_err(|e| anyhow!("{e}")),
+        }
+    }
+
     pub async fn interrupt(&self, id: &str) -> anyhow::Result<()> {
         match self {
             Backend::Local(rt) => rt.interrupt(id).await.map(drop).map_err(Into::into),

@@ -8,6 +8,7 @@ pub(crate) mod complete;
 mod config;
 mod doctor;
 mod event_lines;
+mod history;
 mod logging;
 mod mcp;
 mod progress;
@@ -333,6 +334,9 @@ fn runtime_options(
         service_supervisor::sandbox::identity::SandboxUser::for_this_process(sandbox_user)
             .map_err(anyhow::Error::msg)?;
     options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
+    if let Some(mb) = service_supervisor::config_file::load(home.root())?.checkpoint_max_mb {
+        options.checkpoint_max_bytes = mb.saturating_mul(1024 * 1024);
+    }
     options.resolver =
         std::sync::Arc::new(service_supervisor::egress::Resolver::from_entries(resolve)?);
     if long_running && !dangerous {

@@ -1,4 +1,4 @@
-//! `service-rs sessions`: list, show, compact, delete and prune sessions, of this machine or of a server (`--remote`).
+//! `service-rs sessions`: list, show, diff, rewind, fork, compact, delete and prune sessions, of this machine or of a server (`--remote`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -40,7 +40,8 @@ enum SessionsCommand {
         #[arg(long)]
         raw: bool,
     },
-    /// Print what a session's Write and Edit calls changed, as unified diffs, of every turn or of one.
+    /// Print what a session's turns changed in its workspace (commands included), as unified diffs, of every turn
+    /// or of one. Sessions whose bundle cannot write show their Write and Edit calls' diffs.
     Diff {
         /// Session id, or the start of one.
         #[arg(add = super::complete::sessions())]
@@ -61,6 +62,39 @@ enum SessionsCommand {
         /// What the summary should keep above all.
         #[arg(long)]
         focus: Option<String>,
+    },
+    /// Go back to before a turn: restore the workspace's files, cut the conversation, or both (the default).
+    /// Refused while a turn runs, and when files changed outside the session since its last turn unless --force.
+    Rewind {
+        /// Session id, or the start of one.
+        #[arg(add = super::complete::sessions())]
+        id: String,
+        /// The turn to go back to before: 1 is the first, -1 the last.
+        #[arg(long, allow_hyphen_values = true)]
+        turn: i64,
+        /// Only the files.
+        #[arg(long, conflicts_with_all = ["conversation", "both"])]
+        files: bool,
+        /// Only the conversation.
+        #[arg(long, conflicts_with = "both")]
+        conversation: bool,
+        /// Both the files and the conversation (the default).
+        #[arg(long)]
+        both: bool,
+        /// Restore files that changed outside the session since its last turn too.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Make a new session of the same bundle with the conversation as it was before a turn (now by default). A
+    /// session with its own workspace gives the fork a copy of its files as they were then; one working in a host
+    /// directory shares it.
+    Fork {
+        /// Session id, or the start of one.
+        #[arg(add = super::complete::sessions())]
+        id: String,
+        /// The turn to fork before: 1 is the first, -1 the last.
+        #[arg(long, allow_hyphen_values = true)]
+        turn: Option<i64>,
     },
     /// Stop a session's worker and delete the session with its journal and workspace.
     Delete {
@@ -98,7 +132,25 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 show(&backend, &id, json || args.json, Output::new(raw)).await
             }
             Some(SessionsCommand::Diff { id, turn, raw }) => {
-                diff(&backend, &id, turn, Output::new(raw)).await
+                super::history::diff(&backend, &id, turn, Output::new(raw)).await
+            }
+            Some(SessionsCommand::Rewind {
+                id,
+                turn,
+                files,
+                conversation,
+                both,
+                force,
+            }) => {
+                let scope = if both {
+                    (true, true)
+                } else {
+                    (files, conversation)
+                };
+                super::history::rewind(&backend, &id, turn, scope, force).await
+            }
+            Some(SessionsCommand::Fork { id, turn }) => {
+                super::history::fork(&backend, &id, turn).await
             }
             Some(SessionsCommand::Delete { ids }) => delete(&backend, &ids).await,
             Some(SessionsCommand::Compact { id, focus }) => {
@@ -181,12 +233,16 @@ async fn show(
     );
     let mut answer = String::new();
     let mut started = None;
+    let mut turn = 0;
     for event in &events {
-        if let Some(text) = transcript_line(event, &mut answer) {
+        if let Some(text) = transcript_line(event, &mut answer, turn + 1) {
             println!("{}", out.stdout(&text));
         }
         match &event.payload {
-            EventPayload::TurnStarted { .. } => started = Some(event.created_at.as_str()),
+            EventPayload::TurnStarted { .. } => {
+                turn += 1;
+                started = Some(event.created_at.as_str())
+            }
             EventPayload::TurnCompleted { usage, .. } => {
                 let elapsed = started.take().and_then(|s| between(s, &event.created_at));
                 println!(
@@ -202,15 +258,38 @@ async fn show(
 
 /// The part of the transcript that `event` adds, as lines to print (of text a sandbox may have written); `answer`
 /// gathers the streamed text of the current step.
-fn transcript_line(event: &EventMsg, answer: &mut String) -> Option<String> {
+/// `next_turn` is the number the next `turn_started` has.
+fn transcript_line(event: &EventMsg, answer: &mut String, next_turn: u32) -> Option<String> {
     match &event.payload {
         EventPayload::TurnStarted {
             prompt, context, ..
         } => Some(format!(
-            "\n> {}\n  ({}/{})",
+            "\n> {}\n  (turn {next_turn} · {}/{})",
             prompt.replace('\n', "\n  "),
             context.model.provider,
             context.model.name
+        )),
+        EventPayload::SessionRewound {
+            to_turn,
+            files,
+            conversation,
+            restored,
+        } => Some(format!(
+            "\n~ rewound to before turn {to_turn}:{}{}",
+            if *files { format!(" {restored} files restored") } else { String::new() },
+            if *conversation { " · conversation cut" } else { "" }
+        )),
+        EventPayload::SessionForked {
+            from_session,
+            turn,
+            workspace,
+        } => Some(format!(
+            "\n~ forked from session {from_session} before its turn {turn} (workspace {workspace}); the turns above \
+             are inherited"
+        )),
+        EventPayload::CheckpointCreated { dropped, .. } if !dropped.is_empty() => Some(format!(
+            "  (checkpoints of {} older turns dropped to stay within checkpoint_max_mb)",
+            dropped.len()
         )),
         EventPayload::AgentMessageDelta { delta, .. } => {
             answer.push_str(delta);
@@ -282,65 +361,6 @@ fn short(text: &str, max: usize) -> String {
     } else {
         cut
     }
-}
-
-/// `sessions diff`: the diffs of the session's (or one turn's) Write and Edit calls, turn by turn.
-async fn diff(
-    backend: &Backend,
-    prefix: &str,
-    turn: Option<i64>,
-    out: Output,
-) -> anyhow::Result<ExitCode> {
-    use std::io::IsTerminal;
-    let record = backend.find_session(prefix).await?;
-    let events = backend.journal(&record.id).await?;
-    let turns = events
-        .iter()
-        .filter(|e| matches!(e.payload, EventPayload::TurnStarted { .. }))
-        .count() as i64;
-    let wanted = match turn {
-        None => None,
-        Some(n) if n >= 1 && n <= turns => Some(n),
-        Some(n) if n < 0 && -n <= turns => Some(turns + 1 + n),
-        Some(n) => anyhow::bail!(
-            "--turn {n}: session {} has {turns} turn{}; give 1 to {turns}, or -1 for the last",
-            record.id,
-            if turns == 1 { "" } else { "s" }
-        ),
-    };
-    let colour = std::io::stdout().is_terminal();
-    let (mut index, mut shown) = (0, false);
-    for event in &events {
-        match &event.payload {
-            EventPayload::TurnStarted { prompt, .. } => {
-                index += 1;
-                if wanted.is_none_or(|w| w == index) {
-                    println!(
-                        "# turn {index}: {}",
-                        out.stdout(&service_supervisor::runtime::record::title_of(prompt))
-                    );
-                }
-            }
-            EventPayload::ToolCallFinished {
-                diff: Some(diff), ..
-            } if wanted.is_none_or(|w| w == index) => {
-                shown = true;
-                if colour {
-                    print!("{}", super::answer::diff_for_terminal(diff));
-                } else {
-                    print!("{}", out.stdout(diff));
-                }
-            }
-            _ => {}
-        }
-    }
-    if !shown {
-        eprintln!(
-            "no file was changed with Write or Edit{}; changes made by commands (Bash) are not recorded as diffs",
-            wanted.map(|w| format!(" in turn {w}")).unwrap_or_default()
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn delete(backend: &Backend, prefixes: &[String]) -> anyhow::Result<ExitCode> {

@@ -84,6 +84,22 @@ pub enum RuntimeError {
     /// The summary call of a compaction failed; the history is unchanged (compact_session).
     #[error("compaction failed, the history is unchanged: {0}")]
     CompactionFailed(String),
+    /// A rewind or fork named a turn the session does not have (rewind_session, fork_session).
+    #[error("session {session_id} has no turn {turn}; {}", turn_range(*turns))]
+    TurnOutOfRange {
+        /// Session id.
+        session_id: String,
+        /// The turn asked for.
+        turn: u64,
+        /// Turns the session has.
+        turns: u32,
+    },
+    /// The checkpoint a rewind or fork needs is not on this node (rewind_session, fork_session).
+    #[error("{0}")]
+    CheckpointMissing(String),
+    /// Files changed outside the session since its last turn, and a rewind would undo that (rewind_session).
+    #[error("{0}")]
+    WorkspaceChanged(String),
     /// The worker died before answering (run_turn, run_session_command).
     #[error("the session worker died: {0}")]
     WorkerDied(String),
@@ -142,6 +158,14 @@ pub enum RuntimeError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// The turns a rewind or fork may name, for its error.
+fn turn_range(turns: u32) -> String {
+    match turns {
+        0 => "it has no turns yet".into(),
+        n => format!("valid turns are 1..{n}"),
+    }
 }
 
 impl RuntimeError {

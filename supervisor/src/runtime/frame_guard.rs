@@ -116,6 +116,9 @@ impl Guard {
             | E::NetworkPermissionRequested { .. }
             | E::ModelRetry { .. }
             | E::ContextCompacted { .. }
+            | E::CheckpointCreated { .. }
+            | E::SessionRewound { .. }
+            | E::SessionForked { .. }
             | E::Error { .. } => {
                 return Err(format!("a {kind} event, which only the supervisor emits"))
             }

@@ -21,6 +21,7 @@
 
 pub mod approvals;
 mod bundle_fetch;
+pub mod checkpoints;
 pub mod compaction;
 mod egress_sink;
 pub mod error;
@@ -102,6 +103,8 @@ pub struct RuntimeOptions {
     /// The directories clients may name a session's `cwd` under (`serve --workspace-root`): project instructions
     /// are never read above them, nor above the store's sessions.
     pub workspace_roots: Vec<PathBuf>,
+    /// Bytes of workspace checkpoints a session keeps (`checkpoint_max_mb` in config.toml); 0 takes none.
+    pub checkpoint_max_bytes: u64,
 }
 
 impl RuntimeOptions {
@@ -131,9 +134,13 @@ impl RuntimeOptions {
             ),
             pull_registries: Vec::new(),
             workspace_roots: Vec::new(),
+            checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_MB * 1024 * 1024,
         }
     }
 }
+
+/// MiB of checkpoints a session keeps unless config.toml says otherwise.
+pub const DEFAULT_CHECKPOINT_MAX_MB: u64 = 512;
 
 /// The worker executable to run beside the supervisor binary `supervisor_exe`: the small `service-worker` installed
 /// next to it, else `supervisor_exe` itself, whose `worker` command is the same entry in a larger binary.

@@ -20,6 +20,7 @@ impl ServiceRuntime {
         self.inner.approvals.drop_session(id);
         self.stop_session(&session, "the session was deleted").await;
         self.sessions().remove(id);
+        self.forget_checkpoints(&session);
         self.inner.store.delete(id).await?;
         match std::fs::remove_dir_all(&session.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -67,7 +68,7 @@ impl ServiceRuntime {
         }
         self.inner.prestarted.close().await;
         let mut cgroups = Vec::new();
-        for session in sessions {
+        for session in &sessions {
             if let Some(worker) = session.worker.lock().await.take() {
                 worker.kill();
                 let (dirs, run_dir) = &worker.remains;
@@ -76,6 +77,7 @@ impl ServiceRuntime {
             }
             self.inner.store.release(&session.id).await;
         }
+        settle_checkpoints(&sessions).await;
         cgroups
     }
 
@@ -83,8 +85,19 @@ impl ServiceRuntime {
     pub async fn shutdown(&self, reason: &str) {
         self.inner.prestarted.close().await;
         let sessions: Vec<_> = self.sessions().values().cloned().collect();
-        for s in sessions {
-            self.stop_session(&s, reason).await;
+        for s in &sessions {
+            self.stop_session(s, reason).await;
+        }
+        settle_checkpoints(&sessions).await;
+    }
+}
+
+/// Waits for the end checkpoints of turns that ended: they are part of the turn, so a process exits once they are
+/// written.
+async fn settle_checkpoints(sessions: &[Arc<Session>]) {
+    for s in sessions {
+        if let Some(checkpoints) = s.checkpoints.get().cloned().flatten() {
+            let _ = tokio::task::spawn_blocking(move || checkpoints.settle()).await;
         }
     }
 }

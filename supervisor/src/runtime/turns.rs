@@ -149,6 +149,10 @@ impl ServiceRuntime {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }
         let outcome = session.begin_turn(&turn_id, model.clone(), &task.prompt)?;
+        if let Err(e) = super::checkpoints::before_turn(&self.inner, session, &turn_id).await {
+            session.abandon_turn(&turn_id);
+            return Err(e);
+        }
         if ahead.is_none() {
             // A turn made ahead is a new session's first: nothing to compact.
             super::compaction::before_turn(&self.inner, session, &turn_id, &model).await;
@@ -324,10 +328,13 @@ fn turn_context(
 
 /// The supervisor's own event: a worker cannot start or describe a turn.
 fn emit_started(session: &Session, turn_id: &str, task: &Task, context: &TurnContext) {
-    session.emit(EventPayload::TurnStarted {
+    let mut events = vec![EventPayload::TurnStarted {
         turn_id: turn_id.to_string(),
         context: Box::new(context.clone()),
         submission_id: task.submission_id.to_string(),
         prompt: task.prompt.clone(),
-    });
+        history_mark: session.turn_history_mark(turn_id),
+    }];
+    events.extend(session.take_start_events(turn_id));
+    session.emit_all(events);
 }

@@ -44,7 +44,28 @@ pub enum HostDirError {
 /// Opens the directory at `path` (absolute, resolved) without following any link on the way: a descriptor of the
 /// directory itself, for bwrap to bind.
 pub fn open_no_links(path: &Path) -> Result<OwnedFd, HostDirError> {
-    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    open_dir(path, OFlag::O_PATH)
+}
+
+/// Opens the directory at `path` (absolute, resolved) for reading its entries, without following any link on the
+/// way (see [`open_no_links`]).
+pub fn open_for_reading(path: &Path) -> Result<OwnedFd, HostDirError> {
+    let dir = open_no_links(path)?;
+    // `.` of a descriptor is the directory it names, whatever its path has become.
+    openat(
+        dir.as_fd(),
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|source| HostDirError::Open {
+        path: path.to_path_buf(),
+        source: source.into(),
+    })
+}
+
+fn open_dir(path: &Path, access: OFlag) -> Result<OwnedFd, HostDirError> {
+    let flags = access | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     if !path.is_absolute() {
         return Err(HostDirError::NotResolved(path.to_path_buf()));
     }

@@ -222,19 +222,7 @@ pub async fn compact(
     ApiPath(id): ApiPath<String>,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<CompactResult>> {
-    let req: CompactRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        CompactRequest::default()
-    } else {
-        serde_json::from_slice::<Option<CompactRequest>>(&body)
-            .map(Option::unwrap_or_default)
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_request",
-                    format!("the body is {{\"focus\": \"...\"}}, null or empty: {e}"),
-                )
-            })?
-    };
+    let req: CompactRequest = optional_body(&body, "{\"focus\": \"...\"}")?;
     let done = st.rt.compact_session(&id, req.focus.as_deref()).await?;
     Ok(Json(match done {
         Some(c) => CompactResult {
@@ -250,6 +238,25 @@ pub async fn compact(
             summarised_turns: 0,
         },
     }))
+}
+
+/// A body that may be empty or `null` (the defaults), else `shape`.
+pub(super) fn optional_body<T: Default + serde::de::DeserializeOwned>(
+    body: &[u8],
+    shape: &str,
+) -> ApiResult<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice::<Option<T>>(body)
+        .map(Option::unwrap_or_default)
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!("the body is {shape}, null or empty: {e}"),
+            )
+        })
 }
 
 /// Interrupts the running turn.

@@ -15,6 +15,7 @@ pub mod contract;
 pub mod forward;
 pub mod guard;
 pub mod handlers;
+pub mod history_routes;
 pub mod listener;
 pub mod policy;
 pub mod registry_routes;
@@ -70,6 +71,9 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::run_async,
         handlers::interrupt,
         handlers::compact,
+        history_routes::rewind,
+        history_routes::fork,
+        history_routes::changes,
         handlers::run_command,
         handlers::resolve_approval,
         handlers::events,
@@ -90,6 +94,13 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         api::Accepted,
         api::CompactRequest,
         api::CompactResult,
+        history_routes::RewindRequest,
+        history_routes::ForkRequest,
+        history_routes::TurnChanges,
+        crate::checkpoint::FileChange,
+        crate::checkpoint::tree::Change,
+        crate::runtime::checkpoints::Rewound,
+        crate::runtime::checkpoints::Forked,
         api::CommandRequest,
         api::CommandResult,
         api::DecisionRequest,
@@ -238,6 +249,9 @@ fn owned_routes(state: &AppState) -> Router<AppState> {
         .route("/sessions/{id}/run", post(handlers::run_async))
         .route("/sessions/{id}/interrupt", post(handlers::interrupt))
         .route("/sessions/{id}/compact", post(handlers::compact))
+        .route("/sessions/{id}/rewind", post(history_routes::rewind))
+        .route("/sessions/{id}/fork", post(history_routes::fork))
+        .route("/sessions/{id}/changes", get(history_routes::changes))
         .route("/sessions/{id}/commands", post(handlers::run_command))
         .route("/approvals/{request_id}", post(handlers::resolve_approval))
         .route_layer(axum::middleware::from_fn_with_state(

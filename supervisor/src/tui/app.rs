@@ -305,6 +305,32 @@ impl App {
             EventPayload::A2aAgentFailed { agent, message } => {
                 self.error(format!("A2A agent {agent}: {message}"))
             }
+            EventPayload::CheckpointCreated { dropped, .. } if !dropped.is_empty() => {
+                self.info(format!(
+                    "checkpoints of the {} oldest turns dropped to stay within checkpoint_max_mb",
+                    dropped.len()
+                ))
+            }
+            EventPayload::CheckpointCreated { .. } => {}
+            EventPayload::SessionRewound {
+                to_turn,
+                files,
+                conversation,
+                restored,
+            } => self.info(match (files, conversation) {
+                (true, true) => format!(
+                    "rewound to before turn {to_turn}: {restored} files restored, conversation cut"
+                ),
+                (true, false) => {
+                    format!("files rewound to before turn {to_turn}: {restored} restored")
+                }
+                _ => format!("conversation rewound to before turn {to_turn}"),
+            }),
+            EventPayload::SessionForked {
+                from_session, turn, ..
+            } => self.info(format!(
+                "forked from session {from_session} before its turn {turn}"
+            )),
             EventPayload::ModelRetry {
                 attempt,
                 max_attempts,

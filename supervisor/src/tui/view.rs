@@ -441,6 +441,7 @@ mod tests {
             }),
             submission_id: "x".into(),
             prompt: prompt.into(),
+            history_mark: None,
         })
     }
 

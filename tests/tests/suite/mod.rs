@@ -4,6 +4,7 @@ mod acp;
 mod approvals;
 mod browser;
 mod bundles;
+mod checkpoints;
 mod cluster;
 mod cluster_bundles;
 mod cluster_tls;

@@ -66,6 +66,10 @@ struct ActiveTurn {
     prompt: String,
     /// Whether an overflow was compacted away in this turn already (a second one fails the turn).
     overflow_compacted: bool,
+    /// The history log's length as the turn started (see `SessionLog::history_mark`).
+    history_mark: u64,
+    /// Events of the turn's start made before its `turn_started`, which follow it.
+    start_events: Vec<EventPayload>,
     /// Tells other processes on the store that the session is live while the turn runs.
     _lease: Option<crate::runtime::store::files_lock::LiveLease>,
 }
@@ -93,6 +97,8 @@ pub struct Session {
     /// A store write that failed during the running turn, which must end it.
     fault: Mutex<Option<(String, String)>>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The workspace's checkpoints, for a session whose turns can write (see `runtime::checkpoints`).
+    pub(crate) checkpoints: std::sync::OnceLock<Option<Arc<crate::checkpoint::Checkpoints>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -265,6 +271,7 @@ impl Session {
             last_active: Mutex::new(std::time::Instant::now()),
             fault: Mutex::new(None),
             metrics,
+            checkpoints: std::sync::OnceLock::new(),
         }))
     }
 
@@ -294,6 +301,14 @@ impl Session {
 
     fn update(&self, change: impl FnOnce(&mut SessionRecord)) -> Result<()> {
         self.change_record(change, true)
+    }
+
+    /// Takes a fork's inheritance: the parent's `turns` count and title.
+    pub(crate) fn inherit(&self, turns: u32, title: Option<String>) {
+        let _ = self.update(|r| {
+            r.turn_count = u64::from(turns);
+            r.title = title;
+        });
     }
 
     /// Records the id a protocol client knows the session by.

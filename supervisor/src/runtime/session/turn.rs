@@ -140,6 +140,8 @@ impl Session {
                 usage,
                 prompt: prompt.to_string(),
                 overflow_compacted: false,
+                history_mark: self.journal.log().history_mark(),
+                start_events: Vec::new(),
                 _lease: crate::runtime::store::files_lock::live(&self.dir),
             });
         }
@@ -162,6 +164,30 @@ impl Session {
             return Err(e);
         }
         Ok(rx)
+    }
+
+    /// The history log's length as running turn `turn_id` started.
+    pub fn turn_history_mark(&self, turn_id: &str) -> Option<u64> {
+        lock(&self.active)
+            .as_ref()
+            .filter(|a| a.turn_id == turn_id)
+            .map(|a| a.history_mark)
+    }
+
+    /// Keeps `payload` to follow running turn `turn_id`'s `turn_started`.
+    pub(crate) fn add_start_event(&self, turn_id: &str, payload: EventPayload) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.start_events.push(payload);
+        }
+    }
+
+    /// The events kept to follow running turn `turn_id`'s `turn_started`.
+    pub(crate) fn take_start_events(&self, turn_id: &str) -> Vec<EventPayload> {
+        lock(&self.active)
+            .as_mut()
+            .filter(|a| a.turn_id == turn_id)
+            .map(|a| std::mem::take(&mut a.start_events))
+            .unwrap_or_default()
     }
 
     /// Counts one model call of `turn_id` the supervisor made, if it still runs.
@@ -247,6 +273,7 @@ impl Session {
                     .unwrap_or_else(|| ("failed".into(), "the turn failed".into())),
             ),
         };
+        let checkpoints = crate::runtime::checkpoints::turn_ending(self, &end.turn_id);
         self.emit(match &error {
             None => EventPayload::TurnCompleted {
                 turn_id: end.turn_id.clone(),
@@ -259,19 +286,28 @@ impl Session {
                 message: message.clone(),
             },
         });
-        if let Some(done) = active.done.take() {
-            let outcome = TurnOutcome {
-                turn_id: end.turn_id,
-                status: end.status,
-                final_message: end.final_message,
-                usage: end.usage,
-                error,
-            };
-            // Woken once the end is stored: a client told the turn ended finds it so on any node.
-            self.journal.log().after_stored(Box::new(move || {
-                let _ = done.send(outcome);
-            }));
-        }
+        let turn_id = end.turn_id.clone();
+        let wake: Box<dyn FnOnce() + Send> = match active.done.take() {
+            Some(done) => {
+                let outcome = TurnOutcome {
+                    turn_id: end.turn_id,
+                    status: end.status,
+                    final_message: end.final_message,
+                    usage: end.usage,
+                    error,
+                };
+                // Woken once the end is stored (a client told the turn ended finds it so on any node) and the
+                // workspace checkpointed as the turn left it.
+                let log = self.journal.log().clone();
+                Box::new(move || {
+                    log.after_stored(Box::new(move || {
+                        let _ = done.send(outcome);
+                    }))
+                })
+            }
+            None => Box::new(|| {}),
+        };
+        crate::runtime::checkpoints::after_turn(self, &turn_id, checkpoints, wake);
         saved
     }
 

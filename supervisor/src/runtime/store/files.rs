@@ -237,18 +237,43 @@ impl SessionLog for FilesLog {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
                 Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
             };
-            // A torn last line (crash mid-append) is skipped; every complete line is a message or a reset.
-            let mut history = Vec::new();
-            for line in text.lines() {
-                if line == super::HISTORY_RESET {
-                    history.clear();
-                } else if let Ok(m) = serde_json::from_str(line) {
-                    history.push(m);
-                }
-            }
-            Ok(history)
+            Ok(super::history_of(text.lines().map(str::as_bytes)))
         }
         .boxed()
+    }
+
+    /// Bytes in `history.jsonl`.
+    fn history_mark(&self) -> u64 {
+        std::fs::metadata(self.dir.join("history.jsonl"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    fn history_lines(&self, mark: u64) -> BoxFuture<'_, Result<Vec<String>>> {
+        let path = self.dir.join("history.jsonl");
+        async move {
+            let mut bytes = match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
+            };
+            bytes.truncate(usize::try_from(mark).unwrap_or(usize::MAX));
+            Ok(bytes
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn append_history_lines(&self, lines: Vec<String>) -> Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut buf = lines.join("\n").into_bytes();
+        buf.push(b'\n');
+        append_lines(&self.dir.join("history.jsonl"), &buf)
     }
 
     fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {

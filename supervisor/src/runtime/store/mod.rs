@@ -156,6 +156,24 @@ pub trait SessionLog: Send + Sync {
     /// The history, oldest first.
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>>;
 
+    /// The history log's length now (in the backend's own unit): the mark [`SessionLog::history_at`] takes.
+    fn history_mark(&self) -> u64;
+
+    /// The history log's lines (messages and reset lines) while its length was `mark`.
+    fn history_lines(&self, mark: u64) -> BoxFuture<'_, Result<Vec<String>>>;
+
+    /// Appends lines [`SessionLog::history_lines`] read (of another session: a fork), durably.
+    fn append_history_lines(&self, lines: Vec<String>) -> Result<()>;
+
+    /// The history as it was when the log's length was `mark`, oldest first (a rewind or a fork to before a turn).
+    fn history_at(&self, mark: u64) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
+        async move {
+            let lines = self.history_lines(mark).await?;
+            Ok(history_of(lines.iter().map(|l| l.as_bytes())))
+        }
+        .boxed()
+    }
+
     /// The last `n` messages of the history, oldest first: all that a turn's model call reads of it (its memory
     /// window), without reading a long history whole.
     fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
@@ -218,4 +236,18 @@ pub(crate) fn stamp(
             published(msg, seq)
         })
         .collect()
+}
+
+/// The history that `lines` of a history log make: the messages after the last reset line. A torn line (a crash
+/// mid-append) does not parse and is skipped.
+pub(crate) fn history_of<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Vec<ChatMessage> {
+    let mut history = Vec::new();
+    for line in lines {
+        if line == HISTORY_RESET.as_bytes() {
+            history.clear();
+        } else if let Ok(m) = serde_json::from_slice(line) {
+            history.push(m);
+        }
+    }
+    history
 }

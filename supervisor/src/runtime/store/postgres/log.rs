@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     /// The highest sequence number this node knows is stored: the next append starts after it.
     stored: AtomicU64,
     bytes: AtomicU64,
+    /// Rows of the session's history, counted as they are queued.
+    history_rows: AtomicU64,
     /// Held while publishing, so batches go out in sequence order.
     publishing: tokio::sync::Mutex<()>,
 }
@@ -70,13 +72,14 @@ impl PgLog {
         let client = store.client().await?;
         let row = client
             .query_opt(
-                "SELECT last_seq, journal_bytes FROM sessions WHERE id = $1",
+                "SELECT last_seq, journal_bytes, \
+                 (SELECT count(*) FROM history WHERE session_id = $1) FROM sessions WHERE id = $1",
                 &[&id],
             )
             .await
             .map_err(|e| store.error(e))?
             .ok_or_else(|| RuntimeError::SessionNotFound(id.to_string()))?;
-        let (last, bytes): (i64, i64) = (row.get(0), row.get(1));
+        let (last, bytes, rows): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
         let shared = Arc::new(Shared {
             id: id.to_string(),
             store: Arc::downgrade(store),
@@ -84,6 +87,7 @@ impl PgLog {
             published: AtomicU64::new(last as u64),
             stored: AtomicU64::new(last as u64),
             bytes: AtomicU64::new(bytes as u64),
+            history_rows: AtomicU64::new(rows as u64),
             publishing: tokio::sync::Mutex::new(()),
         });
         store
@@ -94,6 +98,13 @@ impl PgLog {
         let (queue, ops) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(shared.clone(), ops));
         Ok(PgLog { shared, queue })
+    }
+
+    fn push_history(&self, lines: Vec<String>) {
+        self.shared
+            .history_rows
+            .fetch_add(lines.len() as u64, Ordering::AcqRel);
+        self.push(Op::History(lines));
     }
 
     fn push(&self, op: Op) {
@@ -150,7 +161,7 @@ impl SessionLog for PgLog {
                 .iter()
                 .map(|m| serde_json::to_string(m).unwrap_or_default())
                 .collect();
-            self.push(Op::History(lines));
+            self.push_history(lines);
         }
         Ok(())
     }
@@ -162,12 +173,41 @@ impl SessionLog for PgLog {
                 .iter()
                 .map(|m| serde_json::to_string(m).unwrap_or_default()),
         );
-        self.push(Op::History(lines));
+        self.push_history(lines);
         Ok(())
     }
 
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
         self.last_messages(None).boxed()
+    }
+
+    /// Rows of the session's history.
+    fn history_mark(&self) -> u64 {
+        self.shared.history_rows.load(Ordering::Acquire)
+    }
+
+    fn history_lines(&self, mark: u64) -> BoxFuture<'_, Result<Vec<String>>> {
+        async move {
+            let store = self.shared.store()?;
+            let rows = store
+                .client()
+                .await?
+                .query(
+                    "SELECT message FROM history WHERE session_id = $1 ORDER BY n LIMIT $2",
+                    &[&self.shared.id, &i64::try_from(mark).unwrap_or(i64::MAX)],
+                )
+                .await
+                .map_err(|e| store.error(e))?;
+            Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+        }
+        .boxed()
+    }
+
+    fn append_history_lines(&self, lines: Vec<String>) -> Result<()> {
+        if !lines.is_empty() {
+            self.push_history(lines);
+        }
+        Ok(())
     }
 
     fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {

@@ -1,0 +1,157 @@
+//! File contents by SHA-256: one pool per store (`$SERVICE_HOME/checkpoints/objects/`), so the same content is
+//! kept once across turns and sessions, and a hard link per session (`sessions/<id>/checkpoints/objects/`) that
+//! counts the session's share and keeps the content while the session refers to it. Content with no session link
+//! left (a pool link count of 1) is removed.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// A session's view of the pool.
+#[derive(Debug, Clone)]
+pub struct Objects {
+    pool: PathBuf,
+    mine: PathBuf,
+}
+
+/// What storing one file's content did.
+pub struct Stored {
+    /// Hex SHA-256.
+    pub hash: String,
+    /// Bytes read.
+    pub size: u64,
+    /// Bytes written to the pool: zero when the content was there already.
+    pub written: u64,
+    /// Whether the session did not hold the content before.
+    pub linked: bool,
+}
+
+impl Objects {
+    /// The pool under `pool`, linked into the session's `mine`.
+    pub fn new(pool: PathBuf, mine: PathBuf) -> Objects {
+        Objects { pool, mine }
+    }
+
+    fn pooled(&self, hash: &str) -> PathBuf {
+        self.pool.join(&hash[..2]).join(hash)
+    }
+
+    /// The session's link to `hash`.
+    pub fn path(&self, hash: &str) -> PathBuf {
+        self.mine.join(hash)
+    }
+
+    /// Whether the session refers to `hash` already.
+    pub fn has(&self, hash: &str) -> bool {
+        self.path(hash).exists()
+    }
+
+    /// Reads `file` to its end, storing the content unless the pool has it, and links it for the session.
+    pub fn store(&self, mut file: File) -> std::io::Result<Stored> {
+        let tmp_dir = self.pool.join("tmp");
+        std::fs::create_dir_all(&tmp_dir)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut size = 0u64;
+        loop {
+            let n = match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            hasher.update(&buf[..n]);
+            tmp.write_all(&buf[..n])?;
+            size += n as u64;
+        }
+        let hash = hex::encode(hasher.finalize());
+        let pooled = self.pooled(&hash);
+        let mut written = 0;
+        let linked = !self.has(&hash);
+        let mut tmp = Some(tmp);
+        loop {
+            if !pooled.exists() {
+                let Some(tmp) = tmp.take() else {
+                    return Err(std::io::Error::other("stored content vanished twice"));
+                };
+                std::fs::create_dir_all(pooled.parent().unwrap_or(&self.pool))?;
+                tmp.as_file().sync_data()?;
+                tmp.persist(&pooled).map_err(|e| e.error)?;
+                written = size;
+            }
+            match self.link(&hash, &pooled) {
+                // Another session released the pool's copy in between: store ours.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tmp.is_some() => continue,
+                other => other?,
+            }
+            break;
+        }
+        Ok(Stored {
+            hash,
+            size,
+            written,
+            linked,
+        })
+    }
+
+    fn link(&self, hash: &str, pooled: &Path) -> std::io::Result<()> {
+        let mine = self.path(hash);
+        if mine.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.mine)?;
+        match std::fs::hard_link(pooled, &mine) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Links content another session's checkpoint holds into this session (a fork's inherited checkpoints).
+    pub fn adopt(&self, from: &Objects, hash: &str) -> std::io::Result<()> {
+        self.link(hash, &from.path(hash))
+    }
+
+    /// Opens the content of `hash`.
+    pub fn open(&self, hash: &str) -> std::io::Result<File> {
+        File::open(self.path(hash))
+    }
+
+    /// Bytes of the content the session refers to.
+    pub fn bytes(&self) -> u64 {
+        let Ok(dir) = std::fs::read_dir(&self.mine) else {
+            return 0;
+        };
+        dir.flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Drops the session's links to every hash `keep` rejects, and the pool's copy when no session holds it.
+    pub fn release(&self, keep: impl Fn(&str) -> bool) -> std::io::Result<()> {
+        let dir = match std::fs::read_dir(&self.mine) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(hash) = name.to_str().filter(|h| h.len() == 64) else {
+                continue;
+            };
+            if keep(hash) {
+                continue;
+            }
+            std::fs::remove_file(entry.path())?;
+            let pooled = self.pooled(hash);
+            // One link left is the pool's own: no session holds the content.
+            if std::fs::metadata(&pooled).is_ok_and(|m| m.nlink() == 1) {
+                let _ = std::fs::remove_file(&pooled);
+            }
+        }
+        Ok(())
+    }
+}
