@@ -226,7 +226,7 @@ fn every_event_kind_has_its_pinned_json_form() {
     let cases = every_event_kind();
     assert_eq!(
         cases.len(),
-        16,
+        19,
         "one case per kind of event, and exec_command_output_truncated"
     );
     for (payload, expected) in cases {
