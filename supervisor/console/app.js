@@ -204,7 +204,7 @@ function openSession(id) {
   const transcript = $("transcript");
   transcript.replaceChildren();
   const chat = new Chat(transcript, (requestId, decision) =>
-    guarded(() => call("POST", `/approvals/${encodeURIComponent(requestId)}`, { decision })));
+    guarded(() => call("POST", `/approvals/${encodeURIComponent(requestId)}`, { decision })), (turn) => rewind(id, turn));
   if (!state.inspector) state.inspector = new Inspector($("events"), $("event-detail"), $("events-count"));
   state.inspector.reset();
   const open = { id, chat, inspector: state.inspector, scroller: transcript, stick: true, stop: () => {} };
@@ -266,6 +266,15 @@ async function compact() {
   try {
     const done = await guarded(() => call("POST", `/sessions/${encodeURIComponent(state.open.id)}/compact`, {}));
     if (done && !done.compacted) $("server-status").textContent = "nothing to compact: no turns older than the ones kept";
+  } catch (err) {
+    $("server-status").textContent = err.message;
+  }
+}
+
+async function rewind(id, turn) {
+  if (!confirm(`Restore the workspace's files and cut the conversation to before turn ${turn}? The journal keeps everything.`)) return;
+  try {
+    await guarded(() => call("POST", `/sessions/${encodeURIComponent(id)}/rewind`, { turn }));
   } catch (err) {
     $("server-status").textContent = err.message;
   }

@@ -40,11 +40,16 @@ function argsSummary(tool, args) {
   return typeof key === "string" ? key : JSON.stringify(key);
 }
 
-/** Renders the events of one session into `root`; `onDecision(requestId, decision)` answers approvals. */
+/**
+ * Renders the events of one session into `root`; `onDecision(requestId, decision)` answers approvals, and
+ * `onRewind(turn)` rewinds the session to before turn `turn` (from 1).
+ */
 export class Chat {
-  constructor(root, onDecision) {
+  constructor(root, onDecision, onRewind) {
     this.root = root;
     this.onDecision = onDecision;
+    this.onRewind = onRewind;
+    this.count = 0; // turns so far, numbered from 1 as `sessions show` numbers them
     this.turns = new Map(); // turn_id -> {node, answer, reasoning, plan, cwd}
     this.calls = new Map(); // call_id -> {node, body, status}
     this.execs = new Map(); // exec_id -> {node, out, summary}
@@ -93,8 +98,17 @@ export class Chat {
   on_turn_started(p) {
     const t = this.turn(p.turn_id);
     t.cwd = p.context?.cwd || "";
+    const n = ++this.count;
     const user = el("div", "msg user");
-    user.append(el("span", "who", "You"), el("p", "text", p.prompt ?? ""));
+    const who = el("span", "who", `You · turn ${n}`);
+    if (this.onRewind) {
+      const back = el("button", "rewind link", "Rewind to here");
+      back.type = "button";
+      back.title = `Restore the files and cut the conversation to before turn ${n}`;
+      back.addEventListener("click", () => this.onRewind(n));
+      who.append(" ", back);
+    }
+    user.append(who, el("p", "text", p.prompt ?? ""));
     t.node.append(user);
     this.running = p.turn_id;
   }
@@ -311,6 +325,22 @@ export class Chat {
   on_context_compacted(p) {
     const note = `context compacted (${p.reason}): ${p.summarised_turns} turns summarised, ~${p.before_tokens} → ~${p.after_tokens} tokens`;
     this.root.append(el("p", "muted notice", note));
+  }
+
+  on_session_rewound(p) {
+    const what = [p.files ? `${p.restored} files restored` : "", p.conversation ? "conversation cut" : ""].filter(Boolean);
+    this.root.append(el("p", "muted notice", `rewound to before turn ${p.to_turn}: ${what.join(", ")}`));
+  }
+
+  on_session_forked(p) {
+    this.root.append(el("p", "muted notice",
+      `forked from session ${p.from_session} before its turn ${p.turn} (workspace ${p.workspace}); the turns above are inherited`));
+  }
+
+  on_checkpoint_created(p) {
+    if (p.dropped?.length) {
+      this.root.append(el("p", "muted notice", `checkpoints of ${p.dropped.length} older turns dropped to stay within checkpoint_max_mb`));
+    }
   }
 
   on_a2a_agent_failed(p) {

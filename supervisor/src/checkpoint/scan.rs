@@ -147,8 +147,9 @@ impl Walk<'_> {
     ) -> std::io::Result<()> {
         let known = stamp(st);
         if let Some(prev) = self.prev.and_then(|t| t.0.get(&path)) {
-            if let (Kind::File { hash, size }, Some(s)) = (&prev.kind, prev.stamp) {
-                if s == known && *size == st.st_size as u64 && self.objects.has(hash) {
+            if let (Kind::File { size, .. }, Some(s)) = (&prev.kind, prev.stamp) {
+                // The previous tree's content is held while any checkpoint refers to it (see `bound`).
+                if s == known && *size == st.st_size as u64 {
                     self.put(path, prev.kind.clone(), st, Some(known));
                     return Ok(());
                 }

@@ -20,6 +20,7 @@ use service_ipc::{ApprovalDecision, ModelRef, Task, TurnOverrides};
 use service_supervisor::runtime::EventStream;
 use service_supervisor::tui::app::{App, TurnState};
 use service_supervisor::tui::commands::{self, Input};
+use service_supervisor::tui::picker::Purpose;
 use service_supervisor::ServiceHome;
 use tokio::sync::mpsc;
 
@@ -235,12 +236,13 @@ impl Ui {
         let Some(picker) = self.app.picker.as_mut() else {
             return;
         };
+        let purpose = picker.purpose;
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         let close = key.code == KeyCode::Esc || (ctrl && key.code == KeyCode::Char('c'));
         match key.code {
             _ if close => {
                 self.app.picker = None;
-                if self.app.session_id.is_empty() {
+                if self.app.session_id.is_empty() && purpose == Purpose::Resume {
                     self.app.quit = true;
                 }
             }
@@ -252,7 +254,14 @@ impl Ui {
                     return;
                 };
                 self.app.picker = None;
-                if let Err(e) = self.resume(&id).await {
+                let done = match purpose {
+                    Purpose::Resume => self.resume(&id).await,
+                    Purpose::Rewind => match id.parse() {
+                        Ok(turn) => self.rewind(turn).await,
+                        Err(_) => Ok(()),
+                    },
+                };
+                if let Err(e) = done {
                     self.app.error(format!("{e:#}"));
                 }
             }

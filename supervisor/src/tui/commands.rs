@@ -32,6 +32,10 @@ pub enum Slash {
     Diff,
     /// `/compact [focus]`: summarise the older turns now.
     Compact(Option<String>),
+    /// `/rewind [N]`: files and conversation back to before turn N (a picker without N).
+    Rewind(Option<u64>),
+    /// `/fork [N]`: a new session as this one was before turn N (now without N), opened.
+    Fork(Option<u64>),
     /// `/clear`: clear the transcript view.
     Clear,
     /// `/quit`.
@@ -58,7 +62,15 @@ pub const HELP: &[(&str, &str)] = &[
     ),
     (
         "/diff",
-        "show what the last turn's Write and Edit calls changed",
+        "show what the last turn changed in the workspace, commands included",
+    ),
+    (
+        "/rewind [N]",
+        "restore the files and cut the conversation to before turn N; without N, pick the turn from a list",
+    ),
+    (
+        "/fork [N]",
+        "open a new session as this one was before turn N (now, without N)",
     ),
     (
         "/compact [focus]",
@@ -106,6 +118,18 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "clear" => Slash::Clear,
         "diff" => Slash::Diff,
         "compact" => Slash::Compact(Some(arg.to_string()).filter(|a| !a.is_empty())),
+        "rewind" | "fork" => {
+            let turn = match arg {
+                "" => None,
+                n => Some(n.parse::<u64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    format!("/{name} takes a turn number (1 is the first), not \"{n}\"")
+                })?),
+            };
+            match name {
+                "rewind" => Slash::Rewind(turn),
+                _ => Slash::Fork(turn),
+            }
+        }
         "quit" | "exit" => Slash::Quit,
         _ => {
             let known: Vec<&str> = HELP
@@ -144,6 +168,9 @@ mod tests {
         assert_eq!(parse("/quit"), Ok(Input::Slash(Slash::Quit)));
         assert_eq!(parse("/resume"), Ok(Input::Slash(Slash::Resume(None))));
         assert_eq!(parse("/model"), Err("/model needs provider/name".into()));
+        assert_eq!(parse("/rewind 2"), Ok(Input::Slash(Slash::Rewind(Some(2)))));
+        assert_eq!(parse("/fork"), Ok(Input::Slash(Slash::Fork(None))));
+        assert!(parse("/rewind two").unwrap_err().contains("turn number"));
         let err = parse("/fly").unwrap_err();
         assert!(
             err.starts_with("unknown command /fly; known commands: /help /new /sessions /resume"),

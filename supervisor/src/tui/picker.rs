@@ -1,4 +1,5 @@
-//! The resume picker: sessions newest first with their title, age and last outcome, narrowed as the user types.
+//! The TUI's pickers, narrowed as the user types: sessions newest first with their title, age and last outcome
+//! (`/resume`), and a session's turns (`/rewind`).
 
 use crate::runtime::record::SessionStatus;
 use crate::runtime::SessionRecord;
@@ -23,6 +24,18 @@ pub struct Picker {
     pub selected: usize,
     /// What the list holds (this directory's sessions, or all).
     pub title: String,
+    /// What Enter does with the chosen row.
+    pub purpose: Purpose,
+}
+
+/// What a picker is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Purpose {
+    /// Open the chosen session.
+    #[default]
+    Resume,
+    /// Rewind the session on screen to before the chosen turn (its id is the turn number).
+    Rewind,
 }
 
 impl Picker {
@@ -65,6 +78,31 @@ impl Picker {
             filter: String::new(),
             selected: 0,
             title,
+            purpose: Purpose::Resume,
+        }
+    }
+
+    /// A picker over a session's turns, by their prompts in order, the last first.
+    pub fn turns(prompts: &[String]) -> Picker {
+        let choices = prompts
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, prompt)| Choice {
+                id: (i + 1).to_string(),
+                label: format!(
+                    "turn {}: {}",
+                    i + 1,
+                    crate::runtime::record::title_of(prompt)
+                ),
+            })
+            .collect();
+        Picker {
+            choices,
+            filter: String::new(),
+            selected: 0,
+            title: "rewind files and conversation to before turn".into(),
+            purpose: Purpose::Rewind,
         }
     }
 

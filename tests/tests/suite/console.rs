@@ -447,3 +447,44 @@ async fn a_session_of_ten_thousand_events_renders_whole_with_a_bounded_number_of
     );
     browser.close().await;
 }
+
+#[tokio::test]
+async fn rewind_to_here_restores_the_files_and_says_so_in_the_transcript() {
+    let (env, server) = setup();
+    let browser = Browser::start(1280).await;
+    sign_in(&browser, &server).await;
+    browser.click("#new-session button[type=submit]").await;
+    browser
+        .wait_js(
+            "return location.pathname.startsWith('/ui/sessions/')",
+            "the session's address",
+        )
+        .await;
+    let url = browser.client.current_url().await.unwrap();
+    let id = url.path().trim_start_matches("/ui/sessions/").to_string();
+    send(&browser, "hello there").await;
+    send(&browser, "please write the page").await;
+    browser
+        .click(".approval button[data-decision=allow_once]")
+        .await;
+    browser.wait_text(".msg.agent .text", "wrote it").await;
+    let page = env
+        .home
+        .path()
+        .join("sessions")
+        .join(&id)
+        .join("workspace/page.html");
+    assert!(page.exists());
+    wait_idle(&browser).await;
+    // The second turn's button; the question the page asks is answered yes.
+    browser.js("window.confirm = () => true; return true").await;
+    browser.click(".turn:nth-of-type(2) button.rewind").await;
+    browser
+        .wait_text(
+            "#transcript",
+            "rewound to before turn 2: 1 files restored, conversation cut",
+        )
+        .await;
+    assert!(!page.exists());
+    browser.close().await;
+}

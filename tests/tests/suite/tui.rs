@@ -271,3 +271,36 @@ fn the_status_line_shows_the_turns_usage_while_it_runs_a_tool() {
     assert!(!screen.contains("slept"), "{screen}");
     tmux.wait_for("slept");
 }
+
+#[test]
+fn rewind_in_the_tui_picks_a_turn_and_fork_opens_the_session_as_it_was() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("rewinding"),
+        r#"{turns: [
+          {when: "make", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo made > made.txt"}}]}, {text: "made it"}]},
+          {replies: [{text: "seen {{message_count}}"}]},
+        ]}"#,
+        "permissions: { default: allow }\n",
+        "workspace_write",
+    );
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./rewinding");
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("hello");
+    tmux.wait_for("seen 2");
+    tmux.type_line("make a file");
+    tmux.wait_for("made it");
+    assert!(env.path("made.txt").exists());
+    tmux.type_line("/diff");
+    tmux.wait_for("+made");
+    // The picker lists the turns, the last first; the second row is turn 1.
+    tmux.type_line("/rewind");
+    tmux.wait_for("turn 2: make a file");
+    tmux.keys(&["Down", "Enter"]);
+    tmux.wait_for("rewound to before turn 1: 1 files restored");
+    assert!(!env.path("made.txt").exists());
+    tmux.type_line("again");
+    tmux.wait_for("seen 2");
+    tmux.type_line("/fork 1");
+    tmux.wait_for("0 turns inherited");
+}

@@ -5,6 +5,65 @@ use service_supervisor::tui::commands::{Slash, HELP};
 use super::Ui;
 
 impl Ui {
+    /// The prompts of the session on screen's turns, in order.
+    async fn prompts(&self) -> anyhow::Result<Vec<String>> {
+        let events = self.backend.journal(&self.app.session_id).await?;
+        Ok(events
+            .into_iter()
+            .filter_map(|e| match e.payload {
+                service_ipc::EventPayload::TurnStarted { prompt, .. } => Some(prompt),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Rewinds the session on screen, files and conversation, to before `turn`.
+    pub(super) async fn rewind(&mut self, turn: u64) -> anyhow::Result<()> {
+        let done = self
+            .backend
+            .rewind(&self.app.session_id, turn, true, true, false)
+            .await?;
+        let restored = done["restored"].as_array().map_or(0, Vec::len);
+        self.app.info(format!(
+            "rewound to before turn {turn}: {restored} files restored, conversation cut (the journal keeps it all)"
+        ));
+        Ok(())
+    }
+
+    /// `/diff`: what the last turn changed in the workspace, from its checkpoints (commands included); without
+    /// them, its Write and Edit calls' diffs.
+    async fn show_diff(&mut self) -> anyhow::Result<()> {
+        let turns = self.prompts().await?.len() as u64;
+        let mut diffs = String::new();
+        let changes = match turns {
+            0 => serde_json::Value::Null,
+            n => self.backend.changes(&self.app.session_id, n).await?,
+        };
+        if changes["checkpointed"] == true {
+            for c in changes["changes"].as_array().into_iter().flatten() {
+                match c["diff"].as_str() {
+                    Some(d) if !d.is_empty() => diffs.push_str(d),
+                    _ => diffs.push_str(&format!(
+                        "{} {} (binary, a link, or too large to show)\n",
+                        c["change"].as_str().unwrap_or("changed"),
+                        c["path"].as_str().unwrap_or_default()
+                    )),
+                }
+            }
+        } else {
+            diffs = self.app.turn_diffs.join("");
+        }
+        if diffs.is_empty() {
+            self.app.info("the last turn changed no file");
+        } else {
+            self.app
+                .entries
+                .push(service_supervisor::tui::app::Entry::Diff(diffs));
+            self.app.scroll = 0;
+        }
+        Ok(())
+    }
+
     pub(super) async fn slash(&mut self, slash: Slash) -> anyhow::Result<()> {
         match slash {
             Slash::Help => {
@@ -56,17 +115,30 @@ impl Ui {
                 self.app.info(format!("next turns run in {dir}"));
                 self.cwd = Some(dir);
             }
-            Slash::Diff => {
-                if self.app.turn_diffs.is_empty() {
-                    self.app
-                        .info("the last turn changed no file with Write or Edit");
+            Slash::Diff => self.show_diff().await?,
+            Slash::Rewind(Some(turn)) => self.rewind(turn).await?,
+            Slash::Rewind(None) => {
+                let prompts = self.prompts().await?;
+                if prompts.is_empty() {
+                    self.app.info("this session has no turns to rewind");
                 } else {
-                    let diffs = self.app.turn_diffs.join("");
-                    self.app
-                        .entries
-                        .push(service_supervisor::tui::app::Entry::Diff(diffs));
-                    self.app.scroll = 0;
+                    self.app.picker =
+                        Some(service_supervisor::tui::picker::Picker::turns(&prompts));
                 }
+            }
+            Slash::Fork(turn) => {
+                let done = self.backend.fork(&self.app.session_id, turn).await?;
+                let child = done["session"]["id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let parent = self.app.session_id.clone();
+                self.attach(&child).await?;
+                self.app.info(format!(
+                    "forked {parent} into {child} ({} turns inherited, workspace {})",
+                    done["turns"],
+                    done["workspace"].as_str().unwrap_or_default()
+                ));
             }
             Slash::Compact(focus) => {
                 // The model writes the summary; its `context_compacted` event shows when it is done.

@@ -1,0 +1,232 @@
+//! Checkpoint benchmarks: `cargo bench -p service-supervisor --bench checkpoint`.
+//!
+//! A workspace of 10,000 files and 200 MB (20 KB each, in 100 directories, no two alike) is checkpointed as a
+//! session whose bundle can write would be. Medians (and p90) measured in one run:
+//! - the first checkpoint of the workspace, which reads and stores all of it;
+//! - the checkpoint before a turn after one file changed (what a turn's start waits for), and the one as that
+//!   turn ends, the same in-process calls the runtime makes;
+//! - the disk a turn costs: manifest bytes and new content per turn, from the store's files after the loop;
+//! - whole processes, as a user runs them: `service-rs run --continue` of a writable bundle in that workspace
+//!   (one file changed before each run), with checkpoints and with `checkpoint_max_mb = 0`, sampled in turn; the
+//!   difference of their medians is what checkpoints add to a turn, start and end together.
+//!
+//! `BENCH_ITERS` sets the number of samples (default 40); `BENCH_EXE` runs another build of `service-rs`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use service_supervisor::checkpoint::Checkpoints;
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+const FILES: usize = 10_000;
+const DIRS: usize = 100;
+const FILE_BYTES: usize = 20 * 1024;
+
+/// Fills `buf` with bytes from a xorshift seeded by `seed`: every file differs, so nothing is stored once for two.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let bytes = x.to_le_bytes();
+        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    }
+}
+
+fn make_workspace(root: &Path) -> std::io::Result<()> {
+    let mut buf = vec![0u8; FILE_BYTES];
+    for i in 0..FILES {
+        let dir = root.join(format!("d{:03}", i % DIRS));
+        if i < DIRS {
+            std::fs::create_dir_all(&dir)?;
+        }
+        fill(&mut buf, i as u64);
+        std::fs::write(dir.join(format!("f{i:05}.bin")), &buf)?;
+    }
+    Ok(())
+}
+
+/// Changes one file of the workspace, a different one each time.
+fn change_one(root: &Path, n: u64) -> std::io::Result<()> {
+    let i = (n as usize * 7919) % FILES;
+    let mut buf = vec![0u8; FILE_BYTES];
+    fill(&mut buf, 1_000_000 + n);
+    std::fs::write(
+        root.join(format!("d{:03}", i % DIRS))
+            .join(format!("f{i:05}.bin")),
+        &buf,
+    )
+}
+
+#[derive(Clone, Copy)]
+struct Stats {
+    median: Duration,
+    p90: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        median: at(0.5),
+        p90: at(0.9),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn row(name: &str, s: Stats) {
+    println!(
+        "| {name:<52} | {:>10.3} | {:>10.3} |",
+        ms(s.median),
+        ms(s.p90)
+    );
+}
+
+fn du(path: &Path) -> u64 {
+    walkdir::WalkDir::new(path)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn write_bundle(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("resources"))?;
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        r#"{ manifest_version: "service.bundle/v1", id: "ckbench", version: "1.0.0", tools: ["Bash"],
+             sandbox: { mode: "workspace_write" } }"#,
+    )?;
+    std::fs::write(
+        dir.join("agent.yaml"),
+        "model: { provider: scripted, name: bench, config: { script: resources/script.json5 } }\n",
+    )?;
+    std::fs::write(
+        dir.join("resources/script.json5"),
+        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
+    )
+}
+
+fn run_once(exe: &Path, home: &Path, cwd: &Path, first: bool) -> BenchResult<Duration> {
+    let mut cmd = Command::new(exe);
+    cmd.env("SERVICE_HOME", home).current_dir(cwd).arg("run");
+    if !first {
+        cmd.arg("--continue");
+    }
+    cmd.args(["ckbench", "go on"]);
+    let t = Instant::now();
+    let out = cmd.output()?;
+    let took = t.elapsed();
+    if !out.status.success() {
+        return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    Ok(took)
+}
+
+fn main() -> BenchResult<()> {
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let exe = std::env::var_os("BENCH_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
+    let tmp = tempfile::TempDir::new()?;
+    let root = std::fs::canonicalize(tmp.path())?;
+    let ws = root.join("workspace");
+    std::fs::create_dir_all(&ws)?;
+    make_workspace(&ws)?;
+    println!(
+        "workspace: {FILES} files, {} MB, in {DIRS} directories; {iters} samples",
+        FILES * FILE_BYTES / 1_000_000
+    );
+    println!("| {:<52} | {:>10} | {:>10} |", "ms", "median", "p90");
+    println!("|{:-<54}|{:->12}|{:->12}|", "", "", "");
+
+    // In-process: the calls a turn makes.
+    let pool = root.join("pool");
+    let cp = Checkpoints::new(&root.join("session"), &pool, u64::MAX);
+    let t = Instant::now();
+    cp.start(&ws, "t0")?;
+    let first = t.elapsed();
+    cp.expect_end();
+    cp.end(&ws, "t0")?;
+    row(
+        "first checkpoint (reads and stores 200 MB)",
+        Stats {
+            median: first,
+            p90: first,
+        },
+    );
+    let before = du(&root.join("session")) + du(&pool);
+    let (mut starts, mut ends) = (Vec::new(), Vec::new());
+    for n in 0..iters as u64 {
+        change_one(&ws, n)?;
+        let turn = format!("t{}", n + 1);
+        let t = Instant::now();
+        cp.start(&ws, &turn)?;
+        starts.push(t.elapsed());
+        change_one(&ws, 10_000 + n)?;
+        cp.expect_end();
+        let t = Instant::now();
+        cp.end(&ws, &turn)?;
+        ends.push(t.elapsed());
+    }
+    let per_turn = (du(&root.join("session")) + du(&pool)).saturating_sub(before) / iters as u64;
+    let manifests: u64 = std::fs::read_dir(root.join("session/checkpoints"))?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    row("checkpoint before a turn, one file changed", stats(starts));
+    row("checkpoint as the turn ends, one file changed", stats(ends));
+    println!(
+        "disk per turn: {per_turn} bytes (two {FILE_BYTES}-byte files of new content, and manifests: {} bytes a \
+         turn on average over {} checkpoints)",
+        manifests / (iters as u64 + 1),
+        2 * (iters + 1)
+    );
+
+    // Whole processes: a writable bundle's one-shot in the workspace, with and without checkpoints.
+    let bundle = root.join("bundle");
+    write_bundle(&bundle)?;
+    let (with_home, without_home) = (root.join("home-with"), root.join("home-without"));
+    for home in [&with_home, &without_home] {
+        let built = Command::new(&exe)
+            .env("SERVICE_HOME", home)
+            .args(["build", bundle.to_str().unwrap_or_default()])
+            .output()?;
+        if !built.status.success() {
+            return Err(String::from_utf8_lossy(&built.stderr).into_owned().into());
+        }
+    }
+    std::fs::write(without_home.join("config.toml"), "checkpoint_max_mb = 0\n")?;
+    run_once(&exe, &with_home, &ws, true)?;
+    run_once(&exe, &without_home, &ws, true)?;
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for n in 0..iters as u64 {
+        change_one(&ws, 20_000 + n)?;
+        with.push(run_once(&exe, &with_home, &ws, false)?);
+        change_one(&ws, 30_000 + n)?;
+        without.push(run_once(&exe, &without_home, &ws, false)?);
+    }
+    let (with, without) = (stats(with), stats(without));
+    row("one-shot run --continue, checkpoints on", with);
+    row("one-shot run --continue, checkpoint_max_mb = 0", without);
+    println!(
+        "| {:<52} | {:>10.3} | {:>10} |",
+        "added by checkpoints (difference of medians)",
+        ms(with.median.saturating_sub(without.median)),
+        ""
+    );
+    Ok(())
+}
