@@ -377,6 +377,10 @@ pub enum EventPayload {
         /// Turns (by id, oldest first) whose checkpoints were dropped to keep the session within its bound.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         dropped: Vec<String>,
+        /// Set when earlier turns have no checkpoint on this node (it took the session over, or checkpoints were
+        /// off): says which, and why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     /// The session went back to before turn `to_turn`: its files, its conversation, or both.
     SessionRewound {

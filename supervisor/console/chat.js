@@ -341,6 +341,7 @@ export class Chat {
     if (p.dropped?.length) {
       this.root.append(el("p", "muted notice", `checkpoints of ${p.dropped.length} older turns dropped to stay within checkpoint_max_mb`));
     }
+    if (p.note) this.root.append(el("p", "muted notice", p.note));
   }
 
   on_a2a_agent_failed(p) {

@@ -53,6 +53,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 files: 10,
                 bytes_new: 300,
                 dropped: vec!["t0".into()],
+                note: None,
             },
             json!({"type": "checkpoint_created", "payload": {
                 "turn_id": "t1", "files": 10, "bytes_new": 300, "dropped": ["t0"]}}),

@@ -408,6 +408,13 @@ impl Checkpoints {
         Ok(tree)
     }
 
+    /// Whether this machine holds no checkpoint of the session.
+    pub fn is_empty(&self) -> Result<bool> {
+        let mut state = self.state();
+        self.load(&mut state)?;
+        Ok(state.index.as_ref().is_none_or(|i| i.points.is_empty()))
+    }
+
     /// The checkpoints this machine holds, oldest first.
     pub fn points(&self) -> Result<Vec<Point>> {
         let mut state = self.state();

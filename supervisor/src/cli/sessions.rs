@@ -287,10 +287,17 @@ fn transcript_line(event: &EventMsg, answer: &mut String, next_turn: u32) -> Opt
             "\n~ forked from session {from_session} before its turn {turn} (workspace {workspace}); the turns above \
              are inherited"
         )),
-        EventPayload::CheckpointCreated { dropped, .. } if !dropped.is_empty() => Some(format!(
-            "  (checkpoints of {} older turns dropped to stay within checkpoint_max_mb)",
-            dropped.len()
-        )),
+        EventPayload::CheckpointCreated { dropped, note, .. } => {
+            let mut lines = Vec::new();
+            if !dropped.is_empty() {
+                lines.push(format!(
+                    "  (checkpoints of {} older turns dropped to stay within checkpoint_max_mb)",
+                    dropped.len()
+                ));
+            }
+            lines.extend(note.iter().map(|n| format!("  ({n})")));
+            (!lines.is_empty()).then(|| lines.join("\n"))
+        }
         EventPayload::AgentMessageDelta { delta, .. } => {
             answer.push_str(delta);
             None

@@ -108,7 +108,21 @@ pub(super) async fn before_turn(
         return Ok(());
     };
     let (root, turn) = (session.cwd(), turn_id.to_string());
-    let taken = blocking(move || checkpoints.start(&root, &turn)).await?;
+    let earlier = session.record().turn_count.saturating_sub(1);
+    let shared = inner.store.shared();
+    let (taken, first_here) = blocking(move || {
+        let first_here = checkpoints.is_empty()?;
+        Ok((checkpoints.start(&root, &turn)?, first_here))
+    })
+    .await?;
+    let note = (first_here && earlier > 0).then(|| {
+        let why = if shared {
+            "checkpoints stay on the disk of the node that took them, and this node took the session over"
+        } else {
+            "a fork's inherited turns, or turns that ran while checkpoints were off"
+        };
+        format!("the {earlier} earlier turns have no checkpoint here ({why}); rewinding their files is not possible")
+    });
     session.add_start_event(
         turn_id,
         EventPayload::CheckpointCreated {
@@ -116,6 +130,7 @@ pub(super) async fn before_turn(
             files: taken.files,
             bytes_new: taken.bytes_new,
             dropped: taken.dropped,
+            note,
         },
     );
     Ok(())

@@ -305,13 +305,17 @@ impl App {
             EventPayload::A2aAgentFailed { agent, message } => {
                 self.error(format!("A2A agent {agent}: {message}"))
             }
-            EventPayload::CheckpointCreated { dropped, .. } if !dropped.is_empty() => {
-                self.info(format!(
-                    "checkpoints of the {} oldest turns dropped to stay within checkpoint_max_mb",
-                    dropped.len()
-                ))
+            EventPayload::CheckpointCreated { dropped, note, .. } => {
+                if !dropped.is_empty() {
+                    self.info(format!(
+                        "checkpoints of the {} oldest turns dropped to stay within checkpoint_max_mb",
+                        dropped.len()
+                    ))
+                }
+                if let Some(note) = note {
+                    self.info(note.clone())
+                }
             }
-            EventPayload::CheckpointCreated { .. } => {}
             EventPayload::SessionRewound {
                 to_turn,
                 files,

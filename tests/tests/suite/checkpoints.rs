@@ -358,6 +358,24 @@ async fn a_fork_copies_a_fresh_workspace_as_it_was_and_shares_a_host_directory()
         before_three,
         "the parent's files are its own"
     );
+    let (_, journal) = api.get(&format!("/sessions/{child}/journal")).await;
+    let notes: Vec<&str> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["payload"]["type"] == "checkpoint_created")
+        .filter_map(|e| e["payload"]["payload"]["note"].as_str())
+        .collect();
+    assert_eq!(
+        notes.len(),
+        1,
+        "the fork's first checkpoint says its inherited turns have none: {journal}"
+    );
+    assert!(
+        notes[0].contains("1 earlier turns have no checkpoint here"),
+        "{}",
+        notes[0]
+    );
 
     // A fork of now, of a session in a host directory, shares the directory.
     let project = sandbox_tempdir();

@@ -75,12 +75,11 @@ fn the_diff_of_a_write_or_an_edit_is_in_its_request_its_result_and_sessions_diff
     let second = env.run(&["sessions", "diff", &id, "--turn", "-1"]);
     assert!(second.ok().contains("# turn 2: anything else"));
     assert!(!second.stdout.contains("TWO"));
-    assert!(second
-        .stderr
-        .contains("no file was changed in turn 2"));
+    assert!(second.stderr.contains("no file was changed in turn 2"));
     let bad = env.run(&["sessions", "diff", &id, "--turn", "3"]);
     assert!(
-        bad.failed().contains("has no such turn; valid turns are 1..2"),
+        bad.failed()
+            .contains("has no such turn; valid turns are 1..2"),
         "{}",
         bad.stderr
     );
