@@ -158,3 +158,65 @@ async fn a_full_store_ends_the_turn_with_storage_full_leaves_the_session_usable_
     assert!(journal.ends_with('\n'));
     drop(server);
 }
+
+#[tokio::test]
+async fn a_checkpoint_that_does_not_fit_fails_the_turn_start_with_storage_full_before_anything_runs(
+) {
+    let Some(tmpfs) = Tmpfs::mount("4m") else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        r#"{turns: [{replies: [
+          {tool_calls: [{name: "Bash", arguments: {command: "echo ran > ran.txt"}}]},
+          {text: "ran"}
+        ]}]}"#,
+        "permissions: { default: allow }\n",
+        "workspace_write",
+    );
+    // The project is on the host's disk; the store, which holds its checkpoints, on a 4 MiB tmpfs.
+    let project = super::support::sandbox_tempdir();
+    std::fs::write(project.path().join("large.bin"), vec![7u8; 5 * 1024 * 1024]).unwrap();
+    let home = tmpfs.path().join("home");
+    let root = project.path().to_str().unwrap();
+    let server = Server::start(&home, &["--workspace-root", root], &[]);
+    let api = Client::of(&server);
+    let (status, made) = api
+        .json(
+            reqwest::Method::POST,
+            "/sessions",
+            Some(json!({"bundle_ref": env.path("b").display().to_string(), "cwd": root})),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
+    let path = format!("/sessions/{id}/run-sync");
+    let run = || {
+        api.json(
+            reqwest::Method::POST,
+            &path,
+            Some(json!({"input": {"prompt": "go"}})),
+        )
+    };
+    let (status, refused) = run().await;
+    assert_eq!(status, 507, "{refused}");
+    assert_eq!(refused["error"]["code"], "storage_full", "{refused}");
+    assert!(!project.path().join("ran.txt").exists(), "nothing ran");
+    let (_, record) = api
+        .json(reqwest::Method::GET, &format!("/sessions/{id}"), None)
+        .await;
+    assert_eq!(record["status"], "idle", "{record}");
+    assert_eq!(record["turn_count"], 0, "{record}");
+    // With the large file gone, the checkpoint fits and the turn runs.
+    std::fs::remove_file(project.path().join("large.bin")).unwrap();
+    let (status, done) = run().await;
+    assert_eq!(
+        (status, done["final_message"].as_str()),
+        (200, Some("ran")),
+        "{done}"
+    );
+    assert!(project.path().join("ran.txt").exists());
+    drop(server);
+}
