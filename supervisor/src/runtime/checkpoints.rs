@@ -51,15 +51,19 @@ struct TurnMark {
     history_mark: Option<u64>,
 }
 
+/// Whether `session`'s turns can write its workspace.
+fn writes(inner: &Inner, session: &Session) -> bool {
+    session.bundle.manifest.sandbox.mode != SandboxMode::ReadOnly
+        || inner.options.dangerous_sandbox_mode
+}
+
 /// The checkpoints of `session`, when its turns can write and the operator keeps checkpoints.
 pub(super) fn of(inner: &Inner, session: &Session) -> Option<Arc<Checkpoints>> {
     session
         .checkpoints
         .get_or_init(|| {
-            let writes = session.bundle.manifest.sandbox.mode != SandboxMode::ReadOnly
-                || inner.options.dangerous_sandbox_mode;
             let max = inner.options.checkpoint_max_bytes;
-            (writes && max > 0).then(|| {
+            (writes(inner, session) && max > 0).then(|| {
                 Arc::new(Checkpoints::new(
                     &session.dir,
                     &inner.home.root().join("checkpoints"),
@@ -326,6 +330,13 @@ impl ServiceRuntime {
             None => turns.len() as u32,
         };
         let own_workspace = parent.cwd() == parent.dir.join("workspace");
+        if own_workspace && writes(&self.inner, &parent) && of(&self.inner, &parent).is_none() {
+            return Err(RuntimeError::InvalidRequest(
+                "this session's files are copied from its checkpoints, and checkpoints are off \
+                 (checkpoint_max_mb = 0 in config.toml); turn them on to fork it"
+                    .into(),
+            ));
+        }
         let record = parent.record();
         let cwd = (!own_workspace).then(|| parent.cwd());
         let bundle = parent.bundle.clone();

@@ -1,0 +1,224 @@
+//! Checkpoints of real directories: exact restores, refusals, link swaps, hard links, the bound and sharing.
+use super::*;
+use std::os::unix::fs::symlink;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    cp: Checkpoints,
+}
+
+fn fixture(max_bytes: u64) -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let cp = Checkpoints::new(&root.join("session"), &root.join("pool"), max_bytes);
+    Fixture {
+        _tmp: tmp,
+        root,
+        ws,
+        cp,
+    }
+}
+
+/// The workspace as (path, what) pairs: file contents, link targets, directories.
+fn listing(dir: &Path) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+            let what = if e.path_is_symlink() {
+                format!("-> {}", std::fs::read_link(e.path()).unwrap().display())
+            } else if e.file_type().is_dir() {
+                "dir".into()
+            } else {
+                std::fs::read_to_string(e.path()).unwrap()
+            };
+            (rel, what)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn turn(f: &Fixture, id: &str, work: impl FnOnce(&Path)) {
+    f.cp.start(&f.ws, id).unwrap();
+    work(&f.ws);
+    f.cp.expect_end();
+    f.cp.end(&f.ws, id).unwrap();
+}
+
+#[test]
+fn a_rewind_to_a_turn_restores_exactly_the_tree_before_it() {
+    let f = fixture(u64::MAX);
+    std::fs::write(f.ws.join("keep.txt"), "same").unwrap();
+    turn(&f, "t1", |ws| {
+        std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+        std::fs::create_dir(ws.join("d")).unwrap();
+        std::fs::write(ws.join("d/gone.txt"), "soon gone").unwrap();
+    });
+    let before_two = listing(&f.ws);
+    turn(&f, "t2", |ws| {
+        std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+        std::fs::remove_file(ws.join("d/gone.txt")).unwrap();
+        std::fs::write(ws.join("new.txt"), "new").unwrap();
+        symlink("a.txt", ws.join("link")).unwrap();
+    });
+    turn(&f, "t3", |ws| {
+        std::fs::remove_dir_all(ws.join("d")).unwrap();
+        std::fs::write(ws.join("d"), "a file where the directory was").unwrap();
+    });
+    let (changed, skipped) = f.cp.rewind(&f.ws, "t2", "r1", false).unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert_eq!(listing(&f.ws), before_two);
+    assert!(!changed.is_empty());
+    let diff = f.cp.turn_changes("t2").unwrap().unwrap();
+    let paths: Vec<&str> = diff.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["a.txt", "d/gone.txt", "link", "new.txt"]);
+    assert!(diff[0].diff.as_deref().unwrap().contains("-one\n+two"));
+}
+
+#[test]
+fn a_rewind_refuses_files_changed_outside_the_session_unless_forced() {
+    let f = fixture(u64::MAX);
+    turn(&f, "t1", |ws| {
+        std::fs::write(ws.join("a.txt"), "agent").unwrap()
+    });
+    std::fs::write(f.ws.join("mine.txt"), "the user's").unwrap();
+    match f.cp.rewind(&f.ws, "t1", "r1", false) {
+        Err(CheckpointError::ChangedOutside(paths)) => assert_eq!(paths, ["mine.txt"]),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        f.ws.join("a.txt").exists(),
+        "a refused rewind changes nothing"
+    );
+    f.cp.rewind(&f.ws, "t1", "r1", true).unwrap();
+    assert!(listing(&f.ws).is_empty());
+}
+
+#[test]
+fn links_swapped_in_by_the_sandbox_are_replaced_never_followed() {
+    let f = fixture(u64::MAX);
+    let host = f.root.join("host");
+    std::fs::create_dir_all(host.join("dir")).unwrap();
+    std::fs::write(host.join("secret"), "host secret").unwrap();
+    std::fs::write(host.join("dir/f.txt"), "host file").unwrap();
+    std::fs::create_dir(f.ws.join("sub")).unwrap();
+    std::fs::write(f.ws.join("sub/f.txt"), "workspace file").unwrap();
+    std::fs::write(f.ws.join("victim.txt"), "workspace victim").unwrap();
+    symlink(host.join("secret"), f.ws.join("peek")).unwrap();
+    turn(&f, "t1", |ws| {
+        // The sandbox swaps a file and a directory for links to host files.
+        std::fs::remove_file(ws.join("victim.txt")).unwrap();
+        symlink(host.join("secret"), ws.join("victim.txt")).unwrap();
+        std::fs::remove_dir_all(ws.join("sub")).unwrap();
+        symlink(host.join("dir"), ws.join("sub")).unwrap();
+    });
+    f.cp.rewind(&f.ws, "t1", "r1", false).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(host.join("secret")).unwrap(),
+        "host secret"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.join("dir/f.txt")).unwrap(),
+        "host file"
+    );
+    assert!(!f.ws.join("victim.txt").is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("victim.txt")).unwrap(),
+        "workspace victim"
+    );
+    assert!(f.ws.join("sub").is_dir() && !f.ws.join("sub").is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("sub/f.txt")).unwrap(),
+        "workspace file"
+    );
+    assert_eq!(
+        std::fs::read_link(f.ws.join("peek")).unwrap(),
+        host.join("secret")
+    );
+    // A link is kept as its target: the host file's content was never read into a checkpoint.
+    let stored: Vec<String> = walkdir::WalkDir::new(f.root.join("pool"))
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(!stored.iter().any(|c| c.contains("host")), "{stored:?}");
+}
+
+#[test]
+fn a_hard_link_is_kept_as_content_and_a_restore_does_not_write_through_it() {
+    let f = fixture(u64::MAX);
+    let host = f.root.join("host.txt");
+    std::fs::write(&host, "host").unwrap();
+    std::fs::write(f.ws.join("x.txt"), "workspace").unwrap();
+    turn(&f, "t1", |ws| {
+        std::fs::remove_file(ws.join("x.txt")).unwrap();
+        std::fs::hard_link(&host, ws.join("x.txt")).unwrap();
+    });
+    f.cp.rewind(&f.ws, "t1", "r1", false).unwrap();
+    assert_eq!(std::fs::read_to_string(&host).unwrap(), "host");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("x.txt")).unwrap(),
+        "workspace"
+    );
+}
+
+#[test]
+fn past_the_bound_the_oldest_turns_go_with_content_nothing_else_holds() {
+    let f = fixture(3000);
+    // Each turn rewrites one file: its history grows by a thousand bytes a turn.
+    for n in 1..=5u8 {
+        turn(&f, &format!("t{n}"), |ws| {
+            std::fs::write(ws.join("big"), vec![n; 1000]).unwrap();
+        });
+    }
+    let turns: Vec<String> =
+        f.cp.points()
+            .unwrap()
+            .iter()
+            .map(|p| p.turn_id.clone())
+            .collect();
+    assert_eq!(turns, ["t4", "t4", "t5", "t5"]);
+    assert_eq!(f.cp.objects.bytes(), 3000);
+    assert_eq!(
+        std::fs::read_dir(f.root.join("pool/objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir() && e.file_name() != "tmp")
+            .map(|d| std::fs::read_dir(d.path()).unwrap().count())
+            .sum::<usize>(),
+        3,
+        "the pool dropped what no session holds"
+    );
+    assert!(matches!(
+        f.cp.rewind(&f.ws, "t1", "r", false),
+        Err(CheckpointError::Missing(_))
+    ));
+    // What is left still restores exactly.
+    f.cp.rewind(&f.ws, "t5", "r", false).unwrap();
+    assert_eq!(std::fs::read(f.ws.join("big")).unwrap(), vec![4; 1000]);
+}
+
+#[test]
+fn content_shared_by_two_sessions_is_stored_once_and_outlives_one_of_them() {
+    let f = fixture(u64::MAX);
+    let other = Checkpoints::new(&f.root.join("other"), &f.root.join("pool"), u64::MAX);
+    std::fs::write(f.ws.join("same.txt"), "shared content").unwrap();
+    f.cp.start(&f.ws, "a").unwrap();
+    let again = other.start(&f.ws, "b").unwrap();
+    assert_eq!(again.bytes_new, 0, "the pool had it");
+    f.cp.forget();
+    std::fs::write(f.ws.join("same.txt"), "changed").unwrap();
+    other.rewind(&f.ws, "b", "r", true).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("same.txt")).unwrap(),
+        "shared content"
+    );
+}
