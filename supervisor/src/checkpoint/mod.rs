@@ -149,6 +149,9 @@ pub struct Checkpoints {
     state: Mutex<State>,
     /// End checkpoints promised (a turn ended, its checkpoint is being taken): everything else waits for them.
     ending: (Mutex<usize>, Condvar),
+    /// The turn whose start checkpoint was begun and whose end is not: set before the start's scan, so that a turn
+    /// ending meanwhile promises its end checkpoint without waiting for the scan.
+    open_turn: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -156,8 +159,6 @@ struct State {
     index: Option<Index>,
     /// The latest checkpoint's tree, which the next scan trusts.
     last: Option<(u64, Arc<Tree>)>,
-    /// The turn whose start checkpoint was taken and whose end is not.
-    open_turn: Option<String>,
 }
 
 impl Checkpoints {
@@ -171,6 +172,7 @@ impl Checkpoints {
             max_bytes,
             state: Mutex::new(State::default()),
             ending: (Mutex::new(0), Condvar::new()),
+            open_turn: Mutex::new(None),
         }
     }
 
@@ -190,8 +192,8 @@ impl Checkpoints {
 
     /// Whether `turn_id`'s start was checkpointed and its end is not yet.
     pub fn is_open(&self, turn_id: &str) -> bool {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.open_turn.as_deref() == Some(turn_id)
+        let open = self.open_turn.lock().unwrap_or_else(|p| p.into_inner());
+        open.as_deref() == Some(turn_id)
     }
 
     /// Promises the end checkpoint of a turn: every other operation waits until [`Self::end`] has run.
@@ -202,8 +204,8 @@ impl Checkpoints {
     /// Takes the promised end checkpoint of `turn_id` of the workspace `root`.
     pub fn end(&self, root: &Path, turn_id: &str) -> Result<Taken> {
         let taken = {
+            *self.open_turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            state.open_turn = None;
             self.take_locked(&mut state, root, turn_id, At::End)
         };
         let (count, settled) = &self.ending;
@@ -216,9 +218,12 @@ impl Checkpoints {
     /// Checkpoints the workspace `root` before `turn_id` runs anything.
     pub fn start(&self, root: &Path, turn_id: &str) -> Result<Taken> {
         let mut state = self.state();
-        let taken = self.take_locked(&mut state, root, turn_id, At::Start)?;
-        state.open_turn = Some(turn_id.to_string());
-        Ok(taken)
+        *self.open_turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn_id.to_string());
+        let taken = self.take_locked(&mut state, root, turn_id, At::Start);
+        if taken.is_err() {
+            *self.open_turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        taken
     }
 
     fn take_locked(&self, state: &mut State, root: &Path, turn_id: &str, at: At) -> Result<Taken> {
@@ -238,7 +243,7 @@ impl Checkpoints {
             }
             _ => (Manifest::whole(&scanned.tree), 0),
         };
-        self.write_json(&self.manifest_path(id), &manifest)?;
+        self.write(&self.manifest_path(id), &manifest.to_bytes())?;
         let files = scanned.tree.files() as u64;
         index.next += 1;
         index.points.push(Point {
@@ -295,7 +300,7 @@ impl Checkpoints {
                 if p.is_some_and(|p| p.depth > 0) {
                     let chain = self.chain(*id)?;
                     if chain.iter().any(|c| gone.contains(c)) {
-                        self.write_json(&self.manifest_path(*id), &Manifest::whole(tree))?;
+                        self.write(&self.manifest_path(*id), &Manifest::whole(tree).to_bytes())?;
                         if let Some(p) = index.points.iter_mut().find(|p| p.id == *id) {
                             p.depth = 0;
                         }
@@ -319,13 +324,12 @@ impl Checkpoints {
     }
 
     fn manifest_path(&self, id: u64) -> PathBuf {
-        self.dir.join(format!("{id}.json"))
+        self.dir.join(format!("{id}.manifest"))
     }
 
-    fn write_json<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {
+    fn write(&self, path: &Path, bytes: &[u8]) -> Result<()> {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| CheckpointError::io("cannot create", &self.dir, e))?;
-        let bytes = serde_json::to_vec(value).unwrap_or_default();
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, bytes)
             .and_then(|()| std::fs::rename(&tmp, path))
@@ -334,7 +338,10 @@ impl Checkpoints {
 
     fn save_index(&self, state: &State) -> Result<()> {
         match &state.index {
-            Some(index) => self.write_json(&self.dir.join("index.json"), index),
+            Some(index) => self.write(
+                &self.dir.join("index.json"),
+                &serde_json::to_vec(index).unwrap_or_default(),
+            ),
             None => Ok(()),
         }
     }
@@ -363,10 +370,7 @@ impl Checkpoints {
         let path = self.manifest_path(id);
         let bytes =
             std::fs::read(&path).map_err(|e| CheckpointError::io("cannot read", &path, e))?;
-        serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Damaged {
-            path,
-            message: e.to_string(),
-        })
+        Manifest::from_bytes(&bytes).map_err(|message| CheckpointError::Damaged { path, message })
     }
 
     /// The ids of the manifests that make checkpoint `id`, whole one first.

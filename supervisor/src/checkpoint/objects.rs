@@ -79,7 +79,8 @@ impl Objects {
                     return Err(std::io::Error::other("stored content vanished twice"));
                 };
                 std::fs::create_dir_all(pooled.parent().unwrap_or(&self.pool))?;
-                tmp.as_file().sync_data()?;
+                // Not flushed: a flush per file made a large workspace's first checkpoint take seconds, and a
+                // copy a power cut damaged fails its hash check when it is restored, rather than restoring wrong.
                 tmp.persist(&pooled).map_err(|e| e.error)?;
                 written = size;
             }

@@ -113,11 +113,9 @@ pub struct Entry {
     /// Permission bits.
     pub mode: u32,
     /// Owner and group, which a restore by root gives back.
-    #[serde(default)]
     pub owner: (u32, u32),
     /// When set, the file's content is known from these fields alone; unset for a file changed too recently to
     /// tell a later change within the clock's tick.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp: Option<Stamp>,
 }
 
@@ -183,17 +181,28 @@ impl Tree {
     }
 }
 
-/// A stored tree: whole, or the changes from another stored tree (most turns change a few files of many).
+/// A stored tree: whole, or the changes from another stored tree (most turns change a few files of many). Stored
+/// as MessagePack with fields by position, so every field is always written.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Manifest {
     /// The checkpoint this one is the changes from; none for a whole tree.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<u64>,
     /// Paths added or changed (all of them for a whole tree).
     pub set: BTreeMap<RelPath, Entry>,
     /// Paths gone.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub del: Vec<RelPath>,
+}
+
+impl Manifest {
+    /// The stored form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        rmp_serde::to_vec(self).unwrap_or_default()
+    }
+
+    /// A manifest from its stored form.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Manifest, String> {
+        rmp_serde::from_slice(bytes).map_err(|e| e.to_string())
+    }
 }
 
 impl Manifest {

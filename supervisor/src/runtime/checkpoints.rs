@@ -101,16 +101,49 @@ async fn blocking<T: Send + 'static>(
         .map_err(runtime_error)
 }
 
-/// Checkpoints `session`'s workspace before `turn_id` runs anything; its `checkpoint_created` follows the turn's
-/// `turn_started`. A checkpoint that cannot be written fails the start: nothing has run, and nothing is lost.
-pub(super) async fn before_turn(
+/// A start-of-turn checkpoint being taken: `Err((code, message))` when it could not be.
+pub(super) type Pending = tokio::task::JoinHandle<std::result::Result<(), (String, String)>>;
+
+/// Starts checkpointing `session`'s workspace before `turn_id` runs anything (None when the session takes no
+/// checkpoints); its `checkpoint_created` follows the turn's `turn_started`. The turn's first model call may go
+/// on meanwhile: [`settled`] is awaited before any tool runs and before the turn ends.
+pub(super) fn start(inner: &Arc<Inner>, session: &Arc<Session>, turn_id: &str) -> Option<Pending> {
+    let checkpoints = of(inner, session)?;
+    let (inner, session, turn_id) = (inner.clone(), session.clone(), turn_id.to_string());
+    Some(tokio::spawn(async move {
+        let taken = take_start(&inner, &session, &turn_id, checkpoints).await;
+        taken.map_err(|e| match e.storage_fault() {
+            Some((code, cause)) => (
+                code.to_string(),
+                format!("the workspace could not be checkpointed: {cause}"),
+            ),
+            None => (
+                "checkpoint_failed".to_string(),
+                format!("the workspace could not be checkpointed: {e}"),
+            ),
+        })
+    }))
+}
+
+/// What a start-of-turn checkpoint came to: `Err((code, message))` fails the turn before anything runs.
+pub(super) async fn settled(pending: Option<Pending>) -> std::result::Result<(), (String, String)> {
+    match pending {
+        None => Ok(()),
+        Some(task) => task.await.unwrap_or_else(|e| {
+            Err((
+                "checkpoint_failed".into(),
+                format!("the checkpoint task failed: {e}"),
+            ))
+        }),
+    }
+}
+
+async fn take_start(
     inner: &Inner,
-    session: &Arc<Session>,
+    session: &Session,
     turn_id: &str,
+    checkpoints: Arc<Checkpoints>,
 ) -> Result<()> {
-    let Some(checkpoints) = of(inner, session) else {
-        return Ok(());
-    };
     let (root, turn) = (session.cwd(), turn_id.to_string());
     let earlier = session.record().turn_count.saturating_sub(1);
     let shared = inner.store.shared();
@@ -127,16 +160,14 @@ pub(super) async fn before_turn(
         };
         format!("the {earlier} earlier turns have no checkpoint here ({why}); rewinding their files is not possible")
     });
-    session.add_start_event(
-        turn_id,
-        EventPayload::CheckpointCreated {
-            turn_id: turn_id.to_string(),
-            files: taken.files,
-            bytes_new: taken.bytes_new,
-            dropped: taken.dropped,
-            note,
-        },
-    );
+    let created = EventPayload::CheckpointCreated {
+        turn_id: turn_id.to_string(),
+        files: taken.files,
+        bytes_new: taken.bytes_new,
+        dropped: taken.dropped,
+        note,
+    };
+    session.emit_in_turn(turn_id, vec![created]);
     Ok(())
 }
 

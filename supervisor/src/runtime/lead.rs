@@ -99,6 +99,9 @@ pub(super) struct Led {
     pub model: ModelRef,
     /// Cancelled when the turn ends or is interrupted (see `Session::lead`).
     pub cancel: CancellationToken,
+    /// The workspace's checkpoint before the turn, taken while the first call is on the wire: no tool runs, and
+    /// the turn does not end, before it is done.
+    pub checkpoint: Option<super::checkpoints::Pending>,
 }
 
 /// A turn's first model call, as its lead gets it.
@@ -121,8 +124,17 @@ enum Outcome {
 
 impl Led {
     /// Leads the turn from its `first` call to its end, or to its worker, started with `start_worker`.
-    pub(super) async fn run(self, first: FirstCall, start_worker: StartWorker) {
-        match self.first_reply(first).await {
+    pub(super) async fn run(mut self, first: FirstCall, start_worker: StartWorker) {
+        let outcome = match self.first_reply(first).await {
+            done @ Outcome::Done(..) => {
+                match super::checkpoints::settled(self.checkpoint.take()).await {
+                    Ok(()) => done,
+                    Err((code, message)) => Outcome::Failed(code, message),
+                }
+            }
+            other => other,
+        };
+        match outcome {
             Outcome::Cancelled => self.interrupted(None),
             Outcome::Failed(code, message) => {
                 // As a worker keeps it: the prompt, which the model did not answer.

@@ -149,10 +149,6 @@ impl ServiceRuntime {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }
         let outcome = session.begin_turn(&turn_id, model.clone(), &task.prompt)?;
-        if let Err(e) = super::checkpoints::before_turn(&self.inner, session, &turn_id).await {
-            session.abandon_turn(&turn_id);
-            return Err(e);
-        }
         if ahead.is_none() {
             // A turn made ahead is a new session's first: nothing to compact.
             super::compaction::before_turn(&self.inner, session, &turn_id, &model).await;
@@ -216,6 +212,7 @@ impl ServiceRuntime {
             RuntimeError::WorkerUnavailable("the turn ended as it started".into())
         })?;
         emit_started(session, turn_id, &task, &context);
+        let checkpoint = super::checkpoints::start(&self.inner, session, turn_id);
         let (rt, for_worker) = (self.clone(), session.clone());
         let start_worker: lead::StartWorker =
             Box::new(move || async move { rt.worker(&for_worker).await }.boxed());
@@ -227,6 +224,7 @@ impl ServiceRuntime {
             context,
             model,
             cancel,
+            checkpoint,
         };
         tokio::spawn(led.run(first, start_worker));
         Ok(())
@@ -245,6 +243,11 @@ impl ServiceRuntime {
         let instructions = session.instructions(&self.inner.options.workspace_roots);
         let context = turn_context(&worker.paths, worker.confinement, cwd, model, &instructions)?;
         emit_started(session, turn_id, &task, &context);
+        let checkpoint = super::checkpoints::start(&self.inner, session, turn_id);
+        if let Err((code, message)) = super::checkpoints::settled(checkpoint).await {
+            session.fail_turn(turn_id, &code, &message);
+            return Ok(());
+        }
         let run = ToWorker::RunTurn {
             turn_id: turn_id.to_string(),
             task,
@@ -328,13 +331,11 @@ fn turn_context(
 
 /// The supervisor's own event: a worker cannot start or describe a turn.
 fn emit_started(session: &Session, turn_id: &str, task: &Task, context: &TurnContext) {
-    let mut events = vec![EventPayload::TurnStarted {
+    session.emit(EventPayload::TurnStarted {
         turn_id: turn_id.to_string(),
         context: Box::new(context.clone()),
         submission_id: task.submission_id.to_string(),
         prompt: task.prompt.clone(),
         history_mark: session.turn_history_mark(turn_id),
-    }];
-    events.extend(session.take_start_events(turn_id));
-    session.emit_all(events);
+    });
 }

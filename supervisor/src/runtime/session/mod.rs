@@ -68,8 +68,6 @@ struct ActiveTurn {
     overflow_compacted: bool,
     /// The history log's length as the turn started (see `SessionLog::history_mark`).
     history_mark: u64,
-    /// Events of the turn's start made before its `turn_started`, which follow it.
-    start_events: Vec<EventPayload>,
     /// Tells other processes on the store that the session is live while the turn runs.
     _lease: Option<crate::runtime::store::files_lock::LiveLease>,
 }

@@ -141,7 +141,6 @@ impl Session {
                 prompt: prompt.to_string(),
                 overflow_compacted: false,
                 history_mark: self.journal.log().history_mark(),
-                start_events: Vec::new(),
                 _lease: crate::runtime::store::files_lock::live(&self.dir),
             });
         }
@@ -172,22 +171,6 @@ impl Session {
             .as_ref()
             .filter(|a| a.turn_id == turn_id)
             .map(|a| a.history_mark)
-    }
-
-    /// Keeps `payload` to follow running turn `turn_id`'s `turn_started`.
-    pub(crate) fn add_start_event(&self, turn_id: &str, payload: EventPayload) {
-        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
-            a.start_events.push(payload);
-        }
-    }
-
-    /// The events kept to follow running turn `turn_id`'s `turn_started`.
-    pub(crate) fn take_start_events(&self, turn_id: &str) -> Vec<EventPayload> {
-        lock(&self.active)
-            .as_mut()
-            .filter(|a| a.turn_id == turn_id)
-            .map(|a| std::mem::take(&mut a.start_events))
-            .unwrap_or_default()
     }
 
     /// Counts one model call of `turn_id` the supervisor made, if it still runs.
