@@ -29,7 +29,7 @@ use objects::Objects;
 use tree::{Change, Manifest, RelPath, Tree};
 
 /// A manifest is whole again after this many changes-only ones, so reading one never walks a long chain.
-const MAX_CHAIN: u32 = 16;
+const MAX_CHAIN: u32 = 64;
 
 /// Why a checkpoint operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -312,7 +312,7 @@ impl Checkpoints {
             for id in &gone {
                 let _ = std::fs::remove_file(self.manifest_path(*id));
             }
-            let held: std::collections::HashSet<&str> =
+            let held: std::collections::HashSet<&tree::Digest> =
                 trees.iter().flat_map(|(_, t)| t.hashes()).collect();
             self.objects
                 .release(|h| held.contains(h))

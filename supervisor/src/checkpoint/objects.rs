@@ -8,7 +8,9 @@ use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
+
+use super::tree::Digest;
 
 /// A session's view of the pool.
 #[derive(Debug, Clone)]
@@ -19,8 +21,8 @@ pub struct Objects {
 
 /// What storing one file's content did.
 pub struct Stored {
-    /// Hex SHA-256.
-    pub hash: String,
+    /// SHA-256 of the content.
+    pub hash: Digest,
     /// Bytes read.
     pub size: u64,
     /// Bytes written to the pool: zero when the content was there already.
@@ -35,17 +37,18 @@ impl Objects {
         Objects { pool, mine }
     }
 
-    fn pooled(&self, hash: &str) -> PathBuf {
-        self.pool.join(&hash[..2]).join(hash)
+    fn pooled(&self, hash: &Digest) -> PathBuf {
+        let hex = hash.to_string();
+        self.pool.join(&hex[..2]).join(hex)
     }
 
     /// The session's link to `hash`.
-    pub fn path(&self, hash: &str) -> PathBuf {
-        self.mine.join(hash)
+    pub fn path(&self, hash: &Digest) -> PathBuf {
+        self.mine.join(hash.to_string())
     }
 
     /// Whether the session refers to `hash` already.
-    pub fn has(&self, hash: &str) -> bool {
+    pub fn has(&self, hash: &Digest) -> bool {
         self.path(hash).exists()
     }
 
@@ -68,7 +71,7 @@ impl Objects {
             tmp.write_all(&buf[..n])?;
             size += n as u64;
         }
-        let hash = hex::encode(hasher.finalize());
+        let hash = Digest(hasher.finalize().into());
         let pooled = self.pooled(&hash);
         let mut written = 0;
         let linked = !self.has(&hash);
@@ -99,7 +102,7 @@ impl Objects {
         })
     }
 
-    fn link(&self, hash: &str, pooled: &Path) -> std::io::Result<()> {
+    fn link(&self, hash: &Digest, pooled: &Path) -> std::io::Result<()> {
         let mine = self.path(hash);
         if mine.exists() {
             return Ok(());
@@ -112,12 +115,12 @@ impl Objects {
     }
 
     /// Links content another session's checkpoint holds into this session (a fork's inherited checkpoints).
-    pub fn adopt(&self, from: &Objects, hash: &str) -> std::io::Result<()> {
+    pub fn adopt(&self, from: &Objects, hash: &Digest) -> std::io::Result<()> {
         self.link(hash, &from.path(hash))
     }
 
     /// Opens the content of `hash`.
-    pub fn open(&self, hash: &str) -> std::io::Result<File> {
+    pub fn open(&self, hash: &Digest) -> std::io::Result<File> {
         File::open(self.path(hash))
     }
 
@@ -133,21 +136,21 @@ impl Objects {
     }
 
     /// Drops the session's links to every hash `keep` rejects, and the pool's copy when no session holds it.
-    pub fn release(&self, keep: impl Fn(&str) -> bool) -> std::io::Result<()> {
+    pub fn release(&self, keep: impl Fn(&Digest) -> bool) -> std::io::Result<()> {
         let dir = match std::fs::read_dir(&self.mine) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             other => other?,
         };
         for entry in dir.flatten() {
             let name = entry.file_name();
-            let Some(hash) = name.to_str().filter(|h| h.len() == 64) else {
+            let Some(hash) = name.to_str().and_then(Digest::from_hex) else {
                 continue;
             };
-            if keep(hash) {
+            if keep(&hash) {
                 continue;
             }
             std::fs::remove_file(entry.path())?;
-            let pooled = self.pooled(hash);
+            let pooled = self.pooled(&hash);
             // One link left is the pool's own: no session holds the content.
             if std::fs::metadata(&pooled).is_ok_and(|m| m.nlink() == 1) {
                 let _ = std::fs::remove_file(&pooled);

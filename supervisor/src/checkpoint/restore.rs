@@ -128,7 +128,7 @@ fn replace_file(
     dir: std::os::fd::BorrowedFd<'_>,
     name: &std::ffi::CStr,
     content: std::io::Result<File>,
-    hash: &str,
+    hash: &super::tree::Digest,
     mode: u32,
     owner: Option<(Option<Uid>, Option<Gid>)>,
 ) -> nix::Result<()> {
@@ -153,7 +153,7 @@ fn replace_file(
 
 /// Copies `from` to `to`, failing (EIO) when what was read does not hash to `hash`: a damaged stored copy is never
 /// restored.
-fn copy_checked(from: &mut File, to: &mut File, hash: &str) -> nix::Result<()> {
+fn copy_checked(from: &mut File, to: &mut File, hash: &super::tree::Digest) -> nix::Result<()> {
     use sha2::Digest;
     use std::io::{Read, Write};
     let mut hasher = sha2::Sha256::new();
@@ -168,7 +168,7 @@ fn copy_checked(from: &mut File, to: &mut File, hash: &str) -> nix::Result<()> {
         hasher.update(&buf[..n]);
         to.write_all(&buf[..n]).map_err(errno)?;
     }
-    match hex::encode(hasher.finalize()) == hash {
+    match <[u8; 32]>::from(hasher.finalize()) == hash.0 {
         true => Ok(()),
         false => Err(nix::Error::EIO),
     }

@@ -6,9 +6,10 @@
 //! A file whose stat fields match the previous tree's is not read again: with ten thousand files the scan costs
 //! one `fstatat` each, and only what changed is hashed.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex};
 
 use nix::dir::Dir;
 use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
@@ -32,32 +33,131 @@ pub struct Scanned {
 }
 
 /// Scans the directory `root` (a descriptor opened for reading), trusting `prev`'s unchanged files, storing new
-/// content in `objects`. The directory `.git` is left out: the repository's own state is the user's.
+/// content in `objects`. The directory `.git` is left out: the repository's own state is the user's. Directories
+/// are shared out to a thread per core (at most four): most of a scan is the kernel's `fstatat`, which runs on
+/// every core at once.
 pub fn scan(root: OwnedFd, prev: Option<&Tree>, objects: &Objects) -> std::io::Result<Scanned> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(i64::MAX);
-    let mut walk = Walk {
-        prev,
-        objects,
-        now,
-        out: Tree::default(),
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let queue = Queue {
+        state: Mutex::new(QueueState {
+            dirs: vec![Pending::Root(root)],
+            busy: 0,
+            failed: false,
+        }),
+        ready: Condvar::new(),
+    };
+    let walks: Vec<std::io::Result<Walk<'_>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut walk = Walk {
+                        prev,
+                        objects,
+                        now,
+                        queue: &queue,
+                        out: Tree::default(),
+                        bytes_new: 0,
+                        bytes_linked: 0,
+                    };
+                    walk.work().map(|()| walk)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("a scan thread panicked")))
+            })
+            .collect()
+    });
+    let mut out = Scanned {
+        tree: Tree::default(),
         bytes_new: 0,
         bytes_linked: 0,
     };
-    walk.dir(root, &RelPath(Vec::new()))?;
-    Ok(Scanned {
-        tree: walk.out,
-        bytes_new: walk.bytes_new,
-        bytes_linked: walk.bytes_linked,
-    })
+    for walk in walks {
+        let mut walk = walk?;
+        out.tree.0.append(&mut walk.out.0);
+        out.bytes_new += walk.bytes_new;
+        out.bytes_linked += walk.bytes_linked;
+    }
+    Ok(out)
+}
+
+/// Directories waiting to be read, shared by the scan's threads.
+struct Queue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+/// A directory to read: the root, opened already, or one found in a directory still open.
+enum Pending {
+    Root(OwnedFd),
+    Child {
+        /// The directory it is in, held open while children are pending (one descriptor for all of them).
+        parent: Arc<OwnedFd>,
+        name: CString,
+        path: RelPath,
+        st: FileStat,
+    },
+}
+
+struct QueueState {
+    dirs: Vec<Pending>,
+    /// Threads reading a directory, which may add more.
+    busy: usize,
+    /// A thread failed: the others stop.
+    failed: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next directory to read; None when there is none and no thread can add one, or a thread failed.
+    fn next(&self) -> Option<Pending> {
+        let mut state = self.lock();
+        loop {
+            if state.failed {
+                return None;
+            }
+            if let Some(dir) = state.dirs.pop() {
+                state.busy += 1;
+                return Some(dir);
+            }
+            if state.busy == 0 {
+                return None;
+            }
+            state = self.ready.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn push(&self, dir: Pending) {
+        self.lock().dirs.push(dir);
+        self.ready.notify_one();
+    }
+
+    /// A directory is read (`ok` false: reading it failed).
+    fn done(&self, ok: bool) {
+        let mut state = self.lock();
+        state.busy -= 1;
+        state.failed |= !ok;
+        drop(state);
+        self.ready.notify_all();
+    }
 }
 
 struct Walk<'a> {
     prev: Option<&'a Tree>,
     objects: &'a Objects,
     now: i64,
+    queue: &'a Queue,
     out: Tree,
     bytes_new: u64,
     bytes_linked: u64,
@@ -77,28 +177,69 @@ fn kind_of(st: &FileStat) -> SFlag {
 }
 
 impl Walk<'_> {
-    fn dir(&mut self, fd: OwnedFd, at: &RelPath) -> std::io::Result<()> {
-        let mut dir = Dir::from_fd(fd)?;
-        let names: Vec<Vec<u8>> = dir
-            .iter()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_bytes().to_vec())
-            .filter(|n| n != b"." && n != b"..")
-            .collect();
-        for name in names {
-            if name == b".git" {
-                continue;
-            }
-            let path = at.join(&name);
-            let Ok(cname) = std::ffi::CString::new(name) else {
-                continue;
-            };
-            self.entry(dir.as_fd(), &cname, path)?;
+    /// Reads directories from the queue until there are none left.
+    fn work(&mut self) -> std::io::Result<()> {
+        while let Some(pending) = self.queue.next() {
+            let read = self.open(pending);
+            self.queue.done(read.is_ok());
+            read?;
         }
         Ok(())
     }
 
-    fn entry(&mut self, dir: BorrowedFd<'_>, name: &CStr, path: RelPath) -> std::io::Result<()> {
+    /// Opens a pending directory from its parent, without following a link, and reads it.
+    fn open(&mut self, pending: Pending) -> std::io::Result<()> {
+        let (fd, path) = match pending {
+            Pending::Root(fd) => (fd, RelPath(Vec::new())),
+            Pending::Child {
+                parent,
+                name,
+                path,
+                st,
+            } => {
+                let flags =
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                match openat(parent.as_fd(), name.as_c_str(), flags, Mode::empty()) {
+                    Ok(fd) => {
+                        self.put(path.clone(), Kind::Dir, &st, None);
+                        (fd, path)
+                    }
+                    // Swapped for a link since the stat, or unreadable: not kept, and never entered.
+                    Err(_) => {
+                        self.put(path, Kind::Other, &st, None);
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        self.dir(Arc::new(fd), &path)
+    }
+
+    fn dir(&mut self, fd: Arc<OwnedFd>, at: &RelPath) -> std::io::Result<()> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut listing = Dir::openat(fd.as_fd(), ".", flags, Mode::empty())?;
+        let names: Vec<CString> = listing
+            .iter()
+            .filter_map(|e| e.ok())
+            .filter(|e| ![&b"."[..], b"..", b".git"].contains(&e.file_name().to_bytes()))
+            .map(|e| e.file_name().to_owned())
+            .collect();
+        drop(listing);
+        for name in names {
+            let path = at.join(name.to_bytes());
+            self.entry(&fd, name, path)?;
+        }
+        Ok(())
+    }
+
+    fn entry(
+        &mut self,
+        parent: &Arc<OwnedFd>,
+        name: CString,
+        path: RelPath,
+    ) -> std::io::Result<()> {
+        let dir = parent.as_fd();
+        let name = name.as_c_str();
         let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             // Gone since the directory was read.
@@ -107,18 +248,13 @@ impl Walk<'_> {
         };
         let kind = kind_of(&st);
         if kind == SFlag::S_IFDIR {
-            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-            match openat(dir, name, flags, Mode::empty()) {
-                Ok(fd) => {
-                    self.put(path.clone(), Kind::Dir, &st, None);
-                    self.dir(fd, &path)
-                }
-                // Swapped for a link since the stat, or unreadable: not kept, and never entered.
-                Err(_) => {
-                    self.put(path, Kind::Other, &st, None);
-                    Ok(())
-                }
-            }
+            self.queue.push(Pending::Child {
+                parent: parent.clone(),
+                name: name.to_owned(),
+                path,
+                st,
+            });
+            Ok(())
         } else if kind == SFlag::S_IFLNK {
             match readlinkat(dir, name) {
                 Ok(target) => {

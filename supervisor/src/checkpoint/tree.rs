@@ -70,14 +70,63 @@ impl<'de> Deserialize<'de> for RelPath {
     }
 }
 
+/// The SHA-256 of a file's content: its name in the store, written in hex.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// The digest a name in hex spells, if it is one.
+    pub fn from_hex(text: &str) -> Option<Digest> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).ok()?;
+        Some(Digest(out))
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Bytes;
+        impl serde::de::Visitor<'_> for Bytes {
+            type Value = Digest;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("32 bytes of SHA-256")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Digest, E> {
+                <[u8; 32]>::try_from(v)
+                    .map(Digest)
+                    .map_err(|_| E::invalid_length(v.len(), &self))
+            }
+        }
+        d.deserialize_bytes(Bytes)
+    }
+}
+
 /// What a path is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// A regular file (hard links included: kept as their content), by the SHA-256 of its content.
     File {
-        /// Hex SHA-256 of the content.
-        hash: String,
+        /// SHA-256 of the content.
+        hash: Digest,
         /// Bytes.
         size: u64,
     },
@@ -173,9 +222,9 @@ impl Tree {
     }
 
     /// The content hashes the tree refers to.
-    pub fn hashes(&self) -> impl Iterator<Item = &str> {
+    pub fn hashes(&self) -> impl Iterator<Item = &Digest> {
         self.0.values().filter_map(|e| match &e.kind {
-            Kind::File { hash, .. } => Some(hash.as_str()),
+            Kind::File { hash, .. } => Some(hash),
             _ => None,
         })
     }
@@ -206,20 +255,35 @@ impl Manifest {
 }
 
 impl Manifest {
-    /// `tree` as the changes from `base` (checkpoint `base_id`), including stat-only changes the next scan needs.
+    /// `tree` as the changes from `base` (checkpoint `base_id`), including stat-only changes the next scan needs:
+    /// one walk of both trees in path order.
     pub fn delta(tree: &Tree, base: &Tree, base_id: u64) -> Manifest {
-        let set = tree
-            .0
-            .iter()
-            .filter(|(p, e)| base.0.get(*p) != Some(*e))
-            .map(|(p, e)| (p.clone(), e.clone()))
-            .collect();
-        let del = base
-            .0
-            .keys()
-            .filter(|p| !tree.0.contains_key(*p))
-            .cloned()
-            .collect();
+        let (mut set, mut del) = (BTreeMap::new(), Vec::new());
+        let (mut new, mut old) = (tree.0.iter().peekable(), base.0.iter().peekable());
+        loop {
+            match (new.peek(), old.peek()) {
+                (None, None) => break,
+                (Some((p, e)), Some((q, f))) if p == q => {
+                    if e != f {
+                        set.insert((*p).clone(), (*e).clone());
+                    }
+                    new.next();
+                    old.next();
+                }
+                (Some((p, e)), Some((q, _))) if p < q => {
+                    set.insert((*p).clone(), (*e).clone());
+                    new.next();
+                }
+                (Some((p, e)), None) => {
+                    set.insert((*p).clone(), (*e).clone());
+                    new.next();
+                }
+                (_, Some((q, _))) => {
+                    del.push((*q).clone());
+                    old.next();
+                }
+            }
+        }
         Manifest {
             base: Some(base_id),
             set,
@@ -250,10 +314,10 @@ impl Manifest {
 mod tests {
     use super::*;
 
-    fn file(hash: &str) -> Entry {
+    fn file(n: u8) -> Entry {
         Entry {
             kind: Kind::File {
-                hash: hash.into(),
+                hash: Digest([n; 32]),
                 size: 1,
             },
             mode: 0o644,
@@ -274,11 +338,11 @@ mod tests {
     #[test]
     fn a_delta_applied_to_its_base_gives_the_tree_back() {
         let mut base = Tree::default();
-        base.0.insert(RelPath(b"a".to_vec()), file("1"));
-        base.0.insert(RelPath(b"b".to_vec()), file("2"));
+        base.0.insert(RelPath(b"a".to_vec()), file(1));
+        base.0.insert(RelPath(b"b".to_vec()), file(2));
         let mut tree = base.clone();
         tree.0.remove(&RelPath(b"a".to_vec()));
-        tree.0.insert(RelPath(b"c".to_vec()), file("3"));
+        tree.0.insert(RelPath(b"c".to_vec()), file(3));
         let delta = Manifest::delta(&tree, &base, 7);
         assert_eq!(delta.set.len(), 1);
         assert_eq!(delta.del.len(), 1);
