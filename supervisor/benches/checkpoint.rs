@@ -88,14 +88,36 @@ fn row(name: &str, s: Stats) {
     );
 }
 
-fn du(path: &Path) -> u64 {
-    walkdir::WalkDir::new(path)
-        .into_iter()
-        .flatten()
+/// Bytes of the files under `paths`, each file once however many links it has (a session's objects are hard
+/// links into the pool).
+fn du(paths: &[&Path]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    paths
+        .iter()
+        .flat_map(|p| walkdir::WalkDir::new(p).into_iter().flatten())
         .filter(|e| e.file_type().is_file())
         .filter_map(|e| e.metadata().ok())
+        .filter(|m| seen.insert((m.dev(), m.ino())))
         .map(|m| m.len())
         .sum()
+}
+
+/// The sizes of the manifests in `dir` numbered after `after`.
+fn manifests_after(dir: &Path, after: u64) -> Vec<u64> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".manifest")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n > after)
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .collect()
 }
 
 fn write_bundle(dir: &Path) -> std::io::Result<()> {
@@ -144,6 +166,8 @@ fn main() -> BenchResult<()> {
     let ws = root.join("workspace");
     std::fs::create_dir_all(&ws)?;
     make_workspace(&ws)?;
+    // As a project's files are: older than the two seconds within which a checkpoint reads a file again.
+    std::thread::sleep(Duration::from_millis(2100));
     println!(
         "workspace: {FILES} files, {} MB, in {DIRS} directories; {iters} samples",
         FILES * FILE_BYTES / 1_000_000
@@ -166,7 +190,8 @@ fn main() -> BenchResult<()> {
             p90: first,
         },
     );
-    let before = du(&root.join("session")) + du(&pool);
+    let (session_dir, checkpoints_dir) = (root.join("session"), root.join("session/checkpoints"));
+    let before = du(&[&session_dir, &pool]);
     let (mut starts, mut ends) = (Vec::new(), Vec::new());
     for n in 0..iters as u64 {
         change_one(&ws, n)?;
@@ -180,20 +205,20 @@ fn main() -> BenchResult<()> {
         cp.end(&ws, &turn)?;
         ends.push(t.elapsed());
     }
-    let per_turn = (du(&root.join("session")) + du(&pool)).saturating_sub(before) / iters as u64;
-    let manifests: u64 = std::fs::read_dir(root.join("session/checkpoints"))?
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    let per_turn = du(&[&session_dir, &pool]).saturating_sub(before) / iters as u64;
+    // The first two manifests are the first turn's (the whole tree, then its changes).
+    let mut sizes = manifests_after(&checkpoints_dir, 1);
+    sizes.sort();
+    let manifests = sizes.iter().sum::<u64>() / iters as u64;
+    let median_manifest = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
     row("checkpoint before a turn, one file changed", stats(starts));
     row("checkpoint as the turn ends, one file changed", stats(ends));
     println!(
-        "disk per turn: {per_turn} bytes (two {FILE_BYTES}-byte files of new content, and manifests: {} bytes a \
-         turn on average over {} checkpoints)",
-        manifests / (iters as u64 + 1),
-        2 * (iters + 1)
+        "disk per turn, one file changed before it and one during it: {per_turn} bytes ({} of new content, \
+         {manifests} of manifests, the rest the index); a checkpoint's manifest: {median_manifest} bytes \
+         (median), and the whole tree again every 64 checkpoints: {} bytes",
+        2 * FILE_BYTES,
+        sizes.last().copied().unwrap_or(0)
     );
 
     // Whole processes: a writable bundle's one-shot in the workspace, with and without checkpoints.
