@@ -285,17 +285,6 @@ fn serve(env: &Env, root: &Path) -> Api {
     )
 }
 
-async fn run(api: &Api, session: &str, prompt: &str) -> String {
-    let (status, body) = api
-        .post(
-            &format!("/sessions/{session}/run-sync"),
-            json!({"input": task(prompt)}),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["final_message"].as_str().unwrap().to_string()
-}
-
 async fn kinds(api: &Api, session: &str) -> Vec<String> {
     let (_, journal) = api.get(&format!("/sessions/{session}/journal")).await;
     journal
@@ -317,9 +306,9 @@ async fn a_fork_copies_a_fresh_workspace_as_it_was_and_shares_a_host_directory()
     build(&env, env.home.path());
     let api = serve(&env, env.work.path());
     let parent = api.session("fixture").await;
-    run(&api, &parent, "first").await;
-    let counted = run(&api, &parent, "count").await;
-    run(&api, &parent, "second").await;
+    api.answer(&parent, "first").await;
+    let counted = api.answer(&parent, "count").await;
+    api.answer(&parent, "second").await;
     let parent_ws = env
         .home
         .path()
@@ -351,8 +340,8 @@ async fn a_fork_copies_a_fresh_workspace_as_it_was_and_shares_a_host_directory()
     assert_eq!(inherited.iter().filter(|k| *k == "turn_started").count(), 1);
     assert_eq!(inherited.last().unwrap(), "session_forked");
     // The fork's conversation is the parent's before turn 2, and it goes its own way.
-    assert_eq!(run(&api, &child, "count").await, counted);
-    run(&api, &child, "third").await;
+    assert_eq!(api.answer(&child, "count").await, counted);
+    api.answer(&child, "third").await;
     assert_eq!(
         listing(&parent_ws),
         before_three,
@@ -387,7 +376,7 @@ async fn a_fork_copies_a_fresh_workspace_as_it_was_and_shares_a_host_directory()
         .await;
     assert_eq!(status, 201, "{made}");
     let host = made["id"].as_str().unwrap().to_string();
-    run(&api, &host, "first").await;
+    api.answer(&host, "first").await;
     let (status, forked) = api
         .post(&format!("/sessions/{host}/fork"), Value::Null)
         .await;
@@ -427,7 +416,7 @@ async fn a_rewind_over_http_is_refused_while_a_turn_runs_and_works_after() {
     env.run(&["build", src.path().to_str().unwrap()]).ok();
     let api = serve(&env, env.work.path());
     let id = api.session("fixture").await;
-    run(&api, &id, "count").await;
+    api.answer(&id, "count").await;
     let mut events = api.events(&id, None).await;
     let (status, body) = api
         .post(

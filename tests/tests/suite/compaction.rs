@@ -48,21 +48,6 @@ fn serve(env: &Env) -> Api {
     )
 }
 
-/// Runs one turn; its final message.
-async fn turn(api: &Api, session: &str, prompt: &str) -> String {
-    let (status, body) = api
-        .post(
-            &format!("/sessions/{session}/run-sync"),
-            json!({"input": task(prompt)}),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["final_message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// The number of messages the scripted model was sent, from its answer.
 fn sent(answer: &str) -> u64 {
     answer
@@ -97,8 +82,7 @@ async fn a_session_past_its_threshold_compacts_before_a_turn_and_a_restart_keeps
     let mut counts = Vec::new();
     for i in 0..6 {
         counts.push(sent(
-            &turn(
-                &api,
+            &api.answer(
                 &session,
                 &format!("prompt number {i} with a few more words"),
             )
@@ -120,7 +104,7 @@ async fn a_session_past_its_threshold_compacts_before_a_turn_and_a_restart_keeps
 
     // A new server reads the compacted history back: the summary, the kept turn, then the new prompt.
     let api = serve(&env);
-    let after = sent(&turn(&api, &session, "one more prompt").await);
+    let after = sent(&api.answer(&session, "one more prompt").await);
     assert!(after <= 8, "the restart saw the whole history: {after}");
 }
 
@@ -144,7 +128,7 @@ async fn compaction_by_hand_over_http_summarises_all_but_the_kept_turns_and_off_
     let session = api.session("manual").await;
     let mut counts = Vec::new();
     for i in 0..4 {
-        counts.push(sent(&turn(&api, &session, &format!("prompt {i}")).await));
+        counts.push(sent(&api.answer(&session, &format!("prompt {i}")).await));
     }
     assert_eq!(counts, [2, 4, 6, 8], "nothing was compacted on its own");
     assert!(compactions(&api, &session).await.is_empty());
@@ -162,10 +146,10 @@ async fn compaction_by_hand_over_http_summarises_all_but_the_kept_turns_and_off_
     assert_eq!(done[0]["reason"], "manual");
     assert_eq!(done[0]["turn_id"], Value::Null);
     // System, summary, the kept turn's prompt and answer, the new prompt.
-    assert_eq!(sent(&turn(&api, &session, "prompt 4").await), 5);
+    assert_eq!(sent(&api.answer(&session, "prompt 4").await), 5);
 
     let never = api.session("never").await;
-    turn(&api, &never, "hello").await;
+    api.answer(&never, "hello").await;
     let (status, body) = api
         .post(&format!("/sessions/{never}/compact"), json!({}))
         .await;
@@ -208,9 +192,9 @@ async fn an_overflow_compacts_once_and_the_call_is_made_again_over_the_summary()
     let api = serve(&env);
     let session = api.session("wire").await;
     for p in ["p1", "p2", "p3"] {
-        turn(&api, &session, p).await;
+        api.answer(&session, p).await;
     }
-    assert_eq!(turn(&api, &session, "p4").await, "four");
+    assert_eq!(api.answer(&session, "p4").await, "four");
     let done = compactions(&api, &session).await;
     assert_eq!(done.len(), 1);
     assert_eq!(done[0]["reason"], "overflow");
@@ -254,8 +238,8 @@ async fn a_second_overflow_in_the_turn_fails_it_without_compacting_again() {
     wire_bundle(&env, &provider);
     let api = serve(&env);
     let session = api.session("wire").await;
-    turn(&api, &session, "p1").await;
-    turn(&api, &session, "p2").await;
+    api.answer(&session, "p1").await;
+    api.answer(&session, "p2").await;
     let (status, body) = api
         .post(
             &format!("/sessions/{session}/run-sync"),

@@ -94,6 +94,21 @@ impl Api {
         self.call(reqwest::Method::GET, path, None).await
     }
 
+    /// Runs a turn of `prompt` in `session` to its end with `run-sync`; its final message.
+    pub(super) async fn answer(&self, session: &str, prompt: &str) -> String {
+        let (status, body) = self
+            .post(
+                &format!("/sessions/{session}/run-sync"),
+                json!({"input": task(prompt)}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["final_message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     pub(super) async fn session(&self, bundle: &str) -> String {
         let (status, body) = self.post("/sessions", json!({"bundle_ref": bundle})).await;
         assert_eq!(status, 201, "{body}");
