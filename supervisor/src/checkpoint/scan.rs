@@ -179,10 +179,18 @@ fn kind_of(st: &FileStat) -> SFlag {
 impl Walk<'_> {
     /// Reads directories from the queue until there are none left.
     fn work(&mut self) -> std::io::Result<()> {
+        /// Tells the queue a directory is done however its reading ends, a panic included, so that no other
+        /// thread waits for it forever.
+        struct Reading<'q>(&'q Queue, bool);
+        impl Drop for Reading<'_> {
+            fn drop(&mut self) {
+                self.0.done(self.1);
+            }
+        }
         while let Some(pending) = self.queue.next() {
-            let read = self.open(pending);
-            self.queue.done(read.is_ok());
-            read?;
+            let mut reading = Reading(self.queue, false);
+            self.open(pending)?;
+            reading.1 = true;
         }
         Ok(())
     }
