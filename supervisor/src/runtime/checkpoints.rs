@@ -74,6 +74,14 @@ pub(super) fn of(inner: &Inner, session: &Session) -> Option<Arc<Checkpoints>> {
         .clone()
 }
 
+/// Why the conversation cannot be cut before `turn` (its `turn_started` carries no position), and what to do.
+fn unmarked(turn: u64, instead: &str) -> RuntimeError {
+    RuntimeError::CheckpointMissing(format!(
+        "turn {turn} ran before service-rs recorded where each turn starts in the conversation, so the \
+         conversation cannot be cut there; {instead}"
+    ))
+}
+
 fn runtime_error(e: CheckpointError) -> RuntimeError {
     match e {
         CheckpointError::Io {
@@ -292,7 +300,12 @@ impl ServiceRuntime {
         let history = match (conversation, mark.history_mark) {
             (false, _) => None,
             (true, Some(m)) => Some(session.journal.log().history_at(m).await?),
-            (true, None) => return Err(self.missing("the conversation's position", turn)),
+            (true, None) => {
+                return Err(unmarked(
+                    turn,
+                    "rewind the files alone (--files, \"conversation\": false)",
+                ))
+            }
         };
         let checkpoints = of(&self.inner, &session).filter(|_| files);
         let mut done = Rewound {
@@ -347,7 +360,7 @@ impl ServiceRuntime {
                 let t = Self::nth(&parent, &turns, n)?;
                 let mark = t
                     .history_mark
-                    .ok_or_else(|| self.missing("the conversation's position", n))?;
+                    .ok_or_else(|| unmarked(n, "fork it as it is now, without a turn"))?;
                 (t.seq - 1, mark, Some(t.turn_id.clone()))
             }
             None => (
