@@ -276,8 +276,8 @@ impl ServiceRuntime {
     }
 
     /// Rewinds session `id` to before turn `turn` (from 1): its workspace's files (`files`), its conversation
-    /// (`conversation`), or both. Refused while a turn runs, and, for the files, when they changed outside the
-    /// session since its last turn, unless `force`.
+    /// (`conversation`), or both; asked for neither, it checks the turn and does nothing. Refused while a turn
+    /// runs, and, for the files, when they changed outside the session since its last turn, unless `force`.
     pub async fn rewind_session(
         &self,
         id: &str,
@@ -286,12 +286,6 @@ impl ServiceRuntime {
         conversation: bool,
         force: bool,
     ) -> Result<Rewound> {
-        if !files && !conversation {
-            return Err(RuntimeError::InvalidRequest(
-                "a rewind restores the files, the conversation, or both; ask for at least one"
-                    .into(),
-            ));
-        }
         let session = self.session(id).await?;
         self.claim(&session).await?;
         Self::idle(&session)?;
@@ -308,6 +302,15 @@ impl ServiceRuntime {
             }
         };
         let checkpoints = of(&self.inner, &session).filter(|_| files);
+        if !files && !conversation {
+            return Ok(Rewound {
+                to_turn: turn as u32,
+                files: false,
+                conversation: false,
+                restored: Vec::new(),
+                skipped: Vec::new(),
+            });
+        }
         let mut done = Rewound {
             to_turn: turn as u32,
             files: checkpoints.is_some(),

@@ -275,7 +275,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::WorkerUnavailable(_) => (S::SERVICE_UNAVAILABLE, "worker_unavailable"),
             RuntimeError::WorkerDied(_) => (S::SERVICE_UNAVAILABLE, "worker_died"),
             RuntimeError::CompactionFailed(_) => (S::BAD_GATEWAY, "compaction_failed"),
-            RuntimeError::TurnOutOfRange { .. } => (S::BAD_REQUEST, "turn_out_of_range"),
+            RuntimeError::TurnOutOfRange { .. } => (S::NOT_FOUND, "turn_out_of_range"),
             RuntimeError::CheckpointMissing(_) => (S::CONFLICT, "checkpoint_missing"),
             RuntimeError::WorkspaceChanged(_) => (S::CONFLICT, "workspace_changed"),
             RuntimeError::BundleMismatch { .. } => (S::CONFLICT, "bundle_mismatch"),

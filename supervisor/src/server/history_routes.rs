@@ -18,6 +18,7 @@ use crate::runtime::checkpoints::{Forked, Rewound};
 #[serde(deny_unknown_fields)]
 pub struct RewindRequest {
     /// Go back to before this turn (from 1, as `sessions show` numbers them).
+    #[serde(deserialize_with = "whole_number")]
     pub turn: u64,
     /// Restore the workspace's files (default true).
     #[serde(default = "yes")]
@@ -34,6 +35,24 @@ fn yes() -> bool {
     true
 }
 
+/// A turn number as JSON may write it: `3`, or `3.0` (JSON Schema's integers include it).
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    turn_number(f64::deserialize(d)?)
+}
+
+/// As [`whole_number`], or null.
+fn some_whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Option::<f64>::deserialize(d)?.map(turn_number).transpose()
+}
+
+fn turn_number<E: serde::de::Error>(n: f64) -> Result<u64, E> {
+    if n.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(&n) {
+        Ok(n as u64)
+    } else {
+        Err(E::custom(format!("{n} is not a turn number (1, 2, …)")))
+    }
+}
+
 impl Body for RewindRequest {}
 
 /// `POST /sessions/{id}/fork` (the body may be empty).
@@ -41,13 +60,14 @@ impl Body for RewindRequest {}
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
     /// Fork as the session was before this turn (from 1); now when absent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "some_whole_number")]
     pub turn: Option<u64>,
 }
 
 /// `GET /sessions/{id}/changes?turn=N`.
 #[derive(Debug, Deserialize, ToSchema, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ChangesQuery {
     /// The turn (from 1).
     pub turn: u64,

@@ -389,7 +389,8 @@ async fn a_fork_copies_a_fresh_workspace_as_it_was_and_shares_a_host_directory()
     let (status, err) = api
         .post(&format!("/sessions/{parent}/fork"), json!({"turn": 9}))
         .await;
-    assert_eq!(status, 400, "{err}");
+    assert_eq!(status, 404, "{err}");
+    assert_eq!(err["error"]["code"], "turn_out_of_range");
     assert!(
         err["error"]["message"].as_str().unwrap().contains("1..3"),
         "{err}"
