@@ -70,6 +70,19 @@ async fn send(browser: &Browser, prompt: &str) {
     browser.click("#send").await;
 }
 
+/// Creates a session of the bundle from the page and waits for its address; its id.
+async fn new_session(browser: &Browser) -> String {
+    browser.click("#new-session button[type=submit]").await;
+    browser
+        .wait_js(
+            "return location.pathname.startsWith('/ui/sessions/')",
+            "the session's address",
+        )
+        .await;
+    let url = browser.client.current_url().await.unwrap();
+    url.path().trim_start_matches("/ui/sessions/").to_string()
+}
+
 async fn sign_in(browser: &Browser, server: &Server) {
     browser.client.goto(&server.base).await.unwrap();
     browser.wait_text("#login h1", "Sign in").await;
@@ -106,15 +119,7 @@ async fn in_the_browser_a_session_is_created_answers_stream_approvals_are_given_
     sign_in(&browser, &server).await;
 
     // Create a session from the bundle: the address follows.
-    browser.click("#new-session button[type=submit]").await;
-    browser
-        .wait_js(
-            "return location.pathname.startsWith('/ui/sessions/')",
-            "the session's address",
-        )
-        .await;
-    let url = browser.client.current_url().await.unwrap();
-    let id = url.path().trim_start_matches("/ui/sessions/").to_string();
+    let id = new_session(&browser).await;
 
     // A prompt, and its streamed answer.
     send(&browser, "hello there").await;
@@ -453,15 +458,7 @@ async fn rewind_to_here_restores_the_files_and_says_so_in_the_transcript() {
     let (env, server) = setup();
     let browser = Browser::start(1280).await;
     sign_in(&browser, &server).await;
-    browser.click("#new-session button[type=submit]").await;
-    browser
-        .wait_js(
-            "return location.pathname.startsWith('/ui/sessions/')",
-            "the session's address",
-        )
-        .await;
-    let url = browser.client.current_url().await.unwrap();
-    let id = url.path().trim_start_matches("/ui/sessions/").to_string();
+    let id = new_session(&browser).await;
     send(&browser, "hello there").await;
     send(&browser, "please write the page").await;
     browser
