@@ -392,6 +392,9 @@ async fn hostile_events(
 async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_requests() {
     for attack in [
         "approval_resolved",
+        "checkpoint_created",
+        "session_rewound",
+        "session_forked",
         "turn_completed",
         "network_access",
         "model_retry",
