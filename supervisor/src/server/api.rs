@@ -330,7 +330,7 @@ impl Body for RunRequest {
 }
 
 /// The path of the first array in `value` outside `free` (paths relative to the body).
-fn stray_array(value: &serde_json::Value, path: &str, free: &[&str]) -> Option<String> {
+pub(super) fn stray_array(value: &serde_json::Value, path: &str, free: &[&str]) -> Option<String> {
     if free.contains(&path) {
         return None;
     }

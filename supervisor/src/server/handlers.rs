@@ -248,15 +248,27 @@ pub(super) fn optional_body<T: Default + serde::de::DeserializeOwned>(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice::<Option<T>>(body)
+    let invalid = |why: String| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            format!("the body is {shape}, null or empty: {why}"),
+        )
+    };
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    // serde would take an array for a struct, field by field; the contract does not allow one.
+    if let Some(path) = super::api::stray_array(&value, "", &[]) {
+        return Err(invalid(format!("{path} must not be an array")));
+    }
+    serde_json::from_value::<Option<T>>(value)
         .map(Option::unwrap_or_default)
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                format!("the body is {shape}, null or empty: {e}"),
-            )
-        })
+        .map_err(|e| invalid(e.to_string()))
 }
 
 /// Interrupts the running turn.

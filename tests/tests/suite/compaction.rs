@@ -133,6 +133,11 @@ async fn compaction_by_hand_over_http_summarises_all_but_the_kept_turns_and_off_
     assert_eq!(counts, [2, 4, 6, 8], "nothing was compacted on its own");
     assert!(compactions(&api, &session).await.is_empty());
     let (status, body) = api
+        .post(&format!("/sessions/{session}/compact"), json!([]))
+        .await;
+    assert_eq!(status, 422, "an array is not the documented body: {body}");
+    assert!(compactions(&api, &session).await.is_empty());
+    let (status, body) = api
         .post(
             &format!("/sessions/{session}/compact"),
             json!({"focus": "the numbers"}),
