@@ -18,6 +18,9 @@ pub enum ChatRole {
     Tool,
 }
 
+/// The first line of a CodeAct observation (see [`ChatMessage::observation`]).
+pub const OBSERVATION_HEADER: &str = "Observation of your program:";
+
 /// A tool call the model made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
@@ -58,6 +61,16 @@ impl ChatMessage {
             tool_call_id: None,
             opaque: Vec::new(),
         }
+    }
+
+    /// What a CodeAct program printed and what its calls returned, as the user message that follows it.
+    pub fn observation(content: &str) -> Self {
+        ChatMessage::text(ChatRole::User, format!("{OBSERVATION_HEADER}\n{content}"))
+    }
+
+    /// Whether this is a CodeAct observation, which continues a turn rather than starting one.
+    pub fn is_observation(&self) -> bool {
+        self.role == ChatRole::User && self.content.starts_with(OBSERVATION_HEADER)
     }
 
     /// A tool result answering `call_id`.

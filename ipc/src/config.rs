@@ -116,6 +116,10 @@ pub struct WorkerConfig {
     /// Remote A2A agents from `agent.yaml`; each is a tool `a2a__<name>` the worker calls through the egress proxy.
     #[serde(default)]
     pub a2a_agents: Vec<A2aAgent>,
+    /// The turn executor of `agent.yaml`.
+    pub executor: crate::ExecutorKind,
+    /// `codeact`: the time one program may run before it is killed.
+    pub codeact_timeout_ms: u64,
 }
 
 /// A remote agent the bundle calls over A2A (`a2a_agents` of agent.yaml).

@@ -156,6 +156,9 @@ pub enum EventPayload {
         tool: String,
         /// Arguments as the model sent them (JSON).
         arguments: serde_json::Value,
+        /// The `exec_id` of the CodeAct program that made this call; absent for a call from the model's reply.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_exec_id: Option<String>,
     },
     /// Progress of a tool call.
     ToolCallDelta {

@@ -131,6 +131,8 @@ name_enum! {
     pub enum ExecutorKind {
         /// Reason, act with tools, observe, repeat.
         React => "react",
+        /// Write a Python program that calls the tools, run it, observe its output, repeat.
+        Codeact => "codeact",
     }
 }
 

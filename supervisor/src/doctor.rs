@@ -119,8 +119,13 @@ fn sandbox_user() -> Check {
 async fn confined_command(worker_exe: PathBuf) -> Result<Duration, String> {
     let tmp = tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
     let project = tmp.path().join("doctor-probe");
-    crate::bundle::template::init(&project, false, crate::bundle::template::Starter::Scripted)
-        .map_err(|e| e.to_string())?;
+    crate::bundle::template::init(
+        &project,
+        false,
+        crate::bundle::template::Starter::Scripted,
+        service_ipc::ExecutorKind::React,
+    )
+    .map_err(|e| e.to_string())?;
     let rt = ServiceRuntime::new(
         ServiceHome::new(tmp.path().join("home")),
         RuntimeOptions::new(worker_exe),

@@ -11,6 +11,7 @@
 //! - [`session`]: the dispatch loop that routes supervisor frames to turns, commands, model streams and approvals.
 //! - [`state`]: what the turns share: configuration, outbox, conversation, tool registry, routes.
 //! - [`react`]: the react executor, one turn at a time.
+//! - [`codeact`]: the codeact executor, whose model acts through Python programs that call the tools.
 //! - [`registry`]: the one tool registry the react loop calls, over the builtin tools and the MCP servers.
 //! - [`mcp`]: the session's MCP servers, confined in the sandbox like commands.
 //! - [`memory`]: the sliding-window memory.
@@ -23,6 +24,7 @@
 //! - [`orphans`]: reaping the processes a worker that is pid 1 of its sandbox inherits.
 
 pub mod a2a;
+pub mod codeact;
 pub mod confine;
 pub mod conn;
 pub mod egress;

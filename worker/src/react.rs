@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use service_ipc::{
-    BuiltinTool, ChatMessage, ChatRole, EventPayload, FirstReply, ModelChunk, ModelQuery,
-    PermissionAction, Task, ToSupervisor, ToolCall, ToolCallStatus, TurnContext, TurnStatus, Usage,
+    BuiltinTool, ChatMessage, ChatRole, EventPayload, ExecutorKind, FirstReply, ModelChunk,
+    ModelQuery, PermissionAction, Task, ToSupervisor, ToolCall, ToolCallStatus, TurnContext,
+    TurnStatus, Usage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +21,7 @@ use crate::tools::{ToolCtx, ToolResult};
 use crate::{memory, permissions};
 
 /// Why a turn stopped early.
-enum Stop {
+pub(crate) enum Stop {
     Interrupted,
     Failed { code: String, message: String },
 }
@@ -119,9 +120,15 @@ pub async fn run_turn(
             opaque: r.opaque,
         }
     });
-    let outcome = turn
-        .steps(&mut history, &mut start, first, &mut usage)
-        .await;
+    let outcome = match shared.config.executor {
+        ExecutorKind::React => {
+            turn.steps(&mut history, &mut start, first, &mut usage)
+                .await
+        }
+        ExecutorKind::Codeact => {
+            crate::codeact::steps(&turn, &mut history, &mut start, first, &mut usage).await
+        }
+    };
     let added = history[start..].to_vec();
 
     let (status, final_message, error) = match outcome {
@@ -149,11 +156,12 @@ pub async fn run_turn(
     .await;
 }
 
-struct Turn<'a> {
-    shared: &'a Shared,
-    turn_id: &'a str,
-    cancel: &'a CancellationToken,
-    cwd: PathBuf,
+/// One running turn, as its executor sees it.
+pub(crate) struct Turn<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) turn_id: &'a str,
+    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) cwd: PathBuf,
 }
 
 impl Turn<'_> {
@@ -176,13 +184,7 @@ impl Turn<'_> {
             let reply = match first.take() {
                 Some(reply) => reply,
                 None => {
-                    if let Some(earlier) = self.shared.take_replacement() {
-                        let own = history.split_off(*start);
-                        *history = earlier;
-                        *start = history.len();
-                        history.extend(own);
-                    }
-                    let messages = memory::prompt(&system, history, config.memory_window);
+                    let messages = self.context(&system, history, start);
                     // Listed per call: an MCP server may have changed its tools, or died, since the last one.
                     let specs = self.shared.registry.specs().await;
                     self.call_model(messages, specs, usage).await?
@@ -216,7 +218,7 @@ impl Turn<'_> {
                     }
                     return Err(Stop::Interrupted);
                 }
-                let result = self.run_tool(call).await;
+                let result = self.run_tool(call, None).await;
                 history.push(ChatMessage::tool_result(&call.id, result.output));
             }
         }
@@ -230,7 +232,25 @@ impl Turn<'_> {
         })
     }
 
-    async fn call_model(
+    /// The messages of the next model call: the system prompt and the memory's view of `history`, after taking a
+    /// conversation compacted meanwhile (the turn's own messages, `history[*start..]`, stay).
+    pub(crate) fn context(
+        &self,
+        system: &str,
+        history: &mut Vec<ChatMessage>,
+        start: &mut usize,
+    ) -> Vec<ChatMessage> {
+        if let Some(earlier) = self.shared.take_replacement() {
+            let own = history.split_off(*start);
+            *history = earlier;
+            *start = history.len();
+            history.extend(own);
+        }
+        memory::prompt(system, history, self.shared.config.memory_window)
+    }
+
+    /// One model call: streams its text and reasoning as events and returns the whole reply.
+    pub(crate) async fn call_model(
         &self,
         messages: Vec<ChatMessage>,
         tools: Vec<service_ipc::ToolSpec>,
@@ -297,7 +317,13 @@ impl Turn<'_> {
         }
     }
 
-    async fn run_tool(&self, call: &ToolCall) -> ToolResult {
+    /// Runs one tool call through the permission rules, with its `tool_call_*` events; `parent_exec_id` names the
+    /// CodeAct program that made it.
+    pub(crate) async fn run_tool(
+        &self,
+        call: &ToolCall,
+        parent_exec_id: Option<&str>,
+    ) -> ToolResult {
         let out = &self.shared.outbox;
         let arguments: Result<serde_json::Value, _> = serde_json::from_str(&call.arguments);
         out.event(EventPayload::ToolCallStarted {
@@ -308,6 +334,7 @@ impl Turn<'_> {
                 .as_ref()
                 .cloned()
                 .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone())),
+            parent_exec_id: parent_exec_id.map(str::to_string),
         })
         .await;
         let result = match (self.shared.registry.find(&call.name), arguments) {
@@ -428,7 +455,7 @@ async fn out_delta(ctx: &ToolCtx<'_>, delta: String) {
         .await;
 }
 
-fn lost() -> Stop {
+pub(crate) fn lost() -> Stop {
     Stop::Failed {
         code: "supervisor_gone".into(),
         message: "the connection to the supervisor closed during the turn".into(),

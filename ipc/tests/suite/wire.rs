@@ -110,9 +110,22 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 call_id: "c1".into(),
                 tool: "Bash".into(),
                 arguments: json!({"command": "ls"}),
+                parent_exec_id: None,
             },
             json!({"type": "tool_call_started", "payload": {
                 "turn_id": "t1", "call_id": "c1", "tool": "Bash", "arguments": {"command": "ls"}}}),
+        ),
+        (
+            EventPayload::ToolCallStarted {
+                turn_id: t(),
+                call_id: "c2".into(),
+                tool: "Read".into(),
+                arguments: json!({"file_path": "a"}),
+                parent_exec_id: Some("x1".into()),
+            },
+            json!({"type": "tool_call_started", "payload": {
+                "turn_id": "t1", "call_id": "c2", "tool": "Read", "arguments": {"file_path": "a"},
+                "parent_exec_id": "x1"}}),
         ),
         (
             EventPayload::ToolCallDelta {
@@ -293,6 +306,8 @@ fn every_to_worker() -> Vec<ToWorker> {
                 token: Some("t".into()),
                 tool_timeout_ms: 1000,
             }],
+            executor: service_ipc::ExecutorKind::Codeact,
+            codeact_timeout_ms: 5000,
             mcp_servers: [(
                 "git".to_string(),
                 service_ipc::McpServer::Stdio {

@@ -43,13 +43,40 @@ pub struct AgentSpec {
     /// Remote A2A agents the bundle calls, each as a tool `a2a__<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub a2a_agents: Vec<super::a2a_agents::A2aAgentSpec>,
+    /// Settings of the `codeact` executor.
+    #[serde(default)]
+    pub codeact: CodeactSpec,
+}
+
+/// `codeact` of agent.yaml.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeactSpec {
+    /// The time one program may run before it is killed, with everything it started.
+    #[serde(default = "default_codeact_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+impl Default for CodeactSpec {
+    fn default() -> Self {
+        CodeactSpec {
+            timeout_ms: default_codeact_timeout_ms(),
+        }
+    }
+}
+
+fn default_codeact_timeout_ms() -> u64 {
+    120_000
 }
 
 impl AgentSpec {
-    /// Whether some tools are known only once the worker runs (MCP servers' lists, A2A agents' cards), so the
-    /// supervisor cannot make a turn's first model call itself.
-    pub fn has_worker_tools(&self) -> bool {
-        !self.mcp_servers.is_empty() || !self.a2a_agents.is_empty()
+    /// Whether the supervisor may make a turn's first model call itself (see `runtime::lead`): not when some tools
+    /// are known only once the worker runs (MCP servers' lists, A2A agents' cards), nor for the codeact executor,
+    /// whose every step runs a program in the sandbox.
+    pub fn supervisor_may_lead(&self) -> bool {
+        self.mcp_servers.is_empty()
+            && self.a2a_agents.is_empty()
+            && self.executor == ExecutorKind::React
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use service_ipc::BuiltinTool;
+use service_ipc::{BuiltinTool, ExecutorKind};
 
 use super::error::{BundleError, Result};
 use super::manifest::check_id;
@@ -87,7 +87,7 @@ impl Starter {
 
 /// Writes the starter bundle into `dir` (created if absent), with `starter`'s model. Refuses a non-empty `dir`
 /// unless `force`. Returns the bundle id chosen from the directory name.
-pub fn init(dir: &Path, force: bool, starter: Starter) -> Result<String> {
+pub fn init(dir: &Path, force: bool, starter: Starter, executor: ExecutorKind) -> Result<String> {
     if dir.exists() {
         let mut entries =
             std::fs::read_dir(dir).map_err(|e| BundleError::io("cannot read", dir, e))?;
@@ -100,13 +100,21 @@ pub fn init(dir: &Path, force: bool, starter: Starter) -> Result<String> {
         ("service.bundle.json5", manifest_text(&id)),
         (
             "agent.yaml",
-            format!("{AGENT_HEAD}{}{AGENT_TAIL}", starter.model_yaml()),
+            format!(
+                "{AGENT_HEAD}{}{}{AGENT_TAIL}",
+                starter.model_yaml(),
+                executor_yaml(executor)
+            ),
         ),
         ("README.md", readme_text(&id)),
         ("skills/getting-started/SKILL.md", SKILL_MD.to_string()),
     ];
     if starter == Starter::Scripted {
-        files.push(("resources/script.json5", SCRIPT.to_string()));
+        let script = match executor {
+            ExecutorKind::React => SCRIPT,
+            ExecutorKind::Codeact => CODEACT_SCRIPT,
+        };
+        files.push(("resources/script.json5", script.to_string()));
     }
     for sub in ["skills/getting-started", "resources"] {
         let path = dir.join(sub);
@@ -182,8 +190,23 @@ fn manifest_text(id: &str) -> String {
 const AGENT_HEAD: &str =
     "# Agent definition: default model, executor, memory and tool permissions.\n";
 
-const AGENT_TAIL: &str = r#"executor: react
-memory:
+fn executor_yaml(executor: ExecutorKind) -> &'static str {
+    match executor {
+        ExecutorKind::React => {
+            "executor: react               # one JSON tool call per step; or codeact\n"
+        }
+        ExecutorKind::Codeact => {
+            r#"# The model answers with a Python program that calls the tools (read, write, edit, bash, glob, grep, ...)
+# through the module service_tools; the program runs in the sandbox, and what it prints is the next observation.
+executor: codeact
+codeact:
+  timeout_ms: 120000           # one program's time limit; past it the program and all it started are killed
+"#
+        }
+    }
+}
+
+const AGENT_TAIL: &str = r#"memory:
   provider: sliding_window
   window: 40                   # messages kept besides the system prompt
 max_steps: 20
@@ -213,6 +236,25 @@ const SCRIPT: &str = r#"// The replies of the scripted model. The first turn ent
           reasoning: "I should look at the workspace before I answer.",
           tool_calls: [{ name: "Bash", arguments: { command: "echo \"files: $(ls -A | wc -l)\"; ls -A | head -20" } }],
         },
+        { text: "You asked: \"{{prompt}}\". I looked in the workspace:\n{{last_tool_output}}" },
+      ],
+    },
+  ],
+}
+"#;
+
+const CODEACT_SCRIPT: &str = r#"// The replies of the scripted model, for the codeact executor: each reply's ```python block is a program that
+// runs in the sandbox. The first turn entry whose `when` occurs in the prompt answers it; the n-th model call of a
+// turn gets replies[n]. In text, {{prompt}} is the prompt and {{last_tool_output}} the last program's observation.
+{
+  turns: [
+    {
+      when: "hello",
+      replies: [{ text: "Hello! I am a scripted starter agent that acts in Python; ask me what is in this workspace." }],
+    },
+    {
+      replies: [
+        { text: "I will look at the workspace first.\n\n```python\nprint(bash('echo \"files: $(ls -A | wc -l)\"; ls -A | head -20'))\n```" },
         { text: "You asked: \"{{prompt}}\". I looked in the workspace:\n{{last_tool_output}}" },
       ],
     },

@@ -7,10 +7,15 @@ use anyhow::Context;
 use service_supervisor::bundle::{self, oci, store, template, BundleInfo};
 use service_supervisor::ServiceHome;
 
-pub fn init(dir: &Path, force: bool, starter: template::Starter) -> anyhow::Result<ExitCode> {
-    let id = template::init(dir, force, starter)?;
+pub fn init(
+    dir: &Path,
+    force: bool,
+    starter: template::Starter,
+    executor: service_ipc::ExecutorKind,
+) -> anyhow::Result<ExitCode> {
+    let id = template::init(dir, force, starter, executor)?;
     println!(
-        "Created bundle \"{id}\" in {} (model {})",
+        "Created bundle \"{id}\" in {} (model {}, executor {executor})",
         dir.display(),
         starter.model()
     );

@@ -57,6 +57,10 @@ enum Command {
         /// llama.cpp on this machine) or scripted (offline, answers from a script).
         #[arg(long, value_enum, default_value_t)]
         provider: service_supervisor::bundle::template::Starter,
+        /// How the model acts: react (one JSON tool call at a time) or codeact (Python programs that call the
+        /// tools).
+        #[arg(long, default_value = "react")]
+        executor: service_ipc::ExecutorKind,
     },
     /// Validate a bundle project and install it into the local store, or write an OCI layout with --output.
     Build {
@@ -217,7 +221,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             dir,
             force,
             provider,
-        } => bundles::init(&dir, force, provider),
+            executor,
+        } => bundles::init(&dir, force, provider, executor),
         Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
         Command::Inspect {
             bundle_ref,

@@ -70,10 +70,15 @@ impl Progress {
                 command,
                 turn_id: Some(_),
                 ..
-            } => Some(format!(
-                "running: {}",
-                command.lines().next().unwrap_or_default()
-            )),
+            } => {
+                // After a CodeAct program (which no tool call precedes) the text is a new step's.
+                self.end_text();
+                self.step_streamed = false;
+                Some(format!(
+                    "running: {}",
+                    command.lines().next().unwrap_or_default()
+                ))
+            }
             EventPayload::ToolCallFinished { .. } => Some("model…".to_string()),
             EventPayload::ModelRetry {
                 attempt,

@@ -6,7 +6,7 @@
 //! answers it; an entry without `when` answers any prompt. The n-th model call of a turn gets `replies[n]` (the
 //! last reply repeats), where n counts the assistant messages after the last user message, so the choice survives
 //! worker and supervisor restarts. In `text`, `{{prompt}}` is the prompt and `{{last_tool_output}}` the latest
-//! tool result, `{{message_count}}` the number of messages the model was sent. `reasoning` is a string or a list of sections. `delay_ms` pauses before every chunk, so tests can
+//! tool result (or CodeAct observation), `{{message_count}}` the number of messages the model was sent. `reasoning` is a string or a list of sections. `delay_ms` pauses before every chunk, so tests can
 //! catch a turn mid-stream. `error` makes the call fail with that message.
 
 use std::collections::HashMap;
@@ -114,7 +114,10 @@ impl Script {
 
     /// The reply for the next model call of the conversation in `messages`.
     pub fn reply_for(&self, messages: &[ChatMessage]) -> Option<&Reply> {
-        let last_user = messages.iter().rposition(|m| m.role == ChatRole::User);
+        // A CodeAct observation continues the turn: the prompt is the user message before it.
+        let last_user = messages
+            .iter()
+            .rposition(|m| m.role == ChatRole::User && !m.is_observation());
         let prompt = last_user
             .map(|i| messages[i].content.to_lowercase())
             .unwrap_or_default();
@@ -295,15 +298,17 @@ fn pieces(text: &str) -> impl Iterator<Item = String> + '_ {
 
 /// Substitutes `{{prompt}}`, `{{last_tool_output}}` and `{{message_count}}` (messages the model was sent).
 fn fill(text: &str, messages: &[ChatMessage]) -> String {
-    let last = |role: ChatRole| {
+    let last = |wanted: &dyn Fn(&ChatMessage) -> bool| {
         messages
             .iter()
             .rev()
-            .find(|m| m.role == role)
+            .find(|m| wanted(m))
             .map(|m| m.content.trim().to_string())
             .unwrap_or_default()
     };
-    text.replace("{{prompt}}", &last(ChatRole::User))
-        .replace("{{last_tool_output}}", &last(ChatRole::Tool))
+    let prompt = last(&|m| m.role == ChatRole::User && !m.is_observation());
+    let output = last(&|m| m.role == ChatRole::Tool || m.is_observation());
+    text.replace("{{prompt}}", &prompt)
+        .replace("{{last_tool_output}}", &output)
         .replace("{{message_count}}", &messages.len().to_string())
 }

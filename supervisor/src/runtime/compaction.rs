@@ -121,7 +121,11 @@ fn split(history: &[ChatMessage], keep: usize) -> Option<(usize, u32)> {
     let starts: Vec<usize> = history
         .iter()
         .enumerate()
-        .filter(|(_, m)| m.role == ChatRole::User && !m.content.starts_with(SUMMARY_HEADER))
+        .filter(|(_, m)| {
+            m.role == ChatRole::User
+                && !m.content.starts_with(SUMMARY_HEADER)
+                && !m.is_observation()
+        })
         .map(|(i, _)| i)
         .collect();
     let older = starts.len().checked_sub(keep).filter(|n| *n > 0)?;

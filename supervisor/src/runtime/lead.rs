@@ -43,7 +43,7 @@ pub(super) fn first_query(
     mut history: Vec<ChatMessage>,
     prompt: &str,
 ) -> Option<(Vec<ChatMessage>, Vec<ToolSpec>)> {
-    if bundle.agent.has_worker_tools() {
+    if !bundle.agent.supervisor_may_lead() {
         return None;
     }
     history.push(ChatMessage::text(ChatRole::User, prompt));

@@ -347,6 +347,8 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
             .iter()
             .map(|a| a.to_worker(|name| host_variable(rt, id, name)))
             .collect(),
+        executor: agent.executor,
+        codeact_timeout_ms: agent.codeact.timeout_ms,
     }
 }
 

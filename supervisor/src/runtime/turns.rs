@@ -181,7 +181,7 @@ impl ServiceRuntime {
         session: &Arc<Session>,
         prompt: &str,
     ) -> Option<(Vec<service_ipc::ChatMessage>, Vec<service_ipc::ToolSpec>)> {
-        if session.bundle.agent.has_worker_tools() {
+        if !session.bundle.agent.supervisor_may_lead() {
             return None;
         }
         // The model sees the memory window only: a long history is not read whole.

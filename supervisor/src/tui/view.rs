@@ -541,6 +541,7 @@ mod tests {
             call_id: "c".into(),
             tool: "Read".into(),
             arguments: json!({"file_path": "a.txt"}),
+            parent_exec_id: None,
         }));
         app.apply(&ev(EventPayload::ToolCallFinished {
             turn_id: "t".into(),
@@ -658,6 +659,7 @@ mod tests {
             call_id: "c".into(),
             tool: "Bash".into(),
             arguments: json!({"command": "false"}),
+            parent_exec_id: None,
         }));
         app.apply(&ev(EventPayload::PermissionRequested {
             turn_id: "t".into(),

@@ -82,6 +82,11 @@ impl LlamaServer {
 
     /// A bundle in `work/<name>` that uses this server with `settings` added to its model config.
     fn bundle(&self, env: &Env, name: &str, settings: Value, tools: &str) {
+        self.bundle_with(env, name, settings, tools, json!({}));
+    }
+
+    /// As [`Self::bundle`], with `agent_extra` added to agent.yaml.
+    fn bundle_with(&self, env: &Env, name: &str, settings: Value, tools: &str, agent_extra: Value) {
         let dir = env.path(name);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
@@ -95,11 +100,15 @@ impl LlamaServer {
             .as_object_mut()
             .unwrap()
             .extend(settings.as_object().unwrap().clone());
-        let agent = json!({
+        let mut agent = json!({
             "model": {"provider": "openai", "name": "smollm2", "config": config},
             "system_prompt": "You are a helpful assistant.",
             "max_steps": 4,
         });
+        agent
+            .as_object_mut()
+            .unwrap()
+            .extend(agent_extra.as_object().unwrap().clone());
         std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
     }
 }
@@ -184,6 +193,42 @@ fn a_forced_tool_call_on_a_real_server_runs_bash_in_the_sandbox_and_completes_th
     let context = &of_type(&events, "turn_started")[0]["context"];
     assert_eq!(context["sandbox_mode"], "workspace_write");
     assert_eq!(of_type(&events, "turn_completed").len(), 1);
+}
+
+/// A codeact turn on a real server: a grammar (llama.cpp's GBNF, through `extra_body`) forces the reply into a
+/// program whose answer is what its Bash call printed, so the tiny model's turn is one program and one tool call.
+#[test]
+fn a_codeact_turn_on_a_real_server_runs_the_forced_program_and_answers_with_its_call() {
+    let Some(server) = LlamaServer::start("codeact") else {
+        return;
+    };
+    let env = Env::new();
+    let grammar = r#"root ::= "```python\nfinal_answer(bash('echo " word "'))\n```"
+word ::= [a-z]{2,12}"#;
+    server.bundle_with(
+        &env,
+        "codeact",
+        json!({"max_tokens": 48, "extra_body": {"grammar": grammar}}),
+        r#""Bash""#,
+        json!({"executor": "codeact"}),
+    );
+    let (text, events) = answer(&env, "codeact", "Say a word with echo.");
+    let programs = of_type(&events, "exec_command_begin");
+    let program = programs
+        .iter()
+        .find(|e| e["call_id"].is_null())
+        .expect("the program ran");
+    let started = of_type(&events, "tool_call_started");
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started[0]["tool"], "Bash");
+    assert_eq!(started[0]["parent_exec_id"], program["exec_id"]);
+    let command = started[0]["arguments"]["command"].as_str().unwrap();
+    let word = command.strip_prefix("echo ").expect("the forced command");
+    assert_eq!(
+        text,
+        format!("{word}\n"),
+        "the answer is what the call printed"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ mod checkpoints;
 mod cluster;
 mod cluster_bundles;
 mod cluster_tls;
+mod codeact;
 mod commands;
 mod compaction;
 mod console;

@@ -4,6 +4,7 @@
 //! started, see `spare_shell`), streams stdout and stderr live as `exec_command_output_delta` events, and on exit,
 //! time-out or interrupt kills the whole group, so a command's background children never outlive it.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -49,6 +50,17 @@ pub struct ExecRequest {
     pub cwd: PathBuf,
     /// Time limit.
     pub timeout: Duration,
+    /// A descriptor the command inherits (a CodeAct program's tool channel); such a command never runs in a
+    /// spare shell, whose descriptors were fixed when it started.
+    pub inherit: Option<Inherit>,
+}
+
+/// A descriptor a command inherits under its own number, and the variables that tell the command which it is.
+pub struct Inherit {
+    /// The descriptor; the worker's copy is closed once the command has started.
+    pub fd: OwnedFd,
+    /// Variables added to the command's environment.
+    pub env: Vec<(String, String)>,
 }
 
 /// How a command ended.
@@ -86,6 +98,7 @@ pub async fn bash(args: BashArgs, ctx: &ToolCtx<'_>) -> ToolResult {
         command: args.command,
         cwd: ctx.cwd.to_path_buf(),
         timeout,
+        inherit: None,
     };
     let o = run(ctx.outbox, req, ctx.cancel).await;
     if let Some(e) = o.spawn_error {
@@ -133,6 +146,7 @@ pub async fn operator_command(
         command,
         cwd,
         timeout: OPERATOR_TIMEOUT,
+        inherit: None,
     };
     let outcome = run(&outbox, req, &cancel).await;
     outbox
@@ -152,7 +166,7 @@ fn shell() -> &'static str {
 }
 
 /// Runs one command to its end, emitting `exec_command_begin`, output deltas and `exec_command_end`.
-pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> ExecOutcome {
+pub async fn run(out: &Outbox, mut req: ExecRequest, cancel: &CancellationToken) -> ExecOutcome {
     let started = Instant::now();
     let exec_id = req.exec_id.clone();
     out.event(EventPayload::ExecCommandBegin {
@@ -174,13 +188,16 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
         truncated: false,
         spawn_error: None,
     };
-    let spawned = match spare_shell::take(&req.command, &req.cwd).await {
-        Some(child) => Ok(child),
-        None => {
-            let mut command = tokio::process::Command::new(shell());
-            command.arg("-c").arg(&req.command).current_dir(&req.cwd);
-            configure(&mut command).and_then(|()| command.spawn())
-        }
+    let spawned = match req.inherit.take() {
+        Some(inherit) => spawn_inheriting(&req, inherit),
+        None => match spare_shell::take(&req.command, &req.cwd).await {
+            Some(child) => Ok(child),
+            None => {
+                let mut command = tokio::process::Command::new(shell());
+                command.arg("-c").arg(&req.command).current_dir(&req.cwd);
+                configure(&mut command).and_then(|()| command.spawn())
+            }
+        },
     };
     spare_shell::refill(shell(), configure);
     match spawned {
@@ -206,6 +223,31 @@ pub async fn run(out: &Outbox, req: ExecRequest, cancel: &CancellationToken) -> 
     })
     .await;
     outcome
+}
+
+/// Starts `req`'s shell with `inherit.fd` left open across exec; the worker's copy closes once it has started.
+fn spawn_inheriting(req: &ExecRequest, inherit: Inherit) -> std::io::Result<tokio::process::Child> {
+    let mut command = tokio::process::Command::new(shell());
+    command
+        .arg("-c")
+        .arg(&req.command)
+        .current_dir(&req.cwd)
+        .envs(inherit.env);
+    let fd = inherit.fd.as_raw_fd();
+    // SAFETY: fcntl is async-signal-safe, and `fd` stays open in the worker until the spawn has returned. Clearing
+    // close-on-exec in the child alone keeps every other command of the worker from inheriting it.
+    unsafe {
+        command.pre_exec(move || {
+            if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    configure(&mut command)?;
+    let child = command.spawn();
+    drop(inherit.fd);
+    child
 }
 
 /// Everything about a command's shell but its arguments and directory: stdin from /dev/null, stdout and stderr

@@ -1,0 +1,174 @@
+//! The cost of a tool call made from a CodeAct program against the same JSON tool call:
+//! `cargo bench -p service-supervisor --bench codeact`.
+//!
+//! Two bundles in `workspace_write` sandboxes with real workers, on one session each: a react bundle whose scripted
+//! model calls Read `n` times in one reply, and a codeact bundle whose program calls `read` `n` times in a loop.
+//! Each turn reads the same small file. A call's cost is the difference between the median turn with 1 + CALLS
+//! calls and the median turn with 1 call, divided by CALLS, so the model calls, the program's start and the turn's
+//! own work cancel out. Turns of the four kinds are sampled in turn. The target is a ratio of at most 2.
+//!
+//! `BENCH_ITERS` sets the number of samples of each kind (default 30); `BENCH_EXE` runs another build's worker.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use service_ipc::{Task, TurnOverrides, TurnStatus};
+use service_supervisor::{worker_beside, RuntimeOptions, ServiceHome, ServiceRuntime};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The calls added to a turn to measure one.
+const CALLS: usize = 100;
+
+fn write_bundle(dir: &Path, executor: &str, script: serde_json::Value) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("resources"))?;
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        r#"{ manifest_version: "service.bundle/v1", id: "bench", version: "1.0.0", tools: ["Read"],
+            sandbox: { mode: "workspace_write", permissions: { network: [] } } }"#,
+    )?;
+    std::fs::write(
+        dir.join("agent.yaml"),
+        format!(
+            "model: {{ provider: scripted, name: s, config: {{ script: resources/script.json5 }} }}\n\
+             executor: {executor}\nmemory: {{ provider: sliding_window, window: 240 }}\n"
+        ),
+    )?;
+    std::fs::write(dir.join("resources/script.json5"), script.to_string())
+}
+
+/// A react script: the prompt `calls N` gets one reply with N Read calls, then an answer.
+fn react_script() -> serde_json::Value {
+    let turn = |n: usize| {
+        let calls: Vec<_> = (0..n)
+            .map(|_| serde_json::json!({"name": "Read", "arguments": {"file_path": "data.txt"}}))
+            .collect();
+        serde_json::json!({"when": format!("calls {n}."), "replies": [{"tool_calls": calls}, {"text": "done"}]})
+    };
+    serde_json::json!({"turns": [turn(1), turn(1 + CALLS)]})
+}
+
+/// A codeact script: the prompt `calls N` gets one program that reads N times and answers.
+fn codeact_script() -> serde_json::Value {
+    let turn = |n: usize| {
+        let program = format!(
+            "```python\nfor _ in range({n}):\n    read('data.txt')\nfinal_answer('done')\n```"
+        );
+        serde_json::json!({"when": format!("calls {n}."), "replies": [{"text": program}]})
+    };
+    serde_json::json!({"turns": [turn(1), turn(1 + CALLS)]})
+}
+
+async fn turn(rt: &ServiceRuntime, id: &str, calls: usize) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let pending = rt
+        .start_turn(
+            id,
+            Task::new(format!("calls {calls}.")),
+            TurnOverrides::default(),
+        )
+        .await?;
+    let outcome = pending.outcome.await?;
+    if outcome.status != TurnStatus::Completed || outcome.final_message != "done" {
+        return Err(format!("the turn of {calls} calls ended {outcome:?}").into());
+    }
+    Ok(started.elapsed())
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn main() -> BenchResult<()> {
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let exe = std::env::var_os("BENCH_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
+    let home = tempfile::TempDir::new()?;
+    let react = tempfile::TempDir::new()?;
+    write_bundle(react.path(), "react", react_script())?;
+    let codeact = tempfile::TempDir::new()?;
+    write_bundle(codeact.path(), "codeact", codeact_script())?;
+    let workspace = tempfile::TempDir::new()?;
+    std::fs::write(workspace.path().join("data.txt"), "one\ntwo\nthree\n")?;
+    // A root supervisor runs sandboxes as the workspace's owner, nobody here.
+    if nix::unistd::geteuid().is_root() {
+        for path in [
+            workspace.path().to_path_buf(),
+            workspace.path().join("data.txt"),
+        ] {
+            std::os::unix::fs::chown(path, Some(65534), Some(65534))?;
+        }
+    }
+
+    let rt = ServiceRuntime::new(
+        ServiceHome::new(home.path()),
+        RuntimeOptions::new(worker_beside(&exe)),
+    );
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let [json_one, json_many, code_one, code_many] = tokio.block_on(async {
+        let json = rt
+            .create_session(&react.path().display().to_string(), Some(workspace.path()))
+            .await?
+            .id;
+        let code = rt
+            .create_session(
+                &codeact.path().display().to_string(),
+                Some(workspace.path()),
+            )
+            .await?
+            .id;
+        // Warm: the workers start, and the first program pays for the first python3 start.
+        for _ in 0..3 {
+            turn(&rt, &json, 1).await?;
+            turn(&rt, &code, 1).await?;
+        }
+        let mut samples: [Vec<Duration>; 4] = Default::default();
+        for _ in 0..iters {
+            samples[0].push(turn(&rt, &json, 1).await?);
+            samples[1].push(turn(&rt, &json, 1 + CALLS).await?);
+            samples[2].push(turn(&rt, &code, 1).await?);
+            samples[3].push(turn(&rt, &code, 1 + CALLS).await?);
+        }
+        rt.shutdown("bench over").await;
+        BenchResult::Ok(samples.map(median))
+    })?;
+    let per_call =
+        |one: Duration, many: Duration| many.saturating_sub(one).as_secs_f64() * 1e3 / CALLS as f64;
+    let json_call = per_call(json_one, json_many);
+    let code_call = per_call(code_one, code_many);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("codeact bench: medians of {iters} turns of each kind, sampled in turn, real confined workers");
+    println!("| turn                                    | median ms |");
+    println!("|-----------------------------------------|-----------|");
+    println!(
+        "| react, 1 Read call                      | {:>9.3} |",
+        ms(json_one)
+    );
+    println!(
+        "| react, {:>3} Read calls in one reply      | {:>9.3} |",
+        1 + CALLS,
+        ms(json_many)
+    );
+    println!(
+        "| codeact, a program with 1 read()        | {:>9.3} |",
+        ms(code_one)
+    );
+    println!(
+        "| codeact, a program with {:>3} read()s     | {:>9.3} |",
+        1 + CALLS,
+        ms(code_many)
+    );
+    println!();
+    println!("one JSON tool call:         {json_call:.3} ms");
+    println!("one call from a program:    {code_call:.3} ms");
+    println!("ratio (target at most 2x):  {:.2}x", code_call / json_call);
+    Ok(())
+}

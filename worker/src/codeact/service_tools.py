@@ -1,0 +1,114 @@
+"""The bundle's tools for a program of the codeact executor.
+
+Each function is one tool call, made by the worker exactly as a JSON tool call is: the same permission rules,
+approvals and events. It returns the text the tool returned. A call that a rule or the operator refuses raises
+Denied; one that fails raises ToolError. final_answer(text) ends the turn with that answer.
+
+The worker runs a program as `python3 service_tools.py program.py`, with the tool channel as the descriptor
+SERVICE_TOOLS_FD: one JSON request per line, one JSON reply per line.
+"""
+
+import json
+import os
+import socket
+import sys
+
+__all__ = [
+    "Denied", "ToolError", "call", "read", "write", "edit", "bash", "glob", "grep", "skill", "update_plan",
+    "final_answer",
+]
+
+
+class Denied(Exception):
+    """A permission rule of agent.yaml, or the operator, refused the call."""
+
+
+class ToolError(Exception):
+    """The tool could not run, or ran and failed; the message is what it returned."""
+
+
+_channel = socket.socket(fileno=int(os.environ["SERVICE_TOOLS_FD"]))
+_replies = _channel.makefile("rb")
+
+
+def _ask(request):
+    _channel.sendall(json.dumps(request).encode() + b"\n")
+    line = _replies.readline()
+    if not line:
+        raise ToolError("the tool channel closed: the turn is ending")
+    return json.loads(line)
+
+
+def call(tool, **arguments):
+    """Calls the tool named `tool` (a builtin such as "Read", or an MCP tool such as "mcp__git__status")."""
+    reply = _ask({"op": "call", "tool": tool, "arguments": arguments})
+    status, output = reply.get("status"), reply.get("output", "")
+    if status == "ok":
+        return output
+    if status == "denied":
+        raise Denied(output)
+    raise ToolError(output)
+
+
+def _given(**arguments):
+    return {k: v for k, v in arguments.items() if v is not None}
+
+
+def read(file_path, offset=None, limit=None):
+    """The file's numbered lines (from line `offset`, at most `limit` of them)."""
+    return call("Read", **_given(file_path=file_path, offset=offset, limit=limit))
+
+
+def write(file_path, content):
+    """Writes `content` to the file, replacing what it held."""
+    return call("Write", file_path=file_path, content=content)
+
+
+def edit(file_path, old_string, new_string, replace_all=False):
+    """Replaces `old_string` by `new_string` in the file (once, unless `replace_all`)."""
+    return call("Edit", file_path=file_path, old_string=old_string, new_string=new_string, replace_all=replace_all)
+
+
+def bash(command, timeout_ms=None):
+    """Runs a shell command; its output, with its exit code when it is not 0."""
+    return call("Bash", **_given(command=command, timeout_ms=timeout_ms))
+
+
+def glob(pattern, path=None):
+    """The files whose paths match the glob `pattern`, one per line."""
+    return call("Glob", **_given(pattern=pattern, path=path))
+
+
+def grep(pattern, path=None, glob=None):
+    """The lines matching the regular expression `pattern`, as path:line:text."""
+    return call("Grep", **_given(pattern=pattern, path=path, glob=glob))
+
+
+def skill(name):
+    """The instructions of the named skill."""
+    return call("Skill", name=name)
+
+
+def update_plan(plan, explanation=None):
+    """Publishes the plan: a list of {"step": ..., "status": "pending"|"in_progress"|"completed"}."""
+    return call("UpdatePlan", **_given(plan=plan, explanation=explanation))
+
+
+def final_answer(text):
+    """Ends the turn with `text` as the answer; the program stops here."""
+    _ask({"op": "final_answer", "text": str(text)})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    # The program imports this module by name: let it find this instance, not load a second one.
+    sys.modules["service_tools"] = sys.modules["__main__"]
+    _path = sys.argv[1]
+    with open(_path, encoding="utf-8") as _f:
+        _code = compile(_f.read(), "program.py", "exec")
+    _scope = {"__name__": "__main__", "__builtins__": __builtins__}
+    _scope.update({name: globals()[name] for name in __all__})
+    sys.argv = ["program.py"]
+    exec(_code, _scope)
