@@ -240,8 +240,8 @@ fn every_event_kind_has_its_pinned_json_form() {
     let cases = every_event_kind();
     assert_eq!(
         cases.len(),
-        19,
-        "one case per kind of event, and exec_command_output_truncated"
+        20,
+        "one case per kind of event, plus exec_command_output_truncated and a program's tool call"
     );
     for (payload, expected) in cases {
         assert_eq!(serde_json::to_value(&payload).unwrap(), expected);
