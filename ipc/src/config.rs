@@ -116,10 +116,22 @@ pub struct WorkerConfig {
     /// Remote A2A agents from `agent.yaml`; each is a tool `a2a__<name>` the worker calls through the egress proxy.
     #[serde(default)]
     pub a2a_agents: Vec<A2aAgent>,
+    /// The subagents the `Agent` tool may call; the tool is offered when there is one.
+    #[serde(default)]
+    pub subagents: Vec<SubagentInfo>,
     /// The turn executor of `agent.yaml`.
     pub executor: crate::ExecutorKind,
     /// `codeact`: the time one program may run before it is killed.
     pub codeact_timeout_ms: u64,
+}
+
+/// A subagent as the model sees it in the `Agent` tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubagentInfo {
+    /// The name the `Agent` call gives.
+    pub name: String,
+    /// What it is for.
+    pub description: String,
 }
 
 /// A remote agent the bundle calls over A2A (`a2a_agents` of agent.yaml).

@@ -249,6 +249,10 @@ pub enum EventPayload {
         /// it from the file it sees; omitted for other tools.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         diff: Option<String>,
+        /// On a parent's stream, the subagent's session that asks (`call_id` is then the parent's `Agent` call);
+        /// absent for the session's own calls.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        child_session_id: Option<String>,
     },
     /// A decision was given.
     ApprovalResolved {
@@ -258,6 +262,35 @@ pub enum EventPayload {
         request_id: String,
         /// The decision.
         decision: ApprovalDecision,
+        /// On a parent's stream, the subagent's session whose request it answers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        child_session_id: Option<String>,
+    },
+    /// An `Agent` call started a subagent: a child session whose turn runs the call's prompt.
+    SubagentStarted {
+        /// The parent's turn.
+        turn_id: String,
+        /// The parent's `Agent` call.
+        call_id: String,
+        /// The subagent's name in agent.yaml (or the bundle, for `subagents: ["*"]`).
+        subagent: String,
+        /// The child session; its own events are on its own stream.
+        child_session_id: String,
+    },
+    /// A subagent's turn ended; its answer (or error) is the `Agent` call's result.
+    SubagentFinished {
+        /// The parent's turn.
+        turn_id: String,
+        /// The parent's `Agent` call.
+        call_id: String,
+        /// The subagent's name.
+        subagent: String,
+        /// The child session.
+        child_session_id: String,
+        /// How the child's turn ended.
+        outcome: TurnStatus,
+        /// The child's tokens, which count towards the parent's turn.
+        usage: Usage,
     },
     /// The egress proxy decided on a connection from the sandbox.
     NetworkAccess {
@@ -318,6 +351,9 @@ pub enum EventPayload {
         /// True when one of them is loopback, private or link-local: approving exposes a service on the host's
         /// side rather than the internet.
         internal: bool,
+        /// On a parent's stream, the subagent's session that asks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        child_session_id: Option<String>,
     },
     /// The plan changed.
     PlanUpdate {
@@ -465,6 +501,8 @@ impl EventPayload {
             EventPayload::ExecCommandEnd { .. } => "exec_command_end",
             EventPayload::PermissionRequested { .. } => "permission_requested",
             EventPayload::ApprovalResolved { .. } => "approval_resolved",
+            EventPayload::SubagentStarted { .. } => "subagent_started",
+            EventPayload::SubagentFinished { .. } => "subagent_finished",
             EventPayload::NetworkAccess { .. } => "network_access",
             EventPayload::NetworkClosed { .. } => "network_closed",
             EventPayload::NetworkRefusalsSuppressed { .. } => "network_refusals_suppressed",
@@ -497,6 +535,8 @@ impl EventPayload {
             | EventPayload::ToolCallFinished { turn_id, .. }
             | EventPayload::PermissionRequested { turn_id, .. }
             | EventPayload::ApprovalResolved { turn_id, .. }
+            | EventPayload::SubagentStarted { turn_id, .. }
+            | EventPayload::SubagentFinished { turn_id, .. }
             | EventPayload::NetworkPermissionRequested { turn_id, .. }
             | EventPayload::PlanUpdate { turn_id, .. }
             | EventPayload::UsageUpdate { turn_id, .. }

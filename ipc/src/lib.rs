@@ -25,7 +25,9 @@ pub use chat::{
     Usage, OBSERVATION_HEADER,
 };
 pub use codec::{shrink_idle, CodecError, FrameCodec, IDLE_BUFFER, MAX_FRAME_LEN};
-pub use config::{A2aAgent, McpServer, PermissionRule, Permissions, SkillInfo, WorkerConfig};
+pub use config::{
+    A2aAgent, McpServer, PermissionRule, Permissions, SkillInfo, SubagentInfo, WorkerConfig,
+};
 pub use event::{
     EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus, ToolCallStatus,
     TurnStatus,

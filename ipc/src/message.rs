@@ -63,6 +63,15 @@ pub enum ToWorker {
         /// Working directory; the workspace when null.
         cwd: Option<String>,
     },
+    /// The answer to `SubagentCall` `request_id`: the child's answer, or why there is none.
+    SubagentResult {
+        /// The request it answers.
+        request_id: String,
+        /// `ok` with the child's answer, `error` when it failed, `denied` when the call was refused.
+        status: crate::ToolCallStatus,
+        /// The text the model gets as the `Agent` call's result.
+        output: String,
+    },
     /// Stop turn `turn_id`: running tools are killed and the turn ends as interrupted.
     Interrupt {
         /// The turn to stop.
@@ -114,6 +123,20 @@ pub enum ToSupervisor {
         /// For Write and Edit: a unified diff of what the call would change.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         diff: Option<String>,
+    },
+    /// An `Agent` call: run `prompt` in a child session of the subagent named `subagent`; answered by
+    /// `SubagentResult`. The supervisor decides from its own state whether the subagent exists and may run.
+    SubagentCall {
+        /// Id to answer with.
+        request_id: String,
+        /// Turn id.
+        turn_id: String,
+        /// The `Agent` tool call.
+        call_id: String,
+        /// The subagent's name.
+        subagent: String,
+        /// The child's prompt.
+        prompt: String,
     },
     /// A turn ended; carries the messages it added to the conversation, to be persisted. The worker does not emit
     /// `turn_completed` or the turn's `error` itself: the supervisor emits it after recording the end, so a client

@@ -54,6 +54,7 @@ export class Chat {
     this.calls = new Map(); // call_id -> {node, body, status}
     this.execs = new Map(); // exec_id -> {node, out, summary}
     this.approvals = new Map(); // request_id -> card
+    this.subagents = new Map(); // child_session_id -> {node, status}
     this.running = null;
     this.pending = null; // {node, text}: deltas not yet in the page
   }
@@ -250,7 +251,30 @@ export class Chat {
 
   on_permission_requested(p) {
     const t = this.turn(p.turn_id);
-    this.approvalCard(p, [["Tool", p.tool], [p.tool === "Bash" ? "Command" : "Argument", p.summary], ["Working directory", t.cwd], ["Rule", p.rule]]);
+    this.approvalCard(p, [["Subagent session", p.child_session_id], ["Tool", p.tool],
+      [p.tool === "Bash" ? "Command" : "Argument", p.summary], ["Working directory", t.cwd], ["Rule", p.rule]]);
+  }
+
+  // A subagent shows folded under its Agent call, with its state; its own transcript is its session's.
+  on_subagent_started(p) {
+    const parent = this.calls.get(p.call_id)?.body || this.turn(p.turn_id).node;
+    const status = badge("working", "run");
+    const d = block("subagent", ["Subagent ", el("b", null, p.subagent), " ", status], false);
+    d.dataset.child = p.child_session_id;
+    const open = el("a", "open-child", "Open its session");
+    open.href = `/ui/sessions/${encodeURIComponent(p.child_session_id)}`;
+    open.dataset.nav = "";
+    d.append(el("p", "muted", `Session ${p.child_session_id}`), open);
+    parent.append(d);
+    this.subagents.set(p.child_session_id, { node: d, status });
+  }
+
+  on_subagent_finished(p) {
+    const s = this.subagents.get(p.child_session_id);
+    if (!s) return;
+    const u = p.usage || {};
+    s.status.textContent = `${p.outcome} · ${(u.input_tokens ?? 0) + (u.output_tokens ?? 0)} tokens`;
+    s.status.className = "badge " + (p.outcome === "completed" ? "ok" : "bad");
   }
 
   on_network_permission_requested(p) {

@@ -69,6 +69,9 @@ pub struct ConfigFile {
     /// MiB of workspace checkpoints a session keeps (512 when unset); 0 turns checkpoints off.
     #[serde(default)]
     pub checkpoint_max_mb: Option<u64>,
+    /// How deep subagents may nest (2 when unset); 0 turns them off.
+    #[serde(default)]
+    pub max_subagent_depth: Option<u32>,
 }
 
 /// Why `config.toml` could not be read or changed.
@@ -99,6 +102,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "checkpoint_max_mb",
         "MiB of workspace checkpoints a session keeps (default 512; 0 turns them off)",
+    ),
+    (
+        "max_subagent_depth",
+        "how deep subagents may nest (default 2; 0 turns them off)",
     ),
 ];
 
@@ -150,6 +157,7 @@ pub fn get(home: &Path, key: &str) -> Result<Option<String>, ConfigError> {
             .to_string(),
         ),
         "checkpoint_max_mb" => file.checkpoint_max_mb.map(|m| m.to_string()),
+        "max_subagent_depth" => file.max_subagent_depth.map(|m| m.to_string()),
         _ => Some(file.pass_env.join(",")).filter(|v| !v.is_empty()),
     })
 }
@@ -191,17 +199,17 @@ pub fn set(home: &Path, key: &str, value: Option<&str>) -> Result<(), ConfigErro
                     )))
                 }
                 "default_model" => check_model(v).map_err(err)?,
-                "checkpoint_max_mb" => {
-                    let mb: i64 = v.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
-                        err(format!(
-                            "checkpoint_max_mb: \"{v}\" is not a whole number of MiB"
-                        ))
-                    })?;
-                    doc[key] = toml_edit::value(mb);
+                "checkpoint_max_mb" | "max_subagent_depth" => {
+                    let n: i64 = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n >= 0)
+                        .ok_or_else(|| err(format!("{key}: \"{v}\" is not a whole number")))?;
+                    doc[key] = toml_edit::value(n);
                 }
                 _ => {}
             }
-            if key != "checkpoint_max_mb" {
+            if !["checkpoint_max_mb", "max_subagent_depth"].contains(&key) {
                 doc[key] = toml_edit::value(v);
             }
         }

@@ -14,6 +14,7 @@
 //! - [`codeact`]: the codeact executor, whose model acts through Python programs that call the tools.
 //! - [`registry`]: the one tool registry the react loop calls, over the builtin tools and the MCP servers.
 //! - [`mcp`]: the session's MCP servers, confined in the sandbox like commands.
+//! - [`subagents`]: the `Agent` tool, whose calls the supervisor runs as child sessions.
 //! - [`memory`]: the sliding-window memory.
 //! - [`permissions`]: evaluating agent.yaml permission rules.
 //! - [`tools`]: the builtin tools and the subprocess runner shared with operator commands.
@@ -40,6 +41,7 @@ pub mod react;
 pub mod registry;
 pub mod session;
 pub mod state;
+pub mod subagents;
 pub mod tools;
 
 pub use error::{Result, WorkerError};

@@ -207,7 +207,8 @@ impl Turn<'_> {
                 }
                 return Ok(reply.text);
             }
-            for (i, call) in reply.calls.iter().enumerate() {
+            let mut i = 0;
+            while i < reply.calls.len() {
                 if self.cancel.is_cancelled() {
                     // Every call gets a result, so the history stays valid for the next turn.
                     for skipped in &reply.calls[i..] {
@@ -218,8 +219,23 @@ impl Turn<'_> {
                     }
                     return Err(Stop::Interrupted);
                 }
-                let result = self.run_tool(call, None).await;
-                history.push(ChatMessage::tool_result(&call.id, result.output));
+                // Agent calls next to each other run at once: each is a child session of its own (the supervisor
+                // bounds how many run). Every other call runs alone, in order.
+                let end = match reply.calls[i..]
+                    .iter()
+                    .position(|c| c.name != crate::subagents::TOOL)
+                {
+                    Some(0) => i + 1,
+                    Some(n) => i + n,
+                    None => reply.calls.len(),
+                };
+                let group = &reply.calls[i..end];
+                let results =
+                    futures::future::join_all(group.iter().map(|c| self.run_tool(c, None))).await;
+                for (call, result) in group.iter().zip(results) {
+                    history.push(ChatMessage::tool_result(&call.id, result.output));
+                }
+                i = end;
             }
         }
         Err(Stop::Failed {

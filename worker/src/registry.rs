@@ -9,6 +9,7 @@ use service_ipc::{BuiltinTool, ToolSpec};
 
 use crate::a2a::Agents;
 use crate::mcp::Servers;
+use crate::subagents::Subagents;
 use crate::tools::{self, ToolCtx, ToolResult};
 
 /// Longest permission key of an MCP or A2A call.
@@ -23,6 +24,8 @@ pub enum Tool {
     Mcp(String),
     /// A remote A2A agent's tool (`a2a__<name>`).
     A2a(String),
+    /// The `Agent` tool, which runs a subagent.
+    Agent,
 }
 
 impl Tool {
@@ -31,6 +34,7 @@ impl Tool {
         match self {
             Tool::Builtin(t) => t.as_str(),
             Tool::Mcp(name) | Tool::A2a(name) => name,
+            Tool::Agent => crate::subagents::TOOL,
         }
     }
 }
@@ -40,15 +44,23 @@ pub struct Registry {
     builtins: Vec<BuiltinTool>,
     mcp: Arc<Servers>,
     agents: Agents,
+    /// The `Agent` tool's subagents and waiting calls.
+    pub subagents: Subagents,
 }
 
 impl Registry {
     /// A registry of `builtins`, the tools of `mcp` and those of the remote `agents`.
-    pub fn new(builtins: Vec<BuiltinTool>, mcp: Arc<Servers>, agents: Agents) -> Registry {
+    pub fn new(
+        builtins: Vec<BuiltinTool>,
+        mcp: Arc<Servers>,
+        agents: Agents,
+        subagents: Subagents,
+    ) -> Registry {
         Registry {
             builtins,
             mcp,
             agents,
+            subagents,
         }
     }
 
@@ -58,6 +70,9 @@ impl Registry {
         let mut specs = tools::specs(&self.builtins);
         specs.extend(self.mcp.specs().await);
         specs.extend(self.agents.specs().await);
+        if self.subagents.offered() {
+            specs.push(self.subagents.spec());
+        }
         specs
     }
 
@@ -73,6 +88,9 @@ impl Registry {
         }
         if self.agents.offers(name) {
             return Ok(Tool::A2a(name.to_string()));
+        }
+        if name == crate::subagents::TOOL && self.subagents.offered() {
+            return Ok(Tool::Agent);
         }
         if let Some(why) = self
             .mcp
@@ -106,6 +124,7 @@ impl Registry {
                     .to_string(),
             ),
             Tool::Mcp(_) => bounded(args.to_string()),
+            Tool::Agent => Subagents::key(args),
         }
     }
 
@@ -115,6 +134,7 @@ impl Registry {
             Tool::Builtin(t) => tools::describe(*t, args, key),
             Tool::Mcp(name) => format!("calling {name}"),
             Tool::A2a(name) => format!("asking {}", name.trim_start_matches(crate::a2a::PREFIX)),
+            Tool::Agent => format!("handing the task to subagent {key}"),
         }
     }
 
@@ -122,7 +142,7 @@ impl Registry {
     pub fn preview_diff(&self, tool: &Tool, args: &Value, cwd: &Path) -> Option<String> {
         match tool {
             Tool::Builtin(t) => tools::preview_diff(*t, args, cwd),
-            Tool::Mcp(_) | Tool::A2a(_) => None,
+            Tool::Mcp(_) | Tool::A2a(_) | Tool::Agent => None,
         }
     }
 
@@ -132,6 +152,7 @@ impl Registry {
             Tool::Builtin(t) => tools::run(*t, args, ctx).await,
             Tool::Mcp(name) => self.mcp.call(name, args, ctx.cancel).await,
             Tool::A2a(name) => self.agents.call(name, args, ctx).await,
+            Tool::Agent => self.subagents.call(args, ctx).await,
         }
     }
 }

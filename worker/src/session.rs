@@ -59,7 +59,8 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
     );
     // Remote agents' cards are fetched meanwhile; the first model call waits for them too.
     let agents = crate::a2a::Agents::start(&config.a2a_agents, outbox.clone());
-    let registry = Registry::new(config.tools.clone(), servers, agents);
+    let subagents = crate::subagents::Subagents::new(config.subagents.clone());
+    let registry = Registry::new(config.tools.clone(), servers, agents, subagents);
     let shared = Arc::new(Shared::new(config, outbox, registry));
     let stop = CancellationToken::new();
     let mut turn: Option<RunningTurn> = None;
@@ -117,6 +118,14 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 request_id,
                 decision,
             } => shared.deliver_decision(&request_id, decision),
+            ToWorker::SubagentResult {
+                request_id,
+                status,
+                output,
+            } => shared
+                .registry
+                .subagents
+                .deliver(&request_id, status, output),
             ToWorker::RunCommand {
                 exec_id,
                 command,

@@ -197,6 +197,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 summary: "rm -rf x".into(),
                 rule: Some("Bash rm*: ask".into()),
                 diff: None,
+                child_session_id: None,
             },
             json!({"type": "permission_requested", "payload": {
                 "turn_id": "t1", "request_id": "r1", "call_id": "c1", "tool": "Bash",
@@ -207,9 +208,33 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 turn_id: t(),
                 request_id: "r1".into(),
                 decision: ApprovalDecision::AllowAlways,
+                child_session_id: Some("s2".into()),
             },
             json!({"type": "approval_resolved", "payload": {
-                "turn_id": "t1", "request_id": "r1", "decision": "allow_always"}}),
+                "turn_id": "t1", "request_id": "r1", "decision": "allow_always", "child_session_id": "s2"}}),
+        ),
+        (
+            EventPayload::SubagentStarted {
+                turn_id: t(),
+                call_id: "c3".into(),
+                subagent: "reviewer".into(),
+                child_session_id: "s2".into(),
+            },
+            json!({"type": "subagent_started", "payload": {
+                "turn_id": "t1", "call_id": "c3", "subagent": "reviewer", "child_session_id": "s2"}}),
+        ),
+        (
+            EventPayload::SubagentFinished {
+                turn_id: t(),
+                call_id: "c3".into(),
+                subagent: "reviewer".into(),
+                child_session_id: "s2".into(),
+                outcome: TurnStatus::Completed,
+                usage: Usage::new(3, 4),
+            },
+            json!({"type": "subagent_finished", "payload": {
+                "turn_id": "t1", "call_id": "c3", "subagent": "reviewer", "child_session_id": "s2",
+                "outcome": "completed", "usage": serde_json::to_value(Usage::new(3, 4)).unwrap()}}),
         ),
         (
             EventPayload::PlanUpdate {
@@ -240,7 +265,7 @@ fn every_event_kind_has_its_pinned_json_form() {
     let cases = every_event_kind();
     assert_eq!(
         cases.len(),
-        20,
+        22,
         "one case per kind of event, plus exec_command_output_truncated and a program's tool call"
     );
     for (payload, expected) in cases {
@@ -306,6 +331,10 @@ fn every_to_worker() -> Vec<ToWorker> {
                 token: Some("t".into()),
                 tool_timeout_ms: 1000,
             }],
+            subagents: vec![service_ipc::SubagentInfo {
+                name: "reviewer".into(),
+                description: "reviews".into(),
+            }],
             executor: service_ipc::ExecutorKind::Codeact,
             codeact_timeout_ms: 5000,
             mcp_servers: [(
@@ -368,6 +397,11 @@ fn every_to_worker() -> Vec<ToWorker> {
             command: "echo hi".into(),
             cwd: None,
         },
+        ToWorker::SubagentResult {
+            request_id: "a".into(),
+            status: ToolCallStatus::Ok,
+            output: "reviewed".into(),
+        },
         ToWorker::Interrupt {
             turn_id: "t".into(),
         },
@@ -424,6 +458,13 @@ fn every_to_supervisor() -> Vec<ToSupervisor> {
         ToSupervisor::CommandFinished {
             exec_id: "e".into(),
             exit_code: None,
+        },
+        ToSupervisor::SubagentCall {
+            request_id: "a".into(),
+            turn_id: "t".into(),
+            call_id: "c".into(),
+            subagent: "reviewer".into(),
+            prompt: "review".into(),
         },
     ];
     out.extend(

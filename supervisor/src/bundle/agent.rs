@@ -43,6 +43,9 @@ pub struct AgentSpec {
     /// Remote A2A agents the bundle calls, each as a tool `a2a__<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub a2a_agents: Vec<super::a2a_agents::A2aAgentSpec>,
+    /// Other bundles the `Agent` tool may hand a task to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<super::subagents::SubagentEntry>,
     /// Settings of the `codeact` executor.
     #[serde(default)]
     pub codeact: CodeactSpec,
@@ -71,11 +74,12 @@ fn default_codeact_timeout_ms() -> u64 {
 
 impl AgentSpec {
     /// Whether the supervisor may make a turn's first model call itself (see `runtime::lead`): not when some tools
-    /// are known only once the worker runs (MCP servers' lists, A2A agents' cards), nor for the codeact executor,
-    /// whose every step runs a program in the sandbox.
+    /// are known only once the worker runs (MCP servers' lists, A2A agents' cards), nor with subagents, nor for the
+    /// codeact executor, whose every step runs a program in the sandbox.
     pub fn supervisor_may_lead(&self) -> bool {
         self.mcp_servers.is_empty()
             && self.a2a_agents.is_empty()
+            && self.subagents.is_empty()
             && self.executor == ExecutorKind::React
     }
 }
@@ -291,6 +295,9 @@ impl AgentSpec {
             if let Err((key, message)) = server.validate(name) {
                 return bad(&key, message);
             }
+        }
+        if let Err((key, message)) = super::subagents::validate(&self.subagents) {
+            return bad(&key, message);
         }
         for (i, agent) in self.a2a_agents.iter().enumerate() {
             if let Err((key, message)) = agent.validate(i) {

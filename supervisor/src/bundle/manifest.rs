@@ -35,7 +35,7 @@ pub struct Manifest {
 }
 
 /// `sandbox` of the manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxSpec {
     /// Confinement mode; `read_only` when absent.
@@ -56,7 +56,7 @@ pub struct SandboxSpec {
 }
 
 /// `sandbox.permissions`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxPermissions {
     /// Hosts the sandbox may reach through the egress proxy: `"pypi.org"`, `"*.pythonhosted.org"`,
@@ -66,7 +66,7 @@ pub struct SandboxPermissions {
 }
 
 /// `sandbox.resources`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     /// CPU cores.

@@ -21,6 +21,7 @@ pub(crate) mod parse;
 pub mod reference;
 pub mod skills;
 pub mod store;
+pub mod subagents;
 pub mod template;
 pub mod unpack;
 
@@ -172,6 +173,9 @@ pub struct BundleInfo {
     /// Remote A2A agents the bundle calls, as agent.yaml declares them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub a2a_agents: Vec<a2a_agents::A2aAgentSpec>,
+    /// Subagents the `Agent` tool may call, as agent.yaml declares them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<subagents::SubagentEntry>,
 }
 
 impl Bundle {
@@ -208,6 +212,7 @@ impl Bundle {
             skills: self.skills.iter().map(|s| s.name.clone()).collect(),
             mcp_servers: self.agent.mcp_servers.clone(),
             a2a_agents: self.agent.a2a_agents.clone(),
+            subagents: self.agent.subagents.clone(),
         }
     }
 }

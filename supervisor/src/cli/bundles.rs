@@ -407,6 +407,18 @@ fn describe(i: &BundleInfo) -> String {
             .collect();
         field("a2a agents", agents.join(", "));
     }
+    if !i.subagents.is_empty() {
+        use service_supervisor::bundle::subagents::SubagentEntry;
+        let subagents: Vec<String> = i
+            .subagents
+            .iter()
+            .map(|s| match s {
+                SubagentEntry::Any(_) => "any installed bundle (\"*\")".to_string(),
+                SubagentEntry::Named(s) => format!("{} ({})", s.name, s.bundle),
+            })
+            .collect();
+        field("subagents", subagents.join(", "));
+    }
     let asked = host_variables(i);
     if !asked.is_empty() {
         field(

@@ -339,8 +339,12 @@ fn runtime_options(
         service_supervisor::sandbox::identity::SandboxUser::for_this_process(sandbox_user)
             .map_err(anyhow::Error::msg)?;
     options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
-    if let Some(mb) = service_supervisor::config_file::load(home.root())?.checkpoint_max_mb {
+    let config = service_supervisor::config_file::load(home.root())?;
+    if let Some(mb) = config.checkpoint_max_mb {
         options.checkpoint_max_bytes = mb.saturating_mul(1024 * 1024);
+    }
+    if let Some(depth) = config.max_subagent_depth {
+        options.max_subagent_depth = depth;
     }
     options.resolver =
         std::sync::Arc::new(service_supervisor::egress::Resolver::from_entries(resolve)?);

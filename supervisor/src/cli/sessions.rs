@@ -179,9 +179,9 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
         return Ok(ExitCode::SUCCESS);
     }
     let now = chrono::Utc::now();
-    let rows: Vec<[String; 7]> = records
-        .iter()
-        .map(|r| {
+    let rows: Vec<[String; 7]> = tree(records)
+        .into_iter()
+        .map(|(r, depth)| {
             let outcome = match (&r.status, &r.last_turn) {
                 (service_supervisor::runtime::record::SessionStatus::Running, _) => {
                     "running".to_string()
@@ -189,8 +189,12 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
                 (_, Some(last)) => format!("{:?}", last.status).to_lowercase(),
                 (_, None) => "-".to_string(),
             };
+            let id = match depth {
+                0 => r.id.clone(),
+                d => format!("{}↳ {}", "  ".repeat(d - 1), r.id),
+            };
             [
-                r.id.clone(),
+                id,
                 super::term_text::safe(r.title.as_deref().unwrap_or("-")).into_owned(),
                 r.bundle.reference.clone(),
                 outcome,
@@ -211,6 +215,35 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
         )
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The records in list order, each subagent's session right under its parent's, with its depth below the listed
+/// top (a child whose parent is not listed shows at the top).
+fn tree(records: &[SessionRecord]) -> Vec<(&SessionRecord, usize)> {
+    let listed = |id: &str| records.iter().any(|r| r.id == id);
+    let is_top = |r: &SessionRecord| r.parent.as_ref().is_none_or(|p| !listed(&p.session_id));
+    fn under<'a>(
+        records: &'a [SessionRecord],
+        parent: &'a SessionRecord,
+        depth: usize,
+        out: &mut Vec<(&'a SessionRecord, usize)>,
+    ) {
+        out.push((parent, depth));
+        for child in records
+            .iter()
+            .filter(|r| r.parent.as_ref().is_some_and(|p| p.session_id == parent.id))
+        {
+            // A record cannot be its own ancestor; the depth bound keeps a corrupt store from looping.
+            if depth < 16 {
+                under(records, child, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(records.len());
+    for top in records.iter().filter(|r| is_top(r)) {
+        under(records, top, 0, &mut out);
+    }
+    out
 }
 
 async fn show(

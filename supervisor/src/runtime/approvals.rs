@@ -174,10 +174,15 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             tool,
             summary,
             diff,
+            child_session_id,
             ..
         } => Some(Asked {
             request_id: request_id.clone(),
-            tool: tool.to_string(),
+            // A subagent's request names it (and is never allowed by `auto-edit` on the parent's behalf).
+            tool: match child_session_id {
+                Some(child) => format!("{tool} (subagent session {child})"),
+                None => tool.to_string(),
+            },
             summary: summary.clone(),
             diff: diff.clone(),
         }),

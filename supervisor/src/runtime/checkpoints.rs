@@ -393,6 +393,8 @@ impl ServiceRuntime {
                 bundle,
                 &record.bundle_ref,
                 cwd.as_deref(),
+                // A fork of a subagent's session keeps its ceiling.
+                record.parent.clone(),
             )
             .await?;
         let made = self

@@ -111,6 +111,7 @@ impl Sink for SessionSink {
                 internal: addresses
                     .iter()
                     .any(|a| crate::egress::resolve::is_internal(*a)),
+                child_session_id: None,
             });
             drop(session);
             match rx.recv().await {

@@ -39,6 +39,7 @@ pub mod record;
 pub mod session;
 mod spawn;
 pub mod store;
+pub(crate) mod subagents;
 mod teardown;
 mod turns;
 pub mod worker;
@@ -105,6 +106,9 @@ pub struct RuntimeOptions {
     pub workspace_roots: Vec<PathBuf>,
     /// Bytes of workspace checkpoints a session keeps (`checkpoint_max_mb` in config.toml); 0 takes none.
     pub checkpoint_max_bytes: u64,
+    /// How deep subagents may nest (`max_subagent_depth` in config.toml): 1 lets a session start subagents that
+    /// cannot start their own; 0 turns subagents off.
+    pub max_subagent_depth: u32,
 }
 
 impl RuntimeOptions {
@@ -135,6 +139,7 @@ impl RuntimeOptions {
             pull_registries: Vec::new(),
             workspace_roots: Vec::new(),
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_MB * 1024 * 1024,
+            max_subagent_depth: subagents::DEFAULT_MAX_DEPTH,
         }
     }
 }
@@ -317,18 +322,25 @@ impl ServiceRuntime {
         bundle_ref: &str,
         cwd: Option<&Path>,
     ) -> Result<SessionRecord> {
-        self.create_session_as(uuid::Uuid::new_v4().to_string(), bundle, bundle_ref, cwd)
-            .await
-            .map(|session| session.record())
+        self.create_session_as(
+            uuid::Uuid::new_v4().to_string(),
+            bundle,
+            bundle_ref,
+            cwd,
+            None,
+        )
+        .await
+        .map(|session| session.record())
     }
 
-    /// Creates session `id` of `bundle` and keeps it live.
+    /// Creates session `id` of `bundle` and keeps it live; `parent` ties a subagent's session to its parent.
     async fn create_session_as(
         &self,
         id: String,
         bundle: bundle::Bundle,
         bundle_ref: &str,
         cwd: Option<&Path>,
+        parent: Option<record::ParentLink>,
     ) -> Result<Arc<Session>> {
         // A long-running runtime makes what its sandboxes share while the session waits for its first turn, so that
         // no turn's worker start waits for it.
@@ -336,16 +348,7 @@ impl ServiceRuntime {
             let cache = self.inner.home.sandbox_cache();
             self.inner.launcher.warm(&bundle.manifest.sandbox, &cache);
         }
-        let session = Session::create(
-            &self.inner.home,
-            &*self.inner.store,
-            id,
-            bundle,
-            bundle_ref,
-            cwd,
-            self.inner.metrics.clone(),
-        )
-        .await?;
+        let session = Session::create(&self.inner, id, bundle, bundle_ref, cwd, parent).await?;
         self.sessions().insert(session.id.clone(), session.clone());
         Ok(session)
     }
@@ -552,6 +555,7 @@ impl ServiceRuntime {
             turn_id: pending.turn_id,
             request_id: request_id.to_string(),
             decision,
+            child_session_id: None,
         });
         let sent = match pending.reply {
             approvals::Reply::Worker(worker) => worker

@@ -88,8 +88,10 @@ impl Prestarted {
     pub(crate) fn claim(&self, session: &Session) -> Option<Started> {
         let workspace = session.dir.join("workspace");
         let is_empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
-        // A reloaded session may have files in its workspace; it keeps it, and the spare stays for another.
-        if session.cwd() != workspace || !is_empty(&workspace) {
+        // A reloaded session may have files in its workspace; it keeps it, and the spare stays for another. A
+        // subagent's sandbox is cut down to its parent's, which a spare of its bundle was not.
+        if session.cwd() != workspace || !is_empty(&workspace) || session.record().parent.is_some()
+        {
             return None;
         }
         let key = key(&session.bundle);

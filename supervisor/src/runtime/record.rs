@@ -85,6 +85,31 @@ pub struct SessionRecord {
     /// serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// For a subagent's session: the session and `Agent` call that started it, and the confinement it may not
+    /// exceed. Absent for a top-level session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
+}
+
+/// What ties a subagent's session to the session that started it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ParentLink {
+    /// The parent session.
+    pub session_id: String,
+    /// The parent's `Agent` tool call.
+    pub tool_call_id: String,
+    /// The subagent's name in the parent's agent.yaml.
+    pub subagent: String,
+    /// 1 for a child of a top-level session, 2 for a grandchild, and so on.
+    pub depth: u32,
+    /// The parent's sandbox, which the child's bundle is cut down to whenever it is loaded.
+    pub ceiling: crate::bundle::manifest::SandboxSpec,
+    /// Whether the parent may ask for hosts off its list (`permissions.network: ask`); when not, neither may the
+    /// child.
+    pub network_ask: bool,
+    /// The subagent's `max_steps`, when agent.yaml sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u32>,
 }
 
 /// How long before `now` the time `when` (RFC 3339) was: `45s`, `12m`, `3h` or `5d`; `?` when it does not parse.
@@ -318,6 +343,7 @@ mod tests {
             title: None,
             usage: Default::default(),
             context_id: None,
+            parent: None,
         }
     }
 

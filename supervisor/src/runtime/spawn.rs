@@ -252,6 +252,8 @@ pub(crate) struct Assignment<'a> {
     pub history: Vec<ChatMessage>,
     /// The project instructions that follow its bundle's system prompt.
     pub instructions: Arc<crate::project_instructions::ProjectInstructions>,
+    /// Whether its subagents may start (it is not as deep as `max_subagent_depth` allows).
+    pub may_delegate: bool,
 }
 
 /// Waits until a started worker is inside its limits, connects its egress proxy to `sink`, and gives it
@@ -310,6 +312,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         bundle,
         history,
         instructions,
+        may_delegate,
     } = assignment;
     let skills = bundle
         .skills
@@ -347,9 +350,48 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
             .iter()
             .map(|a| a.to_worker(|name| host_variable(rt, id, name)))
             .collect(),
+        subagents: if may_delegate {
+            subagents_of(rt, bundle)
+        } else {
+            Vec::new()
+        },
         executor: agent.executor,
         codeact_timeout_ms: agent.codeact.timeout_ms,
     }
+}
+
+/// The subagents the `Agent` tool lists: those agent.yaml names, or for `"*"` every bundle in the store.
+fn subagents_of(rt: &Inner, bundle: &Bundle) -> Vec<service_ipc::SubagentInfo> {
+    use crate::bundle::subagents::SubagentEntry;
+    let mut out = Vec::new();
+    for entry in &bundle.agent.subagents {
+        match entry {
+            SubagentEntry::Named(s) => out.push(service_ipc::SubagentInfo {
+                name: s.name.clone(),
+                description: s.description.clone(),
+            }),
+            SubagentEntry::Any(_) => {
+                let installed = crate::bundle::store::list(&rt.home).unwrap_or_default();
+                for b in installed.into_iter().flatten() {
+                    if out
+                        .iter()
+                        .any(|s: &service_ipc::SubagentInfo| s.name == b.manifest.id)
+                    {
+                        continue;
+                    }
+                    out.push(service_ipc::SubagentInfo {
+                        name: b.manifest.id.clone(),
+                        description: b
+                            .manifest
+                            .description
+                            .clone()
+                            .unwrap_or_else(|| b.manifest.display_name().to_string()),
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The loopback names the sandbox's commands reach directly: `localhost` and `127.0.0.1`, less each one a network

@@ -12,10 +12,26 @@ use super::session::Session;
 use super::ServiceRuntime;
 
 impl ServiceRuntime {
-    /// Stops the session's worker, forgets its grants and deletes its files.
+    /// Stops the session's worker, forgets its grants and deletes its files, and those of its subagents' sessions.
     pub async fn delete_session(&self, id: &str) -> Result<()> {
         let session = self.session(id).await?;
         self.claim(&session).await?;
+        // Its subagents' sessions go with it, theirs first.
+        let children: Vec<String> = self
+            .inner
+            .store
+            .list()
+            .await?
+            .into_iter()
+            .filter(|r| r.parent.as_ref().is_some_and(|p| p.session_id == id))
+            .map(|r| r.id)
+            .collect();
+        for child in children {
+            match Box::pin(self.delete_session(&child)).await {
+                Ok(()) | Err(RuntimeError::SessionNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
         // First, so its pending requests answer "session deleted" rather than "turn ended".
         self.inner.approvals.drop_session(id);
         self.stop_session(&session, "the session was deleted").await;

@@ -59,7 +59,9 @@ impl ServiceRuntime {
             Some(_) => None,
         };
         overrides.model = Some(model);
-        let session = self.create_session_as(id, bundle, bundle_ref, cwd).await?;
+        let session = self
+            .create_session_as(id, bundle, bundle_ref, cwd, None)
+            .await?;
         session.adopt_instructions(instructions);
         // Its files for the turn are made while the call is on the wire; a failure shows again at the turn's saves.
         if let Err(e) = session.journal.log().prepare_first_turn(&session.record()) {

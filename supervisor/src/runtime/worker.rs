@@ -64,6 +64,8 @@ pub(crate) async fn attach(
         bundle: &session.bundle,
         history,
         instructions: session.instructions(&rt.options.workspace_roots),
+        may_delegate: session.record().parent.map_or(0, |p| p.depth)
+            < rt.options.max_subagent_depth,
     };
     let sink = Arc::new(super::egress_sink::SessionSink::new(&rt, &session));
     let started = spawn::configure(&rt, started, assignment, sink).await?;
@@ -110,6 +112,7 @@ fn run(
         session,
         tx,
         model_tasks: HashMap::new(),
+        subagent_calls: Vec::new(),
         last_seen: Instant::now(),
         pending: Vec::new(),
         run_dir,
@@ -128,6 +131,8 @@ struct Actor {
     session: Arc<Session>,
     tx: mpsc::Sender<ToWorker>,
     model_tasks: HashMap<String, tokio::task::AbortHandle>,
+    /// The `Agent` calls being run (see `subagents`); each interrupts its child when the turn ends.
+    subagent_calls: Vec<tokio::task::AbortHandle>,
     last_seen: Instant,
     /// Events received but not yet journaled (see `commit`).
     pending: Vec<EventPayload>,
@@ -400,7 +405,37 @@ impl Actor {
                     summary: key,
                     rule,
                     diff,
+                    child_session_id: None,
                 });
+            }
+            ToSupervisor::SubagentCall {
+                request_id,
+                turn_id,
+                call_id,
+                subagent,
+                prompt,
+            } => {
+                frame_guard::running_turn(&self.session, &turn_id)?;
+                self.subagent_calls.retain(|t| !t.is_finished());
+                if self.subagent_calls.len() >= frame_guard::MAX_SUBAGENT_CALLS {
+                    return Err(format!(
+                        "more than {} subagent calls at once",
+                        frame_guard::MAX_SUBAGENT_CALLS
+                    ));
+                }
+                let call = super::subagents::Call {
+                    request_id,
+                    turn_id,
+                    call_id,
+                    subagent,
+                    prompt,
+                };
+                self.subagent_calls.push(super::subagents::start(
+                    self.rt.clone(),
+                    self.session.clone(),
+                    self.tx.clone(),
+                    call,
+                ));
             }
             ToSupervisor::TurnFinished {
                 turn_id,

@@ -258,6 +258,29 @@ impl App {
             EventPayload::NetworkPermissionRequested { .. } => {
                 self.approval = crate::runtime::approvals::asked(&msg.payload);
             }
+            // A subagent's progress shows under its Agent call; its own events are in its session.
+            EventPayload::SubagentStarted {
+                subagent,
+                child_session_id,
+                ..
+            } => self.info(format!(
+                "  ↳ subagent {subagent} is working in session {child_session_id}"
+            )),
+            EventPayload::SubagentFinished {
+                subagent,
+                child_session_id,
+                outcome,
+                usage,
+                ..
+            } => self.info(format!(
+                "  ↳ subagent {subagent} {}, {} tokens; /resume {child_session_id} opens it",
+                match outcome {
+                    service_ipc::TurnStatus::Completed => "answered",
+                    service_ipc::TurnStatus::Failed => "failed",
+                    service_ipc::TurnStatus::Interrupted => "was interrupted",
+                },
+                usage.input_tokens.unwrap_or(0) + usage.output_tokens.unwrap_or(0)
+            )),
             EventPayload::NetworkAccess {
                 host,
                 port,

@@ -602,6 +602,7 @@ mod tests {
             summary: "/workspace/out.txt".into(),
             rule: None,
             diff: Some("--- out.txt\n+++ out.txt\n@@ -0,0 +1 @@\n+new line\n".into()),
+            child_session_id: None,
         }));
         let s = screen(&app);
         let top = s
@@ -620,6 +621,7 @@ mod tests {
             turn_id: "t".into(),
             request_id: "r".into(),
             decision: service_ipc::ApprovalDecision::AllowOnce,
+            child_session_id: None,
         }));
         assert!(app.approval.is_none());
         assert!(screen(&app)
@@ -669,11 +671,13 @@ mod tests {
             summary: "false".into(),
             rule: None,
             diff: None,
+            child_session_id: None,
         }));
         app.apply(&ev(EventPayload::ApprovalResolved {
             turn_id: "t".into(),
             request_id: "r".into(),
             decision: service_ipc::ApprovalDecision::AllowOnce,
+            child_session_id: None,
         }));
         app.apply(&ev(EventPayload::ExecCommandBegin {
             turn_id: Some("t".into()),

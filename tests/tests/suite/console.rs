@@ -485,3 +485,76 @@ async fn rewind_to_here_restores_the_files_and_says_so_in_the_transcript() {
     assert!(!page.exists());
     browser.close().await;
 }
+
+/// A parent whose `Agent` call runs a child that asks to write: the question sits under the call, the child shows
+/// folded there with its state, and its link opens the child's own transcript.
+#[tokio::test]
+async fn a_subagent_shows_folded_under_its_call_and_opens_on_demand() {
+    let env = Env::new();
+    let child = env.path("helper");
+    write_bundle(
+        &child,
+        r#"{turns: [{replies: [{tool_calls: [{name: "Write", arguments: {file_path: "helped.txt", content: "done"}}]}, {text: "helper wrote it"}]}]}"#,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Write, action: ask }\n",
+        "workspace_write",
+    );
+    let parent = env.path("fixture");
+    write_bundle(
+        &parent,
+        r#"{turns: [{replies: [{tool_calls: [{name: "Agent", arguments: {subagent: "helper", prompt: "write it"}}]}, {text: "parent says: {{last_tool_output}}"}]}]}"#,
+        &format!(
+            "subagents:\n  - {{ name: helper, bundle: \"{}\", description: Writes files }}\n",
+            child.display()
+        ),
+        "workspace_write",
+    );
+    env.run(&["build", parent.to_str().unwrap()]).ok();
+    let server = Server::start(env.home.path(), &[], &[]);
+    let browser = Browser::start(1280).await;
+    sign_in(&browser, &server).await;
+    new_session(&browser).await;
+    send(&browser, "delegate").await;
+    browser
+        .wait_js(
+            "return !!document.querySelector('details.tool .subagent .approval, details.tool .approval')",
+            "the child's question under the Agent call",
+        )
+        .await;
+    let asked = browser
+        .js("return document.querySelector('.approval').textContent")
+        .await;
+    assert!(asked.as_str().unwrap().contains("Subagent session"), "{asked}");
+    browser
+        .click(".approval button[data-decision=allow_once]")
+        .await;
+    browser
+        .wait_text(".msg.agent .text", "parent says: helper wrote it")
+        .await;
+    browser
+        .wait_js(
+            "return document.querySelector('details.subagent .badge').textContent.startsWith('completed')",
+            "the subagent marked completed",
+        )
+        .await;
+    assert_eq!(
+        count(&browser, "details.subagent[open]").await,
+        0,
+        "folded until opened"
+    );
+    let child_id = browser
+        .js("return document.querySelector('details.subagent').dataset.child")
+        .await;
+    browser.js("document.querySelector('details.subagent').open = true; return true").await;
+    browser.click("details.subagent a.open-child").await;
+    browser
+        .wait_js(
+            &format!(
+                "return location.pathname === '/ui/sessions/{}'",
+                child_id.as_str().unwrap()
+            ),
+            "the child's address",
+        )
+        .await;
+    browser.wait_text(".msg.agent .text", "helper wrote it").await;
+    browser.close().await;
+}

@@ -13,9 +13,9 @@ use super::support::{Env, Server};
 
 /// An HTTP (or, with a certificate, HTTPS) server on a free loopback port that answers every GET with its Host
 /// header and path. It exits by itself after two minutes, and is killed when dropped.
-struct Upstream {
+pub(super) struct Upstream {
     child: Child,
-    port: u16,
+    pub(super) port: u16,
 }
 
 const UPSTREAM: &str = r#"
@@ -40,7 +40,7 @@ srv.serve_forever()
 "#;
 
 impl Upstream {
-    fn start(tls: Option<(&std::path::Path, &std::path::Path)>) -> Upstream {
+    pub(super) fn start(tls: Option<(&std::path::Path, &std::path::Path)>) -> Upstream {
         let mut cmd = Command::new("python3");
         cmd.arg("-c").arg(UPSTREAM);
         if let Some((cert, key)) = tls {

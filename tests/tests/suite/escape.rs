@@ -395,6 +395,7 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "checkpoint_created",
         "session_rewound",
         "session_forked",
+        "subagent_finished",
         "turn_completed",
         "network_access",
         "model_retry",
@@ -422,6 +423,23 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
             "{attack}: {message}"
         );
     }
+}
+
+/// A taken-over worker that asks for a subagent its agent.yaml does not declare gets an error for an answer, and no
+/// session starts: the supervisor looks the name up in the bundle it loaded, not in the frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_worker_cannot_start_a_subagent_its_bundle_does_not_declare() {
+    let (outcome, events) = hostile_events("undeclared_subagent").await;
+    let kinds: Vec<&str> = events.iter().map(|m| m.payload.kind()).collect();
+    assert_eq!(outcome.error, None, "{kinds:?}");
+    assert!(
+        outcome
+            .final_message
+            .starts_with("there is no subagent \"wide\""),
+        "{}",
+        outcome.final_message
+    );
+    assert!(!kinds.contains(&"subagent_started"), "{kinds:?}");
 }
 
 /// A taken-over worker that claims a billion tokens is not believed: a turn's usage is what the supervisor counted

@@ -47,6 +47,7 @@ mod run_cli;
 mod sandbox;
 mod sessions_cli;
 mod store_backend;
+mod subagents;
 mod support;
 mod terminal;
 mod tmux;

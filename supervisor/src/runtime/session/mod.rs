@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use service_ipc::{ChatMessage, EventPayload, ModelRef, TurnStatus, Usage};
 use tokio::sync::oneshot;
-use tokio_util::sync::DropGuard;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::approvals::Grant;
 use super::error::{Result, RuntimeError};
@@ -68,6 +68,9 @@ struct ActiveTurn {
     overflow_compacted: bool,
     /// The history log's length as the turn started (see `SessionLog::history_mark`).
     history_mark: u64,
+    /// Cancelled when the turn ends, however it ends (the guard is dropped with the turn): its subagents stop.
+    ended: CancellationToken,
+    _ended: DropGuard,
     /// Tells other processes on the store that the session is live while the turn runs.
     _lease: Option<crate::runtime::store::files_lock::LiveLease>,
 }
@@ -97,6 +100,8 @@ pub struct Session {
     metrics: Arc<crate::metrics::Metrics>,
     /// The workspace's checkpoints, for a session whose turns can write (see `runtime::checkpoints`).
     pub(crate) checkpoints: std::sync::OnceLock<Option<Arc<crate::checkpoint::Checkpoints>>>,
+    /// Its subagents that may run at once (see `runtime::subagents`).
+    pub(crate) subagent_slots: Arc<tokio::sync::Semaphore>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -107,15 +112,15 @@ impl Session {
     /// Creates new session `id` (a UUID the runtime made) of `bundle`, with its directory; `cwd` defaults to the
     /// session's own `workspace/`.
     pub(crate) async fn create(
-        home: &ServiceHome,
-        store: &dyn Store,
+        rt: &super::Inner,
         id: String,
         bundle: Bundle,
         bundle_ref: &str,
         cwd: Option<&Path>,
-        metrics: Arc<crate::metrics::Metrics>,
+        parent: Option<super::record::ParentLink>,
     ) -> Result<Arc<Session>> {
-        let dir = home.sessions().join(&id);
+        let (store, metrics) = (&*rt.store, rt.metrics.clone());
+        let dir = rt.home.sessions().join(&id);
         let workspace = dir.join("workspace");
         std::fs::create_dir_all(&workspace)
             .map_err(|e| RuntimeError::io("cannot create", &workspace, e))?;
@@ -155,6 +160,7 @@ impl Session {
             title: None,
             usage: Default::default(),
             context_id: None,
+            parent,
         };
         // A session that cannot be written down (a full store) leaves no directory behind.
         let made = match store.insert(&record).await {
@@ -255,6 +261,11 @@ impl Session {
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Arc<Session>> {
         let journal = Arc::new(Journal::open(store, &record.id).await?);
+        // A subagent's session never runs wider than its parent's: its bundle is cut down on every load.
+        let bundle = match &record.parent {
+            Some(link) => crate::runtime::subagents::narrowed(bundle, link),
+            None => bundle,
+        };
         Ok(Arc::new(Session {
             id: record.id.clone(),
             dir,
@@ -270,6 +281,9 @@ impl Session {
             fault: Mutex::new(None),
             metrics,
             checkpoints: std::sync::OnceLock::new(),
+            subagent_slots: Arc::new(tokio::sync::Semaphore::new(
+                crate::runtime::subagents::MAX_RUNNING,
+            )),
         }))
     }
 

@@ -131,6 +131,7 @@ impl Session {
                 context_window: context_window(&model),
                 ..Usage::default()
             };
+            let ended = CancellationToken::new();
             *active = Some(ActiveTurn {
                 turn_id: turn_id.to_string(),
                 model,
@@ -141,6 +142,8 @@ impl Session {
                 prompt: prompt.to_string(),
                 overflow_compacted: false,
                 history_mark: self.journal.log().history_mark(),
+                ended: ended.clone(),
+                _ended: ended.drop_guard(),
                 _lease: crate::runtime::store::files_lock::live(&self.dir),
             });
         }
@@ -171,6 +174,24 @@ impl Session {
             .as_ref()
             .filter(|a| a.turn_id == turn_id)
             .map(|a| a.history_mark)
+    }
+
+    /// A token cancelled when `turn_id` ends; None when it does not run.
+    pub(crate) fn turn_ended(&self, turn_id: &str) -> Option<CancellationToken> {
+        lock(&self.active)
+            .as_ref()
+            .filter(|a| a.turn_id == turn_id)
+            .map(|a| a.ended.clone())
+    }
+
+    /// Counts a subagent's tokens and model calls towards `turn_id`, if it still runs.
+    pub fn count_child(&self, turn_id: &str, child: &Usage) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.usage.add(*child);
+            if let Some(calls) = child.model_calls {
+                a.usage.model_calls = Some(a.usage.model_calls.unwrap_or(0).saturating_add(calls));
+            }
+        }
     }
 
     /// Counts one model call of `turn_id` the supervisor made, if it still runs.
