@@ -2,10 +2,11 @@
 //! `cargo bench -p service-supervisor --bench codeact`.
 //!
 //! Two bundles in `workspace_write` sandboxes with real workers, on one session each: a react bundle whose scripted
-//! model calls Read `n` times in one reply, and a codeact bundle whose program calls `read` `n` times in a loop.
-//! Each turn reads the same small file. A call's cost is the difference between the median turn with 1 + CALLS
-//! calls and the median turn with 1 call, divided by CALLS, so the model calls, the program's start and the turn's
-//! own work cancel out. Turns of the four kinds are sampled in turn. The target is a ratio of at most 2.
+//! model calls Read `n` times, all in one reply or one per reply (as calls that depend on each other must be), and a
+//! codeact bundle whose program calls `read` `n` times in a loop. Each turn reads the same small file. A call's cost
+//! is the difference between the median turn with 1 + CALLS calls and the median turn with 1 call, divided by
+//! CALLS, so the program's start and the turn's own work cancel out. Turns of the six kinds are sampled in turn.
+//! The target is a ratio of at most 2 against the JSON call.
 //!
 //! `BENCH_ITERS` sets the number of samples of each kind (default 30); `BENCH_EXE` runs another build's worker.
 
@@ -31,21 +32,28 @@ fn write_bundle(dir: &Path, executor: &str, script: serde_json::Value) -> std::i
         dir.join("agent.yaml"),
         format!(
             "model: {{ provider: scripted, name: s, config: {{ script: resources/script.json5 }} }}\n\
-             executor: {executor}\nmemory: {{ provider: sliding_window, window: 240 }}\n"
+             executor: {executor}\nmax_steps: 200\nmemory: {{ provider: sliding_window, window: 240 }}\n"
         ),
     )?;
     std::fs::write(dir.join("resources/script.json5"), script.to_string())
 }
 
-/// A react script: the prompt `calls N` gets one reply with N Read calls, then an answer.
+/// A react script: the prompt `calls N` gets one reply with N Read calls, then an answer; `steps N` gets N replies
+/// of one Read call each, then an answer.
 fn react_script() -> serde_json::Value {
-    let turn = |n: usize| {
-        let calls: Vec<_> = (0..n)
-            .map(|_| serde_json::json!({"name": "Read", "arguments": {"file_path": "data.txt"}}))
-            .collect();
+    let read = || serde_json::json!({"name": "Read", "arguments": {"file_path": "data.txt"}});
+    let batched = |n: usize| {
+        let calls: Vec<_> = (0..n).map(|_| read()).collect();
         serde_json::json!({"when": format!("calls {n}."), "replies": [{"tool_calls": calls}, {"text": "done"}]})
     };
-    serde_json::json!({"turns": [turn(1), turn(1 + CALLS)]})
+    let stepped = |n: usize| {
+        let mut replies: Vec<_> = (0..n)
+            .map(|_| serde_json::json!({"tool_calls": [read()]}))
+            .collect();
+        replies.push(serde_json::json!({"text": "done"}));
+        serde_json::json!({"when": format!("steps {n}."), "replies": replies})
+    };
+    serde_json::json!({"turns": [batched(1), batched(1 + CALLS), stepped(1), stepped(1 + CALLS)]})
 }
 
 /// A codeact script: the prompt `calls N` gets one program that reads N times and answers.
@@ -59,12 +67,12 @@ fn codeact_script() -> serde_json::Value {
     serde_json::json!({"turns": [turn(1), turn(1 + CALLS)]})
 }
 
-async fn turn(rt: &ServiceRuntime, id: &str, calls: usize) -> BenchResult<Duration> {
+async fn turn(rt: &ServiceRuntime, id: &str, how: &str, calls: usize) -> BenchResult<Duration> {
     let started = Instant::now();
     let pending = rt
         .start_turn(
             id,
-            Task::new(format!("calls {calls}.")),
+            Task::new(format!("{how} {calls}.")),
             TurnOverrides::default(),
         )
         .await?;
@@ -113,62 +121,68 @@ fn main() -> BenchResult<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let [json_one, json_many, code_one, code_many] = tokio.block_on(async {
-        let json = rt
-            .create_session(&react.path().display().to_string(), Some(workspace.path()))
-            .await?
-            .id;
-        let code = rt
-            .create_session(
-                &codeact.path().display().to_string(),
-                Some(workspace.path()),
-            )
-            .await?
-            .id;
-        // Warm: the workers start, and the first program pays for the first python3 start.
-        for _ in 0..3 {
-            turn(&rt, &json, 1).await?;
-            turn(&rt, &code, 1).await?;
-        }
-        let mut samples: [Vec<Duration>; 4] = Default::default();
-        for _ in 0..iters {
-            samples[0].push(turn(&rt, &json, 1).await?);
-            samples[1].push(turn(&rt, &json, 1 + CALLS).await?);
-            samples[2].push(turn(&rt, &code, 1).await?);
-            samples[3].push(turn(&rt, &code, 1 + CALLS).await?);
-        }
-        rt.shutdown("bench over").await;
-        BenchResult::Ok(samples.map(median))
-    })?;
+    let [json_one, json_many, step_one, step_many, code_one, code_many] =
+        tokio.block_on(async {
+            let json = rt
+                .create_session(&react.path().display().to_string(), Some(workspace.path()))
+                .await?
+                .id;
+            let code = rt
+                .create_session(
+                    &codeact.path().display().to_string(),
+                    Some(workspace.path()),
+                )
+                .await?
+                .id;
+            // Warm: the workers start, and the first program pays for the first python3 start.
+            for _ in 0..3 {
+                turn(&rt, &json, "calls", 1).await?;
+                turn(&rt, &code, "calls", 1).await?;
+            }
+            let mut samples: [Vec<Duration>; 6] = Default::default();
+            for _ in 0..iters {
+                samples[0].push(turn(&rt, &json, "calls", 1).await?);
+                samples[1].push(turn(&rt, &json, "calls", 1 + CALLS).await?);
+                samples[2].push(turn(&rt, &json, "steps", 1).await?);
+                samples[3].push(turn(&rt, &json, "steps", 1 + CALLS).await?);
+                samples[4].push(turn(&rt, &code, "calls", 1).await?);
+                samples[5].push(turn(&rt, &code, "calls", 1 + CALLS).await?);
+            }
+            rt.shutdown("bench over").await;
+            BenchResult::Ok(samples.map(median))
+        })?;
     let per_call =
         |one: Duration, many: Duration| many.saturating_sub(one).as_secs_f64() * 1e3 / CALLS as f64;
     let json_call = per_call(json_one, json_many);
+    let step_call = per_call(step_one, step_many);
     let code_call = per_call(code_one, code_many);
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let many = 1 + CALLS;
     println!("codeact bench: medians of {iters} turns of each kind, sampled in turn, real confined workers");
-    println!("| turn                                    | median ms |");
-    println!("|-----------------------------------------|-----------|");
-    println!(
-        "| react, 1 Read call                      | {:>9.3} |",
-        ms(json_one)
-    );
-    println!(
-        "| react, {:>3} Read calls in one reply      | {:>9.3} |",
-        1 + CALLS,
-        ms(json_many)
-    );
-    println!(
-        "| codeact, a program with 1 read()        | {:>9.3} |",
-        ms(code_one)
-    );
-    println!(
-        "| codeact, a program with {:>3} read()s     | {:>9.3} |",
-        1 + CALLS,
-        ms(code_many)
-    );
+    println!("| turn                                        | median ms |");
+    println!("|---------------------------------------------|-----------|");
+    for (name, d) in [
+        ("react, 1 Read call".to_string(), json_one),
+        (format!("react, {many} Read calls in one reply"), json_many),
+        ("react, 1 reply of one Read call".to_string(), step_one),
+        (format!("react, {many} replies of one Read call"), step_many),
+        ("codeact, a program with 1 read()".to_string(), code_one),
+        (format!("codeact, a program with {many} read()s"), code_many),
+    ] {
+        println!("| {name:<43} | {:>9.3} |", d.as_secs_f64() * 1e3);
+    }
     println!();
-    println!("one JSON tool call:         {json_call:.3} ms");
-    println!("one call from a program:    {code_call:.3} ms");
-    println!("ratio (target at most 2x):  {:.2}x", code_call / json_call);
+    println!("one JSON tool call, batched in a reply:  {json_call:.3} ms");
+    println!(
+        "one JSON tool call, its own model step:  {step_call:.3} ms (scripted model, in process)"
+    );
+    println!("one call from a program:                 {code_call:.3} ms");
+    println!(
+        "ratio to the batched JSON call (target at most 2x): {:.2}x",
+        code_call / json_call
+    );
+    println!(
+        "ratio to a JSON call per step:                      {:.2}x",
+        code_call / step_call
+    );
     Ok(())
 }

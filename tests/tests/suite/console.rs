@@ -523,7 +523,10 @@ async fn a_subagent_shows_folded_under_its_call_and_opens_on_demand() {
     let asked = browser
         .js("return document.querySelector('.approval').textContent")
         .await;
-    assert!(asked.as_str().unwrap().contains("Subagent session"), "{asked}");
+    assert!(
+        asked.as_str().unwrap().contains("Subagent session"),
+        "{asked}"
+    );
     browser
         .click(".approval button[data-decision=allow_once]")
         .await;
@@ -544,7 +547,9 @@ async fn a_subagent_shows_folded_under_its_call_and_opens_on_demand() {
     let child_id = browser
         .js("return document.querySelector('details.subagent').dataset.child")
         .await;
-    browser.js("document.querySelector('details.subagent').open = true; return true").await;
+    browser
+        .js("document.querySelector('details.subagent').open = true; return true")
+        .await;
     browser.click("details.subagent a.open-child").await;
     browser
         .wait_js(
@@ -555,6 +560,8 @@ async fn a_subagent_shows_folded_under_its_call_and_opens_on_demand() {
             "the child's address",
         )
         .await;
-    browser.wait_text(".msg.agent .text", "helper wrote it").await;
+    browser
+        .wait_text(".msg.agent .text", "helper wrote it")
+        .await;
     browser.close().await;
 }
