@@ -26,6 +26,28 @@ pub(crate) enum Stop {
     Failed { code: String, message: String },
 }
 
+impl Stop {
+    /// A model reply with no text and nothing to run.
+    pub(crate) fn empty() -> Stop {
+        let (code, message) = empty_response();
+        Stop::Failed {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// `max` steps (`what` says of what) without a final answer.
+    pub(crate) fn out_of_steps(max: u32, what: &str) -> Stop {
+        Stop::Failed {
+            code: "max_steps_exceeded".into(),
+            message: format!(
+                "the turn used all {max} {what} allowed by max_steps in agent.yaml without a final answer; raise \
+                 max_steps or simplify the task"
+            ),
+        }
+    }
+}
+
 /// What one model call produced, as it is read.
 #[derive(Debug, Default)]
 pub struct Reply {
@@ -199,11 +221,7 @@ impl Turn<'_> {
             });
             if reply.calls.is_empty() {
                 if reply.text.trim().is_empty() {
-                    let (code, message) = empty_response();
-                    return Err(Stop::Failed {
-                        code: code.into(),
-                        message: message.into(),
-                    });
+                    return Err(Stop::empty());
                 }
                 return Ok(reply.text);
             }
@@ -238,14 +256,7 @@ impl Turn<'_> {
                 i = end;
             }
         }
-        Err(Stop::Failed {
-            code: "max_steps_exceeded".into(),
-            message: format!(
-                "the turn used all {} model calls allowed by max_steps in agent.yaml without a final answer; raise \
-                 max_steps or simplify the task",
-                config.max_steps
-            ),
-        })
+        Err(Stop::out_of_steps(config.max_steps, "model calls"))
     }
 
     /// The messages of the next model call: the system prompt and the memory's view of `history`, after taking a

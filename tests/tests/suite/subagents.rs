@@ -45,6 +45,11 @@ fn bundle(dir: &Path, id: &str, mode: &str, network: &[String], extra: Value, re
     .unwrap();
 }
 
+/// A bundle with no network and nothing added to agent.yaml.
+fn plain(dir: &Path, id: &str, mode: &str, replies: Value) {
+    bundle(dir, id, mode, &[], json!({}), replies);
+}
+
 fn agent_call(subagent: &str, prompt: &str) -> Value {
     json!({"name": "Agent", "arguments": {"subagent": subagent, "prompt": prompt}})
 }
@@ -87,12 +92,10 @@ async fn two_children_run_at_once_each_within_the_parents_sandbox_and_deleting_t
     );
     // The reader is read-only; it tries to write anyway. The writer's bundle asks for both servers; the parent
     // allows only the first. Each child's reply streams slowly, so both run at once.
-    bundle(
+    plain(
         &reader,
         "reader",
         "read_only",
-        &[],
-        json!({}),
         json!([
             {"delay_ms": 150, "text": "", "tool_calls": [{"name": "Write", "arguments": {"file_path": "from-reader.txt", "content": "x"}}]},
             {"text": "reader: {{last_tool_output}}"},
@@ -285,12 +288,10 @@ async fn an_interrupt_of_the_parent_kills_the_childrens_commands() {
     let dirs = TempDir::new().unwrap();
     let marker = "307.25";
     let sleeper = dirs.path().join("sleeper");
-    bundle(
+    plain(
         &sleeper,
         "sleeper",
         "workspace_write",
-        &[],
-        json!({}),
         json!([
             {"tool_calls": [{"name": "Bash", "arguments": {"command": format!("sleep {marker}")}}]},
             {"text": "woke"},
@@ -375,14 +376,7 @@ async fn past_max_subagent_depth_a_child_has_no_agent_tool_and_no_grandchild_sta
     let home = TempDir::new().unwrap();
     let dirs = TempDir::new().unwrap();
     let leaf = dirs.path().join("leaf");
-    bundle(
-        &leaf,
-        "leaf",
-        "read_only",
-        &[],
-        json!({}),
-        json!([{"text": "leaf"}]),
-    );
+    plain(&leaf, "leaf", "read_only", json!([{"text": "leaf"}]));
     let mid = dirs.path().join("mid");
     bundle(
         &mid,
@@ -426,12 +420,10 @@ async fn past_max_subagent_depth_a_child_has_no_agent_tool_and_no_grandchild_sta
 async fn a_copy_isolated_child_works_on_a_copy_and_sessions_lists_it_under_its_parent() {
     let env = Env::new();
     let scratch = env.path("scratch");
-    bundle(
+    plain(
         &scratch,
         "scratch",
         "workspace_write",
-        &[],
-        json!({}),
         json!([
             {"tool_calls": [{"name": "Bash", "arguments": {"command": "cat notes.txt; echo changed > notes.txt"}}]},
             {"text": "scratch: {{last_tool_output}}"},
@@ -485,5 +477,54 @@ async fn a_copy_isolated_child_works_on_a_copy_and_sessions_lists_it_under_its_p
     assert!(
         lines[at + 1].starts_with(&format!("↳ {}", child.id)),
         "{listed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_agent_calls_in_one_reply_run_four_at_a_time() {
+    let home = TempDir::new().unwrap();
+    let dirs = TempDir::new().unwrap();
+    let slow = dirs.path().join("slow");
+    plain(
+        &slow,
+        "slow",
+        "read_only",
+        json!([{"text": "slow answer", "delay_ms": 100}]),
+    );
+    let parent = dirs.path().join("parent");
+    let calls: Vec<Value> = (0..6)
+        .map(|i| agent_call("slow", &format!("task {i}")))
+        .collect();
+    bundle(
+        &parent,
+        "parent",
+        "read_only",
+        &[],
+        json!({"subagents": [subagent("slow", &slow)]}),
+        json!([{"tool_calls": calls}, {"text": "all done"}]),
+    );
+    let rt = runtime(home.path());
+    let id = rt
+        .create_session(parent.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    let (outcome, events) = run_turn(&rt, &id, "fan out").await;
+    assert_eq!(outcome.status, TurnStatus::Completed, "{:?}", outcome.error);
+    let (mut running, mut most) = (0i32, 0i32);
+    for e in &events {
+        match e.payload.kind() {
+            "subagent_started" => running += 1,
+            "subagent_finished" => running -= 1,
+            _ => continue,
+        }
+        most = most.max(running);
+    }
+    assert_eq!(most, 4, "at most four at once, and four did run together");
+    let answers = tool_results(&events);
+    assert_eq!(answers.len(), 6);
+    assert!(
+        answers.iter().all(|(_, out)| out == "slow answer"),
+        "{answers:?}"
     );
 }

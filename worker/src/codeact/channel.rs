@@ -5,7 +5,7 @@
 //! rule was met or a call approved. Malformed lines are answered with an error, and a line longer than
 //! [`MAX_LINE`] ends the channel.
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use service_ipc::{ToolCall, ToolCallStatus};
 use tokio::io::AsyncWriteExt;
@@ -15,6 +15,9 @@ use crate::react::Turn;
 
 /// The longest request line: a Write of a large file fits, a flood does not.
 const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// How long the channel polls for the next request before it waits to be woken.
+const POLL: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// What a program asked of its channel.
 #[derive(Default)]
@@ -53,13 +56,25 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str) ->
         tokio_util::codec::LinesCodec::new_with_max_length(MAX_LINE),
     );
     loop {
-        let line = tokio::select! {
-            _ = turn.cancel.cancelled() => return calls,
-            line = lines.next() => match line {
-                Some(Ok(line)) => line,
-                // Closed, unreadable, or a line past the limit: the program is done with the channel.
-                Some(Err(_)) | None => return calls,
-            },
+        // A program's next call usually follows its last reply within microseconds: polling for it that long,
+        // letting the worker's other tasks run in between, saves being woken for it.
+        let polling = std::time::Instant::now() + POLL;
+        let next = loop {
+            if let Some(next) = lines.next().now_or_never() {
+                break next;
+            }
+            if std::time::Instant::now() >= polling || turn.cancel.is_cancelled() {
+                break tokio::select! {
+                    _ = turn.cancel.cancelled() => return calls,
+                    next = lines.next() => next,
+                };
+            }
+            tokio::task::yield_now().await;
+        };
+        let line = match next {
+            Some(Ok(line)) => line,
+            // Closed, unreadable, or a line past the limit: the program is done with the channel.
+            Some(Err(_)) | None => return calls,
         };
         let (status, output) = match serde_json::from_str::<Request>(&line) {
             Err(e) => (

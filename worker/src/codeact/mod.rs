@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use service_ipc::{BuiltinTool, ChatMessage, ChatRole, EventPayload, Usage};
 
-use crate::react::{empty_response, Reply, Stop, Turn};
+use crate::react::{Reply, Stop, Turn};
 use crate::tools::exec::{self, ExecRequest, Inherit};
 
 /// The module a program imports, written beside it.
@@ -59,11 +59,7 @@ pub(crate) async fn steps(
                 continue;
             }
             if reply.text.trim().is_empty() {
-                let (code, message) = empty_response();
-                return Err(Stop::Failed {
-                    code: code.into(),
-                    message: message.into(),
-                });
+                return Err(Stop::empty());
             }
             return Ok(reply.text);
         };
@@ -84,14 +80,7 @@ pub(crate) async fn steps(
             return Ok(answer);
         }
     }
-    Err(Stop::Failed {
-        code: "max_steps_exceeded".into(),
-        message: format!(
-            "the turn ran all {} programs allowed by max_steps in agent.yaml without a final answer; raise \
-             max_steps or simplify the task",
-            config.max_steps
-        ),
-    })
+    Err(Stop::out_of_steps(config.max_steps, "programs"))
 }
 
 /// What one program came to.
