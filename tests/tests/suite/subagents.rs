@@ -528,3 +528,45 @@ async fn six_agent_calls_in_one_reply_run_four_at_a_time() {
         "{answers:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codeact_program_hands_a_task_to_a_subagent_with_agent() {
+    let home = TempDir::new().unwrap();
+    let dirs = TempDir::new().unwrap();
+    let helper = dirs.path().join("helper");
+    plain(
+        &helper,
+        "helper",
+        "read_only",
+        json!([{"text": "helper heard: {{prompt}}"}]),
+    );
+    let parent = dirs.path().join("parent");
+    bundle(
+        &parent,
+        "parent",
+        "read_only",
+        &[],
+        json!({"executor": "codeact", "subagents": [subagent("helper", &helper)]}),
+        json!([{"text": "```python\nfinal_answer(agent('helper', 'hello from code'))\n```"}]),
+    );
+    let rt = runtime(home.path());
+    let id = rt
+        .create_session(parent.to_str().unwrap(), None)
+        .await
+        .unwrap()
+        .id;
+    let (_, events) = run_turn(&rt, &id, "go").await;
+    assert_eq!(final_message(&events), "helper heard: hello from code");
+    let call = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            EventPayload::ToolCallStarted {
+                tool,
+                parent_exec_id,
+                ..
+            } => Some((tool.clone(), parent_exec_id.is_some())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(call, ("Agent".to_string(), true));
+}

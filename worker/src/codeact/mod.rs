@@ -232,7 +232,9 @@ async fn system_prompt(turn: &Turn<'_>) -> String {
         system.push_str(&format!("- {}\n", signature(*tool)));
     }
     for spec in turn.shared.registry.specs().await {
-        if spec.name.parse::<BuiltinTool>().is_err() {
+        if spec.name == crate::subagents::TOOL {
+            system.push_str(&format!("- agent(subagent, prompt): {}", spec.description));
+        } else if spec.name.parse::<BuiltinTool>().is_err() {
             system.push_str(&format!(
                 "- call(\"{}\", **arguments): {} Arguments: {}\n",
                 spec.name, spec.description, spec.parameters

@@ -15,7 +15,7 @@ import sys
 import time
 
 __all__ = [
-    "Denied", "ToolError", "call", "read", "write", "edit", "bash", "glob", "grep", "skill", "update_plan",
+    "Denied", "ToolError", "call", "read", "write", "edit", "bash", "glob", "grep", "skill", "update_plan", "agent",
     "final_answer",
 ]
 
@@ -113,6 +113,11 @@ def skill(name):
 def update_plan(plan, explanation=None):
     """Publishes the plan: a list of {"step": ..., "status": "pending"|"in_progress"|"completed"}."""
     return call("UpdatePlan", **_given(plan=plan, explanation=explanation))
+
+
+def agent(subagent, prompt):
+    """Hands `prompt` to a subagent, which works on it in a session of its own; its answer."""
+    return call("Agent", subagent=subagent, prompt=prompt)
 
 
 def final_answer(text):
