@@ -146,7 +146,15 @@ async fn compaction_by_hand_over_http_summarises_all_but_the_kept_turns_and_off_
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["compacted"], true);
     assert_eq!(body["summarised_turns"], 3);
-    let done = compactions(&api, &session).await;
+    // A PostgreSQL store journals the event just after the answer.
+    let mut done = compactions(&api, &session).await;
+    for _ in 0..100 {
+        if !done.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        done = compactions(&api, &session).await;
+    }
     assert_eq!(done.len(), 1);
     assert_eq!(done[0]["reason"], "manual");
     assert_eq!(done[0]["turn_id"], Value::Null);
