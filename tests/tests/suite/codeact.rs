@@ -406,3 +406,50 @@ async fn an_interrupt_kills_the_running_program_and_its_children() {
         || "the program's child outlived the interrupt".into(),
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_still_running_when_its_program_is_killed_is_stopped_and_finished() {
+    let home = TempDir::new().unwrap();
+    let cwd = sandbox_tempdir();
+    let marker = "309.5";
+    let b = bundle(
+        &[
+            &program(&format!(
+                "print('calling', flush=True)\nbash('sleep {marker}')"
+            )),
+            "After: {{last_tool_output}}",
+        ],
+        "codeact: { timeout_ms: 1500 }\n",
+    );
+    let rt = runtime(home.path());
+    let id = session(&rt, &b, &cwd).await;
+    let started = std::time::Instant::now();
+    let (_, events) = run_turn(&rt, &id, "sleep").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the turn waited for the call"
+    );
+    let answer = final_message(&events);
+    assert!(
+        answer.contains("[killed: the program ran longer than 1500 ms]"),
+        "{answer}"
+    );
+    let started_calls = events
+        .iter()
+        .filter(|e| e.payload.kind() == "tool_call_started")
+        .count();
+    let finished_calls = events
+        .iter()
+        .filter(|e| e.payload.kind() == "tool_call_finished")
+        .count();
+    assert_eq!(
+        (started_calls, finished_calls),
+        (1, 1),
+        "every call that starts ends"
+    );
+    wait_until(
+        Duration::from_secs(5),
+        || processes_with(&format!("sleep {marker}")) == 0,
+        || "the call's command outlived its program".into(),
+    );
+}

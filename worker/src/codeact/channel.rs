@@ -47,9 +47,9 @@ struct Answer<'a> {
     output: &'a str,
 }
 
-/// Serves `socket` until the program and everything it started have closed it, or the turn is interrupted.
-pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str) -> Calls {
-    let mut calls = Calls::default();
+/// Serves `socket` until the program and everything it started have closed it, or the turn is interrupted; what
+/// was asked goes into `calls`.
+pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str, calls: &mut Calls) {
     let (read, mut write) = socket.into_split();
     let mut lines = tokio_util::codec::FramedRead::new(
         read,
@@ -65,7 +65,7 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str) ->
             }
             if std::time::Instant::now() >= polling || turn.cancel.is_cancelled() {
                 break tokio::select! {
-                    _ = turn.cancel.cancelled() => return calls,
+                    _ = turn.cancel.cancelled() => return,
                     next = lines.next() => next,
                 };
             }
@@ -74,7 +74,7 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str) ->
         let line = match next {
             Some(Ok(line)) => line,
             // Closed, unreadable, or a line past the limit: the program is done with the channel.
-            Some(Err(_)) | None => return calls,
+            Some(Err(_)) | None => return,
         };
         let (status, output) = match serde_json::from_str::<Request>(&line) {
             Err(e) => (
@@ -112,11 +112,11 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str) ->
             output: &output,
         }) {
             Ok(reply) => reply,
-            Err(_) => return calls,
+            Err(_) => return,
         };
         reply.push(b'\n');
         if write.write_all(&reply).await.is_err() {
-            return calls;
+            return;
         }
     }
 }

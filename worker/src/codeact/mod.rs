@@ -130,10 +130,33 @@ async fn run_program(turn: &Turn<'_>, program: &str) -> Ran {
         timeout,
         inherit: Some(Inherit { fd, env }),
     };
-    let (outcome, calls) = tokio::join!(
-        exec::run(&turn.shared.outbox, req, turn.cancel),
-        channel::serve(turn, ours, &exec_id),
-    );
+    // The program's calls end with it: one still running when it is killed (its time-out, or a process it left
+    // holding the channel where the sandbox allows no namespaces) is stopped as an interrupt stops it.
+    let program_over = turn.cancel.child_token();
+    let calling = Turn {
+        shared: turn.shared,
+        turn_id: turn.turn_id,
+        cancel: &program_over,
+        cwd: turn.cwd.clone(),
+    };
+    let mut calls = channel::Calls::default();
+    let outcome = {
+        let serving = channel::serve(&calling, ours, &exec_id, &mut calls);
+        let running = exec::run(&turn.shared.outbox, req, turn.cancel);
+        tokio::pin!(serving, running);
+        let mut served = false;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut running => break outcome,
+                () = &mut serving, if !served => served = true,
+            }
+        };
+        if !served {
+            program_over.cancel();
+            serving.await;
+        }
+        outcome
+    };
     let _ = std::fs::remove_dir_all(&dir);
 
     let mut observation = String::new();

@@ -251,17 +251,21 @@ async fn follow(
         .await
         .map_err(|e| e.to_string())?;
     let mut outcome = pending.outcome;
-    let mut interrupted = false;
+    let (mut interrupted, mut following) = (false, true);
     loop {
         tokio::select! {
             done = &mut outcome => {
                 return done.map_err(|_| "the child's turn was dropped".to_string());
             }
-            Some(msg) = events.next() => {
-                if let Some(forwarded) = forwarded(msg.payload, &child.id, call) {
-                    parent.emit(forwarded);
+            msg = events.next(), if following => match msg {
+                Some(msg) => {
+                    if let Some(forwarded) = forwarded(msg.payload, &child.id, call) {
+                        parent.emit(forwarded);
+                    }
                 }
-            }
+                // The child's journal closed (it was deleted): its outcome follows.
+                None => following = false,
+            },
             _ = parent_ended.cancelled(), if !interrupted => {
                 interrupted = true;
                 let _ = rt.interrupt(&child.id).await;
