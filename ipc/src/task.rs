@@ -41,8 +41,9 @@ pub struct ModelRef {
     pub provider: String,
     /// Model name as the provider spells it.
     pub name: String,
-    /// Provider-specific settings (for example `base_url`, or the script file of `scripted`).
+    /// Provider-specific settings (for example `base_url`, or the script file of `scripted`): an object.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schema(value_type = Option<Object>))]
     pub config: Option<serde_json::Value>,
 }
 
