@@ -29,6 +29,7 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
 
     tmux.type_line("hello");
     tmux.wait_for("seen 2");
+    tmux.wait_for(" idle │");
 
     tmux.type_line("!echo bang-$((6*7))");
     tmux.wait_for("bang-42");
@@ -107,6 +108,7 @@ fn the_tui_works_against_a_server_with_remote() {
     tmux.wait_for("sandbox workspace_write");
     tmux.type_line("hello");
     tmux.wait_for("seen 2");
+    tmux.wait_for(" idle │");
     tmux.type_line("!echo remote-$((6*7))");
     tmux.wait_for("remote-42");
     tmux.type_line("write it");
@@ -241,12 +243,16 @@ fn compact_in_the_tui_summarises_the_older_turns_and_says_so() {
     );
     let tmux = Tmux::service_rs(&env, "tui --bundle ./compacting");
     tmux.wait_for("sandbox workspace_write");
-    tmux.type_line("first");
-    tmux.wait_for("seen 2");
-    tmux.type_line("second");
-    tmux.wait_for("seen 4");
-    tmux.type_line("third");
-    tmux.wait_for("seen 6");
+    // Each answer shows before its turn ends (the end checkpoint is written after it): the next prompt waits.
+    for (prompt, answer) in [
+        ("first", "seen 2"),
+        ("second", "seen 4"),
+        ("third", "seen 6"),
+    ] {
+        tmux.type_line(prompt);
+        tmux.wait_for(answer);
+        tmux.wait_for(" idle │");
+    }
     tmux.type_line("/compact the numbers");
     tmux.wait_for("context compacted (manual): 2 turns summarised");
     // System, summary, the kept turn's prompt and answer, the new prompt.
@@ -288,8 +294,10 @@ fn rewind_in_the_tui_picks_a_turn_and_fork_opens_the_session_as_it_was() {
     tmux.wait_for("sandbox workspace_write");
     tmux.type_line("hello");
     tmux.wait_for("seen 2");
+    tmux.wait_for(" idle │");
     tmux.type_line("make a file");
     tmux.wait_for("made it");
+    tmux.wait_for(" idle │");
     assert!(env.path("made.txt").exists());
     tmux.type_line("/diff");
     tmux.wait_for("+made");
@@ -301,6 +309,7 @@ fn rewind_in_the_tui_picks_a_turn_and_fork_opens_the_session_as_it_was() {
     assert!(!env.path("made.txt").exists());
     tmux.type_line("again");
     tmux.wait_for("seen 2");
+    tmux.wait_for(" idle │");
     tmux.type_line("/fork 1");
     tmux.wait_for("0 turns inherited");
 }
