@@ -93,7 +93,9 @@ struct Ran {
 async fn run_program(turn: &Turn<'_>, program: &str) -> Ran {
     let exec_id = uuid::Uuid::new_v4().to_string();
     let dir = std::env::temp_dir().join(format!("service-codeact-{exec_id}"));
-    let prepared = std::fs::create_dir(&dir)
+    // Private to the sandbox's user: where the worker runs on the host, other users may not read the program.
+    let prepared = std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&dir)
         .and_then(|()| std::fs::write(dir.join("service_tools.py"), MODULE))
         .and_then(|()| std::fs::write(dir.join("program.py"), program))
         .and_then(|()| std::os::unix::net::UnixStream::pair())
