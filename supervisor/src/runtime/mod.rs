@@ -18,6 +18,7 @@
 //!   `teardown`: sessions stopped and deleted, and the runtime's end.
 //! - `ownership`: which node of a shared store runs a session, and its leases kept alive; `bundle_fetch`: a
 //!   session's bundle pulled by a node that lacks it.
+//! - `subagents`: an `Agent` call run as a child session, confined to its parent's sandbox.
 
 pub mod approvals;
 mod bundle_fetch;
