@@ -11,7 +11,7 @@ use service_supervisor::runtime::{EventStream, RuntimeError};
 use service_supervisor::ServiceRuntime;
 use tempfile::TempDir;
 
-use super::support::{events_of_turn, kinds, run_turn, runtime, write_bundle, Env};
+use super::support::{events_of_turn, final_message, kinds, run_turn, runtime, write_bundle, Env};
 
 const RULES: &str = "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, match: \"rm *\", action: deny }\n    - { tool: Write, action: ask }\n";
 
@@ -102,13 +102,6 @@ fn finished(events: &[EventMsg]) -> Vec<(ToolCallStatus, String)> {
             _ => None,
         })
         .collect()
-}
-
-fn final_message(events: &[EventMsg]) -> String {
-    match &events.last().unwrap().payload {
-        EventPayload::TurnCompleted { final_message, .. } => final_message.clone(),
-        other => panic!("turn did not complete: {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

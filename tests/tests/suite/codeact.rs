@@ -11,7 +11,7 @@ use service_supervisor::ServiceRuntime;
 use tempfile::TempDir;
 
 use super::support::{
-    processes_with, run_turn, runtime, sandbox_tempdir, wait_until, write_bundle,
+    final_message, processes_with, run_turn, runtime, sandbox_tempdir, wait_until, write_bundle,
 };
 
 /// A codeact bundle whose model answers every prompt with `replies` (text only), plus `extra` lines of agent.yaml.
@@ -44,13 +44,6 @@ async fn session(rt: &ServiceRuntime, bundle: &TempDir, cwd: &TempDir) -> String
         .id
 }
 
-fn final_message(events: &[EventMsg]) -> String {
-    match &events.last().unwrap().payload {
-        EventPayload::TurnCompleted { final_message, .. } => final_message.clone(),
-        other => panic!("the turn did not complete: {other:?}"),
-    }
-}
-
 /// The exec ids of the turn's programs, in order.
 fn programs(events: &[EventMsg]) -> Vec<String> {
     events
@@ -67,7 +60,7 @@ fn programs(events: &[EventMsg]) -> Vec<String> {
 }
 
 /// Each tool call's tool and the program that made it.
-fn calls(events: &[EventMsg]) -> Vec<(String, Option<String>)> {
+pub(super) fn calls(events: &[EventMsg]) -> Vec<(String, Option<String>)> {
     events
         .iter()
         .filter_map(|e| match &e.payload {

@@ -8,12 +8,14 @@ use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use service_ipc::{EventMsg, EventPayload, Task, TurnOverrides, TurnStatus};
+use service_supervisor::ServiceRuntime;
 use tempfile::TempDir;
 
 use super::egress::Upstream;
 use super::http_client::{task, Api};
 use super::support::{
-    processes_with, run_turn, runtime, runtime_with, sandbox_tempdir, wait_until, Env, Server,
+    final_message, processes_with, run_turn, runtime, runtime_with, sandbox_tempdir, wait_until,
+    Env, Server,
 };
 
 /// A scripted bundle `id` in `dir`: the sandbox `mode` reaching `network`, the `tools`, agent.yaml's `extra`
@@ -50,19 +52,20 @@ fn plain(dir: &Path, id: &str, mode: &str, replies: Value) {
     bundle(dir, id, mode, &[], json!({}), replies);
 }
 
+/// A new session of the bundle in `dir`, working in `cwd` (its own workspace when None).
+async fn session(rt: &ServiceRuntime, dir: &Path, cwd: Option<&Path>) -> String {
+    rt.create_session(dir.to_str().unwrap(), cwd)
+        .await
+        .unwrap()
+        .id
+}
+
 fn agent_call(subagent: &str, prompt: &str) -> Value {
     json!({"name": "Agent", "arguments": {"subagent": subagent, "prompt": prompt}})
 }
 
 fn subagent(name: &str, dir: &Path) -> Value {
     json!({"name": name, "bundle": dir.to_str().unwrap(), "description": format!("the {name}")})
-}
-
-fn final_message(events: &[EventMsg]) -> String {
-    match &events.last().unwrap().payload {
-        EventPayload::TurnCompleted { final_message, .. } => final_message.clone(),
-        other => panic!("the turn did not complete: {other:?}"),
-    }
 }
 
 fn tool_results(events: &[EventMsg]) -> Vec<(String, String)> {
@@ -129,11 +132,7 @@ async fn two_children_run_at_once_each_within_the_parents_sandbox_and_deleting_t
     );
     let cwd = sandbox_tempdir();
     let rt = runtime(home.path());
-    let id = rt
-        .create_session(parent.to_str().unwrap(), Some(cwd.path()))
-        .await
-        .unwrap()
-        .id;
+    let id = session(&rt, &parent, Some(cwd.path())).await;
     let (outcome, events) = run_turn(&rt, &id, "delegate").await;
     assert_eq!(outcome.status, TurnStatus::Completed, "{:?}", outcome.error);
 
@@ -310,11 +309,7 @@ async fn an_interrupt_of_the_parent_kills_the_childrens_commands() {
         ]),
     );
     let rt = runtime(home.path());
-    let id = rt
-        .create_session(parent.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session(&rt, &parent, None).await;
     let mut events = rt.subscribe_session(&id).await.unwrap();
     let pending = rt
         .start_turn(&id, Task::new("go"), TurnOverrides::default())
@@ -402,11 +397,7 @@ async fn past_max_subagent_depth_a_child_has_no_agent_tool_and_no_grandchild_sta
         ]),
     );
     let rt = runtime_with(home.path(), |o| o.max_subagent_depth = 1);
-    let id = rt
-        .create_session(top.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session(&rt, &top, None).await;
     let (_, events) = run_turn(&rt, &id, "go").await;
     let answer = final_message(&events);
     assert!(
@@ -447,11 +438,7 @@ async fn a_copy_isolated_child_works_on_a_copy_and_sessions_lists_it_under_its_p
     std::fs::write(cwd.path().join("notes.txt"), "original\n").unwrap();
     super::support::give_to_sandbox(cwd.path());
     let rt = runtime(env.home.path());
-    let id = rt
-        .create_session(parent.to_str().unwrap(), Some(cwd.path()))
-        .await
-        .unwrap()
-        .id;
+    let id = session(&rt, &parent, Some(cwd.path())).await;
     let (_, events) = run_turn(&rt, &id, "go").await;
     assert_eq!(final_message(&events), "parent: scratch: original");
     assert_eq!(
@@ -508,11 +495,7 @@ async fn six_agent_calls_in_one_reply_run_four_at_a_time() {
         json!([{"tool_calls": calls}, {"text": "all done"}]),
     );
     let rt = runtime(home.path());
-    let id = rt
-        .create_session(parent.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session(&rt, &parent, None).await;
     let (outcome, events) = run_turn(&rt, &id, "fan out").await;
     assert_eq!(outcome.status, TurnStatus::Completed, "{:?}", outcome.error);
     let (mut running, mut most) = (0i32, 0i32);
@@ -554,23 +537,11 @@ async fn a_codeact_program_hands_a_task_to_a_subagent_with_agent() {
         json!([{"text": "```python\nfinal_answer(agent('helper', 'hello from code'))\n```"}]),
     );
     let rt = runtime(home.path());
-    let id = rt
-        .create_session(parent.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session(&rt, &parent, None).await;
     let (_, events) = run_turn(&rt, &id, "go").await;
     assert_eq!(final_message(&events), "helper heard: hello from code");
-    let call = events
-        .iter()
-        .find_map(|e| match &e.payload {
-            EventPayload::ToolCallStarted {
-                tool,
-                parent_exec_id,
-                ..
-            } => Some((tool.clone(), parent_exec_id.is_some())),
-            _ => None,
-        })
-        .unwrap();
-    assert_eq!(call, ("Agent".to_string(), true));
+    let made = super::codeact::calls(&events);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].0, "Agent");
+    assert!(made[0].1.is_some(), "the call names its program");
 }

@@ -244,6 +244,14 @@ pub async fn run_turn(
     (outcome, evs)
 }
 
+/// The answer of a turn whose events are `events`, after checking that it completed.
+pub fn final_message(events: &[service_ipc::EventMsg]) -> String {
+    match &events.last().expect("the turn's events").payload {
+        service_ipc::EventPayload::TurnCompleted { final_message, .. } => final_message.clone(),
+        other => panic!("the turn did not complete: {other:?}"),
+    }
+}
+
 /// Reads events until the one that ends `turn_id` (20 s at most).
 pub async fn events_of_turn(
     events: &mut service_supervisor::runtime::EventStream,
