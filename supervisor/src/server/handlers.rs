@@ -240,12 +240,13 @@ pub async fn compact(
     }))
 }
 
-/// A body that may be empty or `null` (the defaults), else `shape`.
+/// A body that may be absent or `null` (the defaults), else `shape`.
 pub(super) fn optional_body<T: Default + serde::de::DeserializeOwned>(
     body: &[u8],
     shape: &str,
 ) -> ApiResult<T> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    // No body at all means the defaults; a body of whitespace is not JSON, and says so.
+    if body.is_empty() {
         return Ok(T::default());
     }
     let invalid = |why: String| {

@@ -136,6 +136,17 @@ async fn compaction_by_hand_over_http_summarises_all_but_the_kept_turns_and_off_
         .post(&format!("/sessions/{session}/compact"), json!([]))
         .await;
     assert_eq!(status, 422, "an array is not the documented body: {body}");
+    let blank = api
+        .req(
+            reqwest::Method::POST,
+            &format!("/sessions/{session}/compact"),
+        )
+        .header("content-type", "application/json")
+        .body("\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(blank.status().as_u16(), 400, "whitespace is not JSON");
     assert!(compactions(&api, &session).await.is_empty());
     let (status, body) = api
         .post(
