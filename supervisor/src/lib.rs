@@ -16,6 +16,7 @@
 //! - [`providers`]: model providers, serving the workers' model requests.
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
 //! - [`server`]: the HTTP API and event stream over the runtime.
+//! - [`tenancy`]: tenants' tokens, quotas and spending.
 //! - [`event_source`]: reading SSE bodies (model providers, the remote CLI and TUI).
 //! - [`tui`]: the terminal UI's state and drawing.
 //!
@@ -40,6 +41,7 @@ pub mod registry;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod tenancy;
 pub mod tui;
 pub mod usage_line;
 

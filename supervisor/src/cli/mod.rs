@@ -18,6 +18,7 @@ mod run;
 mod serve;
 mod sessions;
 mod term_text;
+mod tokens;
 mod tui;
 mod workspace;
 
@@ -33,7 +34,7 @@ use service_supervisor::ServiceHome;
 #[command(name = "service-rs", version, about)]
 pub struct Cli {
     /// Run the command against a running `service-rs serve` at this base URL: bundles, export, import, push, pull,
-    /// sessions, inspect, run, tui and acp.
+    /// sessions, inspect, run, tui, acp and tokens.
     #[arg(long, global = true, value_name = "BASE_URL")]
     remote: Option<String>,
     /// Log lines on stderr as text or JSON; `RUST_LOG` filters them (serve logs at info by default, other
@@ -129,6 +130,9 @@ enum Command {
     Mcp(mcp::McpCommand),
     /// List, show, delete and prune sessions.
     Sessions(sessions::SessionsArgs),
+    /// Tenants of `serve`: their tokens, quotas and usage (on the local store, or over --remote with an admin
+    /// token).
+    Tokens(tokens::TokensArgs),
     /// Read and set your defaults in $SERVICE_HOME/config.toml: default_bundle, default_model, approvals.
     #[command(subcommand)]
     Config(config::ConfigCommand),
@@ -253,6 +257,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tui(args) => tui::run(home()?, args),
         Command::Doctor(args) => doctor::run(home()?, args),
         Command::Config(command) => config::run(&home()?, command),
+        Command::Tokens(args) => tokens::run(home()?, args),
     }
 }
 
@@ -295,6 +300,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(_) => Err(local_only("doctor")),
         Command::Config(_) => Err(local_only("config")),
         Command::Tui(args) => tui::run_remote(remote, args),
+        Command::Tokens(args) => tokens::run_remote(remote, args),
     }
 }
 

@@ -266,6 +266,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.sandbox_user.as_deref(),
     )?;
     runtime_options.pull_registries = options.policy.allowed_registries.clone();
+    runtime_options.tenant_ledger = true;
     runtime_options.workspace_roots = options.policy.workspace_roots.clone();
     runtime_options.keys.pass(args.pass_env);
     super::tokio()?.block_on(async move {

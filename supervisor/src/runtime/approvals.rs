@@ -140,6 +140,14 @@ impl ApprovalStore {
         }
     }
 
+    /// The session of a pending request.
+    pub fn session_of(&self, request_id: &str) -> Option<String> {
+        self.lock()
+            .pending
+            .get(request_id)
+            .map(|p| p.session_id.clone())
+    }
+
     /// Drops the pending requests of a turn that ended.
     pub fn drop_turn(&self, turn_id: &str) {
         self.lock()

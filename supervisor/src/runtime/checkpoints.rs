@@ -395,6 +395,7 @@ impl ServiceRuntime {
                 cwd.as_deref(),
                 // A fork of a subagent's session keeps its ceiling.
                 record.parent.clone(),
+                record.tenant.clone(),
             )
             .await?;
         let made = self

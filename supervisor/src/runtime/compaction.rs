@@ -213,6 +213,7 @@ async fn summarise(
             ModelChunk::TextDelta { text: t } => text.push_str(&t),
             ModelChunk::Done { usage } => {
                 session.count_call(turn_id, usage);
+                super::quota::count(rt, session, &usage);
                 break;
             }
             ModelChunk::Failed { code, message } => return Err(format!("{code}: {message}")),

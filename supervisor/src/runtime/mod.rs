@@ -36,6 +36,7 @@ mod names;
 pub mod operations;
 mod ownership;
 mod prestart;
+pub mod quota;
 pub mod record;
 pub mod session;
 mod spawn;
@@ -110,6 +111,9 @@ pub struct RuntimeOptions {
     /// How deep subagents may nest (`max_subagent_depth` in config.toml): 1 lets a session start subagents that
     /// cannot start their own; 0 turns subagents off.
     pub max_subagent_depth: u32,
+    /// Count every model call's tokens against its session's tenant, and stop a turn whose tenant passes its daily
+    /// tokens (`serve`; local commands keep only the session's own count).
+    pub tenant_ledger: bool,
 }
 
 impl RuntimeOptions {
@@ -141,6 +145,7 @@ impl RuntimeOptions {
             workspace_roots: Vec::new(),
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_MB * 1024 * 1024,
             max_subagent_depth: subagents::DEFAULT_MAX_DEPTH,
+            tenant_ledger: false,
         }
     }
 }
@@ -199,6 +204,8 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// This process's own listeners (the HTTP server), which no sandbox may reach through its egress proxy.
     own_addrs: Mutex<Vec<std::net::SocketAddr>>,
+    /// Tenants' tokens, quotas and spending, over the store's directory.
+    tenancy: Arc<crate::tenancy::Tenancy>,
 }
 
 fn messages(published: PublishedStream) -> EventStream {
@@ -249,8 +256,10 @@ impl ServiceRuntime {
     ) -> Self {
         // A fresh workspace's instructions are its own: never those of a repository the store happens to be in.
         options.workspace_roots.push(home.sessions());
+        let tenancy = crate::tenancy::Tenancy::new(store.directory());
         ServiceRuntime {
             inner: Arc::new(Inner {
+                tenancy,
                 home,
                 options,
                 launcher,
@@ -299,6 +308,11 @@ impl ServiceRuntime {
         &self.inner.store
     }
 
+    /// Tenants' tokens, quotas and spending.
+    pub fn tenancy(&self) -> &Arc<crate::tenancy::Tenancy> {
+        &self.inner.tenancy
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
         self.inner
             .sessions
@@ -323,18 +337,31 @@ impl ServiceRuntime {
         bundle_ref: &str,
         cwd: Option<&Path>,
     ) -> Result<SessionRecord> {
+        self.create_session_for(bundle, bundle_ref, cwd, None).await
+    }
+
+    /// [`ServiceRuntime::create_session_from`] for `tenant` (None: the default tenant).
+    pub async fn create_session_for(
+        &self,
+        bundle: bundle::Bundle,
+        bundle_ref: &str,
+        cwd: Option<&Path>,
+        tenant: Option<String>,
+    ) -> Result<SessionRecord> {
         self.create_session_as(
             uuid::Uuid::new_v4().to_string(),
             bundle,
             bundle_ref,
             cwd,
             None,
+            tenant,
         )
         .await
         .map(|session| session.record())
     }
 
-    /// Creates session `id` of `bundle` and keeps it live; `parent` ties a subagent's session to its parent.
+    /// Creates session `id` of `bundle` for `tenant` and keeps it live; `parent` ties a subagent's session to its
+    /// parent.
     async fn create_session_as(
         &self,
         id: String,
@@ -342,6 +369,7 @@ impl ServiceRuntime {
         bundle_ref: &str,
         cwd: Option<&Path>,
         parent: Option<record::ParentLink>,
+        tenant: Option<String>,
     ) -> Result<Arc<Session>> {
         // A long-running runtime makes what its sandboxes share while the session waits for its first turn, so that
         // no turn's worker start waits for it.
@@ -349,7 +377,8 @@ impl ServiceRuntime {
             let cache = self.inner.home.sandbox_cache();
             self.inner.launcher.warm(&bundle.manifest.sandbox, &cache);
         }
-        let session = Session::create(&self.inner, id, bundle, bundle_ref, cwd, parent).await?;
+        let session =
+            Session::create(&self.inner, id, bundle, bundle_ref, cwd, parent, tenant).await?;
         self.sessions().insert(session.id.clone(), session.clone());
         Ok(session)
     }
@@ -397,6 +426,24 @@ impl ServiceRuntime {
                 .ok_or_else(|| RuntimeError::SessionNotFound(id.to_string()));
         }
         Ok(session.record())
+    }
+
+    /// The tenant session `id` belongs to.
+    pub async fn session_tenant(&self, id: &str) -> Result<String> {
+        Ok(self.session(id).await?.tenant())
+    }
+
+    /// The tenant of the session that asked approval request `request_id`, while it is pending here or, in a
+    /// shared store, anywhere; None for a request no such session is known for.
+    pub async fn approval_tenant(&self, request_id: &str) -> Option<String> {
+        let session = match self.inner.approvals.session_of(request_id) {
+            Some(s) => s,
+            None if self.inner.store.shared() => {
+                self.inner.store.approval_session(request_id).await.ok()??
+            }
+            None => return None,
+        };
+        self.session_tenant(&session).await.ok()
     }
 
     /// The bundle a session runs, as resolved when the session was created or loaded.

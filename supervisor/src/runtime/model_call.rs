@@ -19,8 +19,42 @@ use crate::bundle::Bundle;
 use crate::providers;
 
 /// Streams `request` for `session`; dropping the stream abandons the call. A call whose context the provider
-/// refuses as too long, before any output, is compacted away and made again, once per turn (see `compaction`).
+/// refuses as too long, before any output, is compacted away and made again, once per turn (see `compaction`). A
+/// call of a tenant that has spent its day's tokens is refused (see `quota`).
 pub(super) fn stream(
+    rt: &Arc<Inner>,
+    session: &Arc<Session>,
+    request: ModelRequest,
+) -> BoxStream<'static, ModelChunk> {
+    if !rt.options.tenant_ledger {
+        return compacting(rt, session, request);
+    }
+    let (inner, turn) = (rt.clone(), session.clone());
+    let (rt, session) = (rt.clone(), session.clone());
+    futures::stream::once(async move {
+        match super::quota::refusal(&rt, &session).await {
+            Some(refused) => futures::stream::iter([refused]).boxed(),
+            None => compacting(&rt, &session, request),
+        }
+    })
+    .flatten()
+    // The call that passed the day's tokens ends the turn: its tool calls are not run.
+    .then(move |chunk| {
+        let (rt, session) = (inner.clone(), turn.clone());
+        async move {
+            if matches!(chunk, ModelChunk::Done { .. }) {
+                if let Some(refused) = super::quota::refusal(&rt, &session).await {
+                    return refused;
+                }
+            }
+            chunk
+        }
+    })
+    .boxed()
+}
+
+/// [`stream`] without the tenant's check.
+fn compacting(
     rt: &Arc<Inner>,
     session: &Arc<Session>,
     request: ModelRequest,
@@ -49,7 +83,7 @@ pub(super) fn stream(
 
 /// One call of `request`, its retries journaled and its usage counted.
 fn once(
-    rt: &Inner,
+    rt: &Arc<Inner>,
     session: &Arc<Session>,
     request: ModelRequest,
 ) -> BoxStream<'static, ModelChunk> {
@@ -58,11 +92,14 @@ fn once(
     // The supervisor makes the call, so it journals the retries; the worker only sees the chunks.
     let on_retry: providers::OnRetry = Arc::new(move |r| journal_retry(&retried, &turn_id, r));
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, &session.id, &request.model);
-    let (counted, turn_id) = (session.clone(), request.turn_id.clone());
+    let (counted, turn_id, inner) = (session.clone(), request.turn_id.clone(), rt.clone());
     providers::stream(&session.bundle, &rt.options.keys, request, on_retry)
         .inspect(move |chunk| {
             call.saw(chunk);
             count(&counted, &turn_id, chunk);
+            if let ModelChunk::Done { usage } = chunk {
+                super::quota::count(&inner, &counted, usage);
+            }
         })
         .boxed()
 }

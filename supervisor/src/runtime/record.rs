@@ -89,6 +89,10 @@ pub struct SessionRecord {
     /// exceed. Absent for a top-level session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
+    /// The tenant whose token created the session (a subagent's and a fork's: their parent's); absent for the
+    /// default tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// What ties a subagent's session to the session that started it.
@@ -148,6 +152,13 @@ pub fn now() -> String {
 }
 
 impl SessionRecord {
+    /// The tenant it belongs to.
+    pub fn tenant(&self) -> &str {
+        self.tenant
+            .as_deref()
+            .unwrap_or(crate::tenancy::DEFAULT_TENANT)
+    }
+
     /// Reads a record.
     pub fn load(path: &Path) -> Result<SessionRecord> {
         let bytes = std::fs::read(path).map_err(|e| RuntimeError::io("cannot read", path, e))?;
@@ -343,6 +354,7 @@ mod tests {
             title: None,
             usage: Default::default(),
             context_id: None,
+            tenant: None,
             parent: None,
         }
     }

@@ -14,7 +14,7 @@ use service_ipc::{
 use super::error::{Result, RuntimeError};
 use super::lead::{self, FirstCall, Led};
 use super::session::{Session, TurnOutcome};
-use super::{handle, model_call, FirstTurn, PendingTurn, ServiceRuntime};
+use super::{handle, model_call, FirstTurn, Inner, PendingTurn, ServiceRuntime};
 
 impl ServiceRuntime {
     /// Starts a turn and returns at once; the outcome arrives on the returned receiver.
@@ -60,7 +60,7 @@ impl ServiceRuntime {
         };
         overrides.model = Some(model);
         let session = self
-            .create_session_as(id, bundle, bundle_ref, cwd, None)
+            .create_session_as(id, bundle, bundle_ref, cwd, None, None)
             .await?;
         session.adopt_instructions(instructions);
         // Its files for the turn are made while the call is on the wire; a failure shows again at the turn's saves.
@@ -284,25 +284,31 @@ impl ServiceRuntime {
         let turn_id = session
             .active_turn()
             .ok_or_else(|| RuntimeError::NoTurnRunning(id.to_string()))?;
-        self.inner.approvals.drop_turn(&turn_id);
-        // A turn the supervisor leads ends itself, at once.
-        if session.interrupt_lead(&turn_id) {
-            return Ok(turn_id);
-        }
-        let worker = session.worker.lock().await.clone();
-        match worker {
-            Some(w) if w.is_alive() => {
-                w.send(ToWorker::Interrupt {
-                    turn_id: turn_id.clone(),
-                })
-                .await?
-            }
-            _ => {
-                session.fail_active_turn("interrupted", "the turn was interrupted by the operator");
-            }
-        }
+        stop(&self.inner, &session, &turn_id).await?;
         Ok(turn_id)
     }
+}
+
+/// Stops `turn_id` of `session` as an interrupt does: its pending approvals dropped, its lead or its worker told.
+pub(super) async fn stop(inner: &Inner, session: &Session, turn_id: &str) -> Result<()> {
+    inner.approvals.drop_turn(turn_id);
+    // A turn the supervisor leads ends itself, at once.
+    if session.interrupt_lead(turn_id) {
+        return Ok(());
+    }
+    let worker = session.worker.lock().await.clone();
+    match worker {
+        Some(w) if w.is_alive() => {
+            w.send(ToWorker::Interrupt {
+                turn_id: turn_id.to_string(),
+            })
+            .await?
+        }
+        _ => {
+            session.fail_active_turn("interrupted", "the turn was interrupted by the operator");
+        }
+    }
+    Ok(())
 }
 
 /// The context of a turn in `cwd` for a worker seeing the workspace as `paths` (host, its own) under `confinement`;

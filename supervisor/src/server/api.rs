@@ -132,6 +132,13 @@ pub struct DecisionResult {
     pub decision: ApprovalDecision,
 }
 
+/// `GET /sessions` query.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SessionsQuery {
+    /// Only this tenant's sessions.
+    pub tenant: Option<String>,
+}
+
 /// `GET /sessions/{id}/events` query.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct EventsQuery {
@@ -208,6 +215,12 @@ impl ApiError {
             "payload_too_large",
             format!("the body is larger than the {} byte limit", super::MAX_BODY),
         )
+    }
+
+    /// The same error, telling the client to retry after `seconds` (`Retry-After`).
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// An error with a status, code and message.

@@ -34,9 +34,12 @@ fn blocking_failed(what: &str) -> ApiError {
     responses((status = 200, description = "What was removed", body = bundle::BundleInfo)))]
 pub async fn remove_bundle(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
     ApiPath(reference): ApiPath<String>,
     ApiQuery(q): ApiQuery<RemoveQuery>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
+    // Installed bundles are shared by every tenant.
+    super::tenants::admin_only(&caller, "removing a bundle")?;
     super::policy::bundle_ref(&st.policy, &reference)?;
     Ok(Json(st.rt.remove_bundle(&reference, q.force).await?))
 }

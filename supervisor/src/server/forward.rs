@@ -75,11 +75,21 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
         .map_or("/", |p| p.as_str())
         .to_string();
     let url = format!("{}{path}", owner.trim_end_matches('/'));
+    let caller = parts
+        .extensions
+        .get::<crate::tenancy::Caller>()
+        .cloned()
+        .unwrap_or_else(crate::tenancy::Caller::operator);
     let mut onward = st
         .forwarder
         .request(parts.method.clone(), &url)
         .bearer_auth(&cluster.token)
         .header(FORWARDED_BY, &cluster.node_id)
+        // The owner acts for the client this node authenticated, with its tenant's scope and quotas.
+        .header(
+            super::tenants::CALLER,
+            super::tenants::caller_header(&caller),
+        )
         .body(bytes);
     for name in KEPT {
         if let Some(v) = parts.headers.get(&name) {
@@ -87,6 +97,19 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
         }
     }
     match onward.send().await {
+        Ok(answer) if answer.status() == StatusCode::UNAUTHORIZED => {
+            // The client's own token was good here; the owner refused this node's. Said as such, not as a 401 the
+            // client would take for its own.
+            tracing::warn!(owner = %owner, "the session's node refused this node's cluster token: give every node the same --cluster-token");
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "cluster_auth_failed",
+                format!(
+                    "the node running this session ({owner}) refused this node's cluster token; the operator must                      give every node the same --cluster-token"
+                ),
+            )
+            .into_response()
+        }
         Ok(answer) => {
             let mut out = Response::builder().status(answer.status());
             for name in ANSWERED {

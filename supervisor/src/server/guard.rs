@@ -1,5 +1,6 @@
 //! The checks every request passes before a handler sees it: the `Host` the client asked for (DNS rebinding), the
-//! `Origin` of a browser page (cross-site requests), the body's content type, and the bearer token.
+//! `Origin` of a browser page (cross-site requests) and the body's content type. The bearer token is checked by
+//! `server::tenants`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -131,44 +132,6 @@ pub async fn check_request(State(st): State<AppState>, req: Request, next: Next)
         );
     }
     next.run(req).await
-}
-
-/// Requires `Authorization: Bearer <token>` (the scheme in any case) unless the server runs with `--no-auth`.
-pub async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if token_accepted(&st, req.headers()) {
-        return next.run(req).await;
-    }
-    refuse(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "send Authorization: Bearer <token> with the server's token (printed at start-up and stored in \
-         $SERVICE_HOME/serve.token)"
-            .into(),
-    )
-}
-
-/// Whether `headers` carry the server's bearer token (or the cluster's, from another node); always with `--no-auth`.
-pub fn token_accepted(st: &AppState, headers: &axum::http::HeaderMap) -> bool {
-    let Some(expected) = st.token.as_deref() else {
-        return true;
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    // Nodes of a cluster forward requests to each other with the cluster token.
-    let cluster = st.cluster.as_deref().map(|c| c.token.as_bytes());
-    given.is_some_and(|token| {
-        constant_time_eq(token.as_bytes(), expected.as_bytes())
-            || cluster.is_some_and(|c| constant_time_eq(token.as_bytes(), c))
-    })
-}
-
-/// Compares two secrets in time that depends only on their lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Counts the event streams each client address holds, to cap them.

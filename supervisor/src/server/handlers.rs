@@ -11,8 +11,10 @@ use axum::Json;
 use futures::StreamExt;
 
 use super::api::*;
+use super::tenants::{admin_only, admit_session, admit_turn};
 use super::AppState;
 use crate::bundle;
+use crate::tenancy::Caller;
 
 pub(super) type ApiResult<T> = Result<T, ApiError>;
 
@@ -91,9 +93,11 @@ pub(super) async fn resolve_bundle(st: &AppState, reference: String) -> ApiResul
     responses((status = 201, description = "The session record", body = crate::runtime::SessionRecord)))]
 pub async fn create_session(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     ApiJson(req): ApiJson<CreateSession>,
 ) -> ApiResult<impl IntoResponse> {
     super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
+    admit_session(&st, &caller).await?;
     super::registry_routes::pull_on_first_use(&st, &req.bundle_ref).await?;
     let cwd = match req.cwd.as_deref() {
         Some(c) => Some(super::policy::cwd(&st.policy, c)?),
@@ -118,7 +122,7 @@ pub async fn create_session(
         )
     })??;
     let record = rt
-        .create_session_from(bundle, &req.bundle_ref, cwd.as_deref())
+        .create_session_for(bundle, &req.bundle_ref, cwd.as_deref(), caller.owns())
         .await?;
     // The runtime resolved the directory again: a parent swapped for a link since the check above (by a sandbox
     // that writes it) would have led it elsewhere. The session is kept only if it is still under a root.
@@ -131,12 +135,30 @@ pub async fn create_session(
     Ok((StatusCode::CREATED, Json(record)))
 }
 
-/// Every session.
-#[utoipa::path(get, path = "/sessions", responses((status = 200, body = [crate::runtime::SessionRecord])))]
+/// Every session of the caller's tenant; an admin's token lists every tenant's, or `?tenant=`'s.
+#[utoipa::path(get, path = "/sessions",
+    params(("tenant" = Option<String>, Query, description = "Only this tenant's sessions (admin tokens)")),
+    responses((status = 200, body = [crate::runtime::SessionRecord])))]
 pub async fn list_sessions(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiQuery(q): ApiQuery<SessionsQuery>,
 ) -> ApiResult<Json<Vec<crate::runtime::SessionRecord>>> {
-    Ok(Json(st.rt.list_sessions().await?))
+    let only = match (q.tenant, caller.admin) {
+        (Some(t), true) => Some(t),
+        (Some(t), false) if t == caller.tenant => Some(t),
+        (Some(_), false) => {
+            admin_only(&caller, "listing another tenant's sessions")?;
+            None
+        }
+        (None, true) => None,
+        (None, false) => Some(caller.tenant.clone()),
+    };
+    let mut all = st.rt.list_sessions().await?;
+    if let Some(tenant) = only {
+        all.retain(|r| r.tenant() == tenant);
+    }
+    Ok(Json(all))
 }
 
 /// One session's record.
@@ -172,10 +194,11 @@ pub async fn delete_session(
     responses((status = 200, body = TurnResult)))]
 pub async fn run_sync(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<Json<TurnResult>> {
-    let overrides = checked_overrides(&st, &id, req.turn_context).await?;
+    let overrides = checked_overrides(&st, &caller, &id, req.turn_context).await?;
     let outcome = st.rt.run_turn(&id, req.input, overrides).await?;
     Ok(Json(outcome.into()))
 }
@@ -185,10 +208,11 @@ pub async fn run_sync(
     responses((status = 202, body = Accepted)))]
 pub async fn run_async(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<RunRequest>,
 ) -> ApiResult<impl IntoResponse> {
-    let overrides = checked_overrides(&st, &id, req.turn_context).await?;
+    let overrides = checked_overrides(&st, &caller, &id, req.turn_context).await?;
     let pending = st.rt.start_turn(&id, req.input, overrides).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -199,13 +223,15 @@ pub async fn run_async(
     ))
 }
 
-/// A client's per-turn overrides, if the operator's policy allows them. A `cwd` override stays relative to the
-/// session's directory (the runtime keeps it inside the sandboxed workspace).
+/// A client's per-turn overrides, if the operator's policy allows them and the caller's quota allows a turn. A
+/// `cwd` override stays relative to the session's directory (the runtime keeps it inside the sandboxed workspace).
 async fn checked_overrides(
     st: &AppState,
+    caller: &Caller,
     id: &str,
     overrides: Option<service_ipc::TurnOverrides>,
 ) -> ApiResult<service_ipc::TurnOverrides> {
+    admit_turn(st, caller).await?;
     let overrides = overrides.unwrap_or_default();
     if let Some(model) = &overrides.model {
         let bundle = st.rt.session_bundle(id).await?;
@@ -389,14 +415,19 @@ pub async fn events(
 /// The runtime's metrics in the Prometheus text format.
 #[utoipa::path(get, path = "/metrics",
     responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain", body = String)))]
-pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
-    (
+pub async fn metrics(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> ApiResult<impl IntoResponse> {
+    // Every tenant's figures: for the operator.
+    admin_only(&caller, "GET /metrics")?;
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         st.rt.metrics().encode(),
-    )
+    ))
 }
 
 /// The OpenAPI description of this API, generated from the handlers.

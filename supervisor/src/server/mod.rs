@@ -20,6 +20,8 @@ pub mod listener;
 pub mod policy;
 pub mod registry_routes;
 pub mod sse;
+pub mod tenant_routes;
+pub mod tenants;
 mod token;
 
 use std::net::SocketAddr;
@@ -78,6 +80,11 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::resolve_approval,
         handlers::events,
         handlers::metrics,
+        tenant_routes::create_token,
+        tenant_routes::list_tokens,
+        tenant_routes::revoke_token,
+        tenant_routes::set_quota,
+        tenant_routes::usage,
         crate::facade::openai::models,
         crate::facade::openai::chat::completions,
         crate::facade::openai::responses::create,
@@ -108,6 +115,12 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         api::Health,
         api::ErrorBody,
         api::ErrorEnvelope,
+        tenant_routes::CreateToken,
+        crate::tenancy::NewToken,
+        crate::tenancy::TokenView,
+        crate::tenancy::Quota,
+        crate::tenancy::Spent,
+        crate::tenancy::SpentDay,
         service_ipc::EventMsg,
         service_ipc::EventPayload,
     ))
@@ -187,13 +200,33 @@ pub fn router(state: AppState) -> Router {
             post(handlers::create_session).get(handlers::list_sessions),
         )
         .merge(owned_routes(&state))
-        .route("/sessions/{id}/events", get(handlers::events))
-        .route("/sessions/{id}/journal", get(handlers::session_journal))
+        .merge(
+            Router::new()
+                .route("/sessions/{id}/events", get(handlers::events))
+                .route("/sessions/{id}/journal", get(handlers::session_journal))
+                .route_layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    tenants::scope,
+                )),
+        )
         .route("/openapi.json", get(handlers::openapi))
         .route("/metrics", get(handlers::metrics))
+        .route(
+            "/tokens",
+            post(tenant_routes::create_token).get(tenant_routes::list_tokens),
+        )
+        .route(
+            "/tokens/{id}",
+            axum::routing::delete(tenant_routes::revoke_token),
+        )
+        .route(
+            "/tenants/{tenant}/quota",
+            axum::routing::put(tenant_routes::set_quota),
+        )
+        .route("/usage", get(tenant_routes::usage))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            guard::require_token,
+            tenants::require_caller,
         ));
     Router::new()
         .route("/healthz", get(handlers::healthz))
@@ -257,6 +290,11 @@ fn owned_routes(state: &AppState) -> Router<AppState> {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             forward::forward,
+        ))
+        // Before forwarding: a request for another tenant's session goes nowhere.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            tenants::scope,
         ))
 }
 
@@ -427,6 +465,7 @@ pub async fn serve(
     let graceful = async move {
         stop.await;
         rt.shutdown("the server stopped").await;
+        rt.tenancy().flush().await;
         // Let the event streams deliver the final events before they are closed.
         tokio::time::sleep(Duration::from_millis(200)).await;
         shutdown.cancel();

@@ -457,7 +457,7 @@ async fn sigterm_ends_running_turns_and_a_restart_keeps_the_sessions() {
     assert_eq!(status, 202);
     sse.until("exec_command_begin").await;
     let started = std::time::Instant::now();
-    let status = api.server.terminate();
+    let status = api.into_server().terminate();
     assert!(status.success(), "serve exited with {status:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     let end = sse.until("error").await;

@@ -29,9 +29,10 @@ fn uuid() -> String {
     )
 }
 
-/// A client of one server, with the token it sends (none for a server without one).
+/// A client of one server, with the token it sends (none for a server without one). Clients made with
+/// [`Api::beside`] share the server, which stops when the last of them is dropped.
 pub(super) struct Api {
-    pub(super) server: Server,
+    pub(super) server: std::sync::Arc<Server>,
     pub(super) client: reqwest::Client,
     pub(super) token: Option<String>,
 }
@@ -41,7 +42,7 @@ impl Api {
         Api {
             client: reqwest::Client::new(),
             token: server.token.clone(),
-            server,
+            server: std::sync::Arc::new(server),
         }
     }
 
@@ -50,7 +51,23 @@ impl Api {
         Api {
             client: reqwest::Client::new(),
             token: Some(token.to_string()),
-            server,
+            server: std::sync::Arc::new(server),
+        }
+    }
+
+    /// The server, once no other client shares it.
+    pub(super) fn into_server(self) -> Server {
+        std::sync::Arc::try_unwrap(self.server)
+            .ok()
+            .expect("a server another client shares")
+    }
+
+    /// Another client of the same server, sending `token`.
+    pub(super) fn beside(&self, token: &str) -> Api {
+        Api {
+            client: reqwest::Client::new(),
+            token: Some(token.to_string()),
+            server: self.server.clone(),
         }
     }
 
@@ -61,7 +78,8 @@ impl Api {
 
     /// The server under the client.
     pub(super) fn server(&mut self) -> &mut Server {
-        &mut self.server
+        std::sync::Arc::get_mut(&mut self.server)
+            .expect("a server another client shares cannot be changed")
     }
 
     pub(super) fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {

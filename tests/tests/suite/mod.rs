@@ -49,6 +49,7 @@ mod sessions_cli;
 mod store_backend;
 mod subagents;
 mod support;
+mod tenants;
 mod terminal;
 mod tmux;
 mod tui;

@@ -148,7 +148,7 @@ async fn sessions(call: &Call, context: Option<&str>) -> Result<Vec<SessionRecor
         .list_sessions()
         .await?
         .into_iter()
-        .filter(|r| r.bundle.id == call.bundle_id)
+        .filter(|r| r.bundle.id == call.bundle_id && call.caller.sees(r.tenant()))
         .collect();
     all.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
     Ok(all)

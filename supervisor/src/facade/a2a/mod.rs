@@ -40,8 +40,13 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
 pub const VERSION: &str = "1.0";
 
 /// The store name of a context id a client chose.
-fn context_name(context_id: &str) -> String {
-    format!("a2a-context:{context_id}")
+fn context_name(tenant: &str, context_id: &str) -> String {
+    // Each tenant's context ids are its own: two tenants may both say "ctx-1".
+    if tenant == crate::tenancy::DEFAULT_TENANT {
+        format!("a2a-context:{context_id}")
+    } else {
+        format!("a2a-context:{tenant}:{context_id}")
+    }
 }
 
 /// The store name of a task, which finds its session.
@@ -192,8 +197,9 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .merge(rpc)
 }
 
-async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if crate::server::guard::token_accepted(&st, req.headers()) {
+async fn require_token(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    if let Some(caller) = crate::server::tenants::authenticate(&st, req.headers()).await {
+        req.extensions_mut().insert(caller);
         return next.run(req).await;
     }
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
@@ -338,6 +344,8 @@ pub(super) struct Call {
     bundle_id: String,
     /// The JSON-RPC id, repeated in every answer.
     id: Value,
+    /// Who asks: only its tenant's tasks are there for it.
+    caller: crate::tenancy::Caller,
 }
 
 impl Call {
@@ -374,6 +382,7 @@ fn version_ok(headers: &HeaderMap) -> Result<(), A2aError> {
         (status = 401, description = "Missing or wrong token, as a JSON-RPC error", body = Object)))]
 pub async fn rpc(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
     Path(reference): Path<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
@@ -424,6 +433,7 @@ pub async fn rpc(
         reference,
         bundle_id,
         id,
+        caller,
     };
     let params = request.params;
     match method.as_str() {

@@ -195,6 +195,7 @@ async fn start(
             "the message has no text; send the task as a text part",
         ));
     }
+    crate::server::tenants::admit_turn(&call.st, &call.caller).await?;
     let record = session_for(call, context_id.as_deref()).await?;
     let context = record.context_id.clone().unwrap_or(record.id.clone());
     let rt = &call.st.rt;
@@ -215,9 +216,7 @@ async fn start(
 async fn session_for(call: &Call, context_id: Option<&str>) -> Result<SessionRecord, A2aError> {
     let rt = &call.st.rt;
     let Some(context) = context_id else {
-        return Ok(rt
-            .create_session_from(call.bundle().await?, &call.reference, None)
-            .await?);
+        return call.new_session().await;
     };
     if context.len() > MAX_CONTEXT_ID || context.chars().any(char::is_control) {
         return Err(A2aError::invalid_params(format!(
@@ -227,10 +226,9 @@ async fn session_for(call: &Call, context_id: Option<&str>) -> Result<SessionRec
     if let Some(record) = known_context(call, context).await? {
         return Ok(record);
     }
-    let record = rt
-        .create_session_from(call.bundle().await?, &call.reference, None)
-        .await?;
-    let holder = rt.name_session(&context_name(context), &record.id).await?;
+    let record = call.new_session().await?;
+    let name = context_name(&call.caller.tenant, context);
+    let holder = rt.name_session(&name, &record.id).await?;
     if holder != record.id {
         // Another request made the context's session first: that one is the conversation.
         if let Err(e) = rt.delete_session(&record.id).await {
@@ -247,7 +245,10 @@ pub(super) async fn known_context(
     context: &str,
 ) -> Result<Option<SessionRecord>, A2aError> {
     let rt = &call.st.rt;
-    let id = match rt.named_session(&context_name(context)).await? {
+    let id = match rt
+        .named_session(&context_name(&call.caller.tenant, context))
+        .await?
+    {
         Some(id) => id,
         // A session made elsewhere (the CLI, the HTTP API) is its own context.
         None if uuid::Uuid::parse_str(context).is_ok() => context.to_string(),
@@ -324,11 +325,26 @@ impl Call {
         Ok(super::installed(&self.st, &self.reference).await?)
     }
 
-    /// Session `id`'s record, when it is a session of this agent's bundle; else "no task", since ids of other
-    /// agents' sessions are not this client's to probe.
+    /// A new session of this agent for the caller's tenant, within its quota.
+    async fn new_session(&self) -> Result<SessionRecord, A2aError> {
+        crate::server::tenants::admit_session(&self.st, &self.caller).await?;
+        Ok(self
+            .st
+            .rt
+            .create_session_for(
+                self.bundle().await?,
+                &self.reference,
+                None,
+                self.caller.owns(),
+            )
+            .await?)
+    }
+
+    /// Session `id`'s record, when it is a session of this agent's bundle and the caller's tenant; else "no task",
+    /// since ids of other agents' and other tenants' sessions are not this client's to probe.
     pub(super) async fn mine(&self, id: &str) -> Result<SessionRecord, A2aError> {
         match self.st.rt.get_session(id).await {
-            Ok(r) if r.bundle.id == self.bundle_id => Ok(r),
+            Ok(r) if r.bundle.id == self.bundle_id && self.caller.sees(r.tenant()) => Ok(r),
             Ok(_) | Err(crate::runtime::RuntimeError::SessionNotFound(_)) => {
                 Err(A2aError::task_not_found(id))
             }

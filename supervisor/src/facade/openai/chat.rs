@@ -145,10 +145,11 @@ fn usage_json(u: &Usage) -> Value {
         (status = 502, description = "The turn failed; the code is the runtime's", body = Object)))]
 pub async fn completions(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    match answer(st, headers, body).await {
+    match answer(st, caller, headers, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -156,6 +157,7 @@ pub async fn completions(
 
 async fn answer(
     st: AppState,
+    caller: crate::tenancy::Caller,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, OpenAiError> {
@@ -164,7 +166,7 @@ async fn answer(
     })?;
     let (history, prompt) = conversation(&req.messages)?;
     let continued = continued(&headers, req.user.as_deref());
-    let mut started = start(&st, &req.model, continued, history, prompt).await?;
+    let mut started = start(&st, &caller, &req.model, continued, history, prompt).await?;
     let mut extra = started.headers();
     if req.tools.is_some() {
         // The bundle's tools run on the server; a client's own are never called.

@@ -135,8 +135,9 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         ))
 }
 
-async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if crate::server::guard::token_accepted(&st, req.headers()) {
+async fn require_token(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    if let Some(caller) = crate::server::tenants::authenticate(&st, req.headers()).await {
+        req.extensions_mut().insert(caller);
         return next.run(req).await;
     }
     OpenAiError::new(

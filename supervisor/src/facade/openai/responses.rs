@@ -202,14 +202,22 @@ impl Shape {
         (status = 401, description = "Missing or wrong token, in OpenAI's error shape", body = Object),
         (status = 404, description = "model_not_found or previous_response_not_found", body = Object),
         (status = 502, description = "The turn failed; the code is the runtime's", body = Object)))]
-pub async fn create(State(st): State<AppState>, body: axum::body::Bytes) -> Response {
-    match answer(st, body).await {
+pub async fn create(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
+    body: axum::body::Bytes,
+) -> Response {
+    match answer(st, caller, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn answer(st: AppState, body: axum::body::Bytes) -> Result<Response, OpenAiError> {
+async fn answer(
+    st: AppState,
+    caller: crate::tenancy::Caller,
+    body: axum::body::Bytes,
+) -> Result<Response, OpenAiError> {
     let req: ResponsesRequest = serde_json::from_slice(&body)
         .map_err(|e| OpenAiError::invalid(format!("the body is not a Responses request: {e}")))?;
     let (history, prompt) = conversation(&req)?;
@@ -217,7 +225,7 @@ async fn answer(st: AppState, body: axum::body::Bytes) -> Result<Response, OpenA
         Some(previous) => Some(session_of(previous)?),
         None => None,
     };
-    let mut started = start(&st, &req.model, continued, history, prompt).await?;
+    let mut started = start(&st, &caller, &req.model, continued, history, prompt).await?;
     let headers = started.headers();
     let shape = Shape {
         id: response_id(&started.session, &started.turn_id),

@@ -7,8 +7,9 @@ use service_ipc::{ApprovalDecision, ChatMessage, EventPayload, Task, TurnOverrid
 
 use super::{bundle_of, OpenAiError};
 use crate::facade::turn_end::{self, TurnEnd};
-use crate::runtime::{approvals, EventStream};
+use crate::runtime::{approvals, EventStream, RuntimeError};
 use crate::server::AppState;
+use crate::tenancy::Caller;
 
 /// The header that names (and continues) a session.
 pub const SESSION_HEADER: &str = "x-service-session";
@@ -38,6 +39,7 @@ impl Started {
 /// new session of the bundle `model` names, given `history` first.
 pub(super) async fn start(
     st: &AppState,
+    caller: &Caller,
     model: &str,
     continued: Option<String>,
     history: Vec<ChatMessage>,
@@ -45,12 +47,22 @@ pub(super) async fn start(
 ) -> Result<Started, OpenAiError> {
     let session = match continued {
         Some(id) => {
-            st.rt.get_session(&id).await?;
+            let record = st.rt.get_session(&id).await?;
+            // Another tenant's session is not there, as far as this caller can tell.
+            if !caller.sees(record.tenant()) {
+                return Err(RuntimeError::SessionNotFound(id).into());
+            }
+            crate::server::tenants::admit_turn(st, caller).await?;
             id
         }
         None => {
+            crate::server::tenants::admit_session(st, caller).await?;
+            crate::server::tenants::admit_turn(st, caller).await?;
             let bundle = bundle_of(st, model).await?;
-            let record = st.rt.create_session_from(bundle, model, None).await?;
+            let record = st
+                .rt
+                .create_session_for(bundle, model, None, caller.owns())
+                .await?;
             if !history.is_empty() {
                 st.rt.seed_history(&record.id, history).await?;
             }

@@ -118,6 +118,7 @@ impl Session {
         bundle_ref: &str,
         cwd: Option<&Path>,
         parent: Option<super::record::ParentLink>,
+        tenant: Option<String>,
     ) -> Result<Arc<Session>> {
         let (store, metrics) = (&*rt.store, rt.metrics.clone());
         let dir = rt.home.sessions().join(&id);
@@ -161,6 +162,7 @@ impl Session {
             usage: Default::default(),
             context_id: None,
             parent,
+            tenant,
         };
         // A session that cannot be written down (a full store) leaves no directory behind.
         let made = match store.insert(&record).await {
@@ -309,6 +311,11 @@ impl Session {
     /// A copy of the record.
     pub fn record(&self) -> SessionRecord {
         lock(&self.record).clone()
+    }
+
+    /// The tenant the session belongs to.
+    pub fn tenant(&self) -> String {
+        lock(&self.record).tenant().to_string()
     }
 
     fn update(&self, change: impl FnOnce(&mut SessionRecord)) -> Result<()> {

@@ -43,6 +43,10 @@ impl Store for FilesStore {
         false
     }
 
+    fn directory(&self) -> Arc<dyn crate::tenancy::Directory> {
+        Arc::new(crate::tenancy::files::FilesDirectory::new(&self.home))
+    }
+
     async fn insert(&self, record: &SessionRecord) -> Result<()> {
         record.save_new(&self.record_path(&record.id))
     }

@@ -119,6 +119,9 @@ pub trait Store: Send + Sync {
 
     /// Whether the store answers now (`/readyz`).
     async fn ready(&self) -> Result<()>;
+
+    /// Where this store keeps tenants' tokens, quotas and spending.
+    fn directory(&self) -> Arc<dyn crate::tenancy::Directory>;
 }
 
 /// One session's writes and reads. Writes are ordered: a reader on any node that sees a write sees every write made

@@ -180,6 +180,7 @@ async fn run(
             &chosen.reference,
             cwd,
             Some(link),
+            parent.record().tenant,
         )
         .await
         .map_err(|e| format!("subagent \"{name}\" cannot start: {e}"))?;

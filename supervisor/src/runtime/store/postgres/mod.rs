@@ -15,6 +15,7 @@
 mod listen;
 mod log;
 mod schema;
+mod tenants;
 mod tls;
 
 use std::collections::HashMap;
@@ -240,6 +241,12 @@ impl Store for PgStore {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn directory(&self) -> Arc<dyn crate::tenancy::Directory> {
+        Arc::new(tenants::PgDirectory {
+            inner: self.inner.clone(),
+        })
     }
 
     async fn insert(&self, record: &SessionRecord) -> Result<()> {

@@ -9,6 +9,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("002_approvals.sql")),
     (3, include_str!("003_nodes.sql")),
     (4, include_str!("004_names.sql")),
+    (5, include_str!("005_tenants.sql")),
 ];
 
 /// An arbitrary key for the advisory lock ("svc-rs" in ASCII).

@@ -1,0 +1,302 @@
+//! `service-rs tokens`: tenant tokens, quotas and usage, on the local store (files, or PostgreSQL with `--store`)
+//! or over `--remote` with an admin token.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+use service_supervisor::tenancy::{self, Directory, NewToken, Quota, SpentDay, TokenView};
+use service_supervisor::ServiceHome;
+
+use super::remote::Remote;
+
+/// Arguments of `tokens`.
+#[derive(Debug, clap::Args)]
+pub struct TokensArgs {
+    #[command(subcommand)]
+    command: TokensCommand,
+    /// The PostgreSQL store the servers share, instead of the files under $SERVICE_HOME.
+    #[arg(
+        long,
+        global = true,
+        env = "SERVICE_STORE_URL",
+        value_name = "postgres://USER@HOST:PORT/DB",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+    /// PEM file of the CA that signed the database's certificate.
+    #[arg(long, global = true, env = "SERVICE_STORE_CA", value_name = "PEM")]
+    store_ca: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum TokensCommand {
+    /// Make a token for a tenant; it is printed once, alone on stdout, and only its hash is kept.
+    Create {
+        /// The tenant it speaks for.
+        #[arg(long)]
+        tenant: String,
+        /// It sees every tenant's sessions and manages tokens.
+        #[arg(long)]
+        admin: bool,
+        /// How long it is valid: 30d, 12h, 90m (default: until revoked).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        expires: Option<Duration>,
+        /// A note for `tokens list`.
+        #[arg(long)]
+        label: Option<String>,
+        /// Print {id, tenant, token} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List tokens: id, tenant, label, created, expires, last used. The tokens themselves are never shown again.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by its id; every server refuses it within a second.
+    Revoke {
+        /// The token's id, as `tokens list` shows it.
+        id: String,
+    },
+    /// Set a tenant's limits; a limit left out is unlimited (`--clear` removes them all).
+    Quota {
+        /// The tenant.
+        tenant: String,
+        /// Sessions it may have at once.
+        #[arg(long)]
+        sessions: Option<u64>,
+        /// Turns it may run at once.
+        #[arg(long)]
+        concurrent_turns: Option<u64>,
+        /// Tokens in and out it may spend in a UTC day.
+        #[arg(long)]
+        tokens_per_day: Option<u64>,
+        /// No limits.
+        #[arg(long, conflicts_with_all = ["sessions", "concurrent_turns", "tokens_per_day"])]
+        clear: bool,
+    },
+    /// What each tenant spent, by UTC day.
+    Usage {
+        /// The first day, YYYY-MM-DD (default: 30 days ago).
+        #[arg(long)]
+        since: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where the command works.
+enum Target {
+    Local(Arc<dyn Directory>),
+    Remote(Remote),
+}
+
+async fn local(home: &ServiceHome, args: &TokensArgs) -> anyhow::Result<Arc<dyn Directory>> {
+    use service_supervisor::runtime::store::Store;
+    Ok(match &args.store {
+        None => Arc::new(tenancy::files::FilesDirectory::new(home)),
+        Some(url) => {
+            let node = service_supervisor::runtime::store::postgres::Node {
+                id: format!("tokens-{}", std::process::id()),
+                url: String::new(),
+            };
+            let store = service_supervisor::runtime::store::postgres::PgStore::connect_with(
+                url,
+                node,
+                Duration::from_secs(10),
+                args.store_ca.as_deref(),
+            )
+            .await?;
+            store.directory()
+        }
+    })
+}
+
+/// Runs `tokens` on the local store.
+pub fn run(home: ServiceHome, args: TokensArgs) -> anyhow::Result<ExitCode> {
+    let rt = super::tokio()?;
+    rt.block_on(async {
+        let target = Target::Local(local(&home, &args).await?);
+        execute(target, args.command).await
+    })
+}
+
+/// Runs `tokens` over a server (admin token).
+pub fn run_remote(remote: Remote, args: TokensArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.store.is_none(),
+        "--store names a database on this machine's side; with --remote the server uses its own store"
+    );
+    super::tokio()?.block_on(execute(Target::Remote(remote), args.command))
+}
+
+async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        TokensCommand::Create {
+            tenant,
+            admin,
+            expires,
+            label,
+            json,
+        } => {
+            let made: NewToken = match &target {
+                Target::Local(dir) => {
+                    tenancy::create_token(&**dir, &tenant, admin, expires, label).await?
+                }
+                Target::Remote(r) => {
+                    let expires = expires.map(|d| humantime::format_duration(d).to_string());
+                    let body = json!({"tenant": tenant, "admin": admin, "expires": expires, "label": label});
+                    serde_json::from_value(
+                        r.call(reqwest::Method::POST, "/tokens", Some(body)).await?,
+                    )?
+                }
+            };
+            if json {
+                println!(
+                    "{}",
+                    json!({"id": made.id, "tenant": made.tenant, "token": made.token})
+                );
+            } else {
+                // Alone on stdout, so that `$(service-rs tokens create …)` is the token.
+                println!("{}", made.token);
+                eprintln!(
+                    "token {} for tenant {}{}: shown once; only its hash is kept",
+                    made.id,
+                    made.tenant,
+                    if made.admin { " (admin)" } else { "" }
+                );
+            }
+        }
+        TokensCommand::List { json } => {
+            let all: Vec<TokenView> = match &target {
+                Target::Local(dir) => dir.tokens().await?.into_iter().map(Into::into).collect(),
+                Target::Remote(r) => {
+                    serde_json::from_value(r.call(reqwest::Method::GET, "/tokens", None).await?)?
+                }
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else {
+                print_tokens(&all);
+            }
+        }
+        TokensCommand::Revoke { id } => {
+            match &target {
+                Target::Local(dir) => {
+                    if !dir.revoke(&id).await? {
+                        return Err(tenancy::TenancyError::UnknownToken(id).into());
+                    }
+                }
+                Target::Remote(r) => {
+                    r.call(reqwest::Method::DELETE, &format!("/tokens/{id}"), None)
+                        .await?;
+                }
+            }
+            println!("revoked {id}");
+        }
+        TokensCommand::Quota {
+            tenant,
+            sessions,
+            concurrent_turns,
+            tokens_per_day,
+            clear,
+        } => {
+            let quota = Quota {
+                sessions,
+                concurrent_turns,
+                tokens_per_day,
+            };
+            anyhow::ensure!(
+                clear || quota != Quota::default(),
+                "give a limit (--sessions, --concurrent-turns, --tokens-per-day) or --clear"
+            );
+            match &target {
+                Target::Local(dir) => {
+                    tenancy::check_tenant(&tenant)?;
+                    dir.set_quota(&tenant, &quota).await?
+                }
+                Target::Remote(r) => {
+                    r.call(
+                        reqwest::Method::PUT,
+                        &format!("/tenants/{tenant}/quota"),
+                        Some(serde_json::to_value(quota)?),
+                    )
+                    .await?;
+                }
+            }
+            let limit = |n: Option<u64>| n.map_or("unlimited".to_string(), |n| n.to_string());
+            println!(
+                "{tenant}: sessions {}, concurrent turns {}, tokens a day {}",
+                limit(sessions),
+                limit(concurrent_turns),
+                limit(tokens_per_day)
+            );
+        }
+        TokensCommand::Usage { since, json } => {
+            let since = since.unwrap_or_else(|| {
+                (chrono::Utc::now() - chrono::Days::new(30))
+                    .format("%Y-%m-%d")
+                    .to_string()
+            });
+            let rows: Vec<SpentDay> = match &target {
+                Target::Local(dir) => dir.spent_since(&since).await?,
+                Target::Remote(r) => serde_json::from_value(
+                    r.call(reqwest::Method::GET, &format!("/usage?since={since}"), None)
+                        .await
+                        .context("reading the usage ledger")?,
+                )?,
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:<20} {:<10} {:>12} {:>12} {:>10}",
+                    "TENANT", "DAY", "INPUT", "OUTPUT", "CALLS"
+                );
+                for r in rows {
+                    println!(
+                        "{:<20} {:<10} {:>12} {:>12} {:>10}",
+                        r.tenant,
+                        r.day,
+                        r.spent.input_tokens,
+                        r.spent.output_tokens,
+                        r.spent.model_calls
+                    );
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_tokens(all: &[TokenView]) {
+    if all.is_empty() {
+        eprintln!("no tokens; make one with `service-rs tokens create --tenant NAME`");
+        return;
+    }
+    let day = |t: &Option<String>| {
+        t.as_deref()
+            .map_or("-".to_string(), |t| t.chars().take(16).collect())
+    };
+    println!(
+        "{:<9} {:<16} {:<6} {:<16} {:<16} {:<16} LABEL",
+        "ID", "TENANT", "ADMIN", "CREATED", "EXPIRES", "LAST USED"
+    );
+    for t in all {
+        println!(
+            "{:<9} {:<16} {:<6} {:<16} {:<16} {:<16} {}",
+            t.id,
+            t.tenant,
+            if t.admin { "yes" } else { "no" },
+            day(&Some(t.created_at.clone())),
+            day(&t.expires_at),
+            day(&t.last_used_at),
+            t.label.as_deref().unwrap_or("")
+        );
+    }
+}

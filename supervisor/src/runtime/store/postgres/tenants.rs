@@ -1,0 +1,229 @@
+//! The tenant directory in PostgreSQL: `tokens`, `tenant_quotas` and `tenant_spent` (see `005_tenants.sql`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::tenancy::{Directory, Quota, Result, Spent, SpentDay, TenancyError, TokenRecord};
+
+/// The directory over one database.
+pub struct PgDirectory {
+    pub(super) inner: Arc<super::Inner>,
+}
+
+impl PgDirectory {
+    async fn client(&self) -> Result<deadpool_postgres::Object> {
+        self.inner.client().await.map_err(store_error)
+    }
+}
+
+fn store_error(e: impl std::fmt::Display) -> TenancyError {
+    TenancyError::Store(format!("the tenant tables: {e}"))
+}
+
+/// Counts are kept as `bigint`; a count past `i64::MAX` is stored as that.
+fn big(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn small(n: Option<i64>) -> Option<u64> {
+    n.map(|n| u64::try_from(n).unwrap_or(0))
+}
+
+fn token_of(row: &tokio_postgres::Row) -> TokenRecord {
+    TokenRecord {
+        id: row.get(0),
+        tenant: row.get(1),
+        admin: row.get(2),
+        label: row.get(3),
+        created_at: row.get(4),
+        expires_at: row.get(5),
+        last_used_at: row.get(6),
+        sha256: row.get(7),
+    }
+}
+
+const TOKEN_COLUMNS: &str =
+    "id, tenant, admin, label, created_at, expires_at, last_used_at, sha256";
+
+#[async_trait::async_trait]
+impl Directory for PgDirectory {
+    async fn add_token(&self, t: &TokenRecord) -> Result<()> {
+        self.client()
+            .await?
+            .execute(
+                &format!(
+                    "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                ),
+                &[
+                    &t.id,
+                    &t.tenant,
+                    &t.admin,
+                    &t.label,
+                    &t.created_at,
+                    &t.expires_at,
+                    &t.last_used_at,
+                    &t.sha256,
+                ],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"),
+                &[],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(rows.iter().map(token_of).collect())
+    }
+
+    async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = $1"),
+                &[&id],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(row.as_ref().map(token_of))
+    }
+
+    async fn revoke(&self, id: &str) -> Result<bool> {
+        let n = self
+            .client()
+            .await?
+            .execute("DELETE FROM tokens WHERE id = $1", &[&id])
+            .await
+            .map_err(store_error)?;
+        Ok(n > 0)
+    }
+
+    async fn touch(&self, id: &str, when: &str) -> Result<()> {
+        self.client()
+            .await?
+            .execute(
+                "UPDATE tokens SET last_used_at = $2 WHERE id = $1",
+                &[&id, &when],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn set_quota(&self, tenant: &str, q: &Quota) -> Result<()> {
+        let client = self.client().await?;
+        if *q == Quota::default() {
+            client
+                .execute("DELETE FROM tenant_quotas WHERE tenant = $1", &[&tenant])
+                .await
+                .map_err(store_error)?;
+            return Ok(());
+        }
+        let (s, c, t) = (
+            q.sessions.map(big),
+            q.concurrent_turns.map(big),
+            q.tokens_per_day.map(big),
+        );
+        client
+            .execute(
+                "INSERT INTO tenant_quotas (tenant, sessions, concurrent_turns, tokens_per_day) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (tenant) DO UPDATE SET sessions = $2, \
+                 concurrent_turns = $3, tokens_per_day = $4",
+                &[&tenant, &s, &c, &t],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn quotas(&self) -> Result<BTreeMap<String, Quota>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT tenant, sessions, concurrent_turns, tokens_per_day FROM tenant_quotas",
+                &[],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    Quota {
+                        sessions: small(r.get(1)),
+                        concurrent_turns: small(r.get(2)),
+                        tokens_per_day: small(r.get(3)),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    async fn add_spent(&self, rows: &[SpentDay]) -> Result<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(store_error)?;
+        for r in rows {
+            let s = &r.spent;
+            tx.execute(
+                "INSERT INTO tenant_spent (tenant, day, input_tokens, output_tokens, cached_tokens, \
+                 reasoning_tokens, model_calls) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (tenant, day) DO UPDATE SET \
+                 input_tokens = tenant_spent.input_tokens + $3, \
+                 output_tokens = tenant_spent.output_tokens + $4, \
+                 cached_tokens = tenant_spent.cached_tokens + $5, \
+                 reasoning_tokens = tenant_spent.reasoning_tokens + $6, \
+                 model_calls = tenant_spent.model_calls + $7",
+                &[
+                    &r.tenant,
+                    &r.day,
+                    &big(s.input_tokens),
+                    &big(s.output_tokens),
+                    &big(s.cached_tokens),
+                    &big(s.reasoning_tokens),
+                    &big(s.model_calls),
+                ],
+            )
+            .await
+            .map_err(store_error)?;
+        }
+        tx.commit().await.map_err(store_error)
+    }
+
+    async fn spent_since(&self, since: &str) -> Result<Vec<SpentDay>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT tenant, day, input_tokens, output_tokens, cached_tokens, reasoning_tokens, model_calls \
+                 FROM tenant_spent WHERE day >= $1 ORDER BY tenant, day",
+                &[&since],
+            )
+            .await
+            .map_err(store_error)?;
+        let n = |r: &tokio_postgres::Row, i: usize| small(r.get(i)).unwrap_or(0);
+        Ok(rows
+            .iter()
+            .map(|r| SpentDay {
+                tenant: r.get(0),
+                day: r.get(1),
+                spent: Spent {
+                    input_tokens: n(r, 2),
+                    output_tokens: n(r, 3),
+                    cached_tokens: n(r, 4),
+                    reasoning_tokens: n(r, 5),
+                    model_calls: n(r, 6),
+                },
+            })
+            .collect())
+    }
+}

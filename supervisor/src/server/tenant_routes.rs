@@ -1,0 +1,198 @@
+//! Tenant administration over HTTP, for `service-rs tokens … --remote` with an admin token: tokens, quotas, and
+//! the usage ledger (which a tenant's own token may read for its tenant).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Deserialize;
+
+use super::api::{ApiError, ApiJson, ApiPath, ApiQuery, Body};
+use super::handlers::ApiResult;
+use super::tenants::admin_only;
+use super::AppState;
+use crate::tenancy::{self, Caller, NewToken, Quota, SpentDay, TenancyError, TokenView};
+
+/// `POST /tokens`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// The tenant it speaks for (1-63 of a-z, 0-9, '.', '_', '-').
+    pub tenant: String,
+    /// An admin token sees every tenant and manages tokens.
+    #[serde(default)]
+    pub admin: bool,
+    /// How long it is valid, as `30d`, `12h` or `90m`; absent: until revoked.
+    #[serde(default)]
+    pub expires: Option<String>,
+    /// A note for listings.
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+impl Body for CreateToken {}
+impl Body for Quota {}
+
+/// `GET /usage` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct UsageQuery {
+    /// The first UTC day to include, `YYYY-MM-DD` (default: 30 days ago).
+    pub since: Option<String>,
+    /// Only this tenant (admin tokens; a tenant's token reads its own).
+    pub tenant: Option<String>,
+}
+
+fn directory_error(e: TenancyError) -> ApiError {
+    match e {
+        TenancyError::BadTenant(_) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            e.to_string(),
+        ),
+        TenancyError::UnknownToken(_) => {
+            ApiError::new(StatusCode::NOT_FOUND, "token_not_found", e.to_string())
+        }
+        _ => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            e.to_string(),
+        )
+        .retry_after(1),
+    }
+}
+
+/// Makes a token; the answer holds the token itself, which is never shown again.
+#[utoipa::path(post, path = "/tokens", request_body = CreateToken,
+    responses((status = 201, description = "The new token, shown once", body = NewToken)))]
+pub async fn create_token(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiJson(req): ApiJson<CreateToken>,
+) -> ApiResult<impl IntoResponse> {
+    admin_only(&caller, "making tokens")?;
+    let valid_for = match req.expires.as_deref() {
+        None => None,
+        Some(text) => Some(humantime::parse_duration(text.trim()).map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!("expires: \"{text}\" is not a duration such as 30d or 12h: {e}"),
+            )
+        })?),
+    };
+    let made = tenancy::create_token(
+        &**st.rt.tenancy().directory(),
+        &req.tenant,
+        req.admin,
+        valid_for,
+        req.label,
+    )
+    .await
+    .map_err(directory_error)?;
+    Ok((StatusCode::CREATED, Json(made)))
+}
+
+/// Every token, without the tokens themselves.
+#[utoipa::path(get, path = "/tokens", responses((status = 200, body = [TokenView])))]
+pub async fn list_tokens(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> ApiResult<Json<Vec<TokenView>>> {
+    admin_only(&caller, "listing tokens")?;
+    let all = st
+        .rt
+        .tenancy()
+        .directory()
+        .tokens()
+        .await
+        .map_err(directory_error)?;
+    Ok(Json(all.into_iter().map(TokenView::from).collect()))
+}
+
+/// Revokes a token; every node refuses it within a second.
+#[utoipa::path(delete, path = "/tokens/{id}", params(("id" = String, Path, description = "The token's public id")),
+    responses((status = 204, description = "Revoked")))]
+pub async fn revoke_token(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<StatusCode> {
+    admin_only(&caller, "revoking tokens")?;
+    let gone = st
+        .rt
+        .tenancy()
+        .directory()
+        .revoke(&id)
+        .await
+        .map_err(directory_error)?;
+    if !gone {
+        return Err(directory_error(TenancyError::UnknownToken(id)));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sets a tenant's quota; a limit left out is unlimited, and an empty object clears them all.
+#[utoipa::path(put, path = "/tenants/{tenant}/quota", params(("tenant" = String, Path)), request_body = Quota,
+    responses((status = 200, body = Quota)))]
+pub async fn set_quota(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath(tenant): ApiPath<String>,
+    ApiJson(quota): ApiJson<Quota>,
+) -> ApiResult<Json<Quota>> {
+    admin_only(&caller, "setting quotas")?;
+    tenancy::check_tenant(&tenant).map_err(directory_error)?;
+    st.rt
+        .tenancy()
+        .directory()
+        .set_quota(&tenant, &quota)
+        .await
+        .map_err(directory_error)?;
+    Ok(Json(quota))
+}
+
+/// What tenants spent, by UTC day: the caller's tenant, or with an admin token every tenant or `?tenant=`.
+#[utoipa::path(get, path = "/usage", params(UsageQuery), responses((status = 200, body = [SpentDay])))]
+pub async fn usage(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiQuery(q): ApiQuery<UsageQuery>,
+) -> ApiResult<Json<Vec<SpentDay>>> {
+    let only = match q.tenant {
+        Some(t) if t != caller.tenant => {
+            admin_only(&caller, "reading another tenant's usage")?;
+            Some(t)
+        }
+        Some(t) => Some(t),
+        None if caller.admin => None,
+        None => Some(caller.tenant.clone()),
+    };
+    let since = match q.since {
+        Some(day) => {
+            chrono::NaiveDate::parse_from_str(&day, "%Y-%m-%d").map_err(|_| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("since: \"{day}\" is not a day written YYYY-MM-DD"),
+                )
+            })?;
+            day
+        }
+        None => (chrono::Utc::now() - chrono::Days::new(30))
+            .format("%Y-%m-%d")
+            .to_string(),
+    };
+    // What this node counted and has not written yet is part of the answer.
+    st.rt.tenancy().flush().await;
+    let mut rows = st
+        .rt
+        .tenancy()
+        .directory()
+        .spent_since(&since)
+        .await
+        .map_err(directory_error)?;
+    if let Some(tenant) = only {
+        rows.retain(|r| r.tenant == tenant);
+    }
+    Ok(Json(rows))
+}

@@ -1,0 +1,314 @@
+//! Who a request speaks for, and what it may reach: the HTTP side of [`crate::tenancy`].
+//!
+//! - [`authenticate`] turns the bearer token into a [`Caller`]: the server's own token (and `--no-auth`) is the
+//!   admin of the tenant `default`; a tenant token (`svc_…`) is whatever the store says of it; the cluster token
+//!   speaks for the caller the forwarding node names in [`CALLER`], which no client can set.
+//! - [`scope`] answers 404 for a session or an approval of another tenant, exactly as for one that does not exist,
+//!   so that ids do not leak.
+//! - [`admit_session`] and [`admit_turn`] apply the tenant's quota (429 with `quota_sessions`,
+//!   `quota_concurrent_turns` or `quota_tokens`).
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::api::ApiError;
+use super::AppState;
+use crate::runtime::RuntimeError;
+use crate::tenancy::{token, Caller};
+
+/// On a request one node forwards to another: the caller the first node authenticated, `tenant:<name>` or
+/// `admin:<name>`. Trusted only beside the cluster token.
+pub const CALLER: HeaderName = HeaderName::from_static("x-service-caller");
+
+/// The header value that names `caller` to another node.
+pub fn caller_header(caller: &Caller) -> HeaderValue {
+    let kind = if caller.admin { "admin" } else { "tenant" };
+    HeaderValue::from_str(&format!("{kind}:{}", caller.tenant))
+        .unwrap_or_else(|_| HeaderValue::from_static("tenant:"))
+}
+
+fn caller_from_header(headers: &HeaderMap) -> Option<Caller> {
+    let value = headers.get(&CALLER)?.to_str().ok()?;
+    let (kind, tenant) = value.split_once(':')?;
+    crate::tenancy::check_tenant(tenant).ok()?;
+    let admin = match kind {
+        "admin" => true,
+        "tenant" => false,
+        _ => return None,
+    };
+    Some(Caller {
+        tenant: tenant.to_string(),
+        admin,
+    })
+}
+
+/// The bearer token of a request, if it sends one.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+}
+
+/// The caller a request's token speaks for; None when the server has a token and the request's is not one it
+/// knows.
+pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Option<Caller> {
+    let Some(expected) = st.token.as_deref() else {
+        return Some(Caller::operator());
+    };
+    let given = bearer(headers)?;
+    if token::same_secret(given.as_bytes(), expected.as_bytes()) {
+        return Some(Caller::operator());
+    }
+    if let Some(cluster) = st.cluster.as_deref() {
+        if token::same_secret(given.as_bytes(), cluster.token.as_bytes()) {
+            // A peer's request on behalf of a client it authenticated; a request of its own speaks as the operator.
+            return Some(caller_from_header(headers).unwrap_or_else(Caller::operator));
+        }
+    }
+    if token::id_of(given).is_some() {
+        return st.rt.tenancy().verify(given).await;
+    }
+    if let Some(peer) = headers
+        .get(&super::forward::FORWARDED_BY)
+        .and_then(|v| v.to_str().ok())
+    {
+        tracing::warn!(
+            peer,
+            "a request forwarded by another node was refused: its cluster token is not this node's"
+        );
+    }
+    None
+}
+
+/// Requires a token the server knows (unless it runs with `--no-auth`) and hands its [`Caller`] to the handler.
+pub async fn require_caller(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    match authenticate(&st, req.headers()).await {
+        Some(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send Authorization: Bearer <token>: the server's token (printed at start-up and stored in \
+             $SERVICE_HOME/serve.token) or a tenant token from `service-rs tokens create`",
+        )
+        .into_response(),
+    }
+}
+
+/// What a path names: `/sessions/{id}…` or `/approvals/{id}`.
+enum Target<'a> {
+    Session(&'a str),
+    Approval(&'a str),
+}
+
+fn first_segment(rest: &str) -> Option<&str> {
+    rest.split('/').next().filter(|s| !s.is_empty())
+}
+
+fn target(path: &str) -> Option<Target<'_>> {
+    if let Some(rest) = path.strip_prefix("/sessions/") {
+        return first_segment(rest).map(Target::Session);
+    }
+    path.strip_prefix("/approvals/")
+        .and_then(first_segment)
+        .map(Target::Approval)
+}
+
+/// Answers 404 for a session or approval request of another tenant, as for one that does not exist.
+pub async fn scope(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    // Set by `require_caller`, which every scoped route sits behind; its absence refuses, never allows.
+    let Some(caller) = req.extensions().get::<Caller>().cloned() else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the request was not authenticated",
+        )
+        .into_response();
+    };
+    if caller.admin {
+        return next.run(req).await;
+    }
+    let path = req.uri().path().to_string();
+    let hidden = match target(&path) {
+        Some(Target::Session(id)) => match st.rt.session_tenant(id).await {
+            Ok(tenant) if caller.sees(&tenant) => None,
+            Ok(_) | Err(RuntimeError::SessionNotFound(_)) => Some(ApiError::from(
+                RuntimeError::SessionNotFound(id.to_string()),
+            )),
+            Err(e) => Some(ApiError::from(e)),
+        },
+        Some(Target::Approval(id)) => match st.rt.approval_tenant(id).await {
+            Some(tenant) if caller.sees(&tenant) => None,
+            _ => Some(ApiError::from(RuntimeError::ApprovalNotFound(
+                id.to_string(),
+            ))),
+        },
+        None => None,
+    };
+    match hidden {
+        Some(error) => error.into_response(),
+        None => next.run(req).await,
+    }
+}
+
+/// Refuses a caller that is not an admin (token management, metrics, removing shared bundles).
+pub fn admin_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
+    if caller.admin {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "admin_only",
+        format!(
+            "{what} needs an admin token; tenant \"{}\"'s token is not one",
+            caller.tenant
+        ),
+    ))
+}
+
+fn quota_error(code: &str, message: String) -> ApiError {
+    ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message)
+}
+
+fn store_error(e: crate::tenancy::TenancyError) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        e.to_string(),
+    )
+    .retry_after(1)
+}
+
+/// Refuses a new session past the caller's `sessions` quota. No `Retry-After`: waiting does not help.
+pub async fn admit_session(st: &AppState, caller: &Caller) -> Result<(), ApiError> {
+    let Some(limit) = st
+        .rt
+        .tenancy()
+        .quota(&caller.tenant)
+        .await
+        .map_err(store_error)?
+        .and_then(|q| q.sessions)
+    else {
+        return Ok(());
+    };
+    let have = st
+        .rt
+        .list_sessions()
+        .await?
+        .iter()
+        .filter(|r| r.tenant() == caller.tenant && r.parent.is_none())
+        .count() as u64;
+    if have < limit {
+        return Ok(());
+    }
+    Err(quota_error(
+        "quota_sessions",
+        format!(
+            "tenant \"{}\" has {have} sessions, its limit; delete one (DELETE /sessions/{{id}}) or ask an admin to \
+             raise it",
+            caller.tenant
+        ),
+    ))
+}
+
+/// Seconds until the next UTC midnight, when the day's tokens start again.
+fn until_midnight() -> u32 {
+    let now = chrono::Utc::now();
+    let tomorrow = (now.date_naive() + chrono::Days::new(1))
+        .and_hms_opt(0, 0, 0)
+        .map(|t| t.and_utc());
+    tomorrow.map_or(3600, |t| {
+        u32::try_from((t - now).num_seconds().max(1)).unwrap_or(3600)
+    })
+}
+
+/// Refuses a new turn past the caller's `concurrent_turns` or `tokens_per_day` quota, with `Retry-After`.
+pub async fn admit_turn(st: &AppState, caller: &Caller) -> Result<(), ApiError> {
+    let tenancy = st.rt.tenancy();
+    let Some(quota) = tenancy.quota(&caller.tenant).await.map_err(store_error)? else {
+        return Ok(());
+    };
+    if let Some(limit) = quota.tokens_per_day {
+        let spent = tenancy
+            .tokens_today(&caller.tenant)
+            .await
+            .map_err(store_error)?;
+        if spent >= limit {
+            return Err(quota_error(
+                "quota_tokens",
+                format!(
+                    "tenant \"{}\" has spent {spent} of its {limit} tokens for today (UTC); they start again at \
+                     midnight UTC",
+                    caller.tenant
+                ),
+            )
+            .retry_after(until_midnight()));
+        }
+    }
+    if let Some(limit) = quota.concurrent_turns {
+        let running = st
+            .rt
+            .list_sessions()
+            .await?
+            .iter()
+            .filter(|r| {
+                r.tenant() == caller.tenant
+                    && r.parent.is_none()
+                    && r.status == crate::runtime::record::SessionStatus::Running
+            })
+            .count() as u64;
+        if running >= limit {
+            return Err(quota_error(
+                "quota_concurrent_turns",
+                format!(
+                    "tenant \"{}\" runs {running} turns at once, its limit; retry when one has ended",
+                    caller.tenant
+                ),
+            )
+            .retry_after(1));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_header_names_a_tenant_and_whether_it_is_an_admin() {
+        let acme = Caller {
+            tenant: "acme".into(),
+            admin: false,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(CALLER, caller_header(&acme));
+        assert_eq!(caller_from_header(&headers), Some(acme));
+        for bad in ["root:acme", "tenant:", "tenant:Acme", "acme"] {
+            headers.insert(CALLER, HeaderValue::from_static(bad));
+            assert_eq!(caller_from_header(&headers), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_name_the_session_or_approval_they_are_about() {
+        assert!(matches!(
+            target("/sessions/abc/run"),
+            Some(Target::Session("abc"))
+        ));
+        assert!(matches!(
+            target("/approvals/r1"),
+            Some(Target::Approval("r1"))
+        ));
+        assert!(target("/sessions").is_none());
+        assert!(target("/sessions/").is_none());
+        assert!(target("/bundles/x").is_none());
+    }
+}

@@ -1,0 +1,582 @@
+//! Tenants: who a request speaks for, what it may see, and how much it may spend.
+//!
+//! - [`token`]: the shape of a tenant token, its digest and its constant-time check.
+//! - [`files`]: the [`Directory`] of a files store (`$SERVICE_HOME/tenants.json`); the PostgreSQL store has its own
+//!   tables (`runtime::store::postgres::tenants`), so that every node of a cluster knows a token, a revocation, a
+//!   quota and the day's spending at once.
+//!
+//! A session belongs to the tenant whose token created it ([`crate::runtime::SessionRecord::tenant`]). The server's
+//! own token (`--token`, `SERVICE_TOKEN`, `serve.token`) is the admin token of the tenant `default`, so a set-up with
+//! one token works as it did. [`Tenancy`] sits in front of the directory: it caches token records for at most
+//! [`TOKEN_TTL`] (a revocation holds everywhere within that), and counts each model call's tokens against the
+//! tenant's day.
+
+pub mod files;
+pub mod token;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use service_ipc::Usage;
+
+/// The tenant of sessions made with the server's own token, and of every local command.
+pub const DEFAULT_TENANT: &str = "default";
+/// How long a checked token's record is trusted before it is read again: a revocation takes at most this long.
+pub const TOKEN_TTL: Duration = Duration::from_millis(500);
+/// How long a tenant's quota and the day's stored spending are trusted before they are read again.
+const QUOTA_TTL: Duration = Duration::from_millis(500);
+/// How often a token's `last_used_at` is written, at most.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+/// How long counted usage waits before it is written, so that busy turns make one write, not one per call.
+const FLUSH_AFTER: Duration = Duration::from_millis(200);
+
+/// Why a tenant operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TenancyError {
+    /// A tenant name that is not allowed.
+    #[error("tenant name \"{0}\" is not valid: use 1-63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit")]
+    BadTenant(String),
+    /// No token has this id.
+    #[error("no token has the id \"{0}\"; `service-rs tokens list` shows them")]
+    UnknownToken(String),
+    /// The operating system gave no random bytes.
+    #[error("cannot make a token: no random bytes from the system: {0}")]
+    Random(String),
+    /// The directory could not be read or written.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// Result of a tenant operation.
+pub type Result<T> = std::result::Result<T, TenancyError>;
+
+/// Checks a tenant name: 1-63 of `[a-z0-9._-]`, starting with a letter or digit.
+pub fn check_tenant(name: &str) -> Result<()> {
+    let ok = (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(TenancyError::BadTenant(name.to_string()))
+    }
+}
+
+/// A stored token: everything but the token itself, of which only the digest is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// Short public id.
+    pub id: String,
+    /// The tenant it speaks for.
+    pub tenant: String,
+    /// Whether it sees every tenant's sessions and may manage tokens.
+    pub admin: bool,
+    /// The operator's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339; None: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// RFC 3339, written at most once a minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<String>,
+    /// SHA-256 of the token, hex.
+    pub sha256: String,
+}
+
+/// A token as listings show it: everything but its digest.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenView {
+    /// Short public id.
+    pub id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Whether it is an admin token.
+    pub admin: bool,
+    /// The operator's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339; absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// RFC 3339, to the minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<String>,
+}
+
+impl From<TokenRecord> for TokenView {
+    fn from(t: TokenRecord) -> TokenView {
+        TokenView {
+            id: t.id,
+            tenant: t.tenant,
+            admin: t.admin,
+            label: t.label,
+            created_at: t.created_at,
+            expires_at: t.expires_at,
+            last_used_at: t.last_used_at,
+        }
+    }
+}
+
+impl TokenRecord {
+    /// Whether it has expired at `now`.
+    pub fn expired(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        self.expires_at
+            .as_deref()
+            .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
+            .is_some_and(|e| e <= now)
+    }
+}
+
+/// A tenant's limits; each absent one is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Sessions it may have at once (subagents' sessions are not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<u64>,
+    /// Turns it may run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_turns: Option<u64>,
+    /// Tokens in and out it may spend in a UTC day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
+}
+
+/// What a tenant spent in a day, summed over its model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Spent {
+    /// Prompt tokens.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Completion tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Prompt tokens served from the provider's cache (part of `input_tokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Completion tokens spent reasoning (part of `output_tokens`).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+    /// Model calls.
+    #[serde(default)]
+    pub model_calls: u64,
+}
+
+impl Spent {
+    /// Adds one model call's usage.
+    pub fn count(&mut self, call: &Usage) {
+        self.input_tokens += call.input_tokens.unwrap_or(0);
+        self.output_tokens += call.output_tokens.unwrap_or(0);
+        self.cached_tokens += call.cached_tokens.unwrap_or(0);
+        self.reasoning_tokens += call.reasoning_tokens.unwrap_or(0);
+        self.model_calls += 1;
+    }
+
+    /// Adds another sum.
+    pub fn add(&mut self, other: &Spent) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.model_calls += other.model_calls;
+    }
+
+    /// Tokens in and out.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+/// One row of the usage ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SpentDay {
+    /// The tenant.
+    pub tenant: String,
+    /// UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// What it spent.
+    #[serde(flatten)]
+    pub spent: Spent,
+}
+
+/// Where tokens, quotas and the usage ledger are kept: a files store's `tenants.json`, or PostgreSQL tables.
+#[async_trait::async_trait]
+pub trait Directory: Send + Sync {
+    /// Stores a new token.
+    async fn add_token(&self, record: &TokenRecord) -> Result<()>;
+    /// Every token, oldest first.
+    async fn tokens(&self) -> Result<Vec<TokenRecord>>;
+    /// The token with this id.
+    async fn token(&self, id: &str) -> Result<Option<TokenRecord>>;
+    /// Deletes a token; false when none had the id.
+    async fn revoke(&self, id: &str) -> Result<bool>;
+    /// Records that a token was used at `when` (RFC 3339).
+    async fn touch(&self, id: &str, when: &str) -> Result<()>;
+    /// Sets (or, with every limit absent, clears) a tenant's quota.
+    async fn set_quota(&self, tenant: &str, quota: &Quota) -> Result<()>;
+    /// Every tenant's quota.
+    async fn quotas(&self) -> Result<BTreeMap<String, Quota>>;
+    /// Adds to the ledger.
+    async fn add_spent(&self, rows: &[SpentDay]) -> Result<()>;
+    /// The ledger's rows from day `since` on (`YYYY-MM-DD`), by tenant and day.
+    async fn spent_since(&self, since: &str) -> Result<Vec<SpentDay>>;
+}
+
+/// A token just made: its record and the token itself, which is shown once and never stored.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NewToken {
+    /// Its public id.
+    pub id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Whether it is an admin token.
+    pub admin: bool,
+    /// The token.
+    pub token: String,
+    /// When it expires (RFC 3339), if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// Makes and stores a token for `tenant`, valid for `valid_for` (None: until revoked).
+pub async fn create_token(
+    dir: &dyn Directory,
+    tenant: &str,
+    admin: bool,
+    valid_for: Option<Duration>,
+    label: Option<String>,
+) -> Result<NewToken> {
+    check_tenant(tenant)?;
+    let minted = token::mint().map_err(|e| TenancyError::Random(e.to_string()))?;
+    let now = chrono::Utc::now();
+    let expires_at = valid_for
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .map(|d| (now + d).to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    let record = TokenRecord {
+        id: minted.id.clone(),
+        tenant: tenant.to_string(),
+        admin,
+        label,
+        created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        expires_at: expires_at.clone(),
+        last_used_at: None,
+        sha256: minted.sha256,
+    };
+    dir.add_token(&record).await?;
+    Ok(NewToken {
+        id: minted.id,
+        tenant: tenant.to_string(),
+        admin,
+        token: minted.token,
+        expires_at,
+    })
+}
+
+/// Who a request speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// Its tenant.
+    pub tenant: String,
+    /// Whether it sees every tenant.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// The server's own token, or a local command: the admin of the default tenant.
+    pub fn operator() -> Caller {
+        Caller {
+            tenant: DEFAULT_TENANT.into(),
+            admin: true,
+        }
+    }
+
+    /// Whether it may see a session of `tenant`.
+    pub fn sees(&self, tenant: &str) -> bool {
+        self.admin || self.tenant == tenant
+    }
+
+    /// The tenant a session it creates belongs to.
+    pub fn owns(&self) -> Option<String> {
+        (self.tenant != DEFAULT_TENANT).then(|| self.tenant.clone())
+    }
+}
+
+/// Today as the ledger writes it: the UTC date.
+pub fn today() -> String {
+    chrono::Utc::now().format("%Y-%m-%d").to_string()
+}
+
+/// This process's side of the usage ledger. What it counted is always in exactly one of `sums` (not yet taken for
+/// a write), `in_flight` (being written) or the store; `stored` caches the store's figures for the day, valid while
+/// `generation` is unchanged (each finished write bumps it).
+#[derive(Default)]
+struct Ledger {
+    sums: Mutex<HashMap<(String, String), Spent>>,
+    in_flight: Mutex<HashMap<(String, String), Spent>>,
+    writing: tokio::sync::Mutex<()>,
+    generation: std::sync::atomic::AtomicU64,
+    stored: Mutex<Option<Cached<StoredDay>>>,
+}
+
+/// The store's figures for one day: (day, the ledger's generation when read, spending by tenant).
+type StoredDay = (String, u64, HashMap<String, Spent>);
+
+struct Cached<T> {
+    at: Instant,
+    value: T,
+}
+
+/// The directory with caches in front: what the server and the runtime use.
+pub struct Tenancy {
+    dir: Arc<dyn Directory>,
+    tokens: Mutex<HashMap<String, Cached<Option<TokenRecord>>>>,
+    touched: Mutex<HashMap<String, Instant>>,
+    quotas: Mutex<Option<Cached<BTreeMap<String, Quota>>>>,
+    /// Counted spending and the store's figures.
+    ledger: Arc<Ledger>,
+    flush_scheduled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Tenancy {
+    /// Caches in front of `dir`.
+    pub fn new(dir: Arc<dyn Directory>) -> Arc<Tenancy> {
+        Arc::new(Tenancy {
+            dir,
+            tokens: Mutex::default(),
+            touched: Mutex::default(),
+            quotas: Mutex::default(),
+            ledger: Arc::default(),
+            flush_scheduled: Arc::default(),
+        })
+    }
+
+    /// The directory itself.
+    pub fn directory(&self) -> &Arc<dyn Directory> {
+        &self.dir
+    }
+
+    /// The caller a tenant token speaks for; None for a token that is unknown, revoked, expired or not a tenant
+    /// token at all.
+    pub async fn verify(&self, token: &str) -> Option<Caller> {
+        let id = token::id_of(token)?;
+        let cached = lock(&self.tokens)
+            .get(id)
+            .filter(|c| c.at.elapsed() < TOKEN_TTL)
+            .map(|c| c.value.clone());
+        let record = match cached {
+            Some(r) => r,
+            None => {
+                let read = match self.dir.token(id).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(token_id = id, "a token could not be checked: {e}");
+                        return None;
+                    }
+                };
+                lock(&self.tokens).insert(
+                    id.to_string(),
+                    Cached {
+                        at: Instant::now(),
+                        value: read.clone(),
+                    },
+                );
+                read
+            }
+        }?;
+        if !token::matches(token, &record.sha256) || record.expired(chrono::Utc::now()) {
+            return None;
+        }
+        self.touch(&record.id);
+        Some(Caller {
+            tenant: record.tenant,
+            admin: record.admin,
+        })
+    }
+
+    /// Writes `last_used_at` in the background, at most once a minute per token.
+    fn touch(&self, id: &str) {
+        {
+            let mut touched = lock(&self.touched);
+            if touched.get(id).is_some_and(|t| t.elapsed() < TOUCH_EVERY) {
+                return;
+            }
+            touched.insert(id.to_string(), Instant::now());
+        }
+        let (dir, id) = (self.dir.clone(), id.to_string());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Err(e) = dir.touch(&id, &crate::runtime::record::now()).await {
+                    tracing::debug!(token_id = %id, "last use not recorded: {e}");
+                }
+            });
+        }
+    }
+
+    /// A tenant's quota, read at most [`QUOTA_TTL`] ago; None: unlimited.
+    pub async fn quota(&self, tenant: &str) -> Result<Option<Quota>> {
+        {
+            let cached = lock(&self.quotas);
+            if let Some(c) = cached.as_ref().filter(|c| c.at.elapsed() < QUOTA_TTL) {
+                return Ok(c.value.get(tenant).copied());
+            }
+        }
+        let all = self.dir.quotas().await?;
+        let found = all.get(tenant).copied();
+        *lock(&self.quotas) = Some(Cached {
+            at: Instant::now(),
+            value: all,
+        });
+        Ok(found)
+    }
+
+    /// Tokens `tenant` spent today: what the store has (read at most [`QUOTA_TTL`] ago, and since this process's
+    /// last write) and what this process counted and has not written yet.
+    pub async fn tokens_today(&self, tenant: &str) -> Result<u64> {
+        use std::sync::atomic::Ordering;
+        let ledger = &self.ledger;
+        let day = today();
+        let generation = ledger.generation.load(Ordering::Acquire);
+        let cached = lock(&ledger.stored)
+            .as_ref()
+            .filter(|c| c.at.elapsed() < QUOTA_TTL && c.value.0 == day && c.value.1 == generation)
+            .map(|c| c.value.2.get(tenant).map_or(0, Spent::tokens));
+        let stored = match cached {
+            Some(s) => s,
+            None => {
+                let by_tenant: HashMap<String, Spent> = self
+                    .dir
+                    .spent_since(&day)
+                    .await?
+                    .into_iter()
+                    .filter(|r| r.day == day)
+                    .map(|r| (r.tenant, r.spent))
+                    .collect();
+                let mine = by_tenant.get(tenant).map_or(0, Spent::tokens);
+                *lock(&ledger.stored) = Some(Cached {
+                    at: Instant::now(),
+                    value: (day.clone(), generation, by_tenant),
+                });
+                mine
+            }
+        };
+        let key = (tenant.to_string(), day);
+        let unwritten = [&ledger.sums, &ledger.in_flight]
+            .iter()
+            .map(|m| lock(m).get(&key).map_or(0, Spent::tokens))
+            .sum::<u64>();
+        Ok(stored + unwritten)
+    }
+
+    /// Counts one model call of a session of `tenant`; it is written to the ledger shortly after.
+    pub fn count(&self, tenant: &str, call: &Usage) {
+        lock(&self.ledger.sums)
+            .entry((tenant.to_string(), today()))
+            .or_default()
+            .count(call);
+        if self
+            .flush_scheduled
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let (dir, ledger, scheduled) = (
+            self.dir.clone(),
+            self.ledger.clone(),
+            self.flush_scheduled.clone(),
+        );
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                tokio::time::sleep(FLUSH_AFTER).await;
+                scheduled.store(false, std::sync::atomic::Ordering::Release);
+                write_pending(&*dir, &ledger).await;
+            });
+        } else {
+            self.flush_scheduled
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Writes whatever is counted and not yet written (at shutdown).
+    pub async fn flush(&self) {
+        write_pending(&*self.dir, &self.ledger).await;
+    }
+}
+
+/// Writes the pending sums; on failure they go back to be written with the next ones. One write at a time, so a
+/// reader that flushes first finds every earlier count stored.
+async fn write_pending(dir: &dyn Directory, ledger: &Ledger) {
+    let _writing = ledger.writing.lock().await;
+    let taken: Vec<SpentDay> = {
+        let mut sums = lock(&ledger.sums);
+        let mut in_flight = lock(&ledger.in_flight);
+        in_flight.extend(sums.drain());
+        in_flight
+            .iter()
+            .map(|((tenant, day), spent)| SpentDay {
+                tenant: tenant.clone(),
+                day: day.clone(),
+                spent: *spent,
+            })
+            .collect()
+    };
+    if taken.is_empty() {
+        return;
+    }
+    match dir.add_spent(&taken).await {
+        Ok(()) => {
+            // Stored now: every cached figure is stale, and the sums are counted there, not here. In this order a
+            // reader between the two counts them twice, never not at all.
+            ledger
+                .generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            lock(&ledger.in_flight).clear();
+        }
+        Err(e) => {
+            // Kept in flight: the next write takes them again.
+            tracing::warn!("tenant usage not written yet, kept for the next write: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_names_are_short_lower_case_words() {
+        for ok in ["default", "acme", "team-a", "a.b_c", "0x"] {
+            check_tenant(ok).unwrap();
+        }
+        for bad in ["", "Acme", "-a", "a b", "a/b", &"a".repeat(64), "é"] {
+            assert!(check_tenant(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_tenant_caller_sees_only_its_own_and_an_admin_sees_all() {
+        let acme = Caller {
+            tenant: "acme".into(),
+            admin: false,
+        };
+        assert!(acme.sees("acme") && !acme.sees("default"));
+        assert!(Caller::operator().sees("acme"));
+        assert_eq!(acme.owns().as_deref(), Some("acme"));
+        assert_eq!(Caller::operator().owns(), None);
+    }
+}

@@ -1,0 +1,669 @@
+//! Tenants over `serve`: tokens made with `service-rs tokens`, each tenant seeing and driving only its own sessions
+//! (another tenant's are 404, as if absent), quotas answering 429, and the usage ledger. The attacks are real
+//! requests of one tenant's token at the other's ids, through every route.
+
+use std::path::Path;
+use std::process::Command;
+
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use super::http_client::{task, Api};
+use super::support::{binary, write_bundle, Server};
+
+const ADMIN: &str = "the-servers-own-token";
+
+/// Runs `service-rs tokens <args>` on the store of `home` (the suite's store: files, or its PostgreSQL database);
+/// its stdout.
+pub(super) fn tokens(home: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(binary());
+    cmd.arg("tokens")
+        .args(args)
+        .env("SERVICE_HOME", home)
+        .env_remove("SERVICE_TOKEN");
+    if super::store_backend::postgres() {
+        cmd.env("SERVICE_STORE_URL", super::store_backend::url_for(home));
+    }
+    let out = cmd.output().expect("run tokens");
+    assert!(
+        out.status.success(),
+        "tokens {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A tenant's new token, as `tokens create` prints it alone on stdout.
+pub(super) fn token_for(home: &Path, tenant: &str) -> String {
+    let token = tokens(home, &["create", "--tenant", tenant]);
+    assert_eq!(token.lines().count(), 1, "{token}");
+    token.trim().to_string()
+}
+
+/// A server with its own token over `home`, and clients for the admin and for tenants `acme` and `beta`.
+struct Tenants {
+    admin: Api,
+    acme: Api,
+    beta: Api,
+}
+
+fn tenants(home: &Path, more: &[&str]) -> Tenants {
+    let (acme, beta) = (token_for(home, "acme"), token_for(home, "beta"));
+    let mut args = vec!["--token", ADMIN];
+    args.extend_from_slice(more);
+    let admin = Api::with_token(Server::start(home, &args, &[]), ADMIN);
+    Tenants {
+        acme: admin.beside(&acme),
+        beta: admin.beside(&beta),
+        admin,
+    }
+}
+
+const ASK: &str = "permissions:\n  default: allow\n  rules:\n    - { tool: Write, action: ask }\n";
+const SCRIPT: &str = r#"{turns: [
+  {when: "write", replies: [{tool_calls: [{name: "Write", arguments: {file_path: "out.txt", content: "hi"}}]}, {text: "{{last_tool_output}}"}]},
+  {when: "tool", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo one"}}]}, {text: "two calls"}]},
+  {when: "sleep", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 30"}}]}, {text: "woke"}]},
+  {replies: [{text: "hello"}]},
+]}"#;
+
+fn bundle() -> TempDir {
+    let dir = TempDir::new().unwrap();
+    write_bundle(dir.path(), SCRIPT, ASK, "workspace_write");
+    dir
+}
+
+/// The error code of an answer.
+fn code(answer: &(u16, Value)) -> (u16, String) {
+    (
+        answer.0,
+        answer.1["error"]["code"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tenant_sees_and_drives_only_its_own_sessions_and_the_admin_sees_all() {
+    let home = TempDir::new().unwrap();
+    let t = tenants(home.path(), &[]);
+    let bundle = bundle();
+    let path = bundle.path().to_str().unwrap();
+    let mine = t.acme.session(path).await;
+    let theirs = t.beta.session(path).await;
+    let operators = t.admin.session(path).await;
+    assert_eq!(t.acme.answer(&mine, "hi").await, "hello");
+
+    let listed = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(listed(&t.acme.get("/sessions").await.1), vec![mine.clone()]);
+    assert_eq!(
+        listed(&t.beta.get("/sessions").await.1),
+        vec![theirs.clone()]
+    );
+    let all = listed(&t.admin.get("/sessions").await.1);
+    for id in [&mine, &theirs, &operators] {
+        assert!(all.contains(id), "the admin sees {id}: {all:?}");
+    }
+    assert_eq!(
+        listed(&t.admin.get("/sessions?tenant=acme").await.1),
+        vec![mine.clone()]
+    );
+    assert_eq!(
+        code(&t.beta.get("/sessions?tenant=acme").await),
+        (403, "admin_only".into())
+    );
+    let (_, record) = t.admin.get(&format!("/sessions/{mine}")).await;
+    assert_eq!(record["tenant"], "acme");
+
+    // Every route that names a session: beta gets what a session that does not exist gets, for acme's and the
+    // operator's sessions alike, and nothing happens to them.
+    let absent = "00000000-0000-4000-8000-000000000000";
+    for victim in [mine.as_str(), operators.as_str(), absent] {
+        let expected = (404, "session_not_found".to_string());
+        for (method, path, body) in [
+            ("GET", format!("/sessions/{victim}"), None),
+            ("GET", format!("/sessions/{victim}/journal"), None),
+            ("GET", format!("/sessions/{victim}/events"), None),
+            ("GET", format!("/sessions/{victim}/changes"), None),
+            (
+                "POST",
+                format!("/sessions/{victim}/run"),
+                Some(json!({"input": task("hi")})),
+            ),
+            (
+                "POST",
+                format!("/sessions/{victim}/run-sync"),
+                Some(json!({"input": task("hi")})),
+            ),
+            ("POST", format!("/sessions/{victim}/interrupt"), None),
+            ("POST", format!("/sessions/{victim}/compact"), None),
+            (
+                "POST",
+                format!("/sessions/{victim}/rewind"),
+                Some(json!({"turn": 1})),
+            ),
+            ("POST", format!("/sessions/{victim}/fork"), None),
+            (
+                "POST",
+                format!("/sessions/{victim}/commands"),
+                Some(json!({"command": "touch pwned"})),
+            ),
+            ("DELETE", format!("/sessions/{victim}"), None),
+        ] {
+            let mut request = t.beta.req(method.parse().unwrap(), &path);
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            assert_eq!(
+                (
+                    status,
+                    body["error"]["code"].as_str().unwrap_or("").to_string()
+                ),
+                expected,
+                "{method} {path}: {body}"
+            );
+            let message = body["error"]["message"].as_str().unwrap_or("");
+            assert_eq!(
+                message,
+                format!(
+                    "no session with id \"{victim}\"; list sessions with `service-rs sessions`"
+                ),
+                "the same words as for an absent session"
+            );
+        }
+    }
+    // A client header naming the admin is not the cluster's: beta stays beta.
+    let forged = t
+        .beta
+        .req(reqwest::Method::GET, &format!("/sessions/{mine}"))
+        .header("x-service-caller", "admin:default")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 404);
+    // Acme's session is whole, and its workspace has no file a command of beta's made.
+    let (status, record) = t.acme.get(&format!("/sessions/{mine}")).await;
+    assert_eq!((status, record["turn_count"].as_u64()), (200, Some(1)));
+    assert!(!Path::new(record["cwd"].as_str().unwrap())
+        .join("pwned")
+        .exists());
+    // Tenants do not read the server's metrics or remove shared bundles.
+    assert_eq!(
+        code(&t.acme.get("/metrics").await),
+        (403, "admin_only".into())
+    );
+    let (status, _) = t.admin.get("/metrics").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_approval_ids_and_guessed_ones_are_404() {
+    let home = TempDir::new().unwrap();
+    let t = tenants(home.path(), &[]);
+    let bundle = bundle();
+    let mine = t.acme.session(bundle.path().to_str().unwrap()).await;
+    let mut sse = t.acme.events(&mine, None).await;
+    let (status, _) = t
+        .acme
+        .post(
+            &format!("/sessions/{mine}/run"),
+            json!({"input": task("write")}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let asked = sse.until("permission_requested").await;
+    let request_id = asked.last().unwrap().1["payload"]["payload"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for id in [
+        request_id.as_str(),
+        "req-1",
+        "00000000-0000-4000-8000-000000000000",
+    ] {
+        let answer = t
+            .beta
+            .post(
+                &format!("/approvals/{id}"),
+                json!({"decision": "allow_once"}),
+            )
+            .await;
+        assert_eq!(code(&answer), (404, "approval_not_found".into()), "{id}");
+    }
+    // Still pending for acme, who answers it.
+    let (status, body) = t
+        .acme
+        .post(
+            &format!("/approvals/{request_id}"),
+            json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let ended = sse.until("turn_completed").await;
+    assert!(
+        ended
+            .iter()
+            .any(|(_, e)| e["payload"]["type"] == "approval_resolved"),
+        "{ended:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_answer_429_and_a_turn_past_the_days_tokens_stops_with_quota_exceeded() {
+    let home = TempDir::new().unwrap();
+    let t = tenants(home.path(), &[]);
+    tokens(
+        home.path(),
+        &[
+            "quota",
+            "acme",
+            "--sessions",
+            "2",
+            "--concurrent-turns",
+            "1",
+        ],
+    );
+    let bundle = bundle();
+    let path = bundle.path().to_str().unwrap();
+    let first = t.acme.session(path).await;
+    let second = t.acme.session(path).await;
+    let refused = t.acme.post("/sessions", json!({"bundle_ref": path})).await;
+    assert_eq!(
+        code(&refused),
+        (429, "quota_sessions".into()),
+        "{refused:?}"
+    );
+    let response = t
+        .acme
+        .req(reqwest::Method::POST, "/sessions")
+        .json(&json!({"bundle_ref": path}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.headers().get("retry-after").is_none(),
+        "waiting does not help"
+    );
+    // Beta has no quota.
+    t.beta.session(path).await;
+
+    // One turn at a time.
+    let (status, _) = t
+        .acme
+        .post(
+            &format!("/sessions/{first}/run"),
+            json!({"input": task("sleep")}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    for _ in 0..200 {
+        let (_, record) = t.acme.get(&format!("/sessions/{first}")).await;
+        if record["status"] == "running" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let response = t
+        .acme
+        .req(
+            reqwest::Method::POST,
+            &format!("/sessions/{second}/run-sync"),
+        )
+        .json(&json!({"input": task("hi")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 429);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "quota_concurrent_turns", "{body}");
+    let (status, _) = t
+        .acme
+        .post(&format!("/sessions/{first}/interrupt"), json!({}))
+        .await;
+    assert_eq!(status, 202);
+
+    // A day's limit a few tokens above what acme has spent: the next turn passes it on its first call (the scripted
+    // model counts dozens a call) and stops there, before the Bash that call asked for runs.
+    let (_, spent) = t.acme.get("/usage").await;
+    let tokens_of = |row: &Value| {
+        row["input_tokens"].as_u64().unwrap_or(0) + row["output_tokens"].as_u64().unwrap_or(0)
+    };
+    let spent = tokens_of(&spent[0]);
+    assert!(spent > 0, "the interrupted turn's first call is counted");
+    let limit = (spent + 5).to_string();
+    tokens(home.path(), &["quota", "acme", "--tokens-per-day", &limit]);
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let (status, stopped) = t
+        .acme
+        .post(
+            &format!("/sessions/{second}/run-sync"),
+            json!({"input": task("tool")}),
+        )
+        .await;
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(stopped["status"], "failed", "{stopped}");
+    assert_eq!(stopped["error"]["code"], "quota_exceeded", "{stopped}");
+    let (_, journal) = t.acme.get(&format!("/sessions/{second}/journal")).await;
+    let events = journal.as_array().unwrap();
+    let last_turn = events
+        .iter()
+        .rposition(|e| e["payload"]["type"] == "turn_started")
+        .unwrap();
+    assert!(
+        !events[last_turn..]
+            .iter()
+            .any(|e| e["payload"]["type"] == "exec_command_begin"),
+        "the stopped turn ran no command: {:?}",
+        &events[last_turn..]
+    );
+    let response = t
+        .acme
+        .req(
+            reqwest::Method::POST,
+            &format!("/sessions/{second}/run-sync"),
+        )
+        .json(&json!({"input": task("hi")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 429);
+    let wait: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=86_400).contains(&wait), "{wait}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "quota_tokens");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_ledger_matches_the_journaled_usage_of_every_turn() {
+    let home = TempDir::new().unwrap();
+    let t = tenants(home.path(), &[]);
+    let bundle = bundle();
+    let path = bundle.path().to_str().unwrap();
+    let mut journaled = (0, 0, 0);
+    for prompt in ["hi", "tool", "hi"] {
+        let id = t.acme.session(path).await;
+        let (status, result) = t
+            .acme
+            .post(
+                &format!("/sessions/{id}/run-sync"),
+                json!({"input": task(prompt)}),
+            )
+            .await;
+        assert_eq!(status, 200, "{result}");
+        let (_, journal) = t.acme.get(&format!("/sessions/{id}/journal")).await;
+        for e in journal.as_array().unwrap() {
+            let usage = &e["payload"]["payload"]["usage"];
+            if e["payload"]["type"] == "turn_completed" {
+                journaled.0 += usage["input_tokens"].as_u64().unwrap();
+                journaled.1 += usage["output_tokens"].as_u64().unwrap();
+                journaled.2 += usage["model_calls"].as_u64().unwrap();
+            }
+        }
+    }
+    let (status, rows) = t.acme.get("/usage").await;
+    assert_eq!(status, 200, "{rows}");
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["tenant"], "acme");
+    let ledger = (
+        rows[0]["input_tokens"].as_u64().unwrap(),
+        rows[0]["output_tokens"].as_u64().unwrap(),
+        rows[0]["model_calls"].as_u64().unwrap(),
+    );
+    assert_eq!(ledger, journaled);
+    assert_eq!(
+        journaled.2, 4,
+        "three turns, one with a tool: four model calls"
+    );
+    // Beta spent nothing, and may not read acme's.
+    assert_eq!(t.beta.get("/usage").await.1, json!([]));
+    assert_eq!(
+        code(&t.beta.get("/usage?tenant=acme").await),
+        (403, "admin_only".into())
+    );
+    // The admin reads every tenant's, and the CLI prints the same ledger.
+    let (_, all) = t.admin.get("/usage").await;
+    assert_eq!(all.as_array().unwrap().len(), 1);
+    let printed = tokens(home.path(), &["usage", "--json"]);
+    let printed: Value = serde_json::from_str(&printed).unwrap();
+    assert_eq!(printed[0]["input_tokens"].as_u64(), Some(journaled.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_or_expired_token_is_refused_and_the_servers_own_token_still_works() {
+    let home = TempDir::new().unwrap();
+    let t = tenants(home.path(), &[]);
+    let (status, _) = t.acme.get("/sessions").await;
+    assert_eq!(status, 200);
+    let listed: Value = serde_json::from_str(&tokens(home.path(), &["list", "--json"])).unwrap();
+    let acme = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant"] == "acme")
+        .unwrap();
+    assert!(
+        acme.get("sha256").is_none(),
+        "listings hold no digest: {acme}"
+    );
+    let id = acme["id"].as_str().unwrap();
+    assert_eq!(
+        tokens(home.path(), &["revoke", id]).trim(),
+        format!("revoked {id}")
+    );
+    let started = std::time::Instant::now();
+    loop {
+        let (status, _) = t.acme.get("/sessions").await;
+        if status == 401 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "still accepted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // A token that has expired.
+    let short = tokens(
+        home.path(),
+        &["create", "--tenant", "acme", "--expires", "1s"],
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let expired = t.admin.beside(short.trim());
+    assert_eq!(expired.get("/sessions").await.0, 401);
+    // Near misses of a good token.
+    let good = token_for(home.path(), "beta");
+    for bad in [
+        format!("{}0", &good[..good.len() - 1]),
+        good.to_uppercase(),
+        good[..good.len() - 1].to_string(),
+    ] {
+        if bad == good {
+            continue;
+        }
+        assert_eq!(t.admin.beside(&bad).get("/sessions").await.0, 401);
+    }
+    // The one-token set-up: the server's token is the default tenant's admin.
+    let (status, _) = t.admin.get("/tokens").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        code(&t.beta.get("/tokens").await),
+        (403, "admin_only".into())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_and_a2a_routes_keep_each_tenant_to_its_own_sessions() {
+    let home = TempDir::new().unwrap();
+    let bundle = bundle();
+    let built = Command::new(binary())
+        .args(["build", bundle.path().to_str().unwrap()])
+        .env("SERVICE_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(built.status.success());
+    let t = tenants(home.path(), &[]);
+    // Acme starts a conversation over the OpenAI wire; beta names its session.
+    let response = t
+        .acme
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .json(&json!({"model": "fixture", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let session = response.headers()["x-service-session"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let stolen = t
+        .beta
+        .req(reqwest::Method::POST, "/v1/chat/completions")
+        .header("x-service-session", &session)
+        .json(&json!({"model": "fixture", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stolen.status().as_u16(), 404);
+    let (_, record) = t.admin.get(&format!("/sessions/{session}")).await;
+    assert_eq!(
+        (record["tenant"].as_str(), record["turn_count"].as_u64()),
+        (Some("acme"), Some(1))
+    );
+
+    // A2A: acme's task is not beta's to read, and beta's listing is empty; the same context id is each tenant's own.
+    let send = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": format!("m-{text}"), "role": "ROLE_USER", "contextId": "ctx-1",
+            "parts": [{"text": text}]}}})
+    };
+    let (_, sent) = t.acme.post("/a2a/fixture", send("hi")).await;
+    let task_id = sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{sent}"))
+        .to_string();
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}});
+    let (_, theirs) = t.beta.post("/a2a/fixture", get.clone()).await;
+    assert_eq!(theirs["error"]["code"], -32001, "{theirs}");
+    let (_, own) = t.acme.post("/a2a/fixture", get).await;
+    assert!(own["result"]["id"].is_string(), "{own}");
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {}});
+    let (_, listed) = t.beta.post("/a2a/fixture", list).await;
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+    let (_, beta_sent) = t.beta.post("/a2a/fixture", send("hi")).await;
+    assert_ne!(
+        beta_sent["result"]["task"]["contextId"].as_str(),
+        None,
+        "{beta_sent}"
+    );
+    let (_, sessions) = t.beta.get("/sessions").await;
+    assert_eq!(
+        sessions.as_array().unwrap().len(),
+        1,
+        "beta's ctx-1 is a session of its own"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_cluster_a_revocation_holds_on_every_node_and_a_wrong_cluster_token_is_a_502() {
+    use super::cluster::{node_with, turn, TOKEN};
+    let pg = super::postgres::Postgres::start();
+    let (_a_home, a) = node_with(&pg, "a", "10s", &[]);
+    let (_b_home, b) = node_with(&pg, "b", "10s", &[]);
+    let cli = |args: &[&str]| {
+        let out = Command::new(binary())
+            .arg("tokens")
+            .args(args)
+            .env("SERVICE_HOME", _a_home.path())
+            .env("SERVICE_STORE_URL", pg.url())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let made: Value =
+        serde_json::from_str(&cli(&["create", "--tenant", "acme", "--json"])).unwrap();
+    let acme_token = made["token"].as_str().unwrap();
+    let beta_token = cli(&["create", "--tenant", "beta"]);
+    let (acme_a, acme_b, beta_a) = (
+        a.beside(acme_token),
+        b.beside(acme_token),
+        a.beside(beta_token.trim()),
+    );
+    let bundle = bundle();
+    // Acme's session runs on node b; a turn sent to node a is forwarded there as acme's, and beta's is not.
+    let id = acme_b.session(bundle.path().to_str().unwrap()).await;
+    assert_eq!(turn(&acme_b, &id, "hi").await.0, 200);
+    let (status, result) = turn(&acme_a, &id, "hi").await;
+    assert_eq!(
+        (status, result["final_message"].as_str()),
+        (200, Some("hello")),
+        "{result}"
+    );
+    assert_eq!(
+        code(&turn(&beta_a, &id, "hi").await),
+        (404, "session_not_found".into())
+    );
+    let (_, record) = b.get(&format!("/sessions/{id}")).await;
+    assert_eq!(
+        (record["tenant"].as_str(), record["turn_count"].as_u64()),
+        (Some("acme"), Some(2))
+    );
+
+    // Revoked through the database: both nodes refuse it within a second.
+    cli(&["revoke", made["id"].as_str().unwrap()]);
+    let revoked = std::time::Instant::now();
+    for node in [&acme_a, &acme_b] {
+        while node.get("/sessions").await.0 != 401 {
+            assert!(
+                revoked.elapsed() < std::time::Duration::from_secs(1),
+                "still accepted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    // A node whose cluster token differs: the owner refuses its forward, and the client hears 502, not 401.
+    let c_home = TempDir::new().unwrap();
+    let mut args = vec!["--token", TOKEN];
+    let c_args = pg.node_args("c", "not-the-cluster-token", "10s");
+    args.extend(c_args.iter().map(String::as_str));
+    let c = Api::with_token(Server::start(c_home.path(), &args, &[]), TOKEN);
+    let refused = turn(&c, &id, "hi").await;
+    assert_eq!(
+        code(&refused),
+        (502, "cluster_auth_failed".into()),
+        "{refused:?}"
+    );
+    let says = |api: &Api, what: &str| {
+        api.server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(what))
+    };
+    assert!(says(&c, "refused this node's cluster token"));
+    super::support::wait_until(
+        std::time::Duration::from_secs(5),
+        || says(&b, "cluster token is not this node's") && says(&b, "peer=\"c\""),
+        || "node b logs which peer it refused".into(),
+    );
+}
