@@ -149,7 +149,8 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
                     tenancy::create_token(&**dir, &tenant, admin, expires, label).await?
                 }
                 Target::Remote(r) => {
-                    let expires = expires.map(|d| humantime::format_duration(d).to_string());
+                    // The API takes a number and one unit.
+                    let expires = expires.map(|d| format!("{}s", d.as_secs().max(1)));
                     let body = json!({"tenant": tenant, "admin": admin, "expires": expires, "label": label});
                     serde_json::from_value(
                         r.call(reqwest::Method::POST, "/tokens", Some(body)).await?,

@@ -18,12 +18,14 @@ use crate::tenancy::{self, Caller, NewToken, Quota, SpentDay, TenancyError, Toke
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     /// The tenant it speaks for (1-63 of a-z, 0-9, '.', '_', '-').
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$")]
     pub tenant: String,
     /// An admin token sees every tenant and manages tokens.
     #[serde(default)]
     pub admin: bool,
-    /// How long it is valid, as `30d`, `12h` or `90m`; absent: until revoked.
+    /// How long it is valid: a number and a unit of s, m, h, d or w (`30d`, `12h`, `90m`); absent: until revoked.
     #[serde(default)]
+    #[schema(pattern = r"^[0-9]{1,9}[smhdw]$")]
     pub expires: Option<String>,
     /// A note for listings.
     #[serde(default)]
@@ -35,10 +37,13 @@ impl Body for Quota {}
 
 /// `GET /usage` query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UsageQuery {
     /// The first UTC day to include, `YYYY-MM-DD` (default: 30 days ago).
+    #[param(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", nullable = false)]
     pub since: Option<String>,
     /// Only this tenant (admin tokens; a tenant's token reads its own).
+    #[param(nullable = false)]
     pub tenant: Option<String>,
 }
 
@@ -61,6 +66,22 @@ fn directory_error(e: TenancyError) -> ApiError {
     }
 }
 
+/// `expires` as the schema writes it: 1-9 digits and one unit of s, m, h, d or w.
+fn validity(text: &str) -> Option<std::time::Duration> {
+    let unit = match text.chars().last()? {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 7 * 86_400,
+        _ => return None,
+    };
+    let digits = &text[..text.len() - 1];
+    let ok = (1..=9).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit());
+    let n: u64 = digits.parse().ok().filter(|_| ok)?;
+    Some(std::time::Duration::from_secs(n * unit))
+}
+
 /// Makes a token; the answer holds the token itself, which is never shown again.
 #[utoipa::path(post, path = "/tokens", request_body = CreateToken,
     responses((status = 201, description = "The new token, shown once", body = NewToken)))]
@@ -72,11 +93,14 @@ pub async fn create_token(
     admin_only(&caller, "making tokens")?;
     let valid_for = match req.expires.as_deref() {
         None => None,
-        Some(text) => Some(humantime::parse_duration(text.trim()).map_err(|e| {
+        Some(text) => Some(validity(text).ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_request",
-                format!("expires: \"{text}\" is not a duration such as 30d or 12h: {e}"),
+                format!(
+                    "expires: \"{text}\" is not a duration written as a number and one unit of s, m, h, d or w, \
+                     such as 30d or 12h"
+                ),
             )
         })?),
     };
@@ -132,7 +156,8 @@ pub async fn revoke_token(
 }
 
 /// Sets a tenant's quota; a limit left out is unlimited, and an empty object clears them all.
-#[utoipa::path(put, path = "/tenants/{tenant}/quota", params(("tenant" = String, Path)), request_body = Quota,
+#[utoipa::path(put, path = "/tenants/{tenant}/quota",
+    params(("tenant" = String, Path, pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$")), request_body = Quota,
     responses((status = 200, body = Quota)))]
 pub async fn set_quota(
     State(st): State<AppState>,
@@ -168,14 +193,20 @@ pub async fn usage(
         None => Some(caller.tenant.clone()),
     };
     let since = match q.since {
+        // Days compare as text; the shape is all that is checked.
         Some(day) => {
-            chrono::NaiveDate::parse_from_str(&day, "%Y-%m-%d").map_err(|_| {
-                ApiError::new(
+            let shape = day.len() == 10
+                && day.bytes().enumerate().all(|(i, b)| match i {
+                    4 | 7 => b == b'-',
+                    _ => b.is_ascii_digit(),
+                });
+            if !shape {
+                return Err(ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "bad_request",
                     format!("since: \"{day}\" is not a day written YYYY-MM-DD"),
-                )
-            })?;
+                ));
+            }
             day
         }
         None => (chrono::Utc::now() - chrono::Days::new(30))
@@ -195,4 +226,21 @@ pub async fn usage(
         rows.retain(|r| r.tenant == tenant);
     }
     Ok(Json(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_is_a_number_and_one_unit() {
+        assert_eq!(
+            validity("30d"),
+            Some(std::time::Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!(validity("1s"), Some(std::time::Duration::from_secs(1)));
+        for bad in ["", "d", "30", "30days", "1x", "-1d", "1234567890s", " 1d"] {
+            assert_eq!(validity(bad), None, "{bad}");
+        }
+    }
 }

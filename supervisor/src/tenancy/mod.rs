@@ -144,14 +144,50 @@ impl TokenRecord {
 #[serde(deny_unknown_fields)]
 pub struct Quota {
     /// Sessions it may have at once (subagents' sessions are not counted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "limit"
+    )]
+    #[schema(maximum = 9223372036854775807_u64)]
     pub sessions: Option<u64>,
     /// Turns it may run at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "limit"
+    )]
+    #[schema(maximum = 9223372036854775807_u64)]
     pub concurrent_turns: Option<u64>,
     /// Tokens in and out it may spend in a UTC day.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "limit"
+    )]
+    #[schema(maximum = 9223372036854775807_u64)]
     pub tokens_per_day: Option<u64>,
+}
+
+/// A limit as JSON may write it: a whole number (`5` or `5.0`, as JSON Schema's integers include both) up to
+/// `i64::MAX`, which both stores keep, or null.
+fn limit<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let whole = n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..9.223_372_036_854_775e18).contains(f))
+            .map(|f| f as u64)
+    });
+    match whole {
+        Some(v) if v <= i64::MAX as u64 => Ok(Some(v)),
+        _ => Err(D::Error::custom(format!(
+            "{n} is not a limit: a whole number from 0 to {}",
+            i64::MAX
+        ))),
+    }
 }
 
 /// What a tenant spent in a day, summed over its model calls.
