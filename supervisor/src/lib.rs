@@ -17,6 +17,7 @@
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
 //! - [`server`]: the HTTP API and event stream over the runtime.
 //! - [`tenancy`]: tenants' tokens, quotas and spending.
+//! - [`telemetry`]: OpenTelemetry traces of turns, over OTLP.
 //! - [`event_source`]: reading SSE bodies (model providers, the remote CLI and TUI).
 //! - [`tui`]: the terminal UI's state and drawing.
 //!
@@ -41,6 +42,7 @@ pub mod registry;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod telemetry;
 pub mod tenancy;
 pub mod tui;
 pub mod usage_line;

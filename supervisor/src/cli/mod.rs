@@ -180,13 +180,26 @@ pub fn run(cli: Cli) -> ExitCode {
     // `mcp serve` talks on stdio to a client that shows its stderr: it logs only when RUST_LOG asks.
     let server = matches!(cli.command, Command::Serve(_));
     logging::init(cli.log_format, if server { "info" } else { "off" });
-    match dispatch(cli) {
+    // `serve` sets up its traces itself (it also takes --otlp-endpoint); these export when OTEL_* asks.
+    let traced = matches!(
+        cli.command,
+        Command::Run(_) | Command::Tui(_) | Command::Acp(_)
+    );
+    if traced {
+        if let Err(e) = service_supervisor::telemetry::init(None) {
+            eprintln!("warning: {e}; going on without traces");
+        }
+    }
+    let code = match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {}", message(&err));
             ExitCode::FAILURE
         }
-    }
+    };
+    // Every span batched so far is exported before the process ends.
+    service_supervisor::telemetry::shutdown();
+    code
 }
 
 /// The error and its causes on one line, each said once: many errors already quote their cause in their own

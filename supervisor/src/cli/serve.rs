@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// sessions over once it expires.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "store")]
     lease: Duration,
+    /// Export OpenTelemetry traces of turns to this OTLP/HTTP collector (its base URL, e.g. http://127.0.0.1:4318);
+    /// OTEL_EXPORTER_OTLP_ENDPOINT does the same.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     /// PEM file of the CA that signed the database's certificate: connections to the store use TLS and verify the
     /// server against it (as `sslmode=require` in the URL does against the web's roots).
     #[arg(long, env = "SERVICE_STORE_CA", value_name = "PEM", requires = "store")]
@@ -198,6 +202,7 @@ fn allowed_registries(values: &[String]) -> anyhow::Result<Vec<String>> {
 }
 
 pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    service_supervisor::telemetry::init(args.otlp_endpoint.as_deref())?;
     // `localhost` means IPv4 loopback, without asking a resolver that might answer ::1 or something else.
     let bind = match args.bind.strip_prefix("localhost:") {
         Some(port) => format!("127.0.0.1:{port}"),

@@ -536,18 +536,24 @@ impl ServiceRuntime {
             .prestart_sandboxes
             .then(|| self.inner.prestarted.claim(session))
             .flatten();
+        let began = std::time::SystemTime::now();
         let handle = match prestarted {
             Some(started) => {
                 match worker::attach(self.inner.clone(), session.clone(), started).await {
-                    Ok(handle) => handle,
+                    Ok(handle) => Ok(handle),
                     Err(e) => {
                         tracing::debug!(session = %session.id, "the spare worker failed ({e}); starting one");
-                        worker::spawn(self.inner.clone(), session.clone()).await?
+                        worker::spawn(self.inner.clone(), session.clone()).await
                     }
                 }
             }
-            None => worker::spawn(self.inner.clone(), session.clone()).await?,
+            None => worker::spawn(self.inner.clone(), session.clone()).await,
         };
+        if let Some(traces) = crate::telemetry::traces() {
+            let error = handle.as_ref().err().map(ToString::to_string);
+            traces.sandbox_started(&session.id, began, error);
+        }
+        let handle = handle?;
         *slot = Some(handle.clone());
         if self.inner.options.prestart_sandboxes
             && handle.confinement != SandboxMode::DangerFullAccess

@@ -92,16 +92,30 @@ fn once(
     // The supervisor makes the call, so it journals the retries; the worker only sees the chunks.
     let on_retry: providers::OnRetry = Arc::new(move |r| journal_retry(&retried, &turn_id, r));
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, &session.id, &request.model);
+    let mut traced = chat_span(&request, std::time::SystemTime::now());
     let (counted, turn_id, inner) = (session.clone(), request.turn_id.clone(), rt.clone());
     providers::stream(&session.bundle, &rt.options.keys, request, on_retry)
         .inspect(move |chunk| {
             call.saw(chunk);
+            if let Some(span) = traced.as_mut() {
+                span.saw(chunk);
+            }
             count(&counted, &turn_id, chunk);
             if let ModelChunk::Done { usage } = chunk {
                 super::quota::count(&inner, &counted, usage);
             }
         })
         .boxed()
+}
+
+/// The trace span of a call of `request` begun at `began`, when traces are on.
+fn chat_span(
+    request: &ModelRequest,
+    began: std::time::SystemTime,
+) -> Option<crate::telemetry::spans::ChatSpan> {
+    let traces = crate::telemetry::traces()?;
+    let model = &request.model;
+    Some(traces.chat(&request.turn_id, &model.provider, &model.name, began))
 }
 
 /// Counts a finished call in its turn's usage: the supervisor's own count, from what the provider said.
@@ -134,6 +148,9 @@ const AHEAD_BUFFER: usize = 64;
 /// A model call made before its session existed (see [`ahead`]); dropping it abandons the call.
 pub(super) struct Ahead {
     turn_id: String,
+    /// When the call went out, and for which model (the trace span is made once the turn has one).
+    began: std::time::SystemTime,
+    model: service_ipc::ModelRef,
     heard: mpsc::Receiver<Heard>,
     call: AbortOnDropHandle<()>,
 }
@@ -149,6 +166,7 @@ pub(super) fn ahead(rt: &Inner, bundle: &Bundle, session_id: &str, request: Mode
         let _ = retries.clone().try_send(Heard::Retry(r));
     });
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, session_id, &request.model);
+    let (began, model) = (std::time::SystemTime::now(), request.model.clone());
     let mut chunks = providers::stream(bundle, &rt.options.keys, request, on_retry);
     let task = tokio::spawn(async move {
         while let Some(chunk) = chunks.next().await {
@@ -160,6 +178,8 @@ pub(super) fn ahead(rt: &Inner, bundle: &Bundle, session_id: &str, request: Mode
     });
     Ahead {
         turn_id,
+        began,
+        model,
         heard,
         call: AbortOnDropHandle::new(task),
     }
@@ -176,10 +196,15 @@ impl Ahead {
     pub(super) fn stream(self, session: &Arc<Session>) -> BoxStream<'static, ModelChunk> {
         let Ahead {
             turn_id,
+            began,
+            model,
             heard,
             call,
         } = self;
         let session = session.clone();
+        // Made now that the turn's own span exists, dated from when the call went out.
+        let mut traced = crate::telemetry::traces()
+            .map(|t| t.chat(&turn_id, &model.provider, &model.name, began));
         heard
             .filter_map(move |heard| {
                 // Held by the stream: the call lives as long as its reader.
@@ -187,6 +212,9 @@ impl Ahead {
                 futures::future::ready(match heard {
                     Heard::Chunk(chunk) => {
                         count(&session, &turn_id, &chunk);
+                        if let Some(span) = traced.as_mut() {
+                            span.saw(&chunk);
+                        }
                         Some(chunk)
                     }
                     Heard::Retry(r) => {

@@ -46,7 +46,11 @@ pub async fn log(State(st): State<super::AppState>, req: Request, next: Next) ->
     // The path only: a query may hold anything a client typed.
     let path = req.uri().path().to_string();
     let span = tracing::info_span!("request", request_id = %id);
-    let response = next.run(req).instrument(span).await;
+    // A client's trace context: the turn this request starts continues its trace.
+    let response = match crate::telemetry::context_of(req.headers()) {
+        Some(parent) => crate::telemetry::with_parent(parent, next.run(req).instrument(span)).await,
+        None => next.run(req).instrument(span).await,
+    };
     let status = response.status();
     st.rt
         .counters()

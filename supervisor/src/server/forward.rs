@@ -24,12 +24,15 @@ pub struct Cluster {
 }
 
 /// Headers a forwarded request keeps.
-const KEPT: [HeaderName; 4] = [
+const KEPT: [HeaderName; 6] = [
     header::CONTENT_TYPE,
     header::ACCEPT,
     HeaderName::from_static("last-event-id"),
     // The session an OpenAI-compatible request continues.
     HeaderName::from_static("x-service-session"),
+    // The client's trace goes on on the owner.
+    HeaderName::from_static("traceparent"),
+    HeaderName::from_static("tracestate"),
 ];
 
 /// Headers of the owner's answer the client gets.

@@ -52,6 +52,7 @@ mod support;
 mod tenants;
 mod terminal;
 mod tmux;
+mod traces;
 mod tui;
 mod turns;
 mod usage;

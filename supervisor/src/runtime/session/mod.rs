@@ -361,6 +361,14 @@ impl Session {
     /// `emit_all`; a store write that fails while `turn_running` is kept as the fault that ends the turn.
     fn journal_batch(&self, payloads: Vec<EventPayload>, turn_running: impl FnOnce() -> bool) {
         *lock(&self.last_active) = std::time::Instant::now();
+        if let Some(traces) = crate::telemetry::traces() {
+            let reference = self.bundle.reference();
+            let agent = crate::telemetry::spans::Agent {
+                name: &self.bundle.manifest.id,
+                id: &reference,
+            };
+            traces.observe(&self.id, &agent, &payloads);
+        }
         if let Err(e) = self.journal.emit_all(payloads) {
             tracing::error!(session = %self.id, "event not journaled: {e}");
             if let (Some((code, cause)), true) = (e.storage_fault(), turn_running()) {
