@@ -42,6 +42,26 @@ pub struct Status {
     pub code: u16,
 }
 
+/// Labels of tokens spent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    /// The session's tenant.
+    pub tenant: String,
+    /// `provider/name`.
+    pub model: String,
+    /// `input`, `output`, `cached` or `reasoning` (the last two are parts of the first two).
+    pub kind: &'static str,
+}
+
+/// Labels of a quota refusal.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabels {
+    /// The tenant refused.
+    pub tenant: String,
+    /// `quota_sessions`, `quota_concurrent_turns`, `quota_tokens` or `quota_exceeded` (a turn stopped).
+    pub code: String,
+}
+
 /// Every metric of a runtime.
 pub struct Metrics {
     registry: Registry,
@@ -65,6 +85,10 @@ pub struct Metrics {
     pub http_responses: Family<Status, Counter>,
     /// Idle workers stopped.
     pub workers_reaped: Counter,
+    /// Tokens spent, by tenant, model and kind.
+    pub tokens: Family<TokenLabels, Counter>,
+    /// Requests and turns refused by a tenant's quota.
+    pub quota_refusals: Family<QuotaLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -83,6 +107,8 @@ impl Default for Metrics {
             journal_bytes: Gauge::default(),
             http_responses: Family::default(),
             workers_reaped: Counter::default(),
+            tokens: Family::default(),
+            quota_refusals: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -131,7 +157,50 @@ impl Default for Metrics {
             "Idle workers stopped",
             m.workers_reaped.clone(),
         );
+        registry.register(
+            "tokens",
+            "Tokens spent at the providers, by tenant, model and kind",
+            m.tokens.clone(),
+        );
+        registry.register(
+            "quota_refusals",
+            "Requests and turns refused by a tenant's quota, by tenant and code",
+            m.quota_refusals.clone(),
+        );
         Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// Counts one model call's tokens against `tenant` and `model`.
+    pub fn count_tokens(&self, tenant: &str, model: &ModelRef, usage: &service_ipc::Usage) {
+        let model = format!("{}/{}", model.provider, model.name);
+        for (kind, n) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cached", usage.cached_tokens),
+            ("reasoning", usage.reasoning_tokens),
+        ] {
+            if let Some(n) = n.filter(|n| *n > 0) {
+                self.tokens
+                    .get_or_create(&TokenLabels {
+                        tenant: tenant.to_string(),
+                        model: model.clone(),
+                        kind,
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// Counts a refusal of `tenant` by its quota.
+    pub fn quota_refused(&self, tenant: &str, code: &str) {
+        self.quota_refusals
+            .get_or_create(&QuotaLabels {
+                tenant: tenant.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
     }
 }
 

@@ -206,6 +206,7 @@ async fn summarise(
     };
     let on_retry: crate::providers::OnRetry =
         Arc::new(|r| tracing::info!("summary call retried: {}", r.reason));
+    let request_model = request.model.clone();
     let mut chunks = crate::providers::stream(&session.bundle, &rt.options.keys, request, on_retry);
     let mut text = String::new();
     while let Some(chunk) = chunks.next().await {
@@ -213,7 +214,7 @@ async fn summarise(
             ModelChunk::TextDelta { text: t } => text.push_str(&t),
             ModelChunk::Done { usage } => {
                 session.count_call(turn_id, usage);
-                super::quota::count(rt, session, &usage);
+                super::quota::count(rt, session, &request_model, &usage);
                 break;
             }
             ModelChunk::Failed { code, message } => return Err(format!("{code}: {message}")),

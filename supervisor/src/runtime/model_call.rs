@@ -94,6 +94,7 @@ fn once(
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, &session.id, &request.model);
     let mut traced = chat_span(&request, std::time::SystemTime::now());
     let (counted, turn_id, inner) = (session.clone(), request.turn_id.clone(), rt.clone());
+    let model = request.model.clone();
     providers::stream(&session.bundle, &rt.options.keys, request, on_retry)
         .inspect(move |chunk| {
             call.saw(chunk);
@@ -102,7 +103,7 @@ fn once(
             }
             count(&counted, &turn_id, chunk);
             if let ModelChunk::Done { usage } = chunk {
-                super::quota::count(&inner, &counted, usage);
+                super::quota::count(&inner, &counted, &model, usage);
             }
         })
         .boxed()

@@ -36,10 +36,12 @@ fn message(tenant: &str, (limit, spent): (u64, u64)) -> String {
     )
 }
 
-/// Counts a finished call against the session's tenant, in a runtime that keeps the ledger.
-pub(super) fn count(rt: &Inner, session: &Session, usage: &Usage) {
+/// Counts a finished call of `model` against the session's tenant, in a runtime that keeps the ledger.
+pub(super) fn count(rt: &Inner, session: &Session, model: &service_ipc::ModelRef, usage: &Usage) {
     if rt.options.tenant_ledger {
-        rt.tenancy.count(&session.tenant(), usage);
+        let tenant = session.tenant();
+        rt.tenancy.count(&tenant, usage);
+        rt.metrics.count_tokens(&tenant, model, usage);
     }
 }
 
@@ -50,6 +52,7 @@ pub(super) async fn refusal(rt: &Inner, session: &Session) -> Option<ModelChunk>
     }
     let tenant = session.tenant();
     let why = over(rt, &tenant).await?;
+    rt.metrics.quota_refused(&tenant, QUOTA_EXCEEDED);
     Some(ModelChunk::Failed {
         code: QUOTA_EXCEEDED.into(),
         message: message(&tenant, why),

@@ -173,7 +173,8 @@ pub fn admin_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
     ))
 }
 
-fn quota_error(code: &str, message: String) -> ApiError {
+fn quota_error(st: &AppState, tenant: &str, code: &str, message: String) -> ApiError {
+    st.rt.counters().quota_refused(tenant, code);
     ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message)
 }
 
@@ -209,6 +210,8 @@ pub async fn admit_session(st: &AppState, caller: &Caller) -> Result<(), ApiErro
         return Ok(());
     }
     Err(quota_error(
+        st,
+        &caller.tenant,
         "quota_sessions",
         format!(
             "tenant \"{}\" has {have} sessions, its limit; delete one (DELETE /sessions/{{id}}) or ask an admin to \
@@ -242,6 +245,8 @@ pub async fn admit_turn(st: &AppState, caller: &Caller) -> Result<(), ApiError> 
             .map_err(store_error)?;
         if spent >= limit {
             return Err(quota_error(
+                st,
+                &caller.tenant,
                 "quota_tokens",
                 format!(
                     "tenant \"{}\" has spent {spent} of its {limit} tokens for today (UTC); they start again at \
@@ -266,6 +271,8 @@ pub async fn admit_turn(st: &AppState, caller: &Caller) -> Result<(), ApiError> 
             .count() as u64;
         if running >= limit {
             return Err(quota_error(
+                st,
+                &caller.tenant,
                 "quota_concurrent_turns",
                 format!(
                     "tenant \"{}\" runs {running} turns at once, its limit; retry when one has ended",

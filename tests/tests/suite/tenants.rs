@@ -384,6 +384,24 @@ async fn quotas_answer_429_and_a_turn_past_the_days_tokens_stops_with_quota_exce
     assert!((1..=86_400).contains(&wait), "{wait}");
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "quota_tokens");
+
+    // The operator's metrics count the refusals and the tokens, by tenant.
+    let (_, metrics) = t.admin.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap_or_default().to_string();
+    for line in [
+        r#"service_quota_refusals_total{tenant="acme",code="quota_sessions"} 2"#,
+        r#"service_quota_refusals_total{tenant="acme",code="quota_concurrent_turns"} 1"#,
+        r#"service_quota_refusals_total{tenant="acme",code="quota_exceeded"} 1"#,
+        r#"service_quota_refusals_total{tenant="acme",code="quota_tokens"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains(
+            r#"service_tokens_total{tenant="acme",model="scripted/fixture",kind="input"}"#
+        ),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
