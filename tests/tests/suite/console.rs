@@ -565,3 +565,74 @@ async fn a_subagent_shows_folded_under_its_call_and_opens_on_demand() {
         .await;
     browser.close().await;
 }
+
+/// Signs in to the console at `server` with `token` and waits for the bundle list.
+async fn sign_in_as(browser: &Browser, server: &Server, token: &str) {
+    browser.client.goto(&server.base).await.unwrap();
+    browser.wait_text("#login h1", "Sign in").await;
+    browser.type_into("#token", token).await;
+    browser.click("#login-form button[type=submit]").await;
+    browser.wait_text("#bundles", "local/fixture:1.0.0").await;
+}
+
+#[tokio::test]
+async fn two_tenants_in_two_browsers_each_see_only_their_own_sessions() {
+    let env = Env::new();
+    let dir = env.path("fixture");
+    write_bundle(&dir, &script(), RULES, "workspace_write");
+    env.run(&["build", dir.to_str().unwrap()]).ok();
+    let acme = super::tenants::token_for(env.home.path(), "acme");
+    let beta = super::tenants::token_for(env.home.path(), "beta");
+    let server = Server::start(env.home.path(), &["--token", "the-operators-token"], &[]);
+
+    let first = Browser::start(1280).await;
+    sign_in_as(&first, &server, &acme).await;
+    let mine = new_session(&first).await;
+    send(&first, "hello").await;
+    first
+        .wait_text(".msg.agent .text", "You asked: hello")
+        .await;
+
+    let second = Browser::start(1280).await;
+    sign_in_as(&second, &server, &beta).await;
+    let theirs = new_session(&second).await;
+    second
+        .wait_js(
+            &format!("return !!document.querySelector('#sessions a[data-session=\"{theirs}\"]')"),
+            "beta's own session listed",
+        )
+        .await;
+    assert_eq!(
+        count(&second, "#sessions a[data-session]").await,
+        1,
+        "beta lists only its own"
+    );
+    // A deep link to acme's session shows nothing of it.
+    second
+        .client
+        .goto(&format!("{}/ui/sessions/{mine}", server.base))
+        .await
+        .unwrap();
+    second
+        .wait_text("#server-status", "no session with id")
+        .await;
+    let shown = second.body_text().await;
+    assert!(!shown.contains("You asked: hello"), "{shown}");
+    assert_eq!(count(&second, "#transcript .msg").await, 0);
+
+    // Acme's console, reloaded, still lists only acme's session.
+    first.client.refresh().await.unwrap();
+    first
+        .wait_js(
+            &format!("return !!document.querySelector('#sessions a[data-session=\"{mine}\"]')"),
+            "acme's session listed",
+        )
+        .await;
+    assert_eq!(
+        count(&first, "#sessions a[data-session]").await,
+        1,
+        "acme lists only its own"
+    );
+    first.close().await;
+    second.close().await;
+}
