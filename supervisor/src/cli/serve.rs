@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// How requests on the OpenAI-compatible routes (/v1) answer permission requests, which their clients cannot.
     #[arg(long, value_enum, default_value_t)]
     openai_approvals: service_supervisor::facade::openai::OpenAiApprovals,
+    /// Tenant tokens see only the installed bundles an admin granted their tenant (`service-rs tokens grant`), and
+    /// those they pulled or imported; without it every tenant sees every bundle.
+    #[arg(long)]
+    tenant_bundles: bool,
     /// Serve no A2A agent cards or JSON-RPC (/a2a/<bundle>, /.well-known/agent-card.json).
     #[arg(long)]
     no_a2a: bool,
@@ -239,6 +243,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.policy.allowed_models = args.allow_model;
     options.policy.allowed_registries = allowed_registries(&args.allow_registry)?;
     options.policy.openai_approvals = args.openai_approvals;
+    options.policy.tenant_bundles = args.tenant_bundles;
     options.policy.a2a = service_supervisor::facade::a2a::A2aPolicy {
         off: args.no_a2a,
         default_bundle: args.a2a_default,

@@ -79,6 +79,20 @@ enum TokensCommand {
         #[arg(long, conflicts_with_all = ["sessions", "concurrent_turns", "tokens_per_day"])]
         clear: bool,
     },
+    /// Let a tenant see an installed bundle (every version) on a server run with --tenant-bundles.
+    Grant {
+        /// The tenant.
+        tenant: String,
+        /// The bundle: hello, local/hello, or a registry reference.
+        bundle_ref: String,
+    },
+    /// Take a grant back.
+    Ungrant {
+        /// The tenant.
+        tenant: String,
+        /// The bundle, as it was granted.
+        bundle_ref: String,
+    },
     /// What each tenant spent, by UTC day.
     Usage {
         /// The first day, YYYY-MM-DD (default: 30 days ago).
@@ -238,6 +252,44 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
                 limit(tokens_per_day)
             );
         }
+        TokensCommand::Grant { tenant, bundle_ref } => {
+            let name = tenancy::bundle_name(&bundle_ref);
+            match &target {
+                Target::Local(dir) => {
+                    tenancy::check_tenant(&tenant)?;
+                    dir.grant(&tenant, &name).await?;
+                }
+                Target::Remote(r) => {
+                    r.call(
+                        reqwest::Method::PUT,
+                        &grant_path(&tenant, &bundle_ref),
+                        None,
+                    )
+                    .await?;
+                }
+            }
+            println!("{tenant} may use {name}");
+        }
+        TokensCommand::Ungrant { tenant, bundle_ref } => {
+            let name = tenancy::bundle_name(&bundle_ref);
+            match &target {
+                Target::Local(dir) => {
+                    anyhow::ensure!(
+                        dir.ungrant(&tenant, &name).await?,
+                        "tenant \"{tenant}\" has no grant of {name}"
+                    );
+                }
+                Target::Remote(r) => {
+                    r.call(
+                        reqwest::Method::DELETE,
+                        &grant_path(&tenant, &bundle_ref),
+                        None,
+                    )
+                    .await?;
+                }
+            }
+            println!("{tenant} may no longer use {name}");
+        }
         TokensCommand::Usage { since, json } => {
             let since = since.unwrap_or_else(|| {
                 (chrono::Utc::now() - chrono::Days::new(30))
@@ -273,6 +325,14 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `/tenants/{tenant}/bundles/{reference}`, the reference encoded as one path segment.
+fn grant_path(tenant: &str, reference: &str) -> String {
+    format!(
+        "/tenants/{tenant}/bundles/{}",
+        super::remote::encode(reference)
+    )
 }
 
 fn print_tokens(all: &[TokenView]) {

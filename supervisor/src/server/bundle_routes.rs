@@ -50,9 +50,14 @@ pub async fn remove_bundle(
     responses((status = 200, description = "The OCI layout as a tar", content_type = "application/x-tar", body = Vec<u8>)))]
 pub async fn export_bundle(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<impl IntoResponse> {
     super::policy::bundle_ref(&st.policy, &reference)?;
+    if st.policy.tenant_bundles && !caller.admin {
+        let bundle = super::handlers::resolve_bundle(&st, reference.clone()).await?;
+        super::tenants::check_bundle(&st, &caller, &reference, &bundle.reference()).await?;
+    }
     let home = st.rt.home().clone();
     let (name, bytes) = tokio::task::spawn_blocking(move || {
         let bundle = bundle::resolve(&home, &reference)?;
@@ -82,6 +87,7 @@ pub async fn export_bundle(
     responses((status = 201, description = "The installed bundle", body = bundle::BundleInfo)))]
 pub async fn import_bundle(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
     body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
     let home = st.rt.home().clone();
@@ -95,5 +101,6 @@ pub async fn import_bundle(
     .await
     .map_err(|_| blocking_failed("importing the bundle"))??;
     debug_assert!(matches!(installed.origin, Origin::Installed { .. }));
+    super::tenants::claim_bundle(&st, &caller, &installed.reference()).await?;
     Ok((StatusCode::CREATED, Json(installed.info())))
 }

@@ -41,7 +41,10 @@ pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<Health>> {
 
 /// Installed bundles.
 #[utoipa::path(get, path = "/bundles", responses((status = 200, description = "Bundle metadata, as `inspect --json` prints it", body = [bundle::BundleInfo])))]
-pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bundle::BundleInfo>>> {
+pub async fn list_bundles(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> ApiResult<Json<Vec<bundle::BundleInfo>>> {
     let home = st.rt.home().clone();
     let loaded = tokio::task::spawn_blocking(move || bundle::store::list(&home))
         .await
@@ -52,13 +55,13 @@ pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bund
                 "listing bundles failed",
             )
         })??;
-    Ok(Json(
-        loaded
-            .into_iter()
-            .filter_map(Result::ok)
-            .map(|b| b.info())
-            .collect(),
-    ))
+    let mut out = Vec::new();
+    for info in loaded.into_iter().filter_map(Result::ok).map(|b| b.info()) {
+        if super::tenants::may_use_bundle(&st, &caller, &info.reference).await? {
+            out.push(info);
+        }
+    }
+    Ok(Json(out))
 }
 
 /// Metadata of one bundle; the reference is URL-encoded (`local%2Fhello:0.1.0`).
@@ -66,10 +69,13 @@ pub async fn list_bundles(State(st): State<AppState>) -> ApiResult<Json<Vec<bund
     responses((status = 200, body = bundle::BundleInfo)))]
 pub async fn inspect_bundle(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
     super::policy::bundle_ref(&st.policy, &reference)?;
-    Ok(Json(resolve_bundle(&st, reference).await?.info()))
+    let bundle = resolve_bundle(&st, reference.clone()).await?;
+    super::tenants::check_bundle(&st, &caller, &reference, &bundle.reference()).await?;
+    Ok(Json(bundle.info()))
 }
 
 /// Resolves a bundle reference off the async threads (it reads the store).
@@ -121,6 +127,7 @@ pub async fn create_session(
             "creating the session failed",
         )
     })??;
+    super::tenants::check_bundle(&st, &caller, &req.bundle_ref, &bundle.reference()).await?;
     let record = rt
         .create_session_for(bundle, &req.bundle_ref, cwd.as_deref(), caller.owns())
         .await?;

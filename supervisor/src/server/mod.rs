@@ -84,6 +84,8 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         tenant_routes::list_tokens,
         tenant_routes::revoke_token,
         tenant_routes::set_quota,
+        tenant_routes::grant_bundle,
+        tenant_routes::ungrant_bundle,
         tenant_routes::usage,
         crate::facade::openai::models,
         crate::facade::openai::chat::completions,
@@ -147,6 +149,9 @@ pub struct ClientPolicy {
     pub openai_approvals: crate::facade::openai::OpenAiApprovals,
     /// What the A2A routes serve (`--no-a2a`, `--a2a-default`).
     pub a2a: crate::facade::a2a::A2aPolicy,
+    /// A tenant sees only the installed bundles granted to it, or that it pulled or imported
+    /// (`--tenant-bundles`); otherwise every tenant sees every bundle.
+    pub tenant_bundles: bool,
 }
 
 /// Shared by every handler.
@@ -222,6 +227,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/tenants/{tenant}/quota",
             axum::routing::put(tenant_routes::set_quota),
+        )
+        .route(
+            "/tenants/{tenant}/bundles/{reference}",
+            axum::routing::put(tenant_routes::grant_bundle).delete(tenant_routes::ungrant_bundle),
         )
         .route("/usage", get(tenant_routes::usage))
         .route_layer(axum::middleware::from_fn_with_state(

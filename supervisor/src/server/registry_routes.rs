@@ -123,6 +123,7 @@ impl From<RegistryError> for ApiError {
             body = super::api::ErrorEnvelope)))]
 pub async fn pull_bundle(
     State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
     ApiJson(req): ApiJson<PullRequest>,
 ) -> ApiResult<impl IntoResponse> {
     allowed(&st.policy, &req.reference)?;
@@ -132,6 +133,7 @@ pub async fn pull_bundle(
         &access(req.auth, req.plain_http),
     )
     .await?;
+    super::tenants::claim_bundle(&st, &caller, &installed.reference()).await?;
     Ok((StatusCode::CREATED, Json(installed.info())))
 }
 

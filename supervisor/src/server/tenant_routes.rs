@@ -176,6 +176,59 @@ pub async fn set_quota(
     Ok(Json(quota))
 }
 
+/// Grants a tenant an installed bundle (under `serve --tenant-bundles`); the reference is URL-encoded and any
+/// version in it is left out: the grant covers every version.
+#[utoipa::path(put, path = "/tenants/{tenant}/bundles/{reference}",
+    params(("tenant" = String, Path, pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$"),
+        ("reference" = String, Path, description = "A bundle reference, URL-encoded", example = "hello")),
+    responses((status = 200, description = "The grant: {tenant, bundle}", body = Object)))]
+pub async fn grant_bundle(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath((tenant, reference)): ApiPath<(String, String)>,
+) -> ApiResult<Json<serde_json::Value>> {
+    admin_only(&caller, "granting bundles")?;
+    tenancy::check_tenant(&tenant).map_err(directory_error)?;
+    crate::bundle::BundleRef::parse(&reference).map_err(crate::runtime::RuntimeError::from)?;
+    let name = tenancy::bundle_name(&reference);
+    st.rt
+        .tenancy()
+        .grant_now(&tenant, &name)
+        .await
+        .map_err(directory_error)?;
+    Ok(Json(serde_json::json!({"tenant": tenant, "bundle": name})))
+}
+
+/// Takes a grant back.
+#[utoipa::path(delete, path = "/tenants/{tenant}/bundles/{reference}",
+    params(("tenant" = String, Path, pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$"),
+        ("reference" = String, Path, description = "A bundle reference, URL-encoded", example = "hello")),
+    responses((status = 204, description = "Taken back")))]
+pub async fn ungrant_bundle(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiPath((tenant, reference)): ApiPath<(String, String)>,
+) -> ApiResult<StatusCode> {
+    admin_only(&caller, "taking grants back")?;
+    tenancy::check_tenant(&tenant).map_err(directory_error)?;
+    crate::bundle::BundleRef::parse(&reference).map_err(crate::runtime::RuntimeError::from)?;
+    let name = tenancy::bundle_name(&reference);
+    let had = st
+        .rt
+        .tenancy()
+        .ungrant_now(&tenant, &name)
+        .await
+        .map_err(directory_error)?;
+    if !had {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "grant_not_found",
+            format!("tenant \"{tenant}\" has no grant of {name}"),
+        ));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// What tenants spent, by UTC day: the caller's tenant, or with an admin token every tenant or `?tenant=`.
 #[utoipa::path(get, path = "/usage", params(UsageQuery), responses((status = 200, body = [SpentDay])))]
 pub async fn usage(

@@ -158,6 +158,60 @@ pub async fn scope(State(st): State<AppState>, req: Request, next: Next) -> Resp
     }
 }
 
+/// Whether `caller` may use the installed bundle whose exact reference is `reference`: always, unless the server
+/// runs with `--tenant-bundles`; then an admin, or a tenant it was granted to. Bundle directories (`--allow-path`)
+/// are the operator's policy, not a tenant's.
+pub async fn may_use_bundle(
+    st: &AppState,
+    caller: &Caller,
+    reference: &str,
+) -> Result<bool, ApiError> {
+    if !st.policy.tenant_bundles || caller.admin {
+        return Ok(true);
+    }
+    if matches!(
+        crate::bundle::reference::BundleRef::parse(reference),
+        Ok(crate::bundle::reference::BundleRef::Path(_))
+    ) {
+        return Ok(true);
+    }
+    let name = crate::tenancy::bundle_name(reference);
+    st.rt
+        .tenancy()
+        .granted(&caller.tenant, &name)
+        .await
+        .map_err(store_error)
+}
+
+/// `404 bundle_not_found` for `given` (as the client wrote it) unless `caller` may use the installed bundle
+/// `reference`: a bundle not granted is not there, as far as the tenant can tell.
+pub async fn check_bundle(
+    st: &AppState,
+    caller: &Caller,
+    given: &str,
+    reference: &str,
+) -> Result<(), ApiError> {
+    if may_use_bundle(st, caller, reference).await? {
+        return Ok(());
+    }
+    Err(ApiError::from(RuntimeError::from(
+        crate::bundle::BundleError::NotFound(given.to_string()),
+    )))
+}
+
+/// Makes what a tenant pulled or imported its own, under `--tenant-bundles`.
+pub async fn claim_bundle(st: &AppState, caller: &Caller, reference: &str) -> Result<(), ApiError> {
+    if !st.policy.tenant_bundles || caller.admin {
+        return Ok(());
+    }
+    let name = crate::tenancy::bundle_name(reference);
+    st.rt
+        .tenancy()
+        .grant_now(&caller.tenant, &name)
+        .await
+        .map_err(store_error)
+}
+
 /// Refuses a caller that is not an admin (token management, metrics, removing shared bundles).
 pub fn admin_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
     if caller.admin {

@@ -21,6 +21,9 @@ struct Document {
     tokens: Vec<TokenRecord>,
     #[serde(default)]
     quotas: BTreeMap<String, Quota>,
+    /// Bundles (`namespace/id`) granted, by tenant.
+    #[serde(default)]
+    grants: BTreeMap<String, std::collections::BTreeSet<String>>,
     /// By tenant, then by day.
     #[serde(default)]
     spent: BTreeMap<String, BTreeMap<String, Spent>>,
@@ -130,6 +133,32 @@ impl Directory for FilesDirectory {
 
     async fn quotas(&self) -> Result<BTreeMap<String, Quota>> {
         Ok(self.read()?.quotas)
+    }
+
+    async fn grant(&self, tenant: &str, name: &str) -> Result<bool> {
+        self.change(|d| {
+            d.grants
+                .entry(tenant.to_string())
+                .or_default()
+                .insert(name.to_string())
+        })
+    }
+
+    async fn ungrant(&self, tenant: &str, name: &str) -> Result<bool> {
+        self.change(|d| {
+            let removed = d.grants.get_mut(tenant).is_some_and(|g| g.remove(name));
+            d.grants.retain(|_, g| !g.is_empty());
+            removed
+        })
+    }
+
+    async fn grants(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        Ok(self
+            .read()?
+            .grants
+            .into_iter()
+            .map(|(t, g)| (t, g.into_iter().collect()))
+            .collect())
     }
 
     async fn add_spent(&self, rows: &[SpentDay]) -> Result<()> {

@@ -139,6 +139,9 @@ impl TokenRecord {
     }
 }
 
+/// Bundles (`namespace/id`) granted, by tenant.
+pub type Grants = BTreeMap<String, Vec<String>>;
+
 /// A tenant's limits; each absent one is unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -264,6 +267,12 @@ pub trait Directory: Send + Sync {
     async fn set_quota(&self, tenant: &str, quota: &Quota) -> Result<()>;
     /// Every tenant's quota.
     async fn quotas(&self) -> Result<BTreeMap<String, Quota>>;
+    /// Grants `tenant` the bundle `name` (`namespace/id`); false when it had it.
+    async fn grant(&self, tenant: &str, name: &str) -> Result<bool>;
+    /// Takes a grant back; false when there was none.
+    async fn ungrant(&self, tenant: &str, name: &str) -> Result<bool>;
+    /// Every tenant's granted bundles.
+    async fn grants(&self) -> Result<Grants>;
     /// Adds to the ledger.
     async fn add_spent(&self, rows: &[SpentDay]) -> Result<()>;
     /// The ledger's rows from day `since` on (`YYYY-MM-DD`), by tenant and day.
@@ -297,9 +306,12 @@ pub async fn create_token(
     check_tenant(tenant)?;
     let minted = token::mint().map_err(|e| TenancyError::Random(e.to_string()))?;
     let now = chrono::Utc::now();
+    // A validity past the calendar's end (millions of years) is as good as none.
     let expires_at = valid_for
         .and_then(|d| chrono::Duration::from_std(d).ok())
-        .map(|d| (now + d).to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        .and_then(|d| now.checked_add_signed(d))
+        .filter(|t| chrono::Datelike::year(t) <= 9999)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     let record = TokenRecord {
         id: minted.id.clone(),
         tenant: tenant.to_string(),
@@ -349,6 +361,23 @@ impl Caller {
     }
 }
 
+/// The name a grant uses for a bundle reference: `namespace/id`, without a version, tag or digest; a bare name is
+/// in the `local` namespace.
+pub fn bundle_name(reference: &str) -> String {
+    let reference = reference.split('@').next().unwrap_or(reference);
+    // A tag follows the last ':' that comes after the last '/' (a registry's port comes before it).
+    let cut = match (reference.rfind(':'), reference.rfind('/')) {
+        (Some(colon), Some(slash)) if colon > slash => &reference[..colon],
+        (Some(colon), None) => &reference[..colon],
+        _ => reference,
+    };
+    if cut.contains('/') {
+        cut.to_string()
+    } else {
+        format!("local/{cut}")
+    }
+}
+
 /// Today as the ledger writes it: the UTC date.
 pub fn today() -> String {
     chrono::Utc::now().format("%Y-%m-%d").to_string()
@@ -380,6 +409,7 @@ pub struct Tenancy {
     tokens: Mutex<HashMap<String, Cached<Option<TokenRecord>>>>,
     touched: Mutex<HashMap<String, Instant>>,
     quotas: Mutex<Option<Cached<BTreeMap<String, Quota>>>>,
+    grants: Mutex<Option<Cached<Grants>>>,
     /// Counted spending and the store's figures.
     ledger: Arc<Ledger>,
     flush_scheduled: Arc<std::sync::atomic::AtomicBool>,
@@ -397,6 +427,7 @@ impl Tenancy {
             tokens: Mutex::default(),
             touched: Mutex::default(),
             quotas: Mutex::default(),
+            grants: Mutex::default(),
             ledger: Arc::default(),
             flush_scheduled: Arc::default(),
         })
@@ -479,6 +510,38 @@ impl Tenancy {
             value: all,
         });
         Ok(found)
+    }
+
+    /// Whether `tenant` was granted the bundle `name` (`namespace/id`), as the store said at most [`QUOTA_TTL`] ago.
+    pub async fn granted(&self, tenant: &str, name: &str) -> Result<bool> {
+        let has = |all: &Grants| all.get(tenant).is_some_and(|g| g.iter().any(|b| b == name));
+        {
+            let cached = lock(&self.grants);
+            if let Some(c) = cached.as_ref().filter(|c| c.at.elapsed() < QUOTA_TTL) {
+                return Ok(has(&c.value));
+            }
+        }
+        let all = self.dir.grants().await?;
+        let found = has(&all);
+        *lock(&self.grants) = Some(Cached {
+            at: Instant::now(),
+            value: all,
+        });
+        Ok(found)
+    }
+
+    /// Grants `tenant` the bundle `name` now (what it pulls or imports is its own).
+    pub async fn grant_now(&self, tenant: &str, name: &str) -> Result<()> {
+        self.dir.grant(tenant, name).await?;
+        *lock(&self.grants) = None;
+        Ok(())
+    }
+
+    /// Takes a grant back now; false when there was none.
+    pub async fn ungrant_now(&self, tenant: &str, name: &str) -> Result<bool> {
+        let had = self.dir.ungrant(tenant, name).await?;
+        *lock(&self.grants) = None;
+        Ok(had)
     }
 
     /// Tokens `tenant` spent today: what the store has (read at most [`QUOTA_TTL`] ago, and since this process's
@@ -602,6 +665,21 @@ mod tests {
         for bad in ["", "Acme", "-a", "a b", "a/b", &"a".repeat(64), "é"] {
             assert!(check_tenant(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_grant_names_a_bundle_without_its_version() {
+        assert_eq!(bundle_name("hello"), "local/hello");
+        assert_eq!(bundle_name("hello@latest"), "local/hello");
+        assert_eq!(bundle_name("local/hello:0.1.0"), "local/hello");
+        assert_eq!(
+            bundle_name("127.0.0.1:5000/team/hello:1"),
+            "127.0.0.1:5000/team/hello"
+        );
+        assert_eq!(
+            bundle_name("ghcr.io/team/hello@sha256:ab"),
+            "ghcr.io/team/hello"
+        );
     }
 
     #[test]

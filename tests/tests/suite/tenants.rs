@@ -685,3 +685,123 @@ async fn over_a_cluster_a_revocation_holds_on_every_node_and_a_wrong_cluster_tok
         || "node b logs which peer it refused".into(),
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tenant_bundles_a_tenant_sees_only_what_was_granted_or_what_it_imported() {
+    let home = TempDir::new().unwrap();
+    let (fixture, other) = (bundle(), bundle());
+    super::support::edit(
+        &other.path().join("service.bundle.json5"),
+        "id: \"fixture\"",
+        "id: \"other\"",
+    );
+    for dir in [&fixture, &other] {
+        let built = Command::new(binary())
+            .args(["build", dir.path().to_str().unwrap()])
+            .env("SERVICE_HOME", home.path())
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+    }
+    let t = tenants(home.path(), &["--tenant-bundles"]);
+    assert_eq!(
+        tokens(home.path(), &["grant", "acme", "fixture"]).trim(),
+        "acme may use local/fixture"
+    );
+    let ids = |v: &Value| -> Vec<String> {
+        let list = v.as_array().or_else(|| v["data"].as_array()).unwrap();
+        list.iter()
+            .map(|b| b["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&t.acme.get("/bundles").await.1), vec!["fixture"]);
+    assert_eq!(ids(&t.beta.get("/bundles").await.1), Vec::<String>::new());
+    assert_eq!(ids(&t.admin.get("/bundles").await.1).len(), 2);
+    assert_eq!(ids(&t.acme.get("/v1/models").await.1), vec!["fixture"]);
+    // What is not granted is not there: the same 404 as for a bundle that does not exist.
+    for (path, absent) in [("/bundles/other", "/bundles/nothing")] {
+        let (hidden, missing) = (t.acme.get(path).await, t.acme.get(absent).await);
+        assert_eq!(code(&hidden), (404, "bundle_not_found".into()));
+        assert_eq!(code(&missing), (404, "bundle_not_found".into()));
+    }
+    let refused = t
+        .acme
+        .post("/sessions", json!({"bundle_ref": "other"}))
+        .await;
+    assert_eq!(
+        code(&refused),
+        (404, "bundle_not_found".into()),
+        "{refused:?}"
+    );
+    assert_eq!(
+        t.acme
+            .post("/sessions", json!({"bundle_ref": "fixture"}))
+            .await
+            .0,
+        201
+    );
+    let chat = t
+        .acme
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "other", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(chat.0, 404, "{chat:?}");
+    assert!(
+        !chat.1.to_string().contains("fixture"),
+        "lists no bundle: {chat:?}"
+    );
+    let (_, a2a) = t
+        .acme
+        .post(
+            "/a2a/other",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}),
+        )
+        .await;
+    assert!(a2a["error"].is_object(), "{a2a}");
+    let export = t
+        .acme
+        .req(reqwest::Method::GET, "/bundles/other/export")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.status().as_u16(), 404);
+
+    // What a tenant imports is its own.
+    let tar = t
+        .admin
+        .req(reqwest::Method::GET, "/bundles/other/export")
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let imported = t
+        .beta
+        .req(reqwest::Method::POST, "/bundles/import")
+        .header("content-type", "application/x-tar")
+        .body(tar)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(imported.status().as_u16(), 201);
+    assert_eq!(ids(&t.beta.get("/bundles").await.1), vec!["other"]);
+    assert_eq!(ids(&t.acme.get("/bundles").await.1), vec!["fixture"]);
+
+    // A grant taken back holds within a second.
+    tokens(home.path(), &["ungrant", "acme", "local/fixture:1.0.0"]);
+    let taken = std::time::Instant::now();
+    while !ids(&t.acme.get("/bundles").await.1).is_empty() {
+        assert!(
+            taken.elapsed() < std::time::Duration::from_secs(1),
+            "still granted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -420,6 +420,18 @@ pub async fn rpc(
     if let Err(e) = version_ok(&headers) {
         return answer(&id, Err(e));
     }
+    // With bundles granted per tenant, an agent not granted to the caller is not there.
+    if st.policy.tenant_bundles && !caller.admin {
+        let visible = match installed(&st, &reference).await {
+            Ok(b) => {
+                crate::server::tenants::check_bundle(&st, &caller, &reference, &b.reference()).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = visible {
+            return answer(&id, Err(e.into()));
+        }
+    }
     // Following a task or continuing a conversation needs only the bundle's id; a new session resolves it whole.
     let bundle_id = match installed_id(&st, &reference) {
         Some(bundle_id) => bundle_id,

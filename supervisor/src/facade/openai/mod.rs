@@ -27,6 +27,7 @@ use serde_json::json;
 use crate::bundle::{self, Bundle};
 use crate::server::api::ApiError;
 use crate::server::AppState;
+use crate::tenancy::Caller;
 
 /// How `/v1` requests answer permission requests, which nobody can answer in OpenAI's API (`--openai-approvals`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -149,21 +150,23 @@ async fn require_token(State(st): State<AppState>, mut req: Request, next: Next)
     .into_response()
 }
 
-/// A bundle's model id: the short reference of a local bundle (`hello`), the full one otherwise.
-fn model_ids(home: &crate::ServiceHome) -> Vec<String> {
+/// Each installed bundle's model id (the short reference of a local bundle, `hello`, the full one otherwise) and its
+/// exact reference.
+fn model_ids(home: &crate::ServiceHome) -> Vec<(String, String)> {
     let installed = bundle::store::list_installed(home).unwrap_or_default();
-    let mut ids: Vec<String> = installed
+    let mut ids: Vec<(String, String)> = installed
         .iter()
         .map(|b| {
             let short = installed.iter().filter(|o| o.id == b.id).count() == 1;
-            if b.namespace == "local" && short {
+            let id = if b.namespace == "local" && short {
                 b.id.clone()
             } else {
                 b.reference()
-            }
+            };
+            (id, b.reference())
         })
         .collect();
-    ids.dedup();
+    ids.dedup_by(|a, b| a.0 == b.0);
     ids
 }
 
@@ -171,30 +174,48 @@ fn model_ids(home: &crate::ServiceHome) -> Vec<String> {
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
     responses((status = 200, description = "{object: list, data: [{id, object: model, created, owned_by: service-rs}]}", body = Object),
         (status = 401, description = "Missing or wrong token, in OpenAI's error shape", body = Object)))]
-pub async fn models(State(st): State<AppState>) -> Json<serde_json::Value> {
-    let data: Vec<serde_json::Value> = model_ids(st.rt.home())
-        .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "service-rs"}))
-        .collect();
-    Json(json!({"object": "list", "data": data}))
+pub async fn models(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
+) -> Response {
+    let mut data = Vec::new();
+    for (id, reference) in model_ids(st.rt.home()) {
+        match crate::server::tenants::may_use_bundle(&st, &caller, &reference).await {
+            Ok(true) => data
+                .push(json!({"id": id, "object": "model", "created": 0, "owned_by": "service-rs"})),
+            Ok(false) => {}
+            Err(e) => return OpenAiError::from(e).into_response(),
+        }
+    }
+    Json(json!({"object": "list", "data": data})).into_response()
 }
 
 /// The bundle a request's `model` names, under the server's policy; an unknown one lists the installed ones.
-async fn bundle_of(st: &AppState, model: &str) -> Result<Bundle, OpenAiError> {
+async fn bundle_of(st: &AppState, caller: &Caller, model: &str) -> Result<Bundle, OpenAiError> {
     crate::server::policy::bundle_ref(&st.policy, model)?;
     // A registry the operator allowed serves its bundles as models too, pulled on first use.
     crate::server::registry_routes::pull_on_first_use(st, model).await?;
     use crate::facade::bundles::{resolve_allowed, Unserved};
-    match resolve_allowed(st, model).await {
-        Ok(b) => Ok(b),
-        Err(Unserved::Refused(e)) => Err(e.into()),
-        Err(Unserved::NotFound) => Err(OpenAiError::new(
+    let not_found = || {
+        // With bundles granted per tenant, the list would name other tenants' bundles.
+        let known = if st.policy.tenant_bundles {
+            "GET /v1/models lists the models this token may use".to_string()
+        } else {
+            let ids: Vec<String> = model_ids(st.rt.home())
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            format!("the models are the installed bundles: {}", ids.join(", "))
+        };
+        OpenAiError::new(
             StatusCode::NOT_FOUND,
             "model_not_found",
-            format!(
-                "no model \"{model}\"; the models are the installed bundles: {}",
-                model_ids(st.rt.home()).join(", ")
-            ),
-        )),
+            format!("no model \"{model}\"; {known}"),
+        )
+    };
+    match resolve_allowed(st, model).await {
+        Ok(b) if crate::server::tenants::may_use_bundle(st, caller, &b.reference()).await? => Ok(b),
+        Ok(_) | Err(Unserved::NotFound) => Err(not_found()),
+        Err(Unserved::Refused(e)) => Err(e.into()),
     }
 }

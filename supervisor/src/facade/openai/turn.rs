@@ -58,7 +58,7 @@ pub(super) async fn start(
         None => {
             crate::server::tenants::admit_session(st, caller).await?;
             crate::server::tenants::admit_turn(st, caller).await?;
-            let bundle = bundle_of(st, model).await?;
+            let bundle = bundle_of(st, caller, model).await?;
             let record = st
                 .rt
                 .create_session_for(bundle, model, None, caller.owns())

@@ -1,4 +1,5 @@
--- Tenants: their tokens (only a digest of each), their quotas and what they spent each day. Every node reads them
+-- Tenants: their tokens (only a digest of each), their quotas, the bundles granted to them (serve --tenant-bundles)
+-- and what they spent each day. Every node reads them
 -- here, so a token made or revoked on one node holds on all of them.
 CREATE TABLE tokens (
     id           text PRIMARY KEY,
@@ -27,4 +28,10 @@ CREATE TABLE tenant_spent (
     reasoning_tokens bigint NOT NULL DEFAULT 0,
     model_calls      bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, day)
+);
+
+CREATE TABLE tenant_grants (
+    tenant text NOT NULL,
+    bundle text NOT NULL,
+    PRIMARY KEY (tenant, bundle)
 );

@@ -169,6 +169,49 @@ impl Directory for PgDirectory {
             .collect())
     }
 
+    async fn grant(&self, tenant: &str, name: &str) -> Result<bool> {
+        let n = self
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO tenant_grants (tenant, bundle) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&tenant, &name],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(n > 0)
+    }
+
+    async fn ungrant(&self, tenant: &str, name: &str) -> Result<bool> {
+        let n = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM tenant_grants WHERE tenant = $1 AND bundle = $2",
+                &[&tenant, &name],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(n > 0)
+    }
+
+    async fn grants(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT tenant, bundle FROM tenant_grants ORDER BY tenant, bundle",
+                &[],
+            )
+            .await
+            .map_err(store_error)?;
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for r in rows {
+            out.entry(r.get(0)).or_default().push(r.get(1));
+        }
+        Ok(out)
+    }
+
     async fn add_spent(&self, rows: &[SpentDay]) -> Result<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(store_error)?;
