@@ -50,6 +50,7 @@ mod store_backend;
 mod subagents;
 mod support;
 mod tenants;
+mod tenants_shared;
 mod terminal;
 mod tmux;
 mod traces;
