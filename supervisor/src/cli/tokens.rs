@@ -189,7 +189,7 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
         }
         TokensCommand::List { json } => {
             let all: Vec<TokenView> = match &target {
-                Target::Local(dir) => dir.tokens().await?.into_iter().map(Into::into).collect(),
+                Target::Local(dir) => dir.tokens().await?.into_iter().map(|t| t.token).collect(),
                 Target::Remote(r) => {
                     serde_json::from_value(r.call(reqwest::Method::GET, "/tokens", None).await?)?
                 }

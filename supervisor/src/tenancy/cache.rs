@@ -97,10 +97,10 @@ impl Tenancy {
         if !token::matches(token, &record.sha256) || record.expired(chrono::Utc::now()) {
             return None;
         }
-        self.touch(&record.id);
+        self.touch(&record.token.id);
         Some(Caller {
-            tenant: record.tenant,
-            admin: record.admin,
+            tenant: record.token.tenant,
+            admin: record.token.admin,
         })
     }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::{Directory, Quota, Result, Spent, SpentDay, TenancyError, TokenRecord};
+use super::{Directory, Grants, Quota, Result, Spent, SpentDay, TenancyError, TokenRecord};
 use crate::home::ServiceHome;
 
 /// The document.
@@ -102,21 +102,21 @@ impl Directory for FilesDirectory {
     }
 
     async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
-        Ok(self.read()?.tokens.into_iter().find(|t| t.id == id))
+        Ok(self.read()?.tokens.into_iter().find(|t| t.token.id == id))
     }
 
     async fn revoke(&self, id: &str) -> Result<bool> {
         self.change(|d| {
             let before = d.tokens.len();
-            d.tokens.retain(|t| t.id != id);
+            d.tokens.retain(|t| t.token.id != id);
             d.tokens.len() != before
         })
     }
 
     async fn touch(&self, id: &str, when: &str) -> Result<()> {
         self.change(|d| {
-            if let Some(t) = d.tokens.iter_mut().find(|t| t.id == id) {
-                t.last_used_at = Some(when.to_string());
+            if let Some(t) = d.tokens.iter_mut().find(|t| t.token.id == id) {
+                t.token.last_used_at = Some(when.to_string());
             }
         })
     }
@@ -152,7 +152,7 @@ impl Directory for FilesDirectory {
         })
     }
 
-    async fn grants(&self) -> Result<BTreeMap<String, Vec<String>>> {
+    async fn grants(&self) -> Result<Grants> {
         Ok(self
             .read()?
             .grants

@@ -72,9 +72,9 @@ pub fn check_tenant(name: &str) -> Result<()> {
     }
 }
 
-/// A stored token: everything but the token itself, of which only the digest is kept.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenRecord {
+/// A token as listings show it: everything but the token and its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenView {
     /// Short public id.
     pub id: String,
     /// The tenant it speaks for.
@@ -86,56 +86,29 @@ pub struct TokenRecord {
     pub label: Option<String>,
     /// RFC 3339.
     pub created_at: String,
-    /// RFC 3339; None: never.
+    /// RFC 3339; absent: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
     /// RFC 3339, written at most once a minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_used_at: Option<String>,
+}
+
+/// A stored token: what listings show, and the digest of the token, which itself is never kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// Everything but the digest.
+    #[serde(flatten)]
+    pub token: TokenView,
     /// SHA-256 of the token, hex.
     pub sha256: String,
-}
-
-/// A token as listings show it: everything but its digest.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct TokenView {
-    /// Short public id.
-    pub id: String,
-    /// Its tenant.
-    pub tenant: String,
-    /// Whether it is an admin token.
-    pub admin: bool,
-    /// The operator's note.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    /// RFC 3339.
-    pub created_at: String,
-    /// RFC 3339; absent: never.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
-    /// RFC 3339, to the minute.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_used_at: Option<String>,
-}
-
-impl From<TokenRecord> for TokenView {
-    fn from(t: TokenRecord) -> TokenView {
-        TokenView {
-            id: t.id,
-            tenant: t.tenant,
-            admin: t.admin,
-            label: t.label,
-            created_at: t.created_at,
-            expires_at: t.expires_at,
-            last_used_at: t.last_used_at,
-        }
-    }
 }
 
 impl TokenRecord {
     /// Whether it has expired at `now`.
     pub fn expired(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
-        self.expires_at
+        self.token
+            .expires_at
             .as_deref()
             .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
             .is_some_and(|e| e <= now)
@@ -316,13 +289,15 @@ pub async fn create_token(
         .filter(|t| chrono::Datelike::year(t) <= 9999)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     let record = TokenRecord {
-        id: minted.id.clone(),
-        tenant: tenant.to_string(),
-        admin,
-        label,
-        created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        expires_at: expires_at.clone(),
-        last_used_at: None,
+        token: TokenView {
+            id: minted.id.clone(),
+            tenant: tenant.to_string(),
+            admin,
+            label,
+            created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            expires_at: expires_at.clone(),
+            last_used_at: None,
+        },
         sha256: minted.sha256,
     };
     dir.add_token(&record).await?;

@@ -75,6 +75,15 @@ pub(super) fn bundle() -> TempDir {
 }
 
 /// The error code of an answer.
+/// `POST /sessions/{id}/run-sync` of a greeting, as its raw response (to read its headers).
+async fn run_sync(api: &Api, id: &str) -> reqwest::Response {
+    api.req(reqwest::Method::POST, &format!("/sessions/{id}/run-sync"))
+        .json(&json!({"input": task("hi")}))
+        .send()
+        .await
+        .unwrap()
+}
+
 pub(super) fn code(answer: &(u16, Value)) -> (u16, String) {
     (
         answer.0,
@@ -311,16 +320,7 @@ async fn quotas_answer_429_and_a_turn_past_the_days_tokens_stops_with_quota_exce
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    let response = t
-        .acme
-        .req(
-            reqwest::Method::POST,
-            &format!("/sessions/{second}/run-sync"),
-        )
-        .json(&json!({"input": task("hi")}))
-        .send()
-        .await
-        .unwrap();
+    let response = run_sync(&t.acme, &second).await;
     assert_eq!(response.status().as_u16(), 429);
     assert_eq!(response.headers()["retry-after"], "1");
     let body: Value = response.json().await.unwrap();
@@ -365,16 +365,7 @@ async fn quotas_answer_429_and_a_turn_past_the_days_tokens_stops_with_quota_exce
         "the stopped turn ran no command: {:?}",
         &events[last_turn..]
     );
-    let response = t
-        .acme
-        .req(
-            reqwest::Method::POST,
-            &format!("/sessions/{second}/run-sync"),
-        )
-        .json(&json!({"input": task("hi")}))
-        .send()
-        .await
-        .unwrap();
+    let response = run_sync(&t.acme, &second).await;
     assert_eq!(response.status().as_u16(), 429);
     let wait: u64 = response.headers()["retry-after"]
         .to_str()

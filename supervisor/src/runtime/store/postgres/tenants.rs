@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::tenancy::{Directory, Quota, Result, Spent, SpentDay, TenancyError, TokenRecord};
+use crate::tenancy::{
+    Directory, Grants, Quota, Result, Spent, SpentDay, TenancyError, TokenRecord, TokenView,
+};
 
 /// The directory over one database.
 pub struct PgDirectory {
@@ -31,13 +33,15 @@ fn small(n: Option<i64>) -> Option<u64> {
 
 fn token_of(row: &tokio_postgres::Row) -> TokenRecord {
     TokenRecord {
-        id: row.get(0),
-        tenant: row.get(1),
-        admin: row.get(2),
-        label: row.get(3),
-        created_at: row.get(4),
-        expires_at: row.get(5),
-        last_used_at: row.get(6),
+        token: TokenView {
+            id: row.get(0),
+            tenant: row.get(1),
+            admin: row.get(2),
+            label: row.get(3),
+            created_at: row.get(4),
+            expires_at: row.get(5),
+            last_used_at: row.get(6),
+        },
         sha256: row.get(7),
     }
 }
@@ -55,13 +59,13 @@ impl Directory for PgDirectory {
                     "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                 ),
                 &[
-                    &t.id,
-                    &t.tenant,
-                    &t.admin,
-                    &t.label,
-                    &t.created_at,
-                    &t.expires_at,
-                    &t.last_used_at,
+                    &t.token.id,
+                    &t.token.tenant,
+                    &t.token.admin,
+                    &t.token.label,
+                    &t.token.created_at,
+                    &t.token.expires_at,
+                    &t.token.last_used_at,
                     &t.sha256,
                 ],
             )
@@ -195,7 +199,7 @@ impl Directory for PgDirectory {
         Ok(n > 0)
     }
 
-    async fn grants(&self) -> Result<BTreeMap<String, Vec<String>>> {
+    async fn grants(&self) -> Result<Grants> {
         let rows = self
             .client()
             .await?
@@ -205,7 +209,7 @@ impl Directory for PgDirectory {
             )
             .await
             .map_err(store_error)?;
-        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut out = Grants::new();
         for r in rows {
             out.entry(r.get(0)).or_default().push(r.get(1));
         }
