@@ -17,13 +17,19 @@ const ADMIN: &str = "the-servers-own-token";
 /// Runs `service-rs tokens <args>` on the store of `home` (the suite's store: files, or its PostgreSQL database);
 /// its stdout.
 pub(super) fn tokens(home: &Path, args: &[&str]) -> String {
+    let url = super::store_backend::postgres().then(|| super::store_backend::url_for(home));
+    tokens_in(home, url.as_deref(), args)
+}
+
+/// Runs `service-rs tokens <args>` with `home`, on the PostgreSQL store at `store` when given; its stdout.
+pub(super) fn tokens_in(home: &Path, store: Option<&str>, args: &[&str]) -> String {
     let mut cmd = Command::new(binary());
     cmd.arg("tokens")
         .args(args)
         .env("SERVICE_HOME", home)
         .env_remove("SERVICE_TOKEN");
-    if super::store_backend::postgres() {
-        cmd.env("SERVICE_STORE_URL", super::store_backend::url_for(home));
+    if let Some(url) = store {
+        cmd.env("SERVICE_STORE_URL", url);
     }
     let out = cmd.output().expect("run tokens");
     assert!(
@@ -32,6 +38,20 @@ pub(super) fn tokens(home: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Builds the bundle project `dir` into the store of `home`.
+pub(super) fn build(home: &Path, dir: &Path) {
+    let built = Command::new(binary())
+        .args(["build", dir.to_str().unwrap()])
+        .env("SERVICE_HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
 }
 
 /// A tenant's new token, as `tokens create` prints it alone on stdout.
@@ -518,12 +538,7 @@ async fn a_revoked_or_expired_token_is_refused_and_the_servers_own_token_still_w
 async fn the_openai_and_a2a_routes_keep_each_tenant_to_its_own_sessions() {
     let home = TempDir::new().unwrap();
     let bundle = bundle();
-    let built = Command::new(binary())
-        .args(["build", bundle.path().to_str().unwrap()])
-        .env("SERVICE_HOME", home.path())
-        .output()
-        .unwrap();
-    assert!(built.status.success());
+    build(home.path(), bundle.path());
     let t = tenants(home.path(), &[]);
     // Acme starts a conversation over the OpenAI wire; beta names its session.
     let response = t

@@ -2,15 +2,13 @@
 //! a forwarded request keeps its caller's tenant, a node with the wrong cluster token is a 502, and under
 //! `serve --tenant-bundles` a tenant sees only the bundles granted to it or that it imported.
 
-use std::process::Command;
-
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
 use super::http_client::Api;
-use super::support::{binary, Server};
-use super::tenants::{bundle, code, tenants, tokens};
+use super::support::Server;
+use super::tenants::{build, bundle, code, tenants, tokens, tokens_in};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_cluster_a_revocation_holds_on_every_node_and_a_wrong_cluster_token_is_a_502() {
@@ -18,21 +16,8 @@ async fn over_a_cluster_a_revocation_holds_on_every_node_and_a_wrong_cluster_tok
     let pg = super::postgres::Postgres::start();
     let (_a_home, a) = node_with(&pg, "a", "10s", &[]);
     let (_b_home, b) = node_with(&pg, "b", "10s", &[]);
-    let cli = |args: &[&str]| {
-        let out = Command::new(binary())
-            .arg("tokens")
-            .args(args)
-            .env("SERVICE_HOME", _a_home.path())
-            .env("SERVICE_STORE_URL", pg.url())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let url = pg.url();
+    let cli = |args: &[&str]| tokens_in(_a_home.path(), Some(&url), args);
     let made: Value =
         serde_json::from_str(&cli(&["create", "--tenant", "acme", "--json"])).unwrap();
     let acme_token = made["token"].as_str().unwrap();
@@ -113,16 +98,7 @@ async fn with_tenant_bundles_a_tenant_sees_only_what_was_granted_or_what_it_impo
         "id: \"other\"",
     );
     for dir in [&fixture, &other] {
-        let built = Command::new(binary())
-            .args(["build", dir.path().to_str().unwrap()])
-            .env("SERVICE_HOME", home.path())
-            .output()
-            .unwrap();
-        assert!(
-            built.status.success(),
-            "{}",
-            String::from_utf8_lossy(&built.stderr)
-        );
+        build(home.path(), dir.path());
     }
     let t = tenants(home.path(), &["--tenant-bundles"]);
     assert_eq!(
