@@ -351,6 +351,16 @@ async fn quotas_answer_429_and_a_turn_past_the_days_tokens_stops_with_quota_exce
         .await;
     assert_eq!(status, 202);
 
+    // The interrupt may land before the turn's first call: wait for its end, and spend with a whole turn.
+    for _ in 0..200 {
+        let (_, record) = t.acme.get(&format!("/sessions/{first}")).await;
+        if record["status"] == "idle" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(t.acme.answer(&second, "hi").await, "hello");
+
     // A day's limit a few tokens above what acme has spent: the next turn passes it on its first call (the scripted
     // model counts dozens a call) and stops there, before the Bash that call asked for runs.
     let (_, spent) = t.acme.get("/usage").await;
@@ -358,7 +368,7 @@ async fn quotas_answer_429_and_a_turn_past_the_days_tokens_stops_with_quota_exce
         row["input_tokens"].as_u64().unwrap_or(0) + row["output_tokens"].as_u64().unwrap_or(0)
     };
     let spent = tokens_of(&spent[0]);
-    assert!(spent > 0, "the interrupted turn's first call is counted");
+    assert!(spent > 0, "the completed turn is counted: {spent}");
     let limit = (spent + 5).to_string();
     tokens(home.path(), &["quota", "acme", "--tokens-per-day", &limit]);
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
