@@ -270,11 +270,7 @@ async fn a_one_shot_run_exports_its_turn_before_it_exits() {
         .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::support::Run::from(out).ok();
     let spans = receiver.until("invoke_agent fixture").await;
     let turn = one(&spans, "invoke_agent fixture");
     assert_eq!(turn.parent_span_id, Vec::<u8>::new(), "a root span");
