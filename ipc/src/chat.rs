@@ -164,6 +164,32 @@ impl Usage {
     }
 }
 
+/// What a turn did besides its model calls, as the supervisor measured it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct TurnActivity {
+    /// Tool calls started.
+    #[serde(default)]
+    pub tool_calls: u64,
+    /// Milliseconds from start to end.
+    #[serde(default)]
+    pub wall_ms: u64,
+    /// CPU milliseconds of the session's sandbox, from its cgroup; absent where no cgroup counts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_cpu_ms: Option<u64>,
+}
+
+impl TurnActivity {
+    /// Adds another turn's.
+    pub fn add(&mut self, other: TurnActivity) {
+        self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
+        self.wall_ms = self.wall_ms.saturating_add(other.wall_ms);
+        if let Some(cpu) = other.sandbox_cpu_ms {
+            self.sandbox_cpu_ms = Some(self.sandbox_cpu_ms.unwrap_or(0).saturating_add(cpu));
+        }
+    }
+}
+
 /// What a worker asks of a model: the conversation and the tools, never the model itself. The supervisor decides
 /// which model serves it, from the turn it started (see [`ModelRequest`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

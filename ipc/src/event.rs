@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::{ToolSpec, Usage};
+use crate::chat::{ToolSpec, TurnActivity, Usage};
 use crate::names::ApprovalDecision;
 use crate::task::TurnContext;
 
@@ -126,6 +126,9 @@ pub enum EventPayload {
         final_message: String,
         /// Token usage summed over the turn's model calls.
         usage: Usage,
+        /// Its tool calls and times (absent in journals written before they were measured).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        activity: Option<TurnActivity>,
     },
     /// A piece of the assistant message.
     AgentMessageDelta {

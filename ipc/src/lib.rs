@@ -22,7 +22,7 @@ pub mod task;
 
 pub use chat::{
     ChatMessage, ChatRole, FirstReply, ModelChunk, ModelQuery, ModelRequest, ToolCall, ToolSpec,
-    Usage, OBSERVATION_HEADER,
+    TurnActivity, Usage, OBSERVATION_HEADER,
 };
 pub use codec::{shrink_idle, CodecError, FrameCodec, IDLE_BUFFER, MAX_FRAME_LEN};
 pub use config::{

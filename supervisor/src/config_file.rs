@@ -10,6 +10,11 @@
 //! type = "openai"
 //! base_url = "http://10.0.0.5:8000/v1"
 //! api_key_env = "GPU_BOX_KEY"
+//!
+//! [prices."openai/gpt-4o"]         # US dollars per million tokens, for `service-rs usage` and `GET /usage`
+//! input = 2.5
+//! output = 10.0
+//! cached_input = 1.25
 //! ```
 
 use std::collections::BTreeMap;
@@ -72,6 +77,9 @@ pub struct ConfigFile {
     /// How deep subagents may nest (2 when unset); 0 turns them off.
     #[serde(default)]
     pub max_subagent_depth: Option<u32>,
+    /// Model prices by `provider/name`, in US dollars per million tokens: usage reports gain a cost.
+    #[serde(default)]
+    pub prices: BTreeMap<String, crate::tenancy::usage::Price>,
 }
 
 /// Why `config.toml` could not be read or changed.

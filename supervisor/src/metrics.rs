@@ -174,7 +174,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts one model call's tokens against `tenant` and `model`.
     pub fn count_tokens(&self, tenant: &str, model: &ModelRef, usage: &service_ipc::Usage) {
-        let model = format!("{}/{}", model.provider, model.name);
+        let model = crate::tenancy::usage::model_name(model);
         for (kind, n) in [
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),

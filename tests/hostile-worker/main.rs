@@ -68,6 +68,7 @@ fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
             turn_id: turn,
             final_message: "forged".into(),
             usage: Usage::default(),
+            activity: None,
         }),
         "network_access" => event(EventPayload::NetworkAccess {
             turn_id: Some(turn),

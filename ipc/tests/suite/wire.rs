@@ -82,6 +82,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 turn_id: t(),
                 final_message: "done".into(),
                 usage: Usage::new(3, 4),
+                activity: None,
             },
             json!({"type": "turn_completed", "payload": {
                 "turn_id": "t1", "final_message": "done", "usage": {"input_tokens": 3, "output_tokens": 4}}}),

@@ -20,6 +20,7 @@ mod sessions;
 mod term_text;
 mod tokens;
 mod tui;
+mod usage;
 mod workspace;
 
 use std::path::PathBuf;
@@ -130,9 +131,12 @@ enum Command {
     Mcp(mcp::McpCommand),
     /// List, show, delete and prune sessions.
     Sessions(sessions::SessionsArgs),
-    /// Tenants of `serve`: their tokens, quotas and usage (on the local store, or over --remote with an admin
-    /// token).
+    /// Tenants of `serve`: their tokens, quotas and bundle grants (on the local store, or over --remote with an
+    /// admin token).
     Tokens(tokens::TokensArgs),
+    /// What tenants spent: tokens, turns, tool calls, wall and sandbox CPU time, and cost where config.toml prices
+    /// the models (from the local store, or over --remote).
+    Usage(usage::UsageArgs),
     /// Read and set your defaults in $SERVICE_HOME/config.toml: default_bundle, default_model, approvals.
     #[command(subcommand)]
     Config(config::ConfigCommand),
@@ -271,6 +275,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(home()?, args),
         Command::Config(command) => config::run(&home()?, command),
         Command::Tokens(args) => tokens::run(home()?, args),
+        Command::Usage(args) => usage::run(home()?, args),
     }
 }
 
@@ -314,6 +319,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Config(_) => Err(local_only("config")),
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Tokens(args) => tokens::run_remote(remote, args),
+        Command::Usage(args) => usage::run_remote(remote, args),
     }
 }
 
@@ -365,6 +371,7 @@ fn runtime_options(
     if let Some(depth) = config.max_subagent_depth {
         options.max_subagent_depth = depth;
     }
+    options.prices = config.prices;
     options.resolver =
         std::sync::Arc::new(service_supervisor::egress::Resolver::from_entries(resolve)?);
     if long_running && !dangerous {

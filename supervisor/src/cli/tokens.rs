@@ -1,13 +1,12 @@
-//! `service-rs tokens`: tenant tokens, quotas and usage, on the local store (files, or PostgreSQL with `--store`)
+//! `service-rs tokens`: tenant tokens, quotas and grants, on the local store (files, or PostgreSQL with `--store`)
 //! or over `--remote` with an admin token.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::json;
-use service_supervisor::tenancy::{self, Directory, NewToken, Quota, SpentDay, TokenView};
+use service_supervisor::tenancy::{self, Directory, NewToken, Quota, TokenView};
 use service_supervisor::ServiceHome;
 
 use super::remote::Remote;
@@ -17,6 +16,13 @@ use super::remote::Remote;
 pub struct TokensArgs {
     #[command(subcommand)]
     command: TokensCommand,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// Which store's tenant directory a local command reads.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
     /// The PostgreSQL store the servers share, instead of the files under $SERVICE_HOME.
     #[arg(
         long,
@@ -25,7 +31,7 @@ pub struct TokensArgs {
         value_name = "postgres://USER@HOST:PORT/DB",
         hide_env_values = true
     )]
-    store: Option<String>,
+    pub(super) store: Option<String>,
     /// PEM file of the CA that signed the database's certificate.
     #[arg(long, global = true, env = "SERVICE_STORE_CA", value_name = "PEM")]
     store_ca: Option<std::path::PathBuf>,
@@ -93,15 +99,6 @@ enum TokensCommand {
         /// The bundle, as it was granted.
         bundle_ref: String,
     },
-    /// What each tenant spent, by UTC day.
-    Usage {
-        /// The first day, YYYY-MM-DD (default: 30 days ago).
-        #[arg(long)]
-        since: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 /// Where the command works.
@@ -110,7 +107,11 @@ enum Target {
     Remote(Remote),
 }
 
-async fn local(home: &ServiceHome, args: &TokensArgs) -> anyhow::Result<Arc<dyn Directory>> {
+/// The tenant directory of the local store `args` names.
+pub(super) async fn local(
+    home: &ServiceHome,
+    args: &StoreArgs,
+) -> anyhow::Result<Arc<dyn Directory>> {
     use service_supervisor::runtime::store::Store;
     Ok(match &args.store {
         None => Arc::new(tenancy::files::FilesDirectory::new(home)),
@@ -135,7 +136,7 @@ async fn local(home: &ServiceHome, args: &TokensArgs) -> anyhow::Result<Arc<dyn 
 pub fn run(home: ServiceHome, args: TokensArgs) -> anyhow::Result<ExitCode> {
     let rt = super::tokio()?;
     rt.block_on(async {
-        let target = Target::Local(local(&home, &args).await?);
+        let target = Target::Local(local(&home, &args.store).await?);
         execute(target, args.command).await
     })
 }
@@ -143,7 +144,7 @@ pub fn run(home: ServiceHome, args: TokensArgs) -> anyhow::Result<ExitCode> {
 /// Runs `tokens` over a server (admin token).
 pub fn run_remote(remote: Remote, args: TokensArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
-        args.store.is_none(),
+        args.store.store.is_none(),
         "--store names a database on this machine's side; with --remote the server uses its own store"
     );
     super::tokio()?.block_on(execute(Target::Remote(remote), args.command))
@@ -289,39 +290,6 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
                 }
             }
             println!("{tenant} may no longer use {name}");
-        }
-        TokensCommand::Usage { since, json } => {
-            let since = since.unwrap_or_else(|| {
-                (chrono::Utc::now() - chrono::Days::new(30))
-                    .format("%Y-%m-%d")
-                    .to_string()
-            });
-            let rows: Vec<SpentDay> = match &target {
-                Target::Local(dir) => dir.spent_since(&since).await?,
-                Target::Remote(r) => serde_json::from_value(
-                    r.call(reqwest::Method::GET, &format!("/usage?since={since}"), None)
-                        .await
-                        .context("reading the usage ledger")?,
-                )?,
-            };
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                println!(
-                    "{:<20} {:<10} {:>12} {:>12} {:>10}",
-                    "TENANT", "DAY", "INPUT", "OUTPUT", "CALLS"
-                );
-                for r in rows {
-                    println!(
-                        "{:<20} {:<10} {:>12} {:>12} {:>10}",
-                        r.tenant,
-                        r.day,
-                        r.spent.input_tokens,
-                        r.spent.output_tokens,
-                        r.spent.model_calls
-                    );
-                }
-            }
         }
     }
     Ok(ExitCode::SUCCESS)

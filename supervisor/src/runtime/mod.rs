@@ -114,6 +114,8 @@ pub struct RuntimeOptions {
     /// Count every model call's tokens against its session's tenant, and stop a turn whose tenant passes its daily
     /// tokens (`serve`; local commands keep only the session's own count).
     pub tenant_ledger: bool,
+    /// Model prices by `provider/name` (`[prices]` in config.toml): usage reports with them have a cost.
+    pub prices: std::collections::BTreeMap<String, crate::tenancy::usage::Price>,
 }
 
 impl RuntimeOptions {
@@ -146,6 +148,7 @@ impl RuntimeOptions {
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_MB * 1024 * 1024,
             max_subagent_depth: subagents::DEFAULT_MAX_DEPTH,
             tenant_ledger: false,
+            prices: Default::default(),
         }
     }
 }
@@ -313,6 +316,11 @@ impl ServiceRuntime {
         &self.inner.tenancy
     }
 
+    /// Model prices by `provider/name`, for usage reports.
+    pub fn prices(&self) -> &std::collections::BTreeMap<String, crate::tenancy::usage::Price> {
+        &self.inner.options.prices
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
         self.inner
             .sessions
@@ -379,8 +387,16 @@ impl ServiceRuntime {
         }
         let session =
             Session::create(&self.inner, id, bundle, bundle_ref, cwd, parent, tenant).await?;
-        self.sessions().insert(session.id.clone(), session.clone());
+        self.keep_live(&session);
         Ok(session)
+    }
+
+    /// Keeps `session` among the live ones, its turns counted in the tenants' ledger where this runtime keeps it.
+    fn keep_live(&self, session: &Arc<Session>) {
+        if self.inner.options.tenant_ledger {
+            let _ = session.ledger.set(self.inner.tenancy.clone());
+        }
+        self.sessions().insert(session.id.clone(), session.clone());
     }
 
     async fn session(&self, id: &str) -> Result<Arc<Session>> {
@@ -409,7 +425,7 @@ impl ServiceRuntime {
             }
             loaded => loaded?,
         };
-        self.sessions().insert(id.to_string(), loaded.clone());
+        self.keep_live(&loaded);
         Ok(loaded)
     }
 
@@ -554,6 +570,7 @@ impl ServiceRuntime {
             traces.sandbox_started(&session.id, began, error);
         }
         let handle = handle?;
+        session.meter_sandbox(handle.remains.0.clone());
         *slot = Some(handle.clone());
         if self.inner.options.prestart_sandboxes
             && handle.confinement != SandboxMode::DangerFullAccess

@@ -81,6 +81,9 @@ pub struct SessionRecord {
     /// Tokens in and out over every turn, as the supervisor counted them at the provider.
     #[serde(default)]
     pub usage: Usage,
+    /// Tool calls and times summed over every turn.
+    #[serde(default)]
+    pub activity: service_ipc::TurnActivity,
     /// The id a protocol client knows the session by when it chose one (an A2A context id); else the session id
     /// serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -353,6 +356,7 @@ mod tests {
             last_turn: None,
             title: None,
             usage: Default::default(),
+            activity: Default::default(),
             context_id: None,
             tenant: None,
             parent: None,

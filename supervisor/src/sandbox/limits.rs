@@ -1,7 +1,8 @@
 //! Resource limits of a confined worker and everything it starts.
 //!
 //! Where the supervisor may create cgroups (v1 `pids`/`memory`/`cpu` hierarchies, or v2 with those controllers
-//! enabled), each worker gets its own cgroup with `pids.max`, a memory limit and a CPU quota. `RLIMIT_CORE` is 0 in
+//! enabled), each worker gets its own cgroup with `pids.max`, a memory limit and a CPU quota, and where v1 mounts
+//! `cpuacct` apart from `cpu`, a `cpuacct` cgroup that counts its CPU time ([`cpu_time`]). `RLIMIT_CORE` is 0 in
 //! any case; `RLIMIT_AS` is the memory backstop only where no memory cgroup could be made: it limits address space,
 //! not memory, and runtimes that reserve large ranges up front fail under it (Node's V8 aborted with "Failed to
 //! reserve virtual memory for CodeRange" under the default 512 MiB, so an MCP server from npm could not start).
@@ -107,6 +108,9 @@ impl Limits {
                     ("cpu.cfs_period_us", "100000".into()),
                     ("cpu.cfs_quota_us", quota.to_string()),
                 ],
+                // No limit: it counts the CPU time a turn's usage reports (v1 hierarchies where it is not
+                // mounted with `cpu`).
+                "cpuacct" => Vec::new(),
                 "" => vec![
                     ("pids.max", PIDS_MAX.to_string()),
                     ("memory.max", memory_bytes.to_string()),
@@ -115,6 +119,10 @@ impl Limits {
                 _ => continue,
             };
             let dir = base.join(&self.name);
+            // `cpu` and `cpuacct` mounted together are one directory.
+            if made.contains(&dir) {
+                continue;
+            }
             if std::fs::create_dir(&dir).is_err() && !dir.is_dir() {
                 continue;
             }
@@ -485,6 +493,21 @@ fn threads(pid: u32) -> Option<u32> {
 }
 
 /// This process's cgroup directory per controller: v1 entries by controller name, the v2 one with an empty name.
+/// The CPU time the processes of a worker's cgroups `dirs` have spent: v1's `cpuacct.usage`, or v2's
+/// `usage_usec` in `cpu.stat`. None when no cgroup counts it.
+pub fn cpu_time(dirs: &[PathBuf]) -> Option<Duration> {
+    dirs.iter().find_map(|dir| {
+        if let Ok(ns) = std::fs::read_to_string(dir.join("cpuacct.usage")) {
+            return ns.trim().parse().ok().map(Duration::from_nanos);
+        }
+        let stat = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|us| us.trim().parse().ok())
+            .map(Duration::from_micros)
+    })
+}
+
 fn own_cgroups() -> Vec<(String, PathBuf)> {
     let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
         return Vec::new();

@@ -122,7 +122,8 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         crate::tenancy::TokenView,
         crate::tenancy::Quota,
         crate::tenancy::Spent,
-        crate::tenancy::SpentDay,
+        crate::tenancy::usage::UsageReport,
+        crate::tenancy::usage::UsageTotal,
         service_ipc::EventMsg,
         service_ipc::EventPayload,
     ))

@@ -11,7 +11,8 @@ use super::api::{ApiError, ApiJson, ApiPath, ApiQuery, Body};
 use super::handlers::ApiResult;
 use super::tenants::admin_only;
 use super::AppState;
-use crate::tenancy::{self, Caller, NewToken, Quota, SpentDay, TenancyError, TokenView};
+use crate::tenancy::usage::{self, UsageReport};
+use crate::tenancy::{self, Caller, NewToken, Quota, TenancyError, TokenView};
 
 /// `POST /tokens`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -39,9 +40,22 @@ impl Body for Quota {}
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct UsageQuery {
-    /// The first UTC day to include, `YYYY-MM-DD` (default: 30 days ago).
-    #[param(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", nullable = false)]
+    /// The first UTC day to include: `YYYY-MM-DD`, or `Nd` for N days ago (default: 30d).
+    #[param(
+        pattern = r"^([0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{1,5}d)$",
+        nullable = false
+    )]
     pub since: Option<String>,
+    /// The last UTC day to include, `YYYY-MM-DD` (default: today).
+    #[param(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", nullable = false)]
+    pub until: Option<String>,
+    /// What a row sums: `tenant` (the default), `day`, `model` or `bundle`, or several comma-separated; rows are
+    /// always per tenant.
+    #[param(
+        pattern = r"^(tenant|day|model|bundle)(,(tenant|day|model|bundle))*$",
+        nullable = false
+    )]
+    pub group_by: Option<String>,
     /// Only this tenant (admin tokens; a tenant's token reads its own).
     #[param(nullable = false)]
     pub tenant: Option<String>,
@@ -229,13 +243,13 @@ pub async fn ungrant_bundle(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// What tenants spent, by UTC day: the caller's tenant, or with an admin token every tenant or `?tenant=`.
-#[utoipa::path(get, path = "/usage", params(UsageQuery), responses((status = 200, body = [SpentDay])))]
+/// What tenants spent: the caller's tenant, or with an admin token every tenant or `?tenant=`; one row per group.
+#[utoipa::path(get, path = "/usage", params(UsageQuery), responses((status = 200, body = UsageReport)))]
 pub async fn usage(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
     ApiQuery(q): ApiQuery<UsageQuery>,
-) -> ApiResult<Json<Vec<SpentDay>>> {
+) -> ApiResult<Json<UsageReport>> {
     let only = match q.tenant {
         Some(t) if t != caller.tenant => {
             admin_only(&caller, "reading another tenant's usage")?;
@@ -245,40 +259,27 @@ pub async fn usage(
         None if caller.admin => None,
         None => Some(caller.tenant.clone()),
     };
-    let since = match q.since {
-        // Days compare as text; the shape is all that is checked.
-        Some(day) => {
-            let shape = day.len() == 10
-                && day.bytes().enumerate().all(|(i, b)| match i {
-                    4 | 7 => b == b'-',
-                    _ => b.is_ascii_digit(),
-                });
-            if !shape {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
-                    format!("since: \"{day}\" is not a day written YYYY-MM-DD"),
-                ));
-            }
-            day
-        }
-        None => (chrono::Utc::now() - chrono::Days::new(30))
-            .format("%Y-%m-%d")
-            .to_string(),
-    };
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", m);
+    let since = usage::since_day(q.since.as_deref().unwrap_or("30d")).map_err(bad)?;
+    if let Some(until) = q.until.as_deref().filter(|u| !usage::is_day(u)) {
+        return Err(bad(format!(
+            "until: \"{until}\" is not a day written YYYY-MM-DD"
+        )));
+    }
+    let by = usage::GroupBy::parse_list(q.group_by.as_deref().unwrap_or("tenant")).map_err(bad)?;
     // What this node counted and has not written yet is part of the answer.
     st.rt.tenancy().flush().await;
-    let mut rows = st
-        .rt
-        .tenancy()
-        .directory()
-        .spent_since(&since)
-        .await
-        .map_err(directory_error)?;
-    if let Some(tenant) = only {
-        rows.retain(|r| r.tenant == tenant);
-    }
-    Ok(Json(rows))
+    let report = usage::read_report(
+        &**st.rt.tenancy().directory(),
+        &since,
+        q.until.as_deref(),
+        only.as_deref(),
+        &by,
+        st.rt.prices(),
+    )
+    .await
+    .map_err(directory_error)?;
+    Ok(Json(report))
 }
 
 #[cfg(test)]

@@ -166,6 +166,7 @@ impl Traces {
                 turn_id,
                 final_message,
                 usage,
+                ..
             } => {
                 if let Some(turn) = self.state().turns.remove(turn_id) {
                     let span = turn.cx.span();

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use service_ipc::Usage;
 
+use super::usage::LedgerKey;
 use super::{
-    today, token, Caller, Directory, Grants, Quota, Result, Spent, SpentDay, TokenRecord,
+    today, token, Caller, Directory, Grants, Quota, Result, Spent, TokenRecord, UsageRow,
     FLUSH_AFTER, QUOTA_TTL, TOKEN_TTL, TOUCH_EVERY,
 };
 
@@ -16,15 +17,15 @@ use super::{
 /// `generation` is unchanged (each finished write bumps it).
 #[derive(Default)]
 struct Ledger {
-    sums: Mutex<HashMap<(String, String), Spent>>,
-    in_flight: Mutex<HashMap<(String, String), Spent>>,
+    sums: Mutex<HashMap<LedgerKey, Spent>>,
+    in_flight: Mutex<HashMap<LedgerKey, Spent>>,
     writing: tokio::sync::Mutex<()>,
     generation: std::sync::atomic::AtomicU64,
     stored: Mutex<Option<Cached<StoredDay>>>,
 }
 
-/// The store's figures for one day: (day, the ledger's generation when read, spending by tenant).
-type StoredDay = (String, u64, HashMap<String, Spent>);
+/// The store's figures for one day: (day, the ledger's generation when read, tokens by tenant).
+type StoredDay = (String, u64, HashMap<String, u64>);
 
 struct Cached<T> {
     at: Instant,
@@ -182,19 +183,15 @@ impl Tenancy {
         let cached = lock(&ledger.stored)
             .as_ref()
             .filter(|c| c.at.elapsed() < QUOTA_TTL && c.value.0 == day && c.value.1 == generation)
-            .map(|c| c.value.2.get(tenant).map_or(0, Spent::tokens));
+            .map(|c| c.value.2.get(tenant).copied().unwrap_or(0));
         let stored = match cached {
             Some(s) => s,
             None => {
-                let by_tenant: HashMap<String, Spent> = self
-                    .dir
-                    .spent_since(&day)
-                    .await?
-                    .into_iter()
-                    .filter(|r| r.day == day)
-                    .map(|r| (r.tenant, r.spent))
-                    .collect();
-                let mine = by_tenant.get(tenant).map_or(0, Spent::tokens);
+                let mut by_tenant: HashMap<String, u64> = HashMap::new();
+                for row in self.dir.usage_between(&day, Some(&day)).await? {
+                    *by_tenant.entry(row.key.tenant).or_default() += row.spent.tokens();
+                }
+                let mine = by_tenant.get(tenant).copied().unwrap_or(0);
                 *lock(&ledger.stored) = Some(Cached {
                     at: Instant::now(),
                     value: (day.clone(), generation, by_tenant),
@@ -202,20 +199,44 @@ impl Tenancy {
                 mine
             }
         };
-        let key = (tenant.to_string(), day);
         let unwritten = [&ledger.sums, &ledger.in_flight]
             .iter()
-            .map(|m| lock(m).get(&key).map_or(0, Spent::tokens))
+            .map(|m| {
+                lock(m)
+                    .iter()
+                    .filter(|(k, _)| k.tenant == tenant && k.day == day)
+                    .map(|(_, s)| s.tokens())
+                    .sum::<u64>()
+            })
             .sum::<u64>();
         Ok(stored + unwritten)
     }
 
-    /// Counts one model call of a session of `tenant`; it is written to the ledger shortly after.
-    pub fn count(&self, tenant: &str, call: &Usage) {
-        lock(&self.ledger.sums)
-            .entry((tenant.to_string(), today()))
-            .or_default()
-            .count(call);
+    /// Counts one model call of `model` in a session of `tenant` and `bundle`; it is written to the ledger shortly
+    /// after.
+    pub fn count(&self, tenant: &str, model: &str, bundle: &str, call: &Usage) {
+        self.add(tenant, model, bundle, |s| s.count(call));
+    }
+
+    /// Counts an ended turn's tool calls and times (see [`Tenancy::count`]).
+    pub fn count_turn(
+        &self,
+        tenant: &str,
+        model: &str,
+        bundle: &str,
+        turn: &service_ipc::TurnActivity,
+    ) {
+        self.add(tenant, model, bundle, |s| s.count_turn(turn));
+    }
+
+    fn add(&self, tenant: &str, model: &str, bundle: &str, f: impl FnOnce(&mut Spent)) {
+        let key = LedgerKey {
+            tenant: tenant.to_string(),
+            day: today(),
+            model: model.to_string(),
+            bundle: bundle.to_string(),
+        };
+        f(lock(&self.ledger.sums).entry(key).or_default());
         if self
             .flush_scheduled
             .swap(true, std::sync::atomic::Ordering::AcqRel)
@@ -249,15 +270,16 @@ impl Tenancy {
 /// reader that flushes first finds every earlier count stored.
 async fn write_pending(dir: &dyn Directory, ledger: &Ledger) {
     let _writing = ledger.writing.lock().await;
-    let taken: Vec<SpentDay> = {
+    let taken: Vec<UsageRow> = {
         let mut sums = lock(&ledger.sums);
         let mut in_flight = lock(&ledger.in_flight);
-        in_flight.extend(sums.drain());
+        for (key, spent) in sums.drain() {
+            in_flight.entry(key).or_default().add(&spent);
+        }
         in_flight
             .iter()
-            .map(|((tenant, day), spent)| SpentDay {
-                tenant: tenant.clone(),
-                day: day.clone(),
+            .map(|(key, spent)| UsageRow {
+                key: key.clone(),
                 spent: *spent,
             })
             .collect()
@@ -265,7 +287,7 @@ async fn write_pending(dir: &dyn Directory, ledger: &Ledger) {
     if taken.is_empty() {
         return;
     }
-    match dir.add_spent(&taken).await {
+    match dir.add_usage(&taken).await {
         Ok(()) => {
             // Stored now: every cached figure is stale, and the sums are counted there, not here. In this order a
             // reader between the two counts them twice, never not at all.

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::{Directory, Grants, Quota, Result, Spent, SpentDay, TenancyError, TokenRecord};
+use super::usage::LedgerKey;
+use super::{Directory, Grants, Quota, Result, Spent, TenancyError, TokenRecord, UsageRow};
 use crate::home::ServiceHome;
 
 /// The document.
@@ -24,8 +25,12 @@ struct Document {
     /// Bundles (`namespace/id`) granted, by tenant.
     #[serde(default)]
     grants: BTreeMap<String, std::collections::BTreeSet<String>>,
-    /// By tenant, then by day.
+    /// The usage ledger, a row per tenant, day, model and bundle.
     #[serde(default)]
+    usage: Vec<UsageRow>,
+    /// The ledger as kept before its rows had a model and a bundle (by tenant, then day): read into `usage` with
+    /// both empty, and written there.
+    #[serde(default, skip_serializing)]
     spent: BTreeMap<String, BTreeMap<String, Spent>>,
 }
 
@@ -49,6 +54,24 @@ impl FilesDirectory {
     }
 
     fn read(&self) -> Result<Document> {
+        let mut doc = self.read_as_stored()?;
+        for (tenant, days) in std::mem::take(&mut doc.spent) {
+            for (day, spent) in days {
+                doc.usage.push(UsageRow {
+                    key: LedgerKey {
+                        tenant: tenant.clone(),
+                        day,
+                        model: String::new(),
+                        bundle: String::new(),
+                    },
+                    spent,
+                });
+            }
+        }
+        Ok(doc)
+    }
+
+    fn read_as_stored(&self) -> Result<Document> {
         match std::fs::read(&self.path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 self.error(
@@ -161,33 +184,72 @@ impl Directory for FilesDirectory {
             .collect())
     }
 
-    async fn add_spent(&self, rows: &[SpentDay]) -> Result<()> {
+    async fn add_usage(&self, rows: &[UsageRow]) -> Result<()> {
         self.change(|d| {
+            let mut at: std::collections::HashMap<LedgerKey, usize> = d
+                .usage
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.key.clone(), i))
+                .collect();
             for row in rows {
-                d.spent
-                    .entry(row.tenant.clone())
-                    .or_default()
-                    .entry(row.day.clone())
-                    .or_default()
-                    .add(&row.spent);
+                match at.get(&row.key) {
+                    Some(&i) => d.usage[i].spent.add(&row.spent),
+                    None => {
+                        at.insert(row.key.clone(), d.usage.len());
+                        d.usage.push(row.clone());
+                    }
+                }
             }
         })
     }
 
-    async fn spent_since(&self, since: &str) -> Result<Vec<SpentDay>> {
-        Ok(self
+    async fn usage_between(&self, since: &str, until: Option<&str>) -> Result<Vec<UsageRow>> {
+        let mut rows: Vec<UsageRow> = self
             .read()?
-            .spent
+            .usage
             .into_iter()
-            .flat_map(|(tenant, days)| {
-                days.into_iter()
-                    .filter(|(day, _)| day.as_str() >= since)
-                    .map(move |(day, spent)| SpentDay {
-                        tenant: tenant.clone(),
-                        day,
-                        spent,
-                    })
+            .filter(|r| {
+                r.key.day.as_str() >= since && until.is_none_or(|u| r.key.day.as_str() <= u)
             })
-            .collect())
+            .collect();
+        rows.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_ledger_kept_by_tenant_and_day_is_read_and_added_to_as_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("tenants.json"),
+            r#"{"spent": {"acme": {"2026-11-01": {"input_tokens": 5, "output_tokens": 2, "model_calls": 1}}}}"#,
+        )
+        .unwrap();
+        let files = FilesDirectory::new(&ServiceHome::new(dir.path()));
+        let old = files.usage_between("2026-01-01", None).await.unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!(
+            (old[0].key.model.as_str(), old[0].spent.input_tokens),
+            ("", 5)
+        );
+        let mut row = old[0].clone();
+        row.key.model = "a/b".into();
+        files.add_usage(&[row.clone(), row]).await.unwrap();
+        let rows = files
+            .usage_between("2026-11-01", Some("2026-11-01"))
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[1].spent.input_tokens, 10);
+        assert!(files
+            .usage_between("2026-11-02", None)
+            .await
+            .unwrap()
+            .is_empty());
     }
 }

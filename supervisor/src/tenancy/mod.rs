@@ -9,20 +9,21 @@
 //! A session belongs to the tenant whose token created it ([`crate::runtime::SessionRecord::tenant`]). The server's
 //! own token (`--token`, `SERVICE_TOKEN`, `serve.token`) is the admin token of the tenant `default`, so a set-up with
 //! one token works as it did. [`Tenancy`] sits in front of the directory: it caches token records for at most
-//! [`TOKEN_TTL`] (a revocation holds everywhere within that), and counts each model call's tokens against the
-//! tenant's day.
+//! [`TOKEN_TTL`] (a revocation holds everywhere within that), and counts each model call's tokens and each turn's
+//! tool calls and times against the tenant's day ([`usage`]).
 
 mod cache;
 pub mod files;
 pub mod token;
+pub mod usage;
 
 pub use cache::Tenancy;
+pub use usage::{Spent, UsageRow};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use service_ipc::Usage;
 
 /// The tenant of sessions made with the server's own token, and of every local command.
 pub const DEFAULT_TENANT: &str = "default";
@@ -169,63 +170,6 @@ fn limit<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<u
     }
 }
 
-/// What a tenant spent in a day, summed over its model calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Spent {
-    /// Prompt tokens.
-    #[serde(default)]
-    pub input_tokens: u64,
-    /// Completion tokens.
-    #[serde(default)]
-    pub output_tokens: u64,
-    /// Prompt tokens served from the provider's cache (part of `input_tokens`).
-    #[serde(default)]
-    pub cached_tokens: u64,
-    /// Completion tokens spent reasoning (part of `output_tokens`).
-    #[serde(default)]
-    pub reasoning_tokens: u64,
-    /// Model calls.
-    #[serde(default)]
-    pub model_calls: u64,
-}
-
-impl Spent {
-    /// Adds one model call's usage.
-    pub fn count(&mut self, call: &Usage) {
-        self.input_tokens += call.input_tokens.unwrap_or(0);
-        self.output_tokens += call.output_tokens.unwrap_or(0);
-        self.cached_tokens += call.cached_tokens.unwrap_or(0);
-        self.reasoning_tokens += call.reasoning_tokens.unwrap_or(0);
-        self.model_calls += 1;
-    }
-
-    /// Adds another sum.
-    pub fn add(&mut self, other: &Spent) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cached_tokens += other.cached_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
-        self.model_calls += other.model_calls;
-    }
-
-    /// Tokens in and out.
-    pub fn tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens
-    }
-}
-
-/// One row of the usage ledger.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct SpentDay {
-    /// The tenant.
-    pub tenant: String,
-    /// UTC day, `YYYY-MM-DD`.
-    pub day: String,
-    /// What it spent.
-    #[serde(flatten)]
-    pub spent: Spent,
-}
-
 /// Where tokens, quotas and the usage ledger are kept: a files store's `tenants.json`, or PostgreSQL tables.
 #[async_trait::async_trait]
 pub trait Directory: Send + Sync {
@@ -249,10 +193,10 @@ pub trait Directory: Send + Sync {
     async fn ungrant(&self, tenant: &str, name: &str) -> Result<bool>;
     /// Every tenant's granted bundles.
     async fn grants(&self) -> Result<Grants>;
-    /// Adds to the ledger.
-    async fn add_spent(&self, rows: &[SpentDay]) -> Result<()>;
-    /// The ledger's rows from day `since` on (`YYYY-MM-DD`), by tenant and day.
-    async fn spent_since(&self, since: &str) -> Result<Vec<SpentDay>>;
+    /// Adds to the ledger: each row's sums to the row of the same tenant, day, model and bundle.
+    async fn add_usage(&self, rows: &[UsageRow]) -> Result<()>;
+    /// The ledger's rows of days `since` to `until` (`YYYY-MM-DD`, both included; None: to the last).
+    async fn usage_between(&self, since: &str, until: Option<&str>) -> Result<Vec<UsageRow>>;
 }
 
 /// A token just made: its record and the token itself, which is shown once and never stored.

@@ -68,6 +68,8 @@ struct ActiveTurn {
     overflow_compacted: bool,
     /// The history log's length as the turn started (see `SessionLog::history_mark`).
     history_mark: u64,
+    /// When it started.
+    started: std::time::Instant,
     /// Cancelled when the turn ends, however it ends (the guard is dropped with the turn): its subagents stop.
     ended: CancellationToken,
     _ended: DropGuard,
@@ -102,6 +104,12 @@ pub struct Session {
     pub(crate) checkpoints: std::sync::OnceLock<Option<Arc<crate::checkpoint::Checkpoints>>>,
     /// Its subagents that may run at once (see `runtime::subagents`).
     pub(crate) subagent_slots: Arc<tokio::sync::Semaphore>,
+    /// The tenants' ledger its ended turns are counted in, in a runtime that keeps one.
+    pub(crate) ledger: std::sync::OnceLock<Arc<crate::tenancy::Tenancy>>,
+    /// Tool calls the running turn started.
+    tool_calls: std::sync::atomic::AtomicU64,
+    /// Its worker's cgroups, and the CPU time of theirs already counted in a turn.
+    sandbox_cpu: Mutex<(Vec<PathBuf>, std::time::Duration)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -160,6 +168,7 @@ impl Session {
             last_turn: None,
             title: None,
             usage: Default::default(),
+            activity: Default::default(),
             context_id: None,
             parent,
             tenant,
@@ -286,6 +295,9 @@ impl Session {
             subagent_slots: Arc::new(tokio::sync::Semaphore::new(
                 crate::runtime::subagents::MAX_RUNNING,
             )),
+            ledger: std::sync::OnceLock::new(),
+            tool_calls: Default::default(),
+            sandbox_cpu: Mutex::default(),
         }))
     }
 
@@ -361,6 +373,14 @@ impl Session {
     /// `emit_all`; a store write that fails while `turn_running` is kept as the fault that ends the turn.
     fn journal_batch(&self, payloads: Vec<EventPayload>, turn_running: impl FnOnce() -> bool) {
         *lock(&self.last_active) = std::time::Instant::now();
+        let tools = payloads
+            .iter()
+            .filter(|p| matches!(p, EventPayload::ToolCallStarted { .. }))
+            .count();
+        if tools > 0 {
+            self.tool_calls
+                .fetch_add(tools as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some(traces) = crate::telemetry::traces() {
             let reference = self.bundle.reference();
             let agent = crate::telemetry::spans::Agent {
@@ -375,6 +395,21 @@ impl Session {
                 lock(&self.fault).get_or_insert((code.into(), cause));
             }
         }
+    }
+
+    /// Measures the sandbox CPU time of its turns from `cgroups`, its new worker's (none: not measured).
+    pub(crate) fn meter_sandbox(&self, cgroups: Vec<PathBuf>) {
+        *lock(&self.sandbox_cpu) = (cgroups, std::time::Duration::ZERO);
+    }
+
+    /// CPU milliseconds its worker's cgroups spent since the last call (since the worker started, the first time);
+    /// None without a worker in a cgroup that counts CPU.
+    fn sandbox_cpu_ms(&self) -> Option<u64> {
+        let mut meter = lock(&self.sandbox_cpu);
+        let total = crate::sandbox::limits::cpu_time(&meter.0)?;
+        let spent = total.saturating_sub(meter.1);
+        meter.1 = total;
+        Some(u64::try_from(spent.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// The store write failure that must end the running turn, once.

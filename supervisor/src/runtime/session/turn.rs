@@ -1,7 +1,7 @@
 //! A session's running turn: begun, led by the supervisor or handed to the worker, and ended (completed, failed,
 //! interrupted or abandoned) with its record, history and end event saved in order.
 
-use service_ipc::{EventPayload, ModelRef, TurnStatus, Usage};
+use service_ipc::{EventPayload, ModelRef, TurnActivity, TurnStatus, Usage};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -132,6 +132,8 @@ impl Session {
                 ..Usage::default()
             };
             let ended = CancellationToken::new();
+            self.tool_calls
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             *active = Some(ActiveTurn {
                 turn_id: turn_id.to_string(),
                 model,
@@ -142,6 +144,7 @@ impl Session {
                 prompt: prompt.to_string(),
                 overflow_compacted: false,
                 history_mark: self.journal.log().history_mark(),
+                started: std::time::Instant::now(),
                 ended: ended.clone(),
                 _ended: ended.drop_guard(),
                 _lease: crate::runtime::store::files_lock::live(&self.dir),
@@ -226,8 +229,15 @@ impl Session {
             return false;
         };
         lock(&self.fault).take();
-        // The supervisor's count, not the worker's claim: it made every call.
+        // The supervisor's count, not the worker's claim: it made every call and saw every tool call.
         end.usage = active.usage;
+        let activity = TurnActivity {
+            tool_calls: self
+                .tool_calls
+                .swap(0, std::sync::atomic::Ordering::Relaxed),
+            wall_ms: u64::try_from(active.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            sandbox_cpu_ms: self.sandbox_cpu_ms(),
+        };
         let ended = |r: &mut SessionRecord, status: TurnStatus| {
             r.status = SessionStatus::Idle;
             r.active_turn = None;
@@ -243,10 +253,15 @@ impl Session {
             let mut record = lock(&self.record);
             ended(&mut record, end.status);
             record.usage.add(end.usage);
+            record.activity.add(activity);
             // The last call's prompt is the context the next turn starts from (compaction reads it).
             record.usage.context_tokens = end.usage.context_tokens.or(record.usage.context_tokens);
             self.journal.log().save_turn_end(&end.messages, &record)
         };
+        if let Some(ledger) = self.ledger.get() {
+            let model = crate::tenancy::usage::model_name(&active.model);
+            ledger.count_turn(&self.tenant(), &model, &self.bundle.reference(), &activity);
+        }
         let saved = history.is_ok();
         if let Err(e) = history {
             tracing::error!(session = %self.id, "history not persisted: {e}");
@@ -283,6 +298,7 @@ impl Session {
                 turn_id: end.turn_id.clone(),
                 final_message: end.final_message.clone(),
                 usage: end.usage,
+                activity: Some(activity),
             },
             Some((code, message)) => EventPayload::Error {
                 turn_id: Some(end.turn_id.clone()),

@@ -10,6 +10,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("003_nodes.sql")),
     (4, include_str!("004_names.sql")),
     (5, include_str!("005_tenants.sql")),
+    (6, include_str!("006_usage.sql")),
 ];
 
 /// An arbitrary key for the advisory lock ("svc-rs" in ASCII).

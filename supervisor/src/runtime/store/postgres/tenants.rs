@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::tenancy::{
-    Directory, Grants, Quota, Result, Spent, SpentDay, TenancyError, TokenRecord, TokenView,
+    Directory, Grants, Quota, Result, Spent, TenancyError, TokenRecord, TokenView, UsageRow,
 };
 
 /// The directory over one database.
@@ -216,28 +216,39 @@ impl Directory for PgDirectory {
         Ok(out)
     }
 
-    async fn add_spent(&self, rows: &[SpentDay]) -> Result<()> {
+    async fn add_usage(&self, rows: &[UsageRow]) -> Result<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(store_error)?;
         for r in rows {
-            let s = &r.spent;
+            let (k, s) = (&r.key, &r.spent);
             tx.execute(
-                "INSERT INTO tenant_spent (tenant, day, input_tokens, output_tokens, cached_tokens, \
-                 reasoning_tokens, model_calls) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                 ON CONFLICT (tenant, day) DO UPDATE SET \
-                 input_tokens = tenant_spent.input_tokens + $3, \
-                 output_tokens = tenant_spent.output_tokens + $4, \
-                 cached_tokens = tenant_spent.cached_tokens + $5, \
-                 reasoning_tokens = tenant_spent.reasoning_tokens + $6, \
-                 model_calls = tenant_spent.model_calls + $7",
+                "INSERT INTO tenant_spent (tenant, day, model, bundle, input_tokens, output_tokens, cached_tokens, \
+                 reasoning_tokens, model_calls, turns, tool_calls, wall_ms, sandbox_cpu_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+                 ON CONFLICT (tenant, day, model, bundle) DO UPDATE SET \
+                 input_tokens = tenant_spent.input_tokens + $5, \
+                 output_tokens = tenant_spent.output_tokens + $6, \
+                 cached_tokens = tenant_spent.cached_tokens + $7, \
+                 reasoning_tokens = tenant_spent.reasoning_tokens + $8, \
+                 model_calls = tenant_spent.model_calls + $9, \
+                 turns = tenant_spent.turns + $10, \
+                 tool_calls = tenant_spent.tool_calls + $11, \
+                 wall_ms = tenant_spent.wall_ms + $12, \
+                 sandbox_cpu_ms = tenant_spent.sandbox_cpu_ms + $13",
                 &[
-                    &r.tenant,
-                    &r.day,
+                    &k.tenant,
+                    &k.day,
+                    &k.model,
+                    &k.bundle,
                     &big(s.input_tokens),
                     &big(s.output_tokens),
                     &big(s.cached_tokens),
                     &big(s.reasoning_tokens),
                     &big(s.model_calls),
+                    &big(s.turns),
+                    &big(s.tool_calls),
+                    &big(s.wall_ms),
+                    &big(s.sandbox_cpu_ms),
                 ],
             )
             .await
@@ -246,29 +257,38 @@ impl Directory for PgDirectory {
         tx.commit().await.map_err(store_error)
     }
 
-    async fn spent_since(&self, since: &str) -> Result<Vec<SpentDay>> {
+    async fn usage_between(&self, since: &str, until: Option<&str>) -> Result<Vec<UsageRow>> {
         let rows = self
             .client()
             .await?
             .query(
-                "SELECT tenant, day, input_tokens, output_tokens, cached_tokens, reasoning_tokens, model_calls \
-                 FROM tenant_spent WHERE day >= $1 ORDER BY tenant, day",
-                &[&since],
+                "SELECT tenant, day, model, bundle, input_tokens, output_tokens, cached_tokens, reasoning_tokens, \
+                 model_calls, turns, tool_calls, wall_ms, sandbox_cpu_ms FROM tenant_spent \
+                 WHERE day >= $1 AND ($2::text IS NULL OR day <= $2) ORDER BY tenant, day, model, bundle",
+                &[&since, &until],
             )
             .await
             .map_err(store_error)?;
         let n = |r: &tokio_postgres::Row, i: usize| small(r.get(i)).unwrap_or(0);
         Ok(rows
             .iter()
-            .map(|r| SpentDay {
-                tenant: r.get(0),
-                day: r.get(1),
+            .map(|r| UsageRow {
+                key: crate::tenancy::usage::LedgerKey {
+                    tenant: r.get(0),
+                    day: r.get(1),
+                    model: r.get(2),
+                    bundle: r.get(3),
+                },
                 spent: Spent {
-                    input_tokens: n(r, 2),
-                    output_tokens: n(r, 3),
-                    cached_tokens: n(r, 4),
-                    reasoning_tokens: n(r, 5),
-                    model_calls: n(r, 6),
+                    input_tokens: n(r, 4),
+                    output_tokens: n(r, 5),
+                    cached_tokens: n(r, 6),
+                    reasoning_tokens: n(r, 7),
+                    model_calls: n(r, 8),
+                    turns: n(r, 9),
+                    tool_calls: n(r, 10),
+                    wall_ms: n(r, 11),
+                    sandbox_cpu_ms: n(r, 12),
                 },
             })
             .collect())
