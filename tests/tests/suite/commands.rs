@@ -66,7 +66,9 @@ async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
             "err\n".to_string()
         )
     );
-    // Give the worker time to start its spare; `$SECONDS` then tells a waiting shell from a new one.
+    // A second command right after the first: commands back to back make the worker keep spares. Given time to
+    // start one, `$SECONDS` then tells a waiting shell from a new one.
+    assert_eq!(command(&rt, &id, probe).await, first);
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (_, age, _) = command(&rt, &id, "echo $SECONDS").await;
     assert_ne!(

@@ -69,7 +69,22 @@ for p in /proc/[0-9]*; do
   fi
 done
 sleep 0.5; test -e /workspace/pwned && echo "pwned: yes" || echo "pwned: no""#;
-    let out = attack(&env, "inject", "workspace_write", probe);
+    // Spares wait only once commands come back to back: a first command makes the probe the second.
+    bundle(&env, "inject", "workspace_write", probe);
+    let script = serde_json::json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": "true"}}]},
+        {"tool_calls": [{"name": "Bash", "arguments": {"command": probe}}]},
+        {"text": "{{last_tool_output}}\n[done]"},
+    ]}]});
+    std::fs::write(
+        env.path("inject").join("resources/script.json5"),
+        script.to_string(),
+    )
+    .unwrap();
+    let out = env
+        .run(&["run", "./inject", "--prompt", "go"])
+        .ok()
+        .to_string();
     assert!(out.contains("spare: refused"), "no spare was probed: {out}");
     assert!(
         !out.contains("INJECTED") && out.contains("pwned: no"),

@@ -11,14 +11,18 @@
 //! difference is that a syntax error is reported as `bash: eval: line N` instead of `bash: -c: line N`. Sessions
 //! that never run a command never start a spare.
 //!
-//! A replacement is asked for as each command starts, and started by a thread of its own; the first spares of a
-//! worker (and the first after they were let go) start [`FIRST_START_AFTER`] later. Two spares are kept:
-//! with one, commands sent back to back reached it while it was still starting (bash needs about 1 ms before it
-//! reads its stdin) and waited for it; the oldest of two has had a whole command's time to get ready. An idle
+//! Spares pay off only when commands come in quick succession: a model's next command comes a reply later, seconds
+//! with a real model, where bash's 1 ms is noise, and two waiting shells (four processes, with their reapers) per
+//! session took most of the memory of 300 live sessions after one tool turn each. So a session's first command
+//! starts none; a command that starts within [`BACK_TO_BACK`] of the previous one (a script, a CodeAct program,
+//! a scripted model, an operator's commands) starts them, and from then on a replacement is asked for as each
+//! command starts, by a thread of its own. The first spares start [`FIRST_START_AFTER`] later. Two spares are
+//! kept: with one, commands sent back to back reached it while it was still starting (bash needs about 1 ms before
+//! it reads its stdin) and waited for it; the oldest of two has had a whole command's time to get ready. An idle
 //! spare costs about 0.3 MiB of private memory (3 MiB RSS, mostly shared with every bash), and two processes (the
 //! shell and its reaper): after `spare_shell_idle_ms` without a command (30 s unless the supervisor says) the spares
-//! are let go, so an idle session is back to two processes, and the next command starts them again. Only bash gets
-//! a spare: the hand-over uses `read -d`.
+//! are let go, so an idle session is back to two processes, and it takes commands back to back again to start them.
+//! Only bash gets a spare: the hand-over uses `read -d`.
 
 use std::collections::VecDeque;
 use std::os::unix::ffi::OsStrExt;
@@ -48,16 +52,20 @@ const MAX_HANDOVER: usize = 4096;
 /// How many spares a worker keeps.
 const SPARES: usize = 2;
 
-/// How long after a worker's first command (or its first after the spares were let go) its first spares start. A
-/// one-shot `run` whose model calls Bash once has its answer a few milliseconds after the command, and two shells
-/// starting then (four processes, with their reapers) took the CPU it needed on the 2-core bench machine: about
-/// 1.1 ms (7%) of that one-shot on a quiet file system (BENCHMARKS.md, at 3bfda8e). A session's next command comes
-/// after a model reply, later than this; replacements of taken spares still start at once, so commands sent back
-/// to back keep finding one.
+/// How long after the command that first finds commands back to back (again, after the spares were let go) the
+/// first spares start. A one-shot `run` has its answer a few milliseconds after its last command, and two shells
+/// starting then (four processes, with their reapers) took the CPU it needed on a 2-core machine: about 1.1 ms (7%)
+/// of the one-shot. Replacements of taken spares start at once, so commands sent back to back keep finding one.
 const FIRST_START_AFTER: Duration = Duration::from_millis(10);
 
 /// Whether spares were started since the worker started or last let them go.
 static WARM: AtomicBool = AtomicBool::new(false);
+
+/// Commands that start within this of the previous one's start come back to back: they start spares.
+const BACK_TO_BACK: Duration = Duration::from_secs(1);
+
+/// When the last command started.
+static LAST_COMMAND: Mutex<Option<std::time::Instant>> = Mutex::new(None);
 
 /// Milliseconds without a command after which the spares are let go (see [`set_idle`]).
 static IDLE_MS: AtomicU64 = AtomicU64::new(service_ipc::config::default_spare_shell_idle_ms());
@@ -98,11 +106,21 @@ pub async fn take(command: &str, cwd: &Path) -> Option<Child> {
     Some(child)
 }
 
-/// Asks for spares to be started up to `SPARES`. The fork and exec happen on a thread of their own, so neither
-/// the command that just started nor the events of the runtime's thread wait for them, and the spare starts up on
-/// the other core while the current command runs.
+/// Called as each command starts: asks for spares up to `SPARES` once commands come back to back (see the module's
+/// notes). The fork and exec happen on a thread of their own, so neither the command that just started nor the
+/// events of the runtime's thread wait for them, and the spare starts up on the other core while the current
+/// command runs.
 pub fn refill(shell: &'static str, configure: Configure) {
     if !shell.ends_with("bash") {
+        return;
+    }
+    let now = std::time::Instant::now();
+    let previous = LAST_COMMAND
+        .lock()
+        .map(|mut last| last.replace(now))
+        .unwrap_or(None);
+    let back_to_back = previous.is_some_and(|p| now.duration_since(p) < BACK_TO_BACK);
+    if !back_to_back && !WARM.load(Ordering::Relaxed) {
         return;
     }
     static SPAWNER: OnceLock<Option<SyncSender<()>>> = OnceLock::new();
