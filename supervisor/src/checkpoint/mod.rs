@@ -10,10 +10,11 @@
 //! - `.git` is left out: rewinding never rewrites the repository's commits, index or stashes.
 //! - Past the session's bound, the oldest checkpoints go, and their content with them when nothing else holds it.
 //!
-//! Layout: `sessions/<id>/checkpoints/{index.json, <n>.json, objects/<sha256>}`, the objects hard links into
-//! `$SERVICE_HOME/checkpoints/objects/`.
+//! Layout: `sessions/<id>/checkpoints/{index.jsonl, <n>.manifest, objects/<sha256>}` ([`index`]), the objects hard
+//! links into `$SERVICE_HOME/checkpoints/objects/`.
 
 mod diff;
+mod index;
 pub use diff::FileChange;
 pub mod objects;
 pub mod restore;
@@ -25,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use index::Index;
 use objects::Objects;
 use tree::{Change, Manifest, RelPath, Tree};
 
@@ -119,15 +121,6 @@ pub struct Point {
     /// Changes-only manifests since the last whole one.
     #[serde(default)]
     depth: u32,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Index {
-    next: u64,
-    points: Vec<Point>,
-    /// Bytes of content the session holds.
-    #[serde(default)]
-    bytes: u64,
 }
 
 /// What taking a checkpoint did.
@@ -260,7 +253,12 @@ impl Checkpoints {
         };
         state.last = Some((id, Arc::new(scanned.tree)));
         let dropped = self.bound(state)?;
-        self.save_index(state)?;
+        if let Some(index) = &state.index {
+            match dropped.is_empty() {
+                true => index::append(&self.dir, index)?,
+                false => index::rewrite(&self.dir, index)?,
+            }
+        }
         Ok(Taken {
             files,
             bytes_new: scanned.bytes_new,
@@ -336,29 +334,11 @@ impl Checkpoints {
             .map_err(|e| CheckpointError::io("cannot write", path, e))
     }
 
-    fn save_index(&self, state: &State) -> Result<()> {
-        match &state.index {
-            Some(index) => self.write(
-                &self.dir.join("index.json"),
-                &serde_json::to_vec(index).unwrap_or_default(),
-            ),
-            None => Ok(()),
-        }
-    }
-
     fn load(&self, state: &mut State) -> Result<()> {
         if state.index.is_some() {
             return Ok(());
         }
-        let path = self.dir.join("index.json");
-        let index: Index = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Damaged {
-                path: path.clone(),
-                message: e.to_string(),
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index::default(),
-            Err(e) => return Err(CheckpointError::io("cannot read", &path, e)),
-        };
+        let index = index::load(&self.dir)?;
         if let Some(last) = index.points.last() {
             state.last = Some((last.id, Arc::new(self.tree_of(last.id)?)));
         }

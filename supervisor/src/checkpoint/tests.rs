@@ -222,3 +222,45 @@ fn content_shared_by_two_sessions_is_stored_once_and_outlives_one_of_them() {
         "shared content"
     );
 }
+
+#[test]
+fn each_checkpoint_appends_one_line_and_an_older_or_torn_index_still_reads() {
+    let f = fixture(u64::MAX);
+    let dir = f.root.join("session/checkpoints");
+    turn(&f, "t1", |ws| {
+        std::fs::write(ws.join("a.txt"), "one").unwrap()
+    });
+    turn(&f, "t2", |ws| {
+        std::fs::write(ws.join("a.txt"), "two").unwrap()
+    });
+    let text = std::fs::read_to_string(dir.join("index.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 4, "{text}");
+    // A crash in the middle of an append leaves a cut last line: the checkpoints before it are all there.
+    std::fs::write(dir.join("index.jsonl"), format!("{text}{{\"id\": 4, \"tur")).unwrap();
+    let reopened = Checkpoints::new(&f.root.join("session"), &f.root.join("pool"), u64::MAX);
+    assert_eq!(reopened.points().unwrap().len(), 4);
+    // The single document of older versions is read and rewritten as lines.
+    let old: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    std::fs::remove_file(dir.join("index.jsonl")).unwrap();
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::json!({"next": 4, "points": old, "bytes": 6}).to_string(),
+    )
+    .unwrap();
+    let migrated = Checkpoints::new(&f.root.join("session"), &f.root.join("pool"), u64::MAX);
+    let points = migrated.points().unwrap();
+    assert_eq!(
+        points
+            .iter()
+            .map(|p| p.turn_id.as_str())
+            .collect::<Vec<_>>(),
+        ["t1", "t1", "t2", "t2"]
+    );
+    assert!(dir.join("index.jsonl").is_file() && !dir.join("index.json").exists());
+    let restored = migrated.rewind(&f.ws, "t2", "r1", false).unwrap();
+    assert!(!restored.0.is_empty());
+    assert_eq!(std::fs::read_to_string(f.ws.join("a.txt")).unwrap(), "one");
+}
