@@ -2,27 +2,32 @@
 //! `cargo build --release -p service-worker`).
 //!
 //! The real `service-rs serve` runs as a child process, its sessions confined (`workspace_write`), its model an
-//! OpenAI-compatible server on loopback (`common/openai.rs`, in this process). `BENCH_SESSIONS` sessions (default
-//! 300) are created over HTTP, then `BENCH_CLIENTS` clients (default 16) send `run-sync` turns at once:
-//! - cold: the first turn of every session; turns per second;
+//! OpenAI-compatible server on loopback (`common/openai.rs`, in this process). For each count of `BENCH_SESSIONS`
+//! (comma-separated, default 300), that many sessions are created over HTTP, then `BENCH_CLIENTS` clients (default
+//! 16) send `run-sync` turns at once:
+//! - first turns: the first turn of every session; turns per second and p99 latency;
 //! - warm: `BENCH_WARM_ROUNDS` (default 10) more turns per session, each client on its own sessions; turns per
 //!   second, median and p99 latency;
-//! - idle: then the sessions' processes, per session, and the proportional memory (PSS) of the server and all its
-//!   processes.
+//! - after the turns (0.5 s later) and after `BENCH_IDLE_SECS` (default 35: past the worker's 30 s that lets idle
+//!   spare shells go) of idle time: processes per session, the proportional memory (PSS) of the server and all its
+//!   processes, and the server's open descriptors and threads.
 //!
-//! Two kinds of sessions, each in runs of its own: sessions whose model calls a tool (Glob, which starts no shell)
-//! in answer to the first turn, so each starts its sandbox and worker then; and sessions whose turns all answer
-//! with text, which the supervisor serves itself with no worker (see `runtime/lead.rs`).
+//! Two kinds of sessions, each in runs of its own: sessions whose model answers the first turn with a Bash call
+//! (`true`), so each starts its sandbox and worker and runs a command, as an agent's turns do; and sessions whose
+//! turns all answer with text, which the supervisor serves itself with no worker (see `runtime/lead.rs`).
+//! `BENCH_KINDS` picks them (`bash,text`, the default).
 //!
 //! The whole run is repeated `BENCH_RUNS` times (default 3), each with a new server, and every run's figures are
 //! printed, so the spread shows the machine's noise. Every run's directories are removed only after the last run:
-//! ext4 without a journal (the bench machine's) steps over every recently freed inode when it makes a file (0.59-0.67
-//! ms a file just after 2,000 were deleted, 0.04 ms after 45 s of quiet), so removing a run's 300 sessions made the
-//! next run measure that cleanup rather than its own turns (see `runtime.rs`).
+//! ext4 without a journal steps over every recently freed inode when it makes a file (0.59-0.67 ms a file just
+//! after 2,000 were deleted, 0.04 ms after 45 s of quiet), so removing a run's sessions made the next run measure
+//! that cleanup rather than its own turns (see `runtime.rs`).
 //!
-//! `BENCH_HOLD_SECS` keeps each server that long once its sessions are idle (its pid printed), to look at its
-//! processes. `BENCH_EXE` runs another build of `service-rs` (with its `service-worker` beside it), to compare two
-//! builds in one sitting.
+//! `BENCH_CONFIG_TOML` is written as each server's `config.toml` (e.g. `checkpoint_max_mb = 0`, to see what
+//! workspace checkpoints cost). `BENCH_PLOT` (default `target/scale.png` in the workspace) receives a chart of the Bash sessions' latencies and
+//! memory against the session count, each point the median of its runs. `BENCH_HOLD_SECS` keeps each server that
+//! long once its sessions are idle (its pid printed), to look at its processes. `BENCH_EXE` runs another build of
+//! `service-rs` (with its `service-worker` beside it), to compare two builds in one sitting.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,6 +35,8 @@ use std::time::{Duration, Instant};
 
 #[path = "common/openai.rs"]
 mod openai;
+#[path = "scale/plot.rs"]
+mod plot;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -41,14 +48,27 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// What one run measured.
-struct Run {
-    cold_per_sec: f64,
-    warm_per_sec: f64,
-    warm_median: Duration,
-    warm_p99: Duration,
-    procs_per_session: f64,
-    pss_mib: f64,
-    server_pss_mib: f64,
+pub struct Run {
+    pub sessions: usize,
+    pub cold_per_sec: f64,
+    pub cold_p99: Duration,
+    pub warm_per_sec: f64,
+    pub warm_median: Duration,
+    pub warm_p99: Duration,
+    /// Right after the turns.
+    pub after: Footprint,
+    /// After the idle time.
+    pub idle: Footprint,
+}
+
+/// What the server and its processes hold.
+#[derive(Default)]
+pub struct Footprint {
+    pub procs_per_session: f64,
+    pub pss_mib: f64,
+    pub server_pss_mib: f64,
+    pub server_fds: usize,
+    pub server_threads: usize,
 }
 
 /// One `run-sync` turn; fails unless the answer is the server's `ok`.
@@ -98,6 +118,30 @@ fn pss_kib(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// What `server_pid` and its processes hold now, for `n` sessions.
+fn footprint(server_pid: u32, n: usize) -> Footprint {
+    let procs = descendants(server_pid);
+    let server_pss = pss_kib(server_pid);
+    let pss: u64 = server_pss + procs.iter().map(|p| pss_kib(*p)).sum::<u64>();
+    let threads = std::fs::read_to_string(format!("/proc/{server_pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|t| t.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    Footprint {
+        procs_per_session: procs.len() as f64 / n as f64,
+        pss_mib: pss as f64 / 1024.0,
+        server_pss_mib: server_pss as f64 / 1024.0,
+        server_fds: std::fs::read_dir(format!("/proc/{server_pid}/fd"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        server_threads: threads,
+    }
 }
 
 /// Starts `serve` on a free loopback port over `home`; returns it and its base URL.
@@ -157,10 +201,13 @@ async fn load(
 async fn one_run(
     exe: &Path,
     model: &str,
-    (n, clients, rounds): (usize, usize, usize),
+    (n, clients, rounds, idle_secs): (usize, usize, usize, u64),
     kept: &mut Vec<tempfile::TempDir>,
 ) -> BenchResult<Run> {
     let home = tempfile::TempDir::new()?;
+    if let Ok(config) = std::env::var("BENCH_CONFIG_TOML") {
+        std::fs::write(home.path().join("config.toml"), config)?;
+    }
     let bundle = tempfile::TempDir::new()?;
     openai::write_bundle_at(bundle.path(), model, "workspace_write")?;
     let built = std::process::Command::new(exe)
@@ -186,27 +233,29 @@ async fn one_run(
         ids.push(created["id"].as_str().ok_or("no session id")?.to_string());
     }
     let ids = Arc::new(ids);
-    let (_, cold) = load(&client, &base, &ids, clients, 1).await?;
+    let (mut cold, cold_wall) = load(&client, &base, &ids, clients, 1).await?;
+    cold.sort();
     let (mut warm, warm_wall) = load(&client, &base, &ids, clients, rounds).await?;
     warm.sort();
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = footprint(server_pid, n);
+    tokio::time::sleep(Duration::from_secs(idle_secs)).await;
     let hold = env_or("BENCH_HOLD_SECS", 0);
     if hold > 0 {
         eprintln!("serve {server_pid} holds its {n} idle sessions for {hold} s");
         tokio::time::sleep(Duration::from_secs(hold as u64)).await;
     }
-    let procs = descendants(server_pid);
-    let server_pss = pss_kib(server_pid);
-    let pss: u64 = server_pss + procs.iter().map(|p| pss_kib(*p)).sum::<u64>();
-    let at = |q: f64| warm[((warm.len() - 1) as f64 * q).round() as usize];
+    let idle = footprint(server_pid, n);
+    let at = |all: &[Duration], q: f64| all[((all.len() - 1) as f64 * q).round() as usize];
     let run = Run {
-        cold_per_sec: n as f64 / cold.as_secs_f64(),
+        sessions: n,
+        cold_per_sec: n as f64 / cold_wall.as_secs_f64(),
+        cold_p99: at(&cold, 0.99),
         warm_per_sec: warm.len() as f64 / warm_wall.as_secs_f64(),
-        warm_median: at(0.5),
-        warm_p99: at(0.99),
-        procs_per_session: procs.len() as f64 / n as f64,
-        pss_mib: pss as f64 / 1024.0,
-        server_pss_mib: server_pss as f64 / 1024.0,
+        warm_median: at(&warm, 0.5),
+        warm_p99: at(&warm, 0.99),
+        after,
+        idle,
     };
     drop(server);
     kept.extend([home, bundle]);
@@ -223,48 +272,89 @@ fn main() -> BenchResult<()> {
             exe.display()
         );
     }
-    let (n, clients) = (env_or("BENCH_SESSIONS", 300), env_or("BENCH_CLIENTS", 16));
+    let counts: Vec<usize> = std::env::var("BENCH_SESSIONS")
+        .unwrap_or_else(|_| "300".into())
+        .split(',')
+        .map(|c| c.trim().parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("BENCH_SESSIONS: {e}"))?;
+    let kinds = std::env::var("BENCH_KINDS").unwrap_or_else(|_| "bash,text".into());
+    let clients = env_or("BENCH_CLIENTS", 16);
     let (rounds, runs) = (env_or("BENCH_WARM_ROUNDS", 10), env_or("BENCH_RUNS", 3));
+    let idle_secs = env_or("BENCH_IDLE_SECS", 35) as u64;
     let provider = openai::start().map_err(|e| e.to_string())?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let (mut tools, mut chats, mut kept) = (Vec::new(), Vec::new(), Vec::new());
-    let shape = (n, clients, rounds);
-    for _ in 0..runs {
-        tools.push(tokio.block_on(one_run(&exe, &provider.glob, shape, &mut kept))?);
-        chats.push(tokio.block_on(one_run(&exe, &provider.base, shape, &mut kept))?);
+    let mut kept = Vec::new();
+    let mut plotted = Vec::new();
+    println!("Confined sessions, {clients} clients, OpenAI-compatible server on loopback; one column per run.");
+    for &n in &counts {
+        for kind in kinds.split(',') {
+            let (model, idle, title) = match kind.trim() {
+                "bash" => (
+                    &provider.bash,
+                    idle_secs,
+                    "whose first turn runs a Bash command, so each starts its sandbox and worker",
+                ),
+                // No worker starts: the idle time would change nothing.
+                "text" => (
+                    &provider.base,
+                    0,
+                    "whose turns all answer with text, which the supervisor serves with no worker",
+                ),
+                other => {
+                    return Err(format!("BENCH_KINDS: unknown kind {other}; bash or text").into())
+                }
+            };
+            let mut results = Vec::new();
+            for _ in 0..runs {
+                results.push(tokio.block_on(one_run(
+                    &exe,
+                    model,
+                    (n, clients, rounds, idle),
+                    &mut kept,
+                ))?);
+            }
+            println!();
+            println!("{n} sessions {title}:");
+            print_runs(&results, idle);
+            if kind.trim() == "bash" {
+                plotted.push(plot::Point::median_of(&results));
+            }
+        }
     }
     drop(kept);
-    println!("{n} confined sessions, {clients} clients, OpenAI-compatible server on loopback; one column per run.");
-    println!();
-    println!(
-        "Sessions whose first turn calls a tool (Glob), so each starts its sandbox and worker:"
-    );
-    print_runs(&tools);
-    println!();
-    println!(
-        "Sessions whose turns all answer with text, which the supervisor serves with no worker:"
-    );
-    print_runs(&chats);
+    if plotted.len() > 1 {
+        let path = std::env::var_os("BENCH_PLOT")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/scale.png"));
+        match plot::draw(&path, &plotted, clients) {
+            Ok(()) => println!("\nchart: {}", path.display()),
+            Err(e) => println!("\nno chart: {e}"),
+        }
+    }
     Ok(())
 }
 
-fn print_runs(results: &[Run]) {
+fn print_runs(results: &[Run], idle_secs: u64) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!();
     let row = |name: &str, f: &dyn Fn(&Run) -> String| {
         let values: Vec<String> = results.iter().map(f).collect();
-        println!("| {name:<44} | {} |", values.join(" | "));
+        println!("| {name:<50} | {} |", values.join(" | "));
     };
     let header: Vec<String> = (1..=results.len())
         .map(|i| format!("{:>9}", format!("run {i}")))
         .collect();
-    println!("| {:<44} | {} |", "benchmark", header.join(" | "));
-    println!("|{:-<46}|{}", "", "-----------|".repeat(results.len()));
-    row("cold first turns per second", &|r| {
+    println!("| {:<50} | {} |", "benchmark", header.join(" | "));
+    println!("|{:-<52}|{}", "", "-----------|".repeat(results.len()));
+    row("first turns per second", &|r| {
         format!("{:>9.0}", r.cold_per_sec)
+    });
+    row("first turn latency, p99 ms", &|r| {
+        format!("{:>9.1}", ms(r.cold_p99))
     });
     row("warm turns per second", &|r| {
         format!("{:>9.0}", r.warm_per_sec)
@@ -275,13 +365,27 @@ fn print_runs(results: &[Run]) {
     row("warm turn latency, p99 ms", &|r| {
         format!("{:>9.2}", ms(r.warm_p99))
     });
-    row("processes per idle session", &|r| {
-        format!("{:>9.2}", r.procs_per_session)
-    });
-    row("PSS of serve and all its processes, MiB", &|r| {
-        format!("{:>9.1}", r.pss_mib)
-    });
-    row("of which the serve process, MiB", &|r| {
-        format!("{:>9.1}", r.server_pss_mib)
-    });
+    type Stage = fn(&Run) -> &Footprint;
+    let mut stages: Vec<(&str, Stage)> = vec![("after the turns", |r| &r.after)];
+    if idle_secs > 0 {
+        stages.push(("idle", |r| &r.idle));
+    }
+    for (stage, of) in stages {
+        let label = |what: &str| format!("{what}, {stage}");
+        row(&label("processes per session"), &|r| {
+            format!("{:>9.2}", of(r).procs_per_session)
+        });
+        row(&label("PSS of serve and its processes, MiB"), &|r| {
+            format!("{:>9.1}", of(r).pss_mib)
+        });
+        row(&label("of which serve itself, MiB"), &|r| {
+            format!("{:>9.1}", of(r).server_pss_mib)
+        });
+        row(&label("serve's descriptors"), &|r| {
+            format!("{:>9}", of(r).server_fds)
+        });
+        row(&label("serve's threads"), &|r| {
+            format!("{:>9}", of(r).server_threads)
+        });
+    }
 }

@@ -8,12 +8,13 @@
 //! `BENCH_ITERS` sets the samples of each (default 400).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "common/serve.rs"]
+mod serve;
+use serve::{serve, session, turn};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-const TOKEN: &str = "bench-token";
 
 fn write_bundle(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("resources"))?;
@@ -30,29 +31,6 @@ fn write_bundle(dir: &Path) -> std::io::Result<()> {
         dir.join("resources/script.json5"),
         r#"{turns: [{replies: [{text: "ok"}]}]}"#,
     )
-}
-
-/// A server over `home`, with `extra` arguments; its base URL. Killed when the child is dropped by the caller.
-fn serve(home: &Path, extra: &[&str]) -> BenchResult<(Child, String)> {
-    use std::io::BufRead;
-    let exe = env!("CARGO_BIN_EXE_service-rs");
-    let mut child = Command::new(exe)
-        .args(["serve", "--bind", "127.0.0.1:0", "--token", TOKEN])
-        .args(extra)
-        .env("SERVICE_HOME", home)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let mut line = String::new();
-    std::io::BufReader::new(stdout).read_line(&mut line)?;
-    let base = line
-        .trim()
-        .strip_prefix("service-rs listening on ")
-        .ok_or_else(|| format!("unexpected first line: {line}"))?
-        .to_string();
-    Ok((child, base))
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -94,45 +72,16 @@ fn main() -> BenchResult<()> {
         let client = reqwest::Client::new();
         let mut sessions = Vec::new();
         for base in [&off_url, &on_url] {
-            let made: serde_json::Value = client
-                .post(format!("{base}/sessions"))
-                .bearer_auth(TOKEN)
-                .json(&serde_json::json!({"bundle_ref": bundle}))
-                .send()
-                .await?
-                .json()
-                .await?;
-            let id = made["id"].as_str().ok_or("no session id")?.to_string();
-            sessions.push(format!("{base}/sessions/{id}/run-sync"));
+            sessions.push(session(&client, base, &bundle).await?);
         }
-        let turn = |url: String| {
-            let client = client.clone();
-            async move {
-                let body = serde_json::json!({"input": {"prompt": "hi",
-                    "submission_id": uuid::Uuid::new_v4(), "completed": false}});
-                let started = Instant::now();
-                let answer: serde_json::Value = client
-                    .post(url)
-                    .bearer_auth(TOKEN)
-                    .json(&body)
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
-                if answer["status"] != "completed" {
-                    return Err(format!("the turn did not complete: {answer}").into());
-                }
-                BenchResult::Ok(started.elapsed())
-            }
-        };
         for _ in 0..50 {
-            turn(sessions[0].clone()).await?;
-            turn(sessions[1].clone()).await?;
+            turn(&client, &sessions[0]).await?;
+            turn(&client, &sessions[1]).await?;
         }
         let (mut without, mut with) = (Vec::new(), Vec::new());
         for _ in 0..iters {
-            without.push(turn(sessions[0].clone()).await?);
-            with.push(turn(sessions[1].clone()).await?);
+            without.push(turn(&client, &sessions[0]).await?);
+            with.push(turn(&client, &sessions[1]).await?);
         }
         let (a, b) = (median(without), median(with));
         println!("warm text turn over HTTP, {iters} samples each, sampled in turn");

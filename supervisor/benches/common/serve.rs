@@ -1,0 +1,73 @@
+//! A real `service-rs serve` as a child process, for the benches that time what a client of it sees.
+// Each bench that includes this module uses part of it.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// The bearer token of the benches' servers.
+pub const TOKEN: &str = "bench-token";
+
+/// A server over `home` with `extra` arguments, on a free loopback port; the child (the caller kills it) and its
+/// base URL.
+pub fn serve(home: &Path, extra: &[&str]) -> Result<(Child, String), Box<dyn std::error::Error>> {
+    use std::io::BufRead;
+    let exe = env!("CARGO_BIN_EXE_service-rs");
+    let mut child = Command::new(exe)
+        .args(["serve", "--bind", "127.0.0.1:0", "--token", TOKEN])
+        .args(extra)
+        .env("SERVICE_HOME", home)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    let base = line
+        .trim()
+        .strip_prefix("service-rs listening on ")
+        .ok_or_else(|| format!("unexpected first line: {line}"))?
+        .to_string();
+    Ok((child, base))
+}
+
+/// Creates a session of `bundle` on the server at `base`; its `run-sync` URL.
+pub async fn session(
+    client: &reqwest::Client,
+    base: &str,
+    bundle: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let made: serde_json::Value = client
+        .post(format!("{base}/sessions"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"bundle_ref": bundle}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = made["id"].as_str().ok_or("no session id")?;
+    Ok(format!("{base}/sessions/{id}/run-sync"))
+}
+
+/// One text turn with `run-sync` at `url`; its round trip. Fails unless the turn completed.
+pub async fn turn(
+    client: &reqwest::Client,
+    url: &str,
+) -> Result<std::time::Duration, Box<dyn std::error::Error>> {
+    let body = serde_json::json!({"input": {"prompt": "hi",
+        "submission_id": uuid::Uuid::new_v4(), "completed": false}});
+    let started = std::time::Instant::now();
+    let answer: serde_json::Value = client
+        .post(url)
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await?
+        .json()
+        .await?;
+    if answer["status"] != "completed" {
+        return Err(format!("the turn did not complete: {answer}").into());
+    }
+    Ok(started.elapsed())
+}
