@@ -139,8 +139,11 @@ async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
         zombies.is_empty(),
         "zombies left in the sandbox: {zombies:?}"
     );
-    // The spares (a reaper each, as the worker's children) wait for a command, then go. The first ones start
-    // `FIRST_START_AFTER` after the command, so the interrupt may have ended the turn before they existed.
+    // Spares start once commands come back to back: two in a row. They (a reaper each, as the worker's children)
+    // then wait for a command, and go once idle. The first ones start `FIRST_START_AFTER` after the command.
+    for _ in 0..2 {
+        assert_eq!(super::commands::command(&rt, &id, "true").await.0, Some(0));
+    }
     let mut spares = children(worker);
     for _ in 0..250 {
         if !spares.is_empty() {
@@ -165,7 +168,7 @@ async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
         left = children(worker);
     }
     assert!(left.is_empty(), "the worker still has children: {left:?}");
-    // And the next command starts them again.
+    // And the next command still runs.
     assert_eq!(turn(&rt, &id, "next").await.0.final_message, "quick 5");
     rt.shutdown("test over").await;
 }
