@@ -153,6 +153,21 @@ impl SandboxUser {
             return Ok(Some(*id));
         }
         let mode = meta.mode();
+        // bwrap's chdir into the workspace fails for a user who may not search it, with an error that names neither
+        // the directory's owner nor the user.
+        let may_enter = mode & 0o001 != 0 || (mode & 0o010 != 0 && meta.gid() == id.gid);
+        if !may_enter {
+            return Err(format!(
+                "{} belongs to root and only root may enter it (mode {:o}), and this supervisor runs as root, so \
+                 its sandboxes run as the user {name}, who cannot: let others enter it (chmod o+rx {}), give it to \
+                 the user who works in it (chown -R USER {}), or start with --sandbox-user naming a user who may \
+                 (see SECURITY.md)",
+                path.display(),
+                mode & 0o7777,
+                path.display(),
+                path.display()
+            ));
+        }
         let may_write = mode & 0o002 != 0 || (mode & 0o020 != 0 && meta.gid() == id.gid);
         if writable && !may_write {
             return Err(format!(

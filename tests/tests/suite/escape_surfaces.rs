@@ -685,4 +685,16 @@ fn a_root_supervisors_sandbox_reads_no_root_only_file_and_writes_no_root_owned_p
         // A normal user's sandbox is that user, who may not write a root-owned directory either.
         assert!(!project.path().join("planted").exists());
     }
+    // A directory only root may enter (`mktemp -d` makes them): refused before bwrap, saying why and what to do.
+    std::fs::set_permissions(project.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let private = env.run(&["run", "./reader", "--prompt", "go", "--cwd", cwd]);
+    if root {
+        let refused = private.failed();
+        assert!(
+            refused.contains("only root may enter it") && refused.contains("chmod o+rx"),
+            "{refused}"
+        );
+    } else {
+        assert!(private.ok().contains("probed"));
+    }
 }
