@@ -168,7 +168,8 @@ impl Usage {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct TurnActivity {
-    /// Tool calls started.
+    /// Tool calls the turn's model replies asked for, as the supervisor read them from the provider (a CodeAct
+    /// program's own calls are not among them).
     #[serde(default)]
     pub tool_calls: u64,
     /// Milliseconds from start to end.

@@ -11,7 +11,7 @@
 //! the next frame's header, the rest of it later, its payload in 1 KiB writes with pauses, so that the
 //! supervisor's reads end inside a frame, right after handling a complete one (where it gives idle buffers back).
 //! The answer is [`trickled_answer`]. `inflated_usage` claims a billion tokens each way, in a `usage_update` and as
-//! its turn ends. `undeclared_subagent` asks for a subagent its agent.yaml does not declare and ends its turn with
+//! its turn ends, and starts a hundred tool calls the model never asked for. `undeclared_subagent` asks for a subagent its agent.yaml does not declare and ends its turn with
 //! the answer.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
@@ -243,14 +243,27 @@ fn main() {
                         turn_id: turn_id.clone(),
                         usage: Usage::new(1_000_000_000, 1_000_000_000),
                     };
-                    vec![ToSupervisor::Event(claim), ToSupervisor::TurnFinished {
+                    // And a hundred tool calls the model never asked for.
+                    let calls = (0..100).map(|i| {
+                        ToSupervisor::Event(EventPayload::ToolCallStarted {
+                            turn_id: turn_id.clone(),
+                            call_id: format!("forged-{i}"),
+                            tool: "Bash".into(),
+                            arguments: serde_json::json!({"command": "true"}),
+                            parent_exec_id: None,
+                        })
+                    });
+                    let mut frames = vec![ToSupervisor::Event(claim)];
+                    frames.extend(calls);
+                    frames.extend([ToSupervisor::TurnFinished {
                         turn_id,
                         status: TurnStatus::Completed,
                         final_message: "cheap".into(),
                         messages: Vec::new(),
                         usage: Usage::new(1_000_000_000, 1_000_000_000),
                         error: None,
-                    }]
+                    }]);
+                    frames
                 }
                 ToWorker::RunTurn { turn_id, .. } if attack == "stdout_frames" => {
                     // Frames an ACP or MCP client on the supervisor's stdout would take for the supervisor's.

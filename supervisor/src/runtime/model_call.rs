@@ -119,10 +119,13 @@ fn chat_span(
     Some(traces.chat(&request.turn_id, &model.provider, &model.name, began))
 }
 
-/// Counts a finished call in its turn's usage: the supervisor's own count, from what the provider said.
+/// Counts a finished call, and each tool call it asked for, in its turn: the supervisor's own count, from what the
+/// provider said (a worker's `tool_call_started` events are its own claim).
 fn count(session: &Session, turn_id: &str, chunk: &ModelChunk) {
-    if let ModelChunk::Done { usage } = chunk {
-        session.count_call(turn_id, *usage);
+    match chunk {
+        ModelChunk::Done { usage } => session.count_call(turn_id, *usage),
+        ModelChunk::ToolCall { .. } => session.count_tool_call(turn_id),
+        _ => {}
     }
 }
 

@@ -457,8 +457,8 @@ async fn a_taken_over_worker_cannot_start_a_subagent_its_bundle_does_not_declare
     assert!(!kinds.contains(&"subagent_started"), "{kinds:?}");
 }
 
-/// A taken-over worker that claims a billion tokens is not believed: a turn's usage is what the supervisor counted
-/// at the provider, the one call it made.
+/// A taken-over worker that claims a billion tokens and a hundred tool calls is not believed: a turn's usage is what
+/// the supervisor counted at the provider, the one call it made and the one tool call that call asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turns_usage_is_the_supervisors_count_not_the_workers_claim() {
     let (outcome, events) = hostile_events("inflated_usage").await;
@@ -481,6 +481,12 @@ async fn a_turns_usage_is_the_supervisors_count_not_the_workers_claim() {
     );
     assert_eq!(outcome.final_message, "cheap");
     assert_eq!(outcome.usage.model_calls, Some(1), "{:?}", outcome.usage);
+    // The turn's tool calls are the one its model asked for, not the hundred the worker says it started.
+    let activity = events.iter().find_map(|m| match &m.payload {
+        service_ipc::EventPayload::TurnCompleted { activity, .. } => *activity,
+        _ => None,
+    });
+    assert_eq!(activity.map(|a| a.tool_calls), Some(1), "{kinds:?}");
     assert!(
         outcome.usage.input_tokens.is_some_and(|t| t < 1_000),
         "{:?}",

@@ -70,6 +70,8 @@ struct ActiveTurn {
     history_mark: u64,
     /// When it started.
     started: std::time::Instant,
+    /// Tool calls its model calls asked for, as the supervisor read them from the provider.
+    tool_calls: u64,
     /// Cancelled when the turn ends, however it ends (the guard is dropped with the turn): its subagents stop.
     ended: CancellationToken,
     _ended: DropGuard,
@@ -106,8 +108,6 @@ pub struct Session {
     pub(crate) subagent_slots: Arc<tokio::sync::Semaphore>,
     /// The tenants' ledger its ended turns are counted in, in a runtime that keeps one.
     pub(crate) ledger: std::sync::OnceLock<Arc<crate::tenancy::Tenancy>>,
-    /// Tool calls the running turn started.
-    tool_calls: std::sync::atomic::AtomicU64,
     /// Its worker's cgroups, and the CPU time of theirs already counted in a turn.
     sandbox_cpu: Mutex<(Vec<PathBuf>, std::time::Duration)>,
 }
@@ -296,7 +296,6 @@ impl Session {
                 crate::runtime::subagents::MAX_RUNNING,
             )),
             ledger: std::sync::OnceLock::new(),
-            tool_calls: Default::default(),
             sandbox_cpu: Mutex::default(),
         }))
     }
@@ -373,14 +372,6 @@ impl Session {
     /// `emit_all`; a store write that fails while `turn_running` is kept as the fault that ends the turn.
     fn journal_batch(&self, payloads: Vec<EventPayload>, turn_running: impl FnOnce() -> bool) {
         *lock(&self.last_active) = std::time::Instant::now();
-        let tools = payloads
-            .iter()
-            .filter(|p| matches!(p, EventPayload::ToolCallStarted { .. }))
-            .count();
-        if tools > 0 {
-            self.tool_calls
-                .fetch_add(tools as u64, std::sync::atomic::Ordering::Relaxed);
-        }
         if let Some(traces) = crate::telemetry::traces() {
             let reference = self.bundle.reference();
             let agent = crate::telemetry::spans::Agent {

@@ -132,8 +132,6 @@ impl Session {
                 ..Usage::default()
             };
             let ended = CancellationToken::new();
-            self.tool_calls
-                .store(0, std::sync::atomic::Ordering::Relaxed);
             *active = Some(ActiveTurn {
                 turn_id: turn_id.to_string(),
                 model,
@@ -145,6 +143,7 @@ impl Session {
                 overflow_compacted: false,
                 history_mark: self.journal.log().history_mark(),
                 started: std::time::Instant::now(),
+                tool_calls: 0,
                 ended: ended.clone(),
                 _ended: ended.drop_guard(),
                 _lease: crate::runtime::store::files_lock::live(&self.dir),
@@ -204,6 +203,13 @@ impl Session {
         }
     }
 
+    /// Counts a tool call a model call of `turn_id` asked for, if the turn still runs.
+    pub fn count_tool_call(&self, turn_id: &str) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.tool_calls += 1;
+        }
+    }
+
     /// Forgets a turn that never reached the worker, as if it had not been started.
     pub fn abandon_turn(&self, turn_id: &str) {
         let mut active = lock(&self.active);
@@ -229,12 +235,10 @@ impl Session {
             return false;
         };
         lock(&self.fault).take();
-        // The supervisor's count, not the worker's claim: it made every call and saw every tool call.
+        // The supervisor's count, not the worker's claim: it made every call and read every tool call it asked for.
         end.usage = active.usage;
         let activity = TurnActivity {
-            tool_calls: self
-                .tool_calls
-                .swap(0, std::sync::atomic::Ordering::Relaxed),
+            tool_calls: active.tool_calls,
             wall_ms: u64::try_from(active.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             sandbox_cpu_ms: self.sandbox_cpu_ms(),
         };
