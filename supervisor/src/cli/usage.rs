@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use service_supervisor::tenancy::usage::{self, GroupBy, UsageReport};
+use service_supervisor::tenancy::usage::{self, GroupBy, UsageReport, Window};
 use service_supervisor::ServiceHome;
 
 use super::remote::{encode, Remote};
@@ -34,34 +34,26 @@ pub struct UsageArgs {
 
 impl UsageArgs {
     /// Checks the days and the grouping before anything is read.
-    fn checked(&self) -> anyhow::Result<(String, Vec<GroupBy>)> {
-        let since = usage::since_day(&self.since).map_err(anyhow::Error::msg)?;
-        if let Some(until) = self.until.as_deref().filter(|u| !usage::is_day(u)) {
-            anyhow::bail!("--until: \"{until}\" is not a day written YYYY-MM-DD");
-        }
-        let by = GroupBy::parse_list(&self.group_by).map_err(anyhow::Error::msg)?;
-        Ok((since, by))
+    fn window(&self) -> anyhow::Result<Window> {
+        Window::parse(
+            Some(&self.since),
+            self.until.as_deref(),
+            Some(&self.group_by),
+        )
+        .map_err(anyhow::Error::msg)
     }
 }
 
 /// Reports from the local store's ledger, priced by its config.toml.
 pub fn run(home: ServiceHome, args: UsageArgs) -> anyhow::Result<ExitCode> {
-    let (since, by) = args.checked()?;
+    let window = args.window()?;
     let prices = service_supervisor::config_file::load(home.root())?.prices;
     let report = super::tokio()?.block_on(async {
         let dir = super::tokens::local(&home, &args.store).await?;
-        let report = usage::read_report(
-            &*dir,
-            &since,
-            args.until.as_deref(),
-            args.tenant.as_deref(),
-            &by,
-            &prices,
-        )
-        .await?;
+        let report = usage::read_report(&*dir, &window, args.tenant.as_deref(), &prices).await?;
         anyhow::Ok(report)
     })?;
-    print(&report, &by, args.json)
+    print(&report, &window.by, args.json)
 }
 
 /// Reports from a server's ledger.
@@ -70,7 +62,7 @@ pub fn run_remote(remote: Remote, args: UsageArgs) -> anyhow::Result<ExitCode> {
         args.store.store.is_none(),
         "--store names a database on this machine's side; with --remote the server uses its own store"
     );
-    let (_, by) = args.checked()?;
+    let window = args.window()?;
     let mut path = format!(
         "/usage?since={}&group_by={}",
         encode(&args.since),
@@ -89,7 +81,7 @@ pub fn run_remote(remote: Remote, args: UsageArgs) -> anyhow::Result<ExitCode> {
             .context("reading the usage ledger")?;
         anyhow::Ok(serde_json::from_value(answer)?)
     })?;
-    print(&report, &by, args.json)
+    print(&report, &window.by, args.json)
 }
 
 fn print(report: &UsageReport, by: &[GroupBy], json: bool) -> anyhow::Result<ExitCode> {

@@ -570,7 +570,7 @@ impl ServiceRuntime {
             traces.sandbox_started(&session.id, began, error);
         }
         let handle = handle?;
-        session.meter_sandbox(handle.remains.0.clone());
+        session.meter_sandbox(&handle.remains.0);
         *slot = Some(handle.clone());
         if self.inner.options.prestart_sandboxes
             && handle.confinement != SandboxMode::DangerFullAccess

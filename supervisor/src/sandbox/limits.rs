@@ -2,7 +2,7 @@
 //!
 //! Where the supervisor may create cgroups (v1 `pids`/`memory`/`cpu` hierarchies, or v2 with those controllers
 //! enabled), each worker gets its own cgroup with `pids.max`, a memory limit and a CPU quota, and where v1 mounts
-//! `cpuacct` apart from `cpu`, a `cpuacct` cgroup that counts its CPU time ([`cpu_time`]). `RLIMIT_CORE` is 0 in
+//! `cpuacct` apart from `cpu`, a `cpuacct` cgroup that counts its CPU time ([`CpuCounter`]). `RLIMIT_CORE` is 0 in
 //! any case; `RLIMIT_AS` is the memory backstop only where no memory cgroup could be made: it limits address space,
 //! not memory, and runtimes that reserve large ranges up front fail under it (Node's V8 aborted with "Failed to
 //! reserve virtual memory for CodeRange" under the default 512 MiB, so an MCP server from npm could not start).
@@ -493,19 +493,48 @@ fn threads(pid: u32) -> Option<u32> {
 }
 
 /// This process's cgroup directory per controller: v1 entries by controller name, the v2 one with an empty name.
-/// The CPU time the processes of a worker's cgroups `dirs` have spent: v1's `cpuacct.usage`, or v2's
-/// `usage_usec` in `cpu.stat`. None when no cgroup counts it.
-pub fn cpu_time(dirs: &[PathBuf]) -> Option<Duration> {
-    dirs.iter().find_map(|dir| {
-        if let Ok(ns) = std::fs::read_to_string(dir.join("cpuacct.usage")) {
-            return ns.trim().parse().ok().map(Duration::from_nanos);
+/// The file of a worker's cgroups that counts their CPU time, found once when the worker starts, read at each turn's
+/// end.
+#[derive(Debug, Clone)]
+pub enum CpuCounter {
+    /// v1's `cpuacct.usage`: nanoseconds.
+    V1(PathBuf),
+    /// v2's `cpu.stat`: its `usage_usec` line.
+    V2(PathBuf),
+}
+
+impl CpuCounter {
+    /// The counter among the cgroups `dirs`; None when none counts CPU.
+    pub fn find(dirs: &[PathBuf]) -> Option<CpuCounter> {
+        dirs.iter().find_map(|dir| {
+            let v1 = dir.join("cpuacct.usage");
+            if v1.is_file() {
+                return Some(CpuCounter::V1(v1));
+            }
+            // A v1 `cpu` cgroup has a `cpu.stat` too, without `usage_usec`.
+            let v2 = dir.join("cpu.stat");
+            let counts = std::fs::read_to_string(&v2).is_ok_and(|s| s.contains("usage_usec "));
+            counts.then_some(CpuCounter::V2(v2))
+        })
+    }
+
+    /// The CPU time spent so far; None once the cgroup is gone.
+    pub fn read(&self) -> Option<Duration> {
+        match self {
+            CpuCounter::V1(path) => std::fs::read_to_string(path)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+                .map(Duration::from_nanos),
+            CpuCounter::V2(path) => std::fs::read_to_string(path)
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|us| us.trim().parse().ok())
+                .map(Duration::from_micros),
         }
-        let stat = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
-        stat.lines()
-            .find_map(|l| l.strip_prefix("usage_usec "))
-            .and_then(|us| us.trim().parse().ok())
-            .map(Duration::from_micros)
-    })
+    }
 }
 
 fn own_cgroups() -> Vec<(String, PathBuf)> {

@@ -259,22 +259,18 @@ pub async fn usage(
         None if caller.admin => None,
         None => Some(caller.tenant.clone()),
     };
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", m);
-    let since = usage::since_day(q.since.as_deref().unwrap_or("30d")).map_err(bad)?;
-    if let Some(until) = q.until.as_deref().filter(|u| !usage::is_day(u)) {
-        return Err(bad(format!(
-            "until: \"{until}\" is not a day written YYYY-MM-DD"
-        )));
-    }
-    let by = usage::GroupBy::parse_list(q.group_by.as_deref().unwrap_or("tenant")).map_err(bad)?;
+    let window = usage::Window::parse(
+        q.since.as_deref(),
+        q.until.as_deref(),
+        q.group_by.as_deref(),
+    )
+    .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", m))?;
     // What this node counted and has not written yet is part of the answer.
     st.rt.tenancy().flush().await;
     let report = usage::read_report(
         &**st.rt.tenancy().directory(),
-        &since,
-        q.until.as_deref(),
+        &window,
         only.as_deref(),
-        &by,
         st.rt.prices(),
     )
     .await

@@ -220,15 +220,10 @@ pub fn report(
             model: keep(has(GroupBy::Model), model),
             bundle: keep(has(GroupBy::Bundle), bundle),
         };
-        let first = !groups.contains_key(&group);
-        let (sum, total) = groups.entry(group).or_default();
-        sum.add(&row.spent);
         // Priced only while every row of the group is.
-        *total = match (first, *total, cost) {
-            (true, _, c) => c,
-            (false, Some(t), Some(c)) => Some(t + c),
-            _ => None,
-        };
+        let (sum, total) = groups.entry(group).or_insert((Spent::default(), Some(0.0)));
+        sum.add(&row.spent);
+        *total = total.zip(cost).map(|(t, c)| t + c);
     }
     let opt = |on: bool, v: String| on.then_some(v);
     UsageReport {
@@ -246,21 +241,52 @@ pub fn report(
     }
 }
 
-/// The report of the ledger in `dir` for days `since` to `until`, of `tenant` (None: every tenant), grouped by
-/// `by` and priced with `prices`.
+/// What a report covers: its days and its grouping, checked, as `GET /usage` and `service-rs usage` take them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    /// The first day, `YYYY-MM-DD`.
+    pub since: String,
+    /// The last day, `YYYY-MM-DD`; None: to the last.
+    pub until: Option<String>,
+    /// What rows are grouped by, besides the tenant.
+    pub by: Vec<GroupBy>,
+}
+
+impl Window {
+    /// Checks `since` (a day or `Nd`; default 30 days), `until` (a day) and `group_by` (default `tenant`).
+    pub fn parse(
+        since: Option<&str>,
+        until: Option<&str>,
+        group_by: Option<&str>,
+    ) -> Result<Window, String> {
+        let since = since_day(since.unwrap_or("30d"))?;
+        if let Some(until) = until.filter(|u| !is_day(u)) {
+            return Err(format!(
+                "until: \"{until}\" is not a day written YYYY-MM-DD"
+            ));
+        }
+        Ok(Window {
+            since,
+            until: until.map(str::to_string),
+            by: GroupBy::parse_list(group_by.unwrap_or("tenant"))?,
+        })
+    }
+}
+
+/// The report of the ledger in `dir` over `window`, of `tenant` (None: every tenant), priced with `prices`.
 pub async fn read_report(
     dir: &dyn super::Directory,
-    since: &str,
-    until: Option<&str>,
+    window: &Window,
     tenant: Option<&str>,
-    by: &[GroupBy],
     prices: &BTreeMap<String, Price>,
 ) -> super::Result<UsageReport> {
-    let mut rows = dir.usage_between(since, until).await?;
+    let mut rows = dir
+        .usage_between(&window.since, window.until.as_deref())
+        .await?;
     if let Some(tenant) = tenant {
         rows.retain(|r| r.key.tenant == tenant);
     }
-    Ok(report(rows, by, prices))
+    Ok(report(rows, &window.by, prices))
 }
 
 /// The first day a `since` names: a day (`YYYY-MM-DD`) as it is, or `Nd`, N days before today (UTC).
@@ -372,6 +398,13 @@ mod tests {
             vec![GroupBy::Day, GroupBy::Model]
         );
         assert!(GroupBy::parse_list("week").unwrap_err().contains("week"));
+        assert!(Window::parse(None, Some("today"), None)
+            .unwrap_err()
+            .contains("until"));
+        assert_eq!(
+            Window::parse(None, None, None).unwrap().by,
+            vec![GroupBy::Tenant]
+        );
         assert_eq!(since_day("2026-01-01").unwrap(), "2026-01-01");
         assert!(is_day(&since_day("7d").unwrap()));
         for bad in ["7", "d", "7w", "2026-1-1", "-1d"] {

@@ -108,8 +108,11 @@ pub struct Session {
     pub(crate) subagent_slots: Arc<tokio::sync::Semaphore>,
     /// The tenants' ledger its ended turns are counted in, in a runtime that keeps one.
     pub(crate) ledger: std::sync::OnceLock<Arc<crate::tenancy::Tenancy>>,
-    /// Its worker's cgroups, and the CPU time of theirs already counted in a turn.
-    sandbox_cpu: Mutex<(Vec<PathBuf>, std::time::Duration)>,
+    /// Where its worker's cgroups count CPU time, and what of it a turn already counted.
+    sandbox_cpu: Mutex<(
+        Option<crate::sandbox::limits::CpuCounter>,
+        std::time::Duration,
+    )>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -389,15 +392,16 @@ impl Session {
     }
 
     /// Measures the sandbox CPU time of its turns from `cgroups`, its new worker's (none: not measured).
-    pub(crate) fn meter_sandbox(&self, cgroups: Vec<PathBuf>) {
-        *lock(&self.sandbox_cpu) = (cgroups, std::time::Duration::ZERO);
+    pub(crate) fn meter_sandbox(&self, cgroups: &[PathBuf]) {
+        let counter = crate::sandbox::limits::CpuCounter::find(cgroups);
+        *lock(&self.sandbox_cpu) = (counter, std::time::Duration::ZERO);
     }
 
     /// CPU milliseconds its worker's cgroups spent since the last call (since the worker started, the first time);
     /// None without a worker in a cgroup that counts CPU.
     fn sandbox_cpu_ms(&self) -> Option<u64> {
         let mut meter = lock(&self.sandbox_cpu);
-        let total = crate::sandbox::limits::cpu_time(&meter.0)?;
+        let total = meter.0.as_ref()?.read()?;
         let spent = total.saturating_sub(meter.1);
         meter.1 = total;
         Some(u64::try_from(spent.as_millis()).unwrap_or(u64::MAX))
