@@ -8,7 +8,8 @@
 //! CALLS, so the program's start and the turn's own work cancel out. Turns of the six kinds are sampled in turn.
 //! The target is a ratio of at most 2 against the JSON call.
 //!
-//! `BENCH_ITERS` sets the number of samples of each kind (default 30); `BENCH_EXE` runs another build's worker.
+//! `BENCH_ITERS` sets the number of samples of each kind (default 30), `BENCH_CALLS` the calls added (default 100;
+//! more makes the program's start, which varies by milliseconds, matter less); `BENCH_EXE` runs another build's worker.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,10 +19,17 @@ use service_supervisor::{worker_beside, RuntimeOptions, ServiceHome, ServiceRunt
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// The calls added to a turn to measure one.
+/// The calls added to a turn to measure one, unless `BENCH_CALLS` says otherwise.
 const CALLS: usize = 100;
 
-fn write_bundle(dir: &Path, executor: &str, script: serde_json::Value) -> std::io::Result<()> {
+fn write_bundle(
+    dir: &Path,
+    executor: &str,
+    script: serde_json::Value,
+    calls: usize,
+) -> std::io::Result<()> {
+    // The window keeps the prompt of a turn of `calls` results in sight, and steps cover one reply per call.
+    let (max_steps, window) = (calls.min(CALLS) + 10, 2 * calls + 40);
     std::fs::create_dir_all(dir.join("resources"))?;
     std::fs::write(
         dir.join("service.bundle.json5"),
@@ -32,7 +40,7 @@ fn write_bundle(dir: &Path, executor: &str, script: serde_json::Value) -> std::i
         dir.join("agent.yaml"),
         format!(
             "model: {{ provider: scripted, name: s, config: {{ script: resources/script.json5 }} }}\n\
-             executor: {executor}\nmax_steps: 200\nmemory: {{ provider: sliding_window, window: 240 }}\n"
+             executor: {executor}\nmax_steps: {max_steps}\nmemory: {{ provider: sliding_window, window: {window} }}\n"
         ),
     )?;
     std::fs::write(dir.join("resources/script.json5"), script.to_string())
@@ -40,11 +48,11 @@ fn write_bundle(dir: &Path, executor: &str, script: serde_json::Value) -> std::i
 
 /// A react script: the prompt `calls N` gets one reply with N Read calls, then an answer; `steps N` gets N replies
 /// of one Read call each, then an answer.
-fn react_script() -> serde_json::Value {
+fn react_script(calls: usize, steps: usize) -> serde_json::Value {
     let read = || serde_json::json!({"name": "Read", "arguments": {"file_path": "data.txt"}});
     let batched = |n: usize| {
-        let calls: Vec<_> = (0..n).map(|_| read()).collect();
-        serde_json::json!({"when": format!("calls {n}."), "replies": [{"tool_calls": calls}, {"text": "done"}]})
+        let reads: Vec<_> = (0..n).map(|_| read()).collect();
+        serde_json::json!({"when": format!("calls {n}."), "replies": [{"tool_calls": reads}, {"text": "done"}]})
     };
     let stepped = |n: usize| {
         let mut replies: Vec<_> = (0..n)
@@ -53,18 +61,18 @@ fn react_script() -> serde_json::Value {
         replies.push(serde_json::json!({"text": "done"}));
         serde_json::json!({"when": format!("steps {n}."), "replies": replies})
     };
-    serde_json::json!({"turns": [batched(1), batched(1 + CALLS), stepped(1), stepped(1 + CALLS)]})
+    serde_json::json!({"turns": [batched(1), batched(1 + calls), stepped(1), stepped(1 + steps)]})
 }
 
 /// A codeact script: the prompt `calls N` gets one program that reads N times and answers.
-fn codeact_script() -> serde_json::Value {
+fn codeact_script(calls: usize) -> serde_json::Value {
     let turn = |n: usize| {
         let program = format!(
             "```python\nfor _ in range({n}):\n    read('data.txt')\nfinal_answer('done')\n```"
         );
         serde_json::json!({"when": format!("calls {n}."), "replies": [{"text": program}]})
     };
-    serde_json::json!({"turns": [turn(1), turn(1 + CALLS)]})
+    serde_json::json!({"turns": [turn(1), turn(1 + calls)]})
 }
 
 async fn turn(rt: &ServiceRuntime, id: &str, how: &str, calls: usize) -> BenchResult<Duration> {
@@ -78,7 +86,7 @@ async fn turn(rt: &ServiceRuntime, id: &str, how: &str, calls: usize) -> BenchRe
         .await?;
     let outcome = pending.outcome.await?;
     if outcome.status != TurnStatus::Completed || outcome.final_message != "done" {
-        return Err(format!("the turn of {calls} calls ended {outcome:?}").into());
+        return Err(format!("the turn \"{how} {calls}\" ended {outcome:?}").into());
     }
     Ok(started.elapsed())
 }
@@ -93,14 +101,20 @@ fn main() -> BenchResult<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
+    let calls: usize = std::env::var("BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CALLS);
+    // One model step per call: agent.yaml allows at most 1,000 steps, and this figure is only a comparison.
+    let steps = calls.min(CALLS);
     let exe = std::env::var_os("BENCH_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
     let home = tempfile::TempDir::new()?;
     let react = tempfile::TempDir::new()?;
-    write_bundle(react.path(), "react", react_script())?;
+    write_bundle(react.path(), "react", react_script(calls, steps), calls)?;
     let codeact = tempfile::TempDir::new()?;
-    write_bundle(codeact.path(), "codeact", codeact_script())?;
+    write_bundle(codeact.path(), "codeact", codeact_script(calls), calls)?;
     let workspace = tempfile::TempDir::new()?;
     std::fs::write(workspace.path().join("data.txt"), "one\ntwo\nthree\n")?;
     // A root supervisor runs sandboxes as the workspace's owner, nobody here.
@@ -142,21 +156,22 @@ fn main() -> BenchResult<()> {
             let mut samples: [Vec<Duration>; 6] = Default::default();
             for _ in 0..iters {
                 samples[0].push(turn(&rt, &json, "calls", 1).await?);
-                samples[1].push(turn(&rt, &json, "calls", 1 + CALLS).await?);
+                samples[1].push(turn(&rt, &json, "calls", 1 + calls).await?);
                 samples[2].push(turn(&rt, &json, "steps", 1).await?);
-                samples[3].push(turn(&rt, &json, "steps", 1 + CALLS).await?);
+                samples[3].push(turn(&rt, &json, "steps", 1 + steps).await?);
                 samples[4].push(turn(&rt, &code, "calls", 1).await?);
-                samples[5].push(turn(&rt, &code, "calls", 1 + CALLS).await?);
+                samples[5].push(turn(&rt, &code, "calls", 1 + calls).await?);
             }
             rt.shutdown("bench over").await;
             BenchResult::Ok(samples.map(median))
         })?;
-    let per_call =
-        |one: Duration, many: Duration| many.saturating_sub(one).as_secs_f64() * 1e3 / CALLS as f64;
-    let json_call = per_call(json_one, json_many);
-    let step_call = per_call(step_one, step_many);
-    let code_call = per_call(code_one, code_many);
-    let many = 1 + CALLS;
+    let per_call = |one: Duration, many: Duration, n: usize| {
+        many.saturating_sub(one).as_secs_f64() * 1e3 / n as f64
+    };
+    let json_call = per_call(json_one, json_many, calls);
+    let step_call = per_call(step_one, step_many, steps);
+    let code_call = per_call(code_one, code_many, calls);
+    let many = 1 + calls;
     println!("codeact bench: medians of {iters} turns of each kind, sampled in turn, real confined workers");
     println!("| turn                                        | median ms |");
     println!("|---------------------------------------------|-----------|");
@@ -164,7 +179,10 @@ fn main() -> BenchResult<()> {
         ("react, 1 Read call".to_string(), json_one),
         (format!("react, {many} Read calls in one reply"), json_many),
         ("react, 1 reply of one Read call".to_string(), step_one),
-        (format!("react, {many} replies of one Read call"), step_many),
+        (
+            format!("react, {} replies of one Read call", 1 + steps),
+            step_many,
+        ),
         ("codeact, a program with 1 read()".to_string(), code_one),
         (format!("codeact, a program with {many} read()s"), code_many),
     ] {

@@ -25,6 +25,9 @@ pub type Inbound = FramedRead<tokio::io::ReadHalf<Stream>, FrameCodec<ToWorker, 
 /// Bound of the outbox: tasks wait (backpressure) rather than buffer without limit when the socket is slow.
 const OUTBOX_CAPACITY: usize = 1024;
 
+/// The longest an event waits in the outbox for company: below what a person or a stream reader can tell.
+const HOLD: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A cloneable sender of frames to the supervisor. Sending fails only once the connection is gone.
 #[derive(Clone)]
 pub struct Outbox {
@@ -178,34 +181,9 @@ pub async fn connect(stream: std::os::unix::net::UnixStream) -> Result<Option<Co
     shrink_idle(inbound.read_buffer_mut());
     shrink_idle(outbound.write_buffer_mut());
 
-    let (tx, mut rx) = mpsc::channel::<ToSupervisor>(OUTBOX_CAPACITY);
+    let (tx, rx) = mpsc::channel::<ToSupervisor>(OUTBOX_CAPACITY);
     let finish = CancellationToken::new();
-    let finishing = finish.clone();
-    let writer = tokio::spawn(async move {
-        loop {
-            let msg = tokio::select! {
-                msg = rx.recv() => msg,
-                () = finishing.cancelled() => {
-                    // No new frame is taken from here on; what is queued is still written.
-                    rx.close();
-                    rx.recv().await
-                }
-            };
-            let Some(msg) = msg else {
-                return;
-            };
-            // feed + flush only when the queue is drained: many small events share one write.
-            if outbound.feed(msg).await.is_err() {
-                return;
-            }
-            if rx.is_empty() {
-                if outbound.flush().await.is_err() {
-                    return;
-                }
-                shrink_idle(outbound.write_buffer_mut());
-            }
-        }
-    });
+    let writer = tokio::spawn(write_frames(outbound, rx, finish.clone()));
     Ok(Some(Connection {
         config,
         inbound,
@@ -213,4 +191,126 @@ pub async fn connect(stream: std::os::unix::net::UnixStream) -> Result<Option<Co
         writer,
         finish,
     }))
+}
+
+/// Writes the outbox's frames to the supervisor until every sender is gone or `finishing` is cancelled, then
+/// writes what is queued.
+///
+/// Events written less than [`HOLD`] after the last write wait for the next one (Nagle's rule, for events only): a
+/// program making thousands of tool calls a second then wakes the supervisor once per `HOLD`, not twice per call.
+/// Every other frame is a request or an end that the supervisor must see at once, and takes the held events along.
+async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
+    mut outbound: FramedWrite<W, FrameCodec<ToWorker, ToSupervisor>>,
+    mut rx: mpsc::Receiver<ToSupervisor>,
+    finishing: CancellationToken,
+) {
+    let mut flushed_at = tokio::time::Instant::now();
+    let mut held = false;
+    loop {
+        let msg = tokio::select! {
+            msg = rx.recv() => msg,
+            () = tokio::time::sleep_until(flushed_at + HOLD), if held => {
+                if outbound.flush().await.is_err() {
+                    return;
+                }
+                (held, flushed_at) = (false, tokio::time::Instant::now());
+                shrink_idle(outbound.write_buffer_mut());
+                continue;
+            }
+            () = finishing.cancelled() => {
+                // No new frame is taken from here on; what is queued is still written.
+                rx.close();
+                rx.recv().await
+            }
+        };
+        let Some(msg) = msg else {
+            let _ = outbound.flush().await;
+            return;
+        };
+        let holdable = matches!(msg, ToSupervisor::Event(_));
+        // feed + flush only when the queue is drained: many small events share one write.
+        if outbound.feed(msg).await.is_err() {
+            return;
+        }
+        if rx.is_empty() {
+            if holdable && !finishing.is_cancelled() && flushed_at.elapsed() < HOLD {
+                held = true;
+                continue;
+            }
+            if outbound.flush().await.is_err() {
+                return;
+            }
+            (held, flushed_at) = (false, tokio::time::Instant::now());
+            shrink_idle(outbound.write_buffer_mut());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use service_ipc::EventPayload;
+    use std::time::Duration;
+
+    fn delta(text: &str) -> ToSupervisor {
+        ToSupervisor::Event(EventPayload::AgentMessageDelta {
+            turn_id: "t".into(),
+            delta: text.into(),
+        })
+    }
+
+    /// The supervisor's end of a socket pair whose other end `write_frames` writes.
+    fn pair() -> (
+        mpsc::Sender<ToSupervisor>,
+        FramedRead<Stream, FrameCodec<ToSupervisor, ToWorker>>,
+        CancellationToken,
+    ) {
+        let (ours, theirs) = Stream::pair().unwrap();
+        let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
+        let finish = CancellationToken::new();
+        tokio::spawn(write_frames(
+            FramedWrite::new(ours, FrameCodec::new()),
+            rx,
+            finish.clone(),
+        ));
+        (tx, FramedRead::new(theirs, FrameCodec::new()), finish)
+    }
+
+    async fn next(
+        frames: &mut FramedRead<Stream, FrameCodec<ToSupervisor, ToWorker>>,
+    ) -> ToSupervisor {
+        tokio::time::timeout(Duration::from_secs(5), frames.next())
+            .await
+            .expect("no frame within 5 s")
+            .unwrap()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_event_held_for_company_is_written_when_none_comes() {
+        let (tx, mut frames, _finish) = pair();
+        tx.send(delta("a")).await.unwrap();
+        tx.send(delta("b")).await.unwrap();
+        assert_eq!(next(&mut frames).await, delta("a"));
+        assert_eq!(next(&mut frames).await, delta("b"));
+        // Right after a write: this one is held, and nothing else follows it.
+        tx.send(delta("c")).await.unwrap();
+        assert_eq!(next(&mut frames).await, delta("c"));
+    }
+
+    #[tokio::test]
+    async fn a_request_takes_the_held_events_along_in_order() {
+        let (tx, mut frames, finish) = pair();
+        tx.send(delta("a")).await.unwrap();
+        assert_eq!(next(&mut frames).await, delta("a"));
+        tx.send(delta("b")).await.unwrap();
+        tx.send(ToSupervisor::Heartbeat).await.unwrap();
+        assert_eq!(next(&mut frames).await, delta("b"));
+        assert_eq!(next(&mut frames).await, ToSupervisor::Heartbeat);
+        // Finishing writes what was queued, held or not.
+        tx.send(delta("c")).await.unwrap();
+        finish.cancel();
+        assert_eq!(next(&mut frames).await, delta("c"));
+        assert!(frames.next().await.is_none(), "the writer ended");
+    }
 }

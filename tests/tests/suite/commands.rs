@@ -90,3 +90,58 @@ async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
     );
     rt.shutdown("test over").await;
 }
+
+/// A command's output reaches the session's readers while the command runs, not with its end; the worker lets an
+/// event wait a moment for others to share its write, and the first line of a command that then sleeps is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commands_first_output_is_seen_while_it_still_runs() {
+    let (home, bundle, cwd) = (
+        TempDir::new().unwrap(),
+        TempDir::new().unwrap(),
+        super::support::sandbox_tempdir(),
+    );
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
+        "",
+        "workspace_write",
+    );
+    super::support::give_to_sandbox(cwd.path());
+    let rt = runtime(home.path());
+    let id = rt
+        .create_session(bundle.path().to_str().unwrap(), Some(cwd.path()))
+        .await
+        .unwrap()
+        .id;
+    // Back to back, so the second goes to a waiting shell: its begin and first line come within the moment.
+    command(&rt, &id, "true").await;
+    let mut events = rt.subscribe_session(&id).await.unwrap();
+    let started = std::time::Instant::now();
+    let running = tokio::spawn({
+        let (rt, id) = (rt.clone(), id.clone());
+        async move {
+            rt.run_session_command(&id, "echo first; sleep 4; echo second")
+                .await
+        }
+    });
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("no event for 10 s")
+            .unwrap();
+        match msg.payload {
+            EventPayload::ExecCommandOutputDelta { chunk, .. } if chunk.contains("first") => break,
+            EventPayload::ExecCommandEnd { .. } => {
+                panic!("the first line came only with the command's end")
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the first line took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(running.await.unwrap().unwrap().exit_code, Some(0));
+    rt.shutdown("test over").await;
+}

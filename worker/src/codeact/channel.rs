@@ -57,7 +57,9 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str, ca
     );
     loop {
         // A program's next call usually follows its last reply within microseconds: polling for it that long,
-        // letting the worker's other tasks run in between, saves being woken for it.
+        // letting the worker's other tasks run in between, saves being woken for it. Each round also yields the
+        // CPU: where the scheduler put the program on this worker's CPU, it gets to run at once instead of after
+        // this poll's time slice.
         let polling = std::time::Instant::now() + POLL;
         let next = loop {
             if let Some(next) = lines.next().now_or_never() {
@@ -69,6 +71,7 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str, ca
                     next = lines.next() => next,
                 };
             }
+            std::thread::yield_now();
             tokio::task::yield_now().await;
         };
         let line = match next {
