@@ -35,8 +35,9 @@ pub(super) async fn command(
     (outcome.exit_code, stdout, stderr)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
+/// A live session of a writable bundle in a workspace with a directory `sub`; the directories live as long as the
+/// first value.
+async fn session() -> ([TempDir; 3], service_supervisor::ServiceRuntime, String) {
     let (home, bundle, cwd) = (
         TempDir::new().unwrap(),
         TempDir::new().unwrap(),
@@ -56,6 +57,12 @@ async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
         .await
         .unwrap()
         .id;
+    ([home, bundle, cwd], rt, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
+    let (_dirs, rt, id) = session().await;
     let probe = r#"echo "[$BASH_EXECUTION_STRING]"; pwd; echo err >&2; read x; echo "read=$?"; set | grep -c '^__service_'; exit 5"#;
     let first = command(&rt, &id, probe).await;
     assert_eq!(
@@ -95,24 +102,7 @@ async fn a_command_handed_to_the_waiting_shell_behaves_as_one_started_for_it() {
 /// event wait a moment for others to share its write, and the first line of a command that then sleeps is one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commands_first_output_is_seen_while_it_still_runs() {
-    let (home, bundle, cwd) = (
-        TempDir::new().unwrap(),
-        TempDir::new().unwrap(),
-        super::support::sandbox_tempdir(),
-    );
-    write_bundle(
-        bundle.path(),
-        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
-        "",
-        "workspace_write",
-    );
-    super::support::give_to_sandbox(cwd.path());
-    let rt = runtime(home.path());
-    let id = rt
-        .create_session(bundle.path().to_str().unwrap(), Some(cwd.path()))
-        .await
-        .unwrap()
-        .id;
+    let (_dirs, rt, id) = session().await;
     // Back to back, so the second goes to a waiting shell: its begin and first line come within the moment.
     command(&rt, &id, "true").await;
     let mut events = rt.subscribe_session(&id).await.unwrap();
