@@ -17,6 +17,10 @@ use serde_json::{json, Value};
 use service_ipc::{EventPayload, Task, TurnOverrides};
 use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::env_or;
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 const BIN: &str = env!("CARGO_BIN_EXE_service-rs");
@@ -143,10 +147,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn bench() -> BenchResult<()> {
-    let turns: usize = std::env::var("BENCH_TURNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let turns: usize = env_or("BENCH_TURNS", 200);
     let tmp = tempfile::tempdir()?;
     let (home, ws, src) = (
         tmp.path().join("home"),

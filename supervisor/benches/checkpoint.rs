@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 
 use service_supervisor::checkpoint::Checkpoints;
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::env_or;
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 const FILES: usize = 10_000;
@@ -154,10 +158,7 @@ fn run_once(exe: &Path, home: &Path, cwd: &Path, first: bool) -> BenchResult<Dur
 }
 
 fn main() -> BenchResult<()> {
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(40);
+    let iters: usize = env_or("BENCH_ITERS", 40);
     let exe = std::env::var_os("BENCH_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));

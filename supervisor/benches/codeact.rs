@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 use service_ipc::{Task, TurnOverrides, TurnStatus};
 use service_supervisor::{worker_beside, RuntimeOptions, ServiceHome, ServiceRuntime};
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{env_or, median};
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// The calls added to a turn to measure one, unless `BENCH_CALLS` says otherwise.
@@ -91,20 +95,8 @@ async fn turn(rt: &ServiceRuntime, id: &str, how: &str, calls: usize) -> BenchRe
     Ok(started.elapsed())
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
 fn main() -> BenchResult<()> {
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
-    let calls: usize = std::env::var("BENCH_CALLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CALLS);
+    let (iters, calls) = (env_or("BENCH_ITERS", 30), env_or("BENCH_CALLS", CALLS));
     // One model step per call: agent.yaml allows at most 1,000 steps, and this figure is only a comparison.
     let steps = calls.min(CALLS);
     let exe = std::env::var_os("BENCH_EXE")

@@ -26,6 +26,10 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use service_supervisor::{egress::Resolver, RuntimeOptions, ServiceHome, ServiceRuntime};
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{env_or, median};
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Set in the child process that serves as the upstream; holds the number of big requests to wait for.
@@ -130,11 +134,6 @@ fn read_times(path: &Path) -> BenchResult<Vec<Duration>> {
     Ok(times)
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -148,10 +147,7 @@ async fn run_command(rt: &ServiceRuntime, id: &str, command: &str) -> BenchResul
 }
 
 fn main() -> BenchResult<()> {
-    let tunnel_mb: usize = std::env::var("BENCH_TUNNEL_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let tunnel_mb: usize = env_or("BENCH_TUNNEL_MB", 5);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -160,10 +156,7 @@ fn main() -> BenchResult<()> {
         let big = Bytes::from(vec![b'x'; tunnel_mb << 20]);
         return tokio.block_on(upstream(expected.parse()?, big));
     }
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let iters: usize = env_or("BENCH_ITERS", 200);
 
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .env(UPSTREAM_ENV, (SESSIONS * TUNNELS_PER_SESSION).to_string())

@@ -16,6 +16,10 @@ use service_ipc::{Task, TurnOverrides};
 use service_supervisor::{server, RuntimeOptions, ServiceHome, ServiceRuntime};
 use tokio::io::AsyncBufReadExt;
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{env_or, median};
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn write_bundle(dir: &Path, words: usize) -> std::io::Result<()> {
@@ -34,11 +38,6 @@ fn write_bundle(dir: &Path, words: usize) -> std::io::Result<()> {
         {"replies": [{"text": "ok"}]},
     ]});
     std::fs::write(dir.join("resources/script.json5"), script.to_string())
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn task(prompt: &str) -> serde_json::Value {
@@ -122,14 +121,8 @@ fn main() -> BenchResult<()> {
     if let Ok(url) = std::env::var(CLIENT_ENV) {
         return sse_clients(url);
     }
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let events: usize = std::env::var("BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let iters: usize = env_or("BENCH_ITERS", 200);
+    let events: usize = env_or("BENCH_EVENTS", 20_000);
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_service-rs"));
     let home = tempfile::TempDir::new()?;
     let bundle = tempfile::TempDir::new()?;

@@ -25,6 +25,10 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use service_ipc::{EventPayload, Task, TurnOverrides};
 use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::median;
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 const SERVER_ENV: &str = "BENCH_MCP_SERVER";
@@ -76,11 +80,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn ms(d: Duration) -> f64 {

@@ -12,26 +12,16 @@
 //! all printed so the machine's noise shows. `BENCH_MODE` sets the sandbox mode (default `workspace_write`, whose
 //! turns take workspace checkpoints; `read_only` takes none).
 
-use std::time::Duration;
-
 #[path = "common/openai.rs"]
 mod openai;
 #[path = "common/serve.rs"]
 mod serve;
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{env_or, median};
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64() * 1e3
-}
 
 fn main() -> BenchResult<()> {
     let (iters, rounds) = (env_or("BENCH_ITERS", 400), env_or("BENCH_ROUNDS", 3));
@@ -63,7 +53,8 @@ fn main() -> BenchResult<()> {
                 turns.push(serve::turn(&client, &url).await?);
                 direct.push(openai::direct(&client, &provider).await?);
             }
-            let (t, d) = (median(turns), median(direct));
+            let ms = |v| median(v).as_secs_f64() * 1e3;
+            let (t, d) = (ms(turns), ms(direct));
             println!(
                 "| {round} | {t:.3} ms | {d:.3} ms | {:+.3} ms (target at most 0.5) |",
                 t - d

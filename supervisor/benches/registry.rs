@@ -15,19 +15,11 @@ use std::time::{Duration, Instant};
 use service_supervisor::registry::{self, Access};
 use service_supervisor::ServiceHome;
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{env_or, median};
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
 
 /// Writes a bundle project with `mb` MiB of random bytes under resources/.
 fn project(dir: &Path, mb: usize) -> BenchResult<()> {

@@ -59,6 +59,10 @@ mod openai;
 #[path = "runtime/loopback.rs"]
 mod loopback;
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::env_or;
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// What the runtime measures in-process: samples of each kind, and memory in KiB.
@@ -236,10 +240,7 @@ fn bare_bwrap_once() -> BenchResult<Duration> {
 }
 
 fn main() -> BenchResult<()> {
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let iters: usize = env_or("BENCH_ITERS", 200);
     let exe = std::env::var_os("BENCH_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));

@@ -38,14 +38,11 @@ mod openai;
 #[path = "scale/plot.rs"]
 mod plot;
 
-type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+#[path = "common/stats.rs"]
+mod stats;
+use stats::env_or;
 
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// What one run measured.
 pub struct Run {

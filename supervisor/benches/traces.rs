@@ -8,11 +8,14 @@
 //! `BENCH_ITERS` sets the samples of each (default 400).
 
 use std::path::Path;
-use std::time::Duration;
 
 #[path = "common/serve.rs"]
 mod serve;
 use serve::{serve, session, turn};
+
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{env_or, median};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -33,16 +36,8 @@ fn write_bundle(dir: &Path) -> std::io::Result<()> {
     )
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn main() -> BenchResult<()> {
-    let iters: usize = std::env::var("BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
+    let iters: usize = env_or("BENCH_ITERS", 400);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
