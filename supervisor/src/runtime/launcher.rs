@@ -7,6 +7,7 @@ use std::sync::Arc;
 use service_ipc::SandboxMode;
 
 use super::error::Result;
+use super::process_spawn::ProcessSpec;
 use crate::bundle::SandboxSpec;
 use crate::sandbox::limits::Limits;
 
@@ -34,8 +35,8 @@ pub struct LaunchSpec<'a> {
 
 /// A prepared worker command and the paths as the worker sees them.
 pub struct Launch {
-    /// The command to spawn.
-    pub command: tokio::process::Command,
+    /// The process to spawn.
+    pub command: ProcessSpec,
     /// Bundle root inside the worker's view.
     pub bundle_dir: PathBuf,
     /// Workspace inside the worker's view.
@@ -76,8 +77,8 @@ pub trait Launcher: Send + Sync {
 pub struct HostLauncher;
 
 /// The only environment a worker gets: enough to run shells and tools, and never a provider key.
-pub fn minimal_env(command: &mut tokio::process::Command, home: &Path) {
-    command.env_clear();
+pub fn minimal_env(command: &mut ProcessSpec, home: &Path) {
+    command.env.clear();
     command.env(
         "PATH",
         "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
@@ -102,23 +103,16 @@ impl Launcher for HostLauncher {
     }
 
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch> {
-        let mut command = tokio::process::Command::new(spec.exe);
+        let mut command = ProcessSpec::new(spec.exe);
         command
             .arg("worker")
             .arg("--ipc-fd")
             .arg(spec.ipc_fd.to_string())
             .arg("--label")
-            .arg(spec.session_id)
-            .current_dir(spec.workspace);
+            .arg(spec.session_id);
+        command.cwd = spec.workspace.to_path_buf();
+        command.die_with_parent = true;
         minimal_env(&mut command, spec.workspace);
-        #[cfg(target_os = "linux")]
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
-            });
-        }
         let view = self.view(spec.sandbox, spec.workspace)?;
         Ok(Launch {
             command,

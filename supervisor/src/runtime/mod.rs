@@ -36,6 +36,7 @@ mod names;
 pub mod operations;
 mod ownership;
 mod prestart;
+pub mod process_spawn;
 pub mod quota;
 pub mod record;
 pub mod session;

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use futures::{SinkExt, StreamExt};
 use service_ipc::{SandboxMode, ToSupervisor, ToWorker, WorkerConfig, PROTOCOL_VERSION};
@@ -17,6 +17,7 @@ use tokio_util::codec::Framed;
 
 use super::error::{Result, RuntimeError};
 use super::launcher::LaunchSpec;
+use super::process_spawn;
 use super::worker_process::WorkerProcess;
 use super::Inner;
 use crate::bundle::Bundle;
@@ -101,23 +102,28 @@ pub(crate) async fn start(
     let egress = egress.filter(|_| launch.confinement != SandboxMode::DangerFullAccess);
     let limits = launch.limits;
     let warm_for = rt.options.handshake_timeout;
-    let mut command = launch.command;
-    // Its own process group: a terminal's Ctrl-C signals the foreground group, and it is the supervisor's to turn
-    // into an interrupt, not the worker's to die of.
-    command
-        .kill_on_drop(true)
-        .process_group(0)
-        .stdin(std::process::Stdio::null());
-    // Nothing from a sandbox may reach this process's stdout, which may carry a protocol (`acp`, `mcp serve`):
-    // what the worker writes there goes to stderr, with the logs.
-    if let Ok(stderr) = std::io::stderr().as_fd().try_clone_to_owned() {
-        command.stdout(std::process::Stdio::from(stderr));
-    } else {
-        command.stdout(std::process::Stdio::null());
-    }
+    // Its own process group (see `process_spawn`): a terminal's Ctrl-C signals the foreground group, and it is
+    // the supervisor's to turn into an interrupt, not the worker's to die of. Nothing from a sandbox may reach this
+    // process's stdout, which may carry a protocol (`acp`, `mcp serve`): what the worker writes there goes to
+    // stderr, with the logs.
+    let null = |write: bool| {
+        let file = std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .open("/dev/null");
+        file.map(OwnedFd::from)
+    };
     let mut inherited: Vec<_> = launch.inherit.iter().map(|fd| fd.as_fd()).collect();
     inherited.push(theirs.as_fd());
-    let spawned = spawn_with_fds(&mut command, &inherited);
+    let spawned = null(false).and_then(|stdin| {
+        let stderr = std::io::stderr().as_fd().try_clone_to_owned();
+        let stdout = stderr.or_else(|_| null(true))?;
+        let stdio = process_spawn::Stdio {
+            stdin: stdin.as_fd(),
+            stdout: stdout.as_fd(),
+        };
+        process_spawn::spawn(&launch.command, stdio, &inherited)
+    });
     drop(inherited);
     drop(launch.inherit);
     let mut child = spawned.map(WorkerProcess::new).map_err(|e| {
@@ -442,29 +448,6 @@ fn host_variable(rt: &Inner, id: &str, name: &str) -> Option<String> {
         return None;
     }
     std::env::var(name).ok()
-}
-
-/// Serialises spawns that pass a descriptor: it is made inheritable only for the spawn, and no other worker's spawn
-/// may run meanwhile, or that worker's sandbox would inherit this one's socket.
-static SPAWN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Spawns `command` with `fds` inherited at their current numbers (and no other descriptor of ours).
-fn spawn_with_fds(
-    command: &mut tokio::process::Command,
-    fds: &[std::os::fd::BorrowedFd<'_>],
-) -> std::io::Result<tokio::process::Child> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let set = |flags: FdFlag| -> std::io::Result<()> {
-        for fd in fds {
-            fcntl(fd, FcntlArg::F_SETFD(flags))?;
-        }
-        Ok(())
-    };
-    let spawned = set(FdFlag::empty()).and_then(|()| command.spawn());
-    // Close-on-exec again whatever happened, so that no later spawn inherits them.
-    set(FdFlag::FD_CLOEXEC)?;
-    spawned
 }
 
 /// Sends the cgroup handoff over the worker's socket: one byte carrying `handles` (see

@@ -15,15 +15,16 @@ use std::process::ExitStatus;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-/// A started worker process, leader of its own process group (`process_group(0)`); the group is killed when this
-/// is killed or dropped.
+use super::process_spawn::Child;
+
+/// A started worker process, leader of its own process group; the group is killed when this is killed or dropped.
 pub(crate) struct WorkerProcess {
-    child: tokio::process::Child,
+    child: Child,
 }
 
 impl WorkerProcess {
-    /// Takes charge of `child`, which must have been started as the leader of a new process group.
-    pub(crate) fn new(child: tokio::process::Child) -> WorkerProcess {
+    /// Takes charge of `child`, which [`super::process_spawn::spawn`] started as the leader of a new process group.
+    pub(crate) fn new(child: Child) -> WorkerProcess {
         WorkerProcess { child }
     }
 
@@ -58,8 +59,8 @@ impl WorkerProcess {
 }
 
 impl Drop for WorkerProcess {
-    /// A worker dropped unkilled (a start given up, a runtime dropped) takes its group with it; the child's own
-    /// `kill_on_drop` then reaps the leader.
+    /// A worker dropped unkilled (a start given up, a runtime dropped) takes its group with it; the child, dropped
+    /// next, reaps the leader.
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             self.kill_group();
@@ -70,13 +71,13 @@ impl Drop for WorkerProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::fd::{AsFd, AsRawFd, OwnedFd};
     use std::time::{Duration, Instant};
 
     /// Starts bwrap with `--userns-block-fd`, so that it stops before it writes the uid map while its child waits
     /// for it: the window in which bwrap killed alone leaves the child behind. Returns bwrap, the child's pid (from
     /// `--info-fd`) and the end that would let bwrap go on.
-    async fn bwrap_held_before_its_uid_map() -> Option<(tokio::process::Child, i32, OwnedFd)> {
+    async fn bwrap_held_before_its_uid_map() -> Option<(Child, i32, OwnedFd)> {
         if std::process::Command::new("bwrap")
             .arg("--version")
             .output()
@@ -87,24 +88,39 @@ mod tests {
         }
         let (block_read, block_write) = nix::unistd::pipe().unwrap();
         let (info_read, info_write) = nix::unistd::pipe().unwrap();
-        for fd in [&block_read, &info_write] {
-            nix::fcntl::fcntl(
-                fd,
-                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-            )
-            .unwrap();
+        let mut command = crate::runtime::process_spawn::ProcessSpec::new(
+            crate::sandbox::find_bwrap().expect("bwrap in PATH"),
+        );
+        for arg in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--die-with-parent",
+            "--userns-block-fd",
+            &block_read.as_raw_fd().to_string(),
+            "--info-fd",
+            &info_write.as_raw_fd().to_string(),
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ] {
+            command.arg(arg);
         }
-        let mut command = tokio::process::Command::new("bwrap");
-        command
-            .args(["--unshare-user", "--unshare-pid", "--die-with-parent"])
-            .args(["--userns-block-fd", &block_read.as_raw_fd().to_string()])
-            .args(["--info-fd", &info_write.as_raw_fd().to_string()])
-            .args(["--ro-bind", "/", "/", "true"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .process_group(0);
-        let child = command.spawn().unwrap();
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let stdio = crate::runtime::process_spawn::Stdio {
+            stdin: null.as_fd(),
+            stdout: null.as_fd(),
+        };
+        let child = crate::runtime::process_spawn::spawn(
+            &command,
+            stdio,
+            &[block_read.as_fd(), info_write.as_fd()],
+        )
+        .unwrap();
         drop((block_read, info_write));
         // bwrap writes the child's pid, then blocks on the other pipe.
         let mut info = String::new();

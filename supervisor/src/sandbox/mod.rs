@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use crate::bundle::SandboxSpec;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::launcher::{HostLauncher, Launch, LaunchSpec, Launcher, View};
+use crate::runtime::process_spawn::ProcessSpec;
 
 /// Starts workers confined as their manifest says (or on the host when `dangerous` is set).
 pub struct SandboxLauncher {
@@ -231,13 +232,10 @@ impl Launcher for SandboxLauncher {
         };
         let lang = std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into());
         let term = std::env::var("TERM").unwrap_or_else(|_| "dumb".into());
-        let mut command = tokio::process::Command::new(bwrap);
-        command.args(bwrap::args(&mounts, &paths, perms, &lang, &term));
+        let mut command = ProcessSpec::new(bwrap);
+        command.args = bwrap::args(&mounts, &paths, perms, &lang, &term);
         // bwrap's own environment is visible in the sandbox as /proc/1/environ: give it nothing worth reading.
-        command
-            .env_clear()
-            .env("PATH", bwrap::SANDBOX_PATH)
-            .current_dir("/");
+        command.env("PATH", bwrap::SANDBOX_PATH);
         let limits = Arc::new(limits::Limits::new(
             spec.session_id,
             limits::Budget {
@@ -246,24 +244,9 @@ impl Launcher for SandboxLauncher {
             },
         ));
         if let Some(id) = runs_as {
-            // The standard library also drops root's supplementary groups when it changes the user.
-            command.uid(id.uid).gid(id.gid);
-            let rlimits = limits.spawn_rlimits();
-            // SAFETY: setrlimit(2) is async-signal-safe and reads only `rlimits`, which the closure owns.
-            unsafe {
-                command.pre_exec(move || {
-                    for &(resource, value) in &rlimits {
-                        let limit = nix::libc::rlimit {
-                            rlim_cur: value,
-                            rlim_max: value,
-                        };
-                        if nix::libc::setrlimit(resource, &limit) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                    }
-                    Ok(())
-                });
-            }
+            // Without supplementary groups, and with the rlimits set before bwrap runs (see `spawn_rlimits`).
+            command.user = Some((id.uid, id.gid));
+            command.rlimits = limits.spawn_rlimits();
         }
         let view = self.view(sandbox, spec.workspace)?;
         Ok(Launch {
