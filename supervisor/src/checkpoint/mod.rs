@@ -11,7 +11,8 @@
 //! - Past the session's bound, the oldest checkpoints go, and their content with them when nothing else holds it.
 //!
 //! Layout: `sessions/<id>/checkpoints/{index.jsonl, <n>.manifest, objects/<sha256>}` ([`index`]), the objects hard
-//! links into `$SERVICE_HOME/checkpoints/objects/`.
+//! links into `$SERVICE_HOME/checkpoints/objects/`. A checkpoint of a workspace unchanged since the previous one
+//! has no manifest: its line in the index names the checkpoint whose manifest it shares (`same_as`).
 
 mod diff;
 mod index;
@@ -121,6 +122,18 @@ pub struct Point {
     /// Changes-only manifests since the last whole one.
     #[serde(default)]
     depth: u32,
+    /// The checkpoint whose manifest holds this one's tree, when the workspace had not changed since: it has no
+    /// manifest of its own. Most turns start as the previous one ended, and a turn that writes nothing ends as it
+    /// started; a file per such checkpoint cost a new inode each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    same_as: Option<u64>,
+}
+
+impl Point {
+    /// The checkpoint whose manifest holds its tree.
+    fn stored(&self) -> u64 {
+        self.same_as.unwrap_or(self.id)
+    }
 }
 
 /// What taking a checkpoint did.
@@ -227,16 +240,19 @@ impl Checkpoints {
             .map_err(|e| CheckpointError::io("cannot checkpoint", root, e))?;
         let index = state.index.get_or_insert_with(Index::default);
         let id = index.next;
+        let find = |id: u64| index.points.iter().find(|p| p.id == id);
         let base = prev
             .as_ref()
-            .and_then(|(pid, t)| index.points.iter().find(|p| p.id == *pid).map(|p| (p, t)));
-        let (manifest, depth) = match base {
-            Some((p, t)) if p.depth < MAX_CHAIN => {
-                (Manifest::delta(&scanned.tree, t, p.id), p.depth + 1)
-            }
-            _ => (Manifest::whole(&scanned.tree), 0),
+            .and_then(|(pid, t)| find(find(*pid)?.stored()).map(|p| (p, t)));
+        let delta = base.map(|(p, t)| (p, Manifest::delta(&scanned.tree, t, p.id)));
+        let (manifest, depth, same_as) = match delta {
+            Some((p, d)) if d.set.is_empty() && d.del.is_empty() => (None, p.depth, Some(p.id)),
+            Some((p, d)) if p.depth < MAX_CHAIN => (Some(d), p.depth + 1, None),
+            _ => (Some(Manifest::whole(&scanned.tree)), 0, None),
         };
-        self.write(&self.manifest_path(id), &manifest.to_bytes())?;
+        if let Some(manifest) = manifest {
+            self.write(&self.manifest_path(id), &manifest.to_bytes())?;
+        }
         let files = scanned.tree.files() as u64;
         index.next += 1;
         index.points.push(Point {
@@ -245,6 +261,7 @@ impl Checkpoints {
             at,
             files,
             depth,
+            same_as,
         });
         // Counted whole once (a fork's first checkpoint holds content it was given), then as content is linked.
         index.bytes = match index.points.len() {
@@ -290,18 +307,23 @@ impl Checkpoints {
             let mut trees = Vec::new();
             for p in &index.points {
                 if !gone.contains(&p.id) {
-                    trees.push((p.id, self.tree_of(p.id)?));
+                    trees.push((p.id, self.tree_of(p.stored())?));
                 }
             }
             for (id, tree) in &trees {
-                let p = index.points.iter().find(|p| p.id == *id);
-                if p.is_some_and(|p| p.depth > 0) {
-                    let chain = self.chain(*id)?;
-                    if chain.iter().any(|c| gone.contains(c)) {
-                        self.write(&self.manifest_path(*id), &Manifest::whole(tree).to_bytes())?;
-                        if let Some(p) = index.points.iter_mut().find(|p| p.id == *id) {
-                            p.depth = 0;
-                        }
+                let Some(p) = index.points.iter().find(|p| p.id == *id) else {
+                    continue;
+                };
+                // A checkpoint that shares a dropped one's manifest, or whose chain runs through one, gets its own.
+                let orphaned = match p.same_as {
+                    Some(stored) => gone.contains(&stored),
+                    None => p.depth > 0 && self.chain(*id)?.iter().any(|c| gone.contains(c)),
+                };
+                if orphaned {
+                    self.write(&self.manifest_path(*id), &Manifest::whole(tree).to_bytes())?;
+                    if let Some(p) = index.points.iter_mut().find(|p| p.id == *id) {
+                        p.depth = 0;
+                        p.same_as = None;
                     }
                 }
             }
@@ -340,7 +362,7 @@ impl Checkpoints {
         }
         let index = index::load(&self.dir)?;
         if let Some(last) = index.points.last() {
-            state.last = Some((last.id, Arc::new(self.tree_of(last.id)?)));
+            state.last = Some((last.id, Arc::new(self.tree_of(last.stored())?)));
         }
         state.index = Some(index);
         Ok(())
@@ -409,7 +431,7 @@ impl Checkpoints {
             .rev()
             .find(|p| p.turn_id == turn_id && p.at == at)
         {
-            Some(p) => self.tree_of(p.id).map(Some),
+            Some(p) => self.tree_of(p.stored()).map(Some),
             None => Ok(None),
         }
     }

@@ -264,3 +264,29 @@ fn each_checkpoint_appends_one_line_and_an_older_or_torn_index_still_reads() {
     assert!(!restored.0.is_empty());
     assert_eq!(std::fs::read_to_string(f.ws.join("a.txt")).unwrap(), "one");
 }
+
+#[test]
+fn a_checkpoint_of_an_unchanged_workspace_shares_the_previous_manifest_and_still_restores() {
+    let f = fixture(u64::MAX);
+    turn(&f, "t1", |ws| {
+        std::fs::write(ws.join("a.txt"), "one").unwrap()
+    });
+    turn(&f, "t2", |_| {});
+    turn(&f, "t3", |ws| {
+        std::fs::write(ws.join("a.txt"), "three").unwrap()
+    });
+    let manifests = std::fs::read_dir(f.root.join("session/checkpoints"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
+        .count();
+    assert_eq!(
+        manifests, 3,
+        "t1's start and end and t3's end; t2's checkpoints and t3's start share t1's end"
+    );
+    let reopened = Checkpoints::new(&f.root.join("session"), &f.root.join("pool"), u64::MAX);
+    let unchanged = reopened.turn_changes("t2").unwrap().unwrap_or_default();
+    assert!(unchanged.is_empty(), "{unchanged:?}");
+    reopened.rewind(&f.ws, "t3", "r", false).unwrap();
+    assert_eq!(std::fs::read_to_string(f.ws.join("a.txt")).unwrap(), "one");
+}
