@@ -257,7 +257,12 @@ fn in_child(p: &Prepared, failed: *mut libc::c_int) -> isize {
         {
             fail();
         }
-        if libc::dup2(p.stdin, 0) < 0 || libc::dup2(p.stdout, 1) < 0 {
+        // A descriptor already at its place keeps close-on-exec through dup2: clear the flag instead.
+        let place = |fd: RawFd, at: RawFd| match fd == at {
+            true => libc::fcntl(at, libc::F_SETFD, 0) == 0,
+            false => libc::dup2(fd, at) == at,
+        };
+        if !place(p.stdin, 0) || !place(p.stdout, 1) {
             fail();
         }
         for &fd in &p.inherit {
