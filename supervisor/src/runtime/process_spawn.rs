@@ -483,6 +483,55 @@ mod tests {
         );
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn processes_spawned_at_the_same_time_inherit_only_their_own_descriptor() {
+        const N: usize = 12;
+        let pairs: Vec<_> = (0..N)
+            .map(|_| std::os::unix::net::UnixStream::pair().unwrap())
+            .collect();
+        let numbers: Vec<RawFd> = pairs.iter().map(|(_, theirs)| theirs.as_raw_fd()).collect();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(N));
+        let mut started = Vec::new();
+        for (_, theirs) in pairs {
+            let barrier = barrier.clone();
+            let fd = theirs.as_raw_fd();
+            started.push(tokio::task::spawn_blocking(move || {
+                let (stdin, _) = stdio_null();
+                let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+                let mut spec = ProcessSpec::new("/bin/sh");
+                spec.arg("-c").arg("ls /proc/self/fd");
+                barrier.wait();
+                let stdio = Stdio {
+                    stdin: stdin.as_fd(),
+                    stdout: write.as_fd(),
+                };
+                let child = spawn(&spec, stdio, &[theirs.as_fd()]).unwrap();
+                (fd, child, read)
+            }));
+        }
+        for task in started {
+            let (own, mut child, read) = task.await.unwrap();
+            assert!(child.wait().await.unwrap().success());
+            let listed: Vec<RawFd> = std::io::read_to_string(std::fs::File::from(read))
+                .unwrap()
+                .split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            assert!(
+                listed.contains(&own),
+                "its own descriptor {own} is missing: {listed:?}"
+            );
+            let foreign: Vec<_> = numbers
+                .iter()
+                .filter(|n| **n != own && listed.contains(n))
+                .collect();
+            assert!(
+                foreign.is_empty(),
+                "inherited another process's socket: {foreign:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn a_missing_program_is_an_error_of_spawn() {
         let (stdin, stdout) = stdio_null();
