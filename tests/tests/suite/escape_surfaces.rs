@@ -628,8 +628,16 @@ fn a_root_supervisors_sandbox_reads_no_root_only_file_and_writes_no_root_owned_p
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();
+    // Readable by root's group: a sandbox that kept the supervisor's groups could read it.
+    std::fs::write(project.path().join("group-secret"), "root-group-4712").unwrap();
+    std::fs::set_permissions(
+        project.path().join("group-secret"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
     std::fs::set_permissions(project.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = "cat /workspace/secret 2>&1; ls /etc/ssl; ls /etc/ssl/private 2>&1; echo probed";
+    let probe = "cat /workspace/secret /workspace/group-secret 2>&1; ls /etc/ssl; ls /etc/ssl/private 2>&1; \
+                 echo probed";
     super::sandbox::bundle(
         &env,
         "reader",
@@ -656,6 +664,13 @@ fn a_root_supervisors_sandbox_reads_no_root_only_file_and_writes_no_root_owned_p
         text.contains("certs") && !text.contains("private\n") && text.contains("No such file"),
         "/etc/ssl shows its certificates only: {text}"
     );
+
+    if root {
+        assert!(
+            !text.contains("root-group-4712"),
+            "the sandbox read a file only root's group may read: {text}"
+        );
+    }
 
     let wrote = env.run(&["run", "./writer", "--prompt", "go", "--cwd", cwd]);
     if root {
