@@ -321,15 +321,15 @@ impl Child {
 
     /// Waits for it to exit.
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        loop {
-            if let Some(status) = self.try_wait()? {
-                return Ok(status);
-            }
-            let Some(fd) = &self.pidfd else {
-                return Err(std::io::Error::other("the process is not watched"));
-            };
-            fd.readable().await?.clear_ready();
+        if let Some(status) = self.status {
+            return Ok(status);
         }
+        let Some(fd) = &self.pidfd else {
+            return Err(std::io::Error::other("the process is not watched"));
+        };
+        let status = exited(fd).await?;
+        self.status = Some(status);
+        Ok(status)
     }
 
     /// Sends it SIGKILL, unless it has been reaped.
@@ -351,14 +351,7 @@ impl Drop for Child {
         };
         let _ = signal_kill(fd.get_ref().as_fd());
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn(async move {
-                while matches!(reap(fd.get_ref().as_fd(), WaitPidFlag::WNOHANG), Ok(None)) {
-                    match fd.readable().await {
-                        Ok(mut ready) => ready.clear_ready(),
-                        Err(_) => break,
-                    }
-                }
-            })),
+            Ok(rt) => drop(rt.spawn(async move { exited(&fd).await })),
             Err(_) => {
                 let fd = fd.into_inner();
                 let _ = std::thread::Builder::new()
@@ -366,6 +359,16 @@ impl Drop for Child {
                     .spawn(move || reap(fd.as_fd(), WaitPidFlag::empty()));
             }
         }
+    }
+}
+
+/// Reaps the process of `pidfd` once it has exited: its pidfd becomes readable then.
+async fn exited(pidfd: &AsyncFd<OwnedFd>) -> std::io::Result<ExitStatus> {
+    loop {
+        if let Some(status) = reap(pidfd.get_ref().as_fd(), WaitPidFlag::WNOHANG)? {
+            return Ok(status);
+        }
+        pidfd.readable().await?.clear_ready();
     }
 }
 
