@@ -10,7 +10,10 @@
 //!   second, median and p99 latency;
 //! - after the turns (0.5 s later) and after `BENCH_IDLE_SECS` (default 35: past the worker's 30 s that lets idle
 //!   spare shells go) of idle time: processes per session, the proportional memory (PSS) of the server and all its
-//!   processes, and the server's open descriptors and threads.
+//!   processes, and the server's open descriptors and threads;
+//! - with `BENCH_IDLE_TIMEOUT` (seconds; `serve --idle-timeout`, whose default is 15 minutes): the same once that
+//!   timeout has stopped the idle workers, then one more turn per session whose model runs Bash again, so each
+//!   starts a new sandbox and worker: what a session returning after the timeout pays.
 //!
 //! Two kinds of sessions, each in runs of its own: sessions whose model answers the first turn with a Bash call
 //! (`true`), so each starts its sandbox and worker and runs a command, as an agent's turns do; and sessions whose
@@ -56,6 +59,27 @@ pub struct Run {
     pub after: Footprint,
     /// After the idle time.
     pub idle: Footprint,
+    /// After `BENCH_IDLE_TIMEOUT`, when set: what the sessions hold once their workers were stopped, and their next
+    /// turns, each running Bash again in a new sandbox.
+    pub reaped: Option<Reaped>,
+}
+
+/// Sessions whose workers the idle timeout stopped, and their next tool turns.
+pub struct Reaped {
+    pub footprint: Footprint,
+    pub per_sec: f64,
+    pub p99: Duration,
+}
+
+/// What one run does: `sessions` sessions, `clients` clients, `rounds` warm turns each, footprints after
+/// `idle_secs` and, when `idle_timeout` is not 0, past that idle timeout of `serve`'s.
+#[derive(Clone, Copy)]
+struct Plan {
+    sessions: usize,
+    clients: usize,
+    rounds: usize,
+    idle_secs: u64,
+    idle_timeout: u64,
 }
 
 /// What the server and its processes hold.
@@ -68,10 +92,15 @@ pub struct Footprint {
     pub server_threads: usize,
 }
 
-/// One `run-sync` turn; fails unless the answer is the server's `ok`.
-async fn turn(client: &reqwest::Client, base: &str, id: &str) -> BenchResult<Duration> {
+/// One `run-sync` turn of `prompt`; fails unless the answer is the server's `ok`.
+async fn turn(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    prompt: &str,
+) -> BenchResult<Duration> {
     let t = Instant::now();
-    let body = serde_json::json!({"input": {"prompt": "hi", "submission_id": uuid::Uuid::new_v4(), "completed": false}});
+    let body = serde_json::json!({"input": {"prompt": prompt, "submission_id": uuid::Uuid::new_v4(), "completed": false}});
     let resp = client
         .post(format!("{base}/sessions/{id}/run-sync"))
         .json(&body)
@@ -141,13 +170,23 @@ fn footprint(server_pid: u32, n: usize) -> Footprint {
     }
 }
 
-/// Starts `serve` on a free loopback port over `home`; returns it and its base URL.
-async fn serve(exe: &Path, home: &Path) -> BenchResult<(tokio::process::Child, String)> {
+/// Starts `serve` on a free loopback port over `home`, stopping workers idle for `idle_timeout` seconds (its
+/// default when 0); returns it and its base URL.
+async fn serve(
+    exe: &Path,
+    home: &Path,
+    idle_timeout: u64,
+) -> BenchResult<(tokio::process::Child, String)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
+    let mut timeout = Vec::new();
+    if idle_timeout > 0 {
+        timeout = vec!["--idle-timeout".to_string(), format!("{idle_timeout}s")];
+    }
     let child = tokio::process::Command::new(exe)
         .args(["serve", "--no-auth", "--bind", &format!("127.0.0.1:{port}")])
+        .args(timeout)
         .env("SERVICE_HOME", home)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -164,14 +203,14 @@ async fn serve(exe: &Path, home: &Path) -> BenchResult<(tokio::process::Child, S
     Err("serve did not answer /healthz within 5 s".into())
 }
 
-/// Sends the turns of `sessions` from `clients` clients at once, client `c` taking sessions `c`, `c + clients`, …,
-/// `rounds` times each; returns every turn's latency and the wall time.
+/// Sends turns of `prompt` to `sessions` from `clients` clients at once, client `c` taking sessions `c`,
+/// `c + clients`, …, `rounds` times each; returns every turn's latency, sorted, and the wall time.
 async fn load(
     client: &reqwest::Client,
     base: &str,
     sessions: &Arc<Vec<String>>,
-    clients: usize,
-    rounds: usize,
+    (clients, rounds): (usize, usize),
+    prompt: &'static str,
 ) -> BenchResult<(Vec<Duration>, Duration)> {
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -181,7 +220,7 @@ async fn load(
             let mut samples = Vec::new();
             for _ in 0..rounds {
                 for id in sessions.iter().skip(c).step_by(clients) {
-                    samples.push(turn(&client, &base, id).await?);
+                    samples.push(turn(&client, &base, id, prompt).await?);
                 }
             }
             BenchResult::Ok(samples)
@@ -191,16 +230,47 @@ async fn load(
     for t in tasks {
         all.extend(t.await??);
     }
+    all.sort();
     Ok((all, started.elapsed()))
+}
+
+/// The `p`-quantile of sorted `all`.
+fn quantile(all: &[Duration], p: f64) -> Duration {
+    all[((all.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Waits, from `since`, past `serve`'s idle timeout of `secs` and the reaper's tick (a quarter of it) until
+/// `server_pid` has no process left under it, for at most twice the timeout; then what the sessions hold, and
+/// their next turns, each of which runs Bash again in a sandbox of its own.
+async fn after_reaping(
+    (client, base, ids): (&reqwest::Client, &str, &Arc<Vec<String>>),
+    server_pid: u32,
+    plan: Plan,
+    since: Instant,
+) -> BenchResult<Reaped> {
+    let timeout = Duration::from_secs(plan.idle_timeout);
+    tokio::time::sleep((since + timeout).saturating_duration_since(Instant::now())).await;
+    while !descendants(server_pid).is_empty() && since.elapsed() < 2 * timeout {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let footprint = footprint(server_pid, plan.sessions);
+    let (back, wall) = load(client, base, ids, (plan.clients, 1), openai::AGAIN).await?;
+    Ok(Reaped {
+        footprint,
+        per_sec: plan.sessions as f64 / wall.as_secs_f64(),
+        p99: quantile(&back, 0.99),
+    })
 }
 
 /// One run over a new home and bundle directory, which are added to `kept`.
 async fn one_run(
     exe: &Path,
     model: &str,
-    (n, clients, rounds, idle_secs): (usize, usize, usize, u64),
+    plan: Plan,
     kept: &mut Vec<tempfile::TempDir>,
 ) -> BenchResult<Run> {
+    let (n, clients, rounds, idle_secs) =
+        (plan.sessions, plan.clients, plan.rounds, plan.idle_secs);
     let home = tempfile::TempDir::new()?;
     if let Ok(config) = std::env::var("BENCH_CONFIG_TOML") {
         std::fs::write(home.path().join("config.toml"), config)?;
@@ -214,7 +284,7 @@ async fn one_run(
     if !built.status.success() {
         return Err(format!("build failed: {}", String::from_utf8_lossy(&built.stderr)).into());
     }
-    let (server, base) = serve(exe, home.path()).await?;
+    let (server, base) = serve(exe, home.path(), plan.idle_timeout).await?;
     let server_pid = server.id().ok_or("serve has no pid")?;
     let client = reqwest::Client::new();
     let mut ids = Vec::with_capacity(n);
@@ -230,10 +300,9 @@ async fn one_run(
         ids.push(created["id"].as_str().ok_or("no session id")?.to_string());
     }
     let ids = Arc::new(ids);
-    let (mut cold, cold_wall) = load(&client, &base, &ids, clients, 1).await?;
-    cold.sort();
-    let (mut warm, warm_wall) = load(&client, &base, &ids, clients, rounds).await?;
-    warm.sort();
+    let (cold, cold_wall) = load(&client, &base, &ids, (clients, 1), "hi").await?;
+    let (warm, warm_wall) = load(&client, &base, &ids, (clients, rounds), "hi").await?;
+    let last_turn = Instant::now();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = footprint(server_pid, n);
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
@@ -243,16 +312,20 @@ async fn one_run(
         tokio::time::sleep(Duration::from_secs(hold as u64)).await;
     }
     let idle = footprint(server_pid, n);
-    let at = |all: &[Duration], q: f64| all[((all.len() - 1) as f64 * q).round() as usize];
+    let reaped = match plan.idle_timeout {
+        0 => None,
+        _ => Some(after_reaping((&client, &base, &ids), server_pid, plan, last_turn).await?),
+    };
     let run = Run {
         sessions: n,
         cold_per_sec: n as f64 / cold_wall.as_secs_f64(),
-        cold_p99: at(&cold, 0.99),
+        cold_p99: quantile(&cold, 0.99),
         warm_per_sec: warm.len() as f64 / warm_wall.as_secs_f64(),
-        warm_median: at(&warm, 0.5),
-        warm_p99: at(&warm, 0.99),
+        warm_median: quantile(&warm, 0.5),
+        warm_p99: quantile(&warm, 0.99),
         after,
         idle,
+        reaped,
     };
     drop(server);
     kept.extend([home, bundle]);
@@ -279,6 +352,7 @@ fn main() -> BenchResult<()> {
     let clients = env_or("BENCH_CLIENTS", 16);
     let (rounds, runs) = (env_or("BENCH_WARM_ROUNDS", 10), env_or("BENCH_RUNS", 3));
     let idle_secs = env_or("BENCH_IDLE_SECS", 35) as u64;
+    let idle_timeout = env_or("BENCH_IDLE_TIMEOUT", 0) as u64;
     let provider = openai::start().map_err(|e| e.to_string())?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -289,15 +363,17 @@ fn main() -> BenchResult<()> {
     println!("Confined sessions, {clients} clients, OpenAI-compatible server on loopback; one column per run.");
     for &n in &counts {
         for kind in kinds.split(',') {
-            let (model, idle, title) = match kind.trim() {
+            let (model, idle, timeout, title) = match kind.trim() {
                 "bash" => (
                     &provider.bash,
                     idle_secs,
+                    idle_timeout,
                     "whose first turn runs a Bash command, so each starts its sandbox and worker",
                 ),
                 // No worker starts: the idle time would change nothing.
                 "text" => (
                     &provider.base,
+                    0,
                     0,
                     "whose turns all answer with text, which the supervisor serves with no worker",
                 ),
@@ -307,12 +383,14 @@ fn main() -> BenchResult<()> {
             };
             let mut results = Vec::new();
             for _ in 0..runs {
-                results.push(tokio.block_on(one_run(
-                    &exe,
-                    model,
-                    (n, clients, rounds, idle),
-                    &mut kept,
-                ))?);
+                let plan = Plan {
+                    sessions: n,
+                    clients,
+                    rounds,
+                    idle_secs: idle,
+                    idle_timeout: timeout,
+                };
+                results.push(tokio.block_on(one_run(&exe, model, plan, &mut kept))?);
             }
             println!();
             println!("{n} sessions {title}:");
@@ -367,6 +445,14 @@ fn print_runs(results: &[Run], idle_secs: u64) {
     if idle_secs > 0 {
         stages.push(("idle", |r| &r.idle));
     }
+    fn reaped(r: &Run) -> Option<&Reaped> {
+        r.reaped.as_ref()
+    }
+    if results.iter().all(|r| reaped(r).is_some()) {
+        stages.push(("past the idle timeout", |r| {
+            reaped(r).map_or(&r.after, |g| &g.footprint)
+        }));
+    }
     for (stage, of) in stages {
         let label = |what: &str| format!("{what}, {stage}");
         row(&label("processes per session"), &|r| {
@@ -383,6 +469,14 @@ fn print_runs(results: &[Run], idle_secs: u64) {
         });
         row(&label("serve's threads"), &|r| {
             format!("{:>9}", of(r).server_threads)
+        });
+    }
+    if results.iter().all(|r| reaped(r).is_some()) {
+        row("next turns (Bash in a new sandbox) per second", &|r| {
+            format!("{:>9.0}", reaped(r).map_or(0.0, |g| g.per_sec))
+        });
+        row("next turn latency, p99 ms", &|r| {
+            format!("{:>9.1}", reaped(r).map_or(0.0, |g| ms(g.p99)))
         });
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! It answers every `POST …/chat/completions` with a short streamed text answer (`ok`), chunked as llama.cpp and
 //! vLLM send it: a role chunk, a content chunk, a finish chunk with usage, `[DONE]`. Under `/bash/v1` and
-//! `/glob/v1` it is a model that makes one tool call in a conversation, in answer to its first prompt. It runs on a thread and a
-//! runtime of its own, like a server in another process, and takes no time of its own beyond HTTP.
+//! `/glob/v1` it is a model that makes one tool call in a conversation, in answer to its first prompt, and again in
+//! answer to the prompt [`AGAIN`]. It runs on a thread and a runtime of its own, like a server in another process,
+//! and takes no time of its own beyond HTTP.
 // Each bench that includes this module uses part of it.
 #![allow(dead_code)]
 
@@ -21,8 +22,8 @@ pub struct Server {
     /// The same server as a model that takes [`THINKING`] before its first byte, as a real model's prompt
     /// processing does.
     pub thinking: String,
-    /// The same server as a model that answers a conversation's first prompt with a Bash call of `true`, then
-    /// `ok`; every later prompt with `ok`.
+    /// The same server as a model that answers a conversation's first prompt, and the prompt [`AGAIN`], with a
+    /// Bash call of `true`, then `ok`; every other prompt with `ok`.
     pub bash: String,
     /// The same with a Glob call: a tool that starts no shell.
     pub glob: String,
@@ -58,6 +59,9 @@ fn answer() -> Vec<String> {
     ]
 }
 
+/// A prompt that the tool-calling models answer with their tool call again, though the conversation made it.
+pub const AGAIN: &str = "again";
+
 /// A call of `tool` with `arguments` (JSON text), streamed.
 fn call(tool: &str, arguments: &str) -> Vec<String> {
     vec![
@@ -84,12 +88,14 @@ fn respond(body: &[u8], tool: Option<(&str, &str)>) -> Response {
             .body(Body::from("not JSON"))
             .unwrap_or_default();
     };
-    // Once per conversation: a session's later turns are answered with text.
-    let called = request["messages"]
-        .as_array()
-        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    // Once per conversation, and again for a prompt of [`AGAIN`]: a session's other turns are answered with text.
+    let messages = request["messages"].as_array();
+    let called = messages.is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    let again = messages
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["role"] == "user" && m["content"] == AGAIN);
     let answer = match tool {
-        Some((name, arguments)) if !called => call(name, arguments),
+        Some((name, arguments)) if !called || again => call(name, arguments),
         _ => answer(),
     };
     let events = futures::stream::iter(

@@ -170,6 +170,10 @@ const CHILD_STACK: usize = 64 * 1024;
 /// Starts `spec` as the leader of a new process group, with `stdio`, and with `inherit` open at their numbers
 /// (every other descriptor of the supervisor is close-on-exec, and stays closed for it). Must run inside a tokio
 /// runtime, which watches the child's exit.
+///
+/// The child's parent is the calling thread, not the process: `die_with_parent`, and bwrap's `--die-with-parent`
+/// (which bwrap applies to itself), kill it when that thread exits. Call this from a thread that lives as long as
+/// the child should, such as a runtime's worker; a thread of tokio's blocking pool exits after 10 s idle.
 pub fn spawn(
     spec: &ProcessSpec,
     stdio: Stdio<'_>,
