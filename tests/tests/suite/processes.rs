@@ -106,6 +106,39 @@ async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
     rt.shutdown("test over").await;
 }
 
+/// bwrap dies with the thread that started it (`--die-with-parent` applies to bwrap itself), so a sandbox must be
+/// started by a thread that lives as long as the runtime, not by one of its blocking pool, which exits once idle
+/// (here after 50 ms). A sandbox that died would go unnoticed by the next turn, which starts another: the pids tell.
+#[test]
+fn a_sandbox_outlives_the_idle_threads_of_the_runtime_that_started_it() {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_keep_alive(Duration::from_millis(50))
+        .enable_all()
+        .build()
+        .unwrap();
+    tokio.block_on(async {
+        let f = fixture(
+            r#"{turns: [{replies: [{tool_calls: [{name: "Glob", arguments: {pattern: "*"}}]}, {text: "hello"}]}]}"#,
+            "",
+        );
+        let rt = runtime(f.home.path());
+        let id = f.session(&rt).await;
+        assert_eq!(turn(&rt, &id, "hi").await.0.final_message, "hello");
+        let before = settle_at(&id, 2).await;
+        assert_eq!(before.len(), 2, "processes of the session: {before:#?}");
+        // Well past the keep-alive of every blocking thread that worked on the start.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(turn(&rt, &id, "again").await.0.final_message, "hello");
+        let after = settle_at(&id, 2).await;
+        assert_eq!(
+            after, before,
+            "the session's sandbox died and was started again"
+        );
+        rt.shutdown("test over").await;
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
     let f = fixture(SLOW_TOOL, "");
