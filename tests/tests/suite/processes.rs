@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use service_ipc::TurnStatus;
+use service_supervisor::ServiceRuntime;
 
 use super::support::{run_turn as turn, runtime};
-use super::turns::{fixture, interrupt_slow_tool, SLOW_TOOL};
+use super::turns::{fixture, interrupt_slow_tool, Fixture, SLOW_TOOL};
 
 /// The host pids of a session's processes (bwrap's and the worker's command lines name the session).
 fn session_pids(id: &str) -> Vec<i32> {
@@ -69,9 +70,9 @@ async fn settle_at(id: &str, n: usize) -> Vec<(i32, String)> {
     found
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
-    // A turn that runs a tool (a text-only one starts no sandbox), and one that starts no shell.
+/// A session whose turn ran a tool (a text-only one starts no sandbox) that starts no shell, so that its sandbox is
+/// up and idle: the fixture to keep, the runtime, the session and its two processes.
+async fn idle_after_a_tool() -> (Fixture, ServiceRuntime, String, Vec<(i32, String)>) {
     let f = fixture(
         r#"{turns: [{replies: [{tool_calls: [{name: "Glob", arguments: {pattern: "*"}}]}, {text: "hello"}]}]}"#,
         "",
@@ -81,6 +82,12 @@ async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
     assert_eq!(turn(&rt, &id, "hi").await.0.final_message, "hello");
     let procs = settle_at(&id, 2).await;
     assert_eq!(procs.len(), 2, "processes of the session: {procs:#?}");
+    (f, rt, id, procs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_sandboxed_session_is_bwrap_and_the_small_worker_as_pid_1() {
+    let (_f, rt, _, procs) = idle_after_a_tool().await;
     let (worker, _) = procs
         .iter()
         .find(|(_, line)| line.starts_with("/run/service/worker worker "))
@@ -118,15 +125,7 @@ fn a_sandbox_outlives_the_idle_threads_of_the_runtime_that_started_it() {
         .build()
         .unwrap();
     tokio.block_on(async {
-        let f = fixture(
-            r#"{turns: [{replies: [{tool_calls: [{name: "Glob", arguments: {pattern: "*"}}]}, {text: "hello"}]}]}"#,
-            "",
-        );
-        let rt = runtime(f.home.path());
-        let id = f.session(&rt).await;
-        assert_eq!(turn(&rt, &id, "hi").await.0.final_message, "hello");
-        let before = settle_at(&id, 2).await;
-        assert_eq!(before.len(), 2, "processes of the session: {before:#?}");
+        let (_f, rt, id, before) = idle_after_a_tool().await;
         // Well past the keep-alive of every blocking thread that worked on the start.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(turn(&rt, &id, "again").await.0.final_message, "hello");
