@@ -239,9 +239,9 @@ fn quantile(all: &[Duration], p: f64) -> Duration {
     all[((all.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Waits, from `since`, past `serve`'s idle timeout of `secs` and the reaper's tick (a quarter of it) until
-/// `server_pid` has no process left under it, for at most twice the timeout; then what the sessions hold, and
-/// their next turns, each of which runs Bash again in a sandbox of its own.
+/// Waits from `since` (the last turn) past `serve`'s idle timeout (`plan.idle_timeout`) until `server_pid` has no
+/// process left under it, for at most twice the timeout, as the reaper looks every quarter of it; then what the
+/// sessions hold, and their next turns, each of which runs Bash again in a sandbox of its own.
 async fn after_reaping(
     (client, base, ids): (&reqwest::Client, &str, &Arc<Vec<String>>),
     server_pid: u32,
