@@ -76,6 +76,8 @@ pub trait Sink: Send + Sync {
     fn admits(&self) -> bool {
         true
     }
+    /// The proxy has stopped: journals what it held back. Default: nothing.
+    fn close(&self) {}
     /// The running turn, if any.
     fn turn(&self) -> Option<String>;
     /// Asks the operator about `host:port`, which resolved to `addresses`, on behalf of `turn_id`.
@@ -172,5 +174,10 @@ impl Drop for Egress {
         self.task.abort();
         self.shared.closed.cancel();
         let _ = std::fs::remove_file(&self.socket);
+        // Here, not when the last connection task lets go of the sink: that happens later, on another thread, and
+        // a process that is exiting may never see it.
+        if let Some(sink) = self.shared.sink.get() {
+            sink.close();
+        }
     }
 }

@@ -18,7 +18,7 @@ use crate::egress::{Answer, Sink};
 ///
 /// The journal quota bounds what the proxy writes, between turns too (a stdio MCP server's connections come while
 /// no turn runs). Once the journal holds the quota, network events are counted instead of journaled and the proxy
-/// turns new connections away; the count is journaled once, as `network_refusals_suppressed`, when the proxy ends.
+/// turns new connections away; the count is journaled once, as `network_refusals_suppressed`, when the proxy stops.
 pub(super) struct SessionSink {
     session: Weak<Session>,
     rt: Weak<Inner>,
@@ -62,6 +62,16 @@ impl Sink for SessionSink {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
         }
         !full
+    }
+
+    fn close(&self) {
+        let count = self.suppressed.swap(0, Ordering::Relaxed);
+        if let (true, Some(session)) = (count > 0, self.session.upgrade()) {
+            session.emit(EventPayload::NetworkRefusalsSuppressed {
+                count,
+                quota: self.quota,
+            });
+        }
     }
 
     fn turn(&self) -> Option<String> {
@@ -122,17 +132,5 @@ impl Sink for SessionSink {
                 None => Answer::Deny("its turn ended before anyone decided".into()),
             }
         })
-    }
-}
-
-impl Drop for SessionSink {
-    fn drop(&mut self) {
-        let count = *self.suppressed.get_mut();
-        if let (true, Some(session)) = (count > 0, self.session.upgrade()) {
-            session.emit(EventPayload::NetworkRefusalsSuppressed {
-                count,
-                quota: self.quota,
-            });
-        }
     }
 }

@@ -118,7 +118,7 @@ fn run(
         run_dir,
         limits,
         guard: Guard::default(),
-        _egress: egress,
+        egress,
         _alive: crate::metrics::GaugeGuard::new(&rt_metrics),
         _lease: lease,
     };
@@ -143,7 +143,7 @@ struct Actor {
     /// Output accounting of its commands.
     guard: Guard,
     /// Its egress proxy, stopped when it ends.
-    _egress: Option<crate::egress::Egress>,
+    egress: Option<crate::egress::Egress>,
     /// Counts it among the running workers while it lives.
     _alive: crate::metrics::GaugeGuard,
     /// Tells other processes on the store that the session is live while its worker runs.
@@ -265,6 +265,8 @@ impl Actor {
                 child.wait().await.ok()
             }
         };
+        // The proxy stops with its worker, while this actor still holds the session its summary is journaled in.
+        drop(self.egress.take());
         let code = match end {
             End::Quota(_) => "journal_quota",
             End::Violation(_) => "worker_violation",

@@ -553,7 +553,7 @@ fn assert_bounded_and_summarised(home: &Path, id: &str, context: &str) {
         std::fs::read_to_string(home.join("sessions").join(id).join("events.jsonl")).unwrap();
     assert!(
         events.contains("\"network_refusals_suppressed\""),
-        "the journal says what it left out"
+        "the journal ({size} bytes) says what it left out: {context}"
     );
 }
 
