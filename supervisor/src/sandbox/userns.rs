@@ -75,13 +75,17 @@ fn announced(ready: &OwnedFd) -> bool {
 }
 
 /// The child: becomes `id`, unshares a user namespace (which `id` then owns), says so, and waits for `hold` to
-/// close. Signals are blocked: the handlers are the supervisor's, and must not run in a copy of it.
+/// close. Signals are blocked: the handlers are the supervisor's, and must not run in a copy of it. It stays not
+/// dumpable, as the supervisor is (`hardening`).
 fn unshare_as(id: HostId, ready: OwnedFd, hold: OwnedFd) -> ! {
     let step = (|| {
         nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), None)?;
         nix::unistd::setgroups(&[])?;
         nix::unistd::setgid(Gid::from_raw(id.gid))?;
         nix::unistd::setuid(Uid::from_raw(id.uid))?;
+        // A change of uid makes a process dumpable where `fs.suid_dumpable` is 1, and this one holds a copy of the
+        // supervisor's memory (its keys): closed again to that user's `ptrace` and `/proc/<pid>/mem`.
+        nix::sys::prctl::set_dumpable(false)?;
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)?;
         nix::unistd::write(&ready, &[1])?;
         let mut byte = [0u8; 1];
