@@ -25,6 +25,11 @@ use super::identity::HostId;
 
 /// A new user namespace owned by `id`, whose root is `id` and whose 1 is host root: a descriptor for `--userns`.
 pub fn make(id: HostId) -> io::Result<OwnedFd> {
+    make_then(id, |_| ())
+}
+
+/// [`make`], calling `meanwhile` with the child's pid once the namespace is mapped, while the child still lives.
+fn make_then(id: HostId, meanwhile: impl FnOnce(nix::unistd::Pid)) -> io::Result<OwnedFd> {
     // The child says when its namespace exists on `ready`, and lives until `hold` closes.
     let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (hold_r, hold_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -51,6 +56,9 @@ pub fn make(id: HostId) -> io::Result<OwnedFd> {
                     .map(OwnedFd::from)
             })
     });
+    if matches!(made, Some(Ok(_))) {
+        meanwhile(child);
+    }
     drop(hold_w);
     let status = waitpid(child, None);
     made.unwrap_or_else(|| {
@@ -88,8 +96,8 @@ fn unshare_as(id: HostId, ready: OwnedFd, hold: OwnedFd) -> ! {
         nix::sys::prctl::set_dumpable(false)?;
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)?;
         nix::unistd::write(&ready, &[1])?;
-        let mut byte = [0u8; 1];
-        while let Err(nix::errno::Errno::EINTR) = nix::unistd::read(&hold, &mut byte) {}
+        // Every signal is blocked, so the read ends only when `hold` closes.
+        nix::unistd::read(&hold, &mut [0u8; 1])?;
         Ok::<(), nix::errno::Errno>(())
     })();
     let code = match step {
@@ -105,6 +113,7 @@ mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
 
     /// `ioctl(NS_GET_OWNER_UID)`: the uid that owns a user namespace.
     const NS_GET_OWNER_UID: nix::libc::c_ulong = 0xb704;
@@ -149,6 +158,43 @@ mod tests {
         assert!(
             nix::unistd::Uid::effective().is_root(),
             "the supervisor's own ids changed"
+        );
+    }
+
+    #[test]
+    fn the_sandbox_user_cannot_read_the_helpers_copy_of_the_supervisor() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("not root; skipped");
+            return;
+        }
+        let id = HostId {
+            uid: 65534,
+            gid: 65534,
+        };
+        let mut seen = None;
+        make_then(id, |child| {
+            // A process of the sandbox user goes for the helper, which runs as that user too and holds the
+            // supervisor's environment and memory: its variables, its memory, its descriptors.
+            let attack = format!(
+                "p=/proc/{child}; test -d $p && echo alive; \\
+                 head -c 64 $p/environ 2>/dev/null | grep -q . && echo environ; \\
+                 (exec 3<$p/mem) 2>/dev/null && echo mem; \\
+                 ls $p/fd 2>/dev/null | grep -q . && echo fd; \\
+                 grep -q . $p/maps 2>/dev/null && echo maps; true"
+            );
+            let out = std::process::Command::new("/bin/sh")
+                .args(["-c", &attack])
+                .uid(id.uid)
+                .gid(id.gid)
+                .output()
+                .unwrap();
+            seen = Some(String::from_utf8_lossy(&out.stdout).into_owned());
+        })
+        .unwrap();
+        assert_eq!(
+            seen.as_deref(),
+            Some("alive\n"),
+            "the sandbox user got into the helper"
         );
     }
 }
