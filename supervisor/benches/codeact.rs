@@ -9,7 +9,9 @@
 //! The target is a ratio of at most 2 against the JSON call.
 //!
 //! `BENCH_ITERS` sets the number of samples of each kind (default 30), `BENCH_CALLS` the calls added (default 100;
-//! more makes the program's start, which varies by milliseconds, matter less); `BENCH_EXE` runs another build's worker.
+//! more makes the program's start, which varies by milliseconds, matter less), `BENCH_CPU` both sandboxes'
+//! `resources.cpu` (default 1: a program and the worker each poll while the other works, so a long run of calls
+//! uses two CPUs' time and meets a one-CPU quota); `BENCH_EXE` runs another build's worker.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,11 +28,15 @@ type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// The calls added to a turn to measure one, unless `BENCH_CALLS` says otherwise.
 const CALLS: usize = 100;
 
+/// Both bundles' `sandbox.resources.cpu`, unless `BENCH_CPU` says otherwise: the manifest's default.
+const CPU: usize = 1;
+
 fn write_bundle(
     dir: &Path,
     executor: &str,
     script: serde_json::Value,
     calls: usize,
+    cpu: usize,
 ) -> std::io::Result<()> {
     // The window keeps the prompt of a turn of `calls` results in sight, and steps cover one reply per call.
     let (max_steps, window) = (calls.min(CALLS) + 10, 2 * calls + 40);
@@ -38,7 +44,8 @@ fn write_bundle(
     std::fs::write(
         dir.join("service.bundle.json5"),
         r#"{ manifest_version: "service.bundle/v1", id: "bench", version: "1.0.0", tools: ["Read"],
-            sandbox: { mode: "workspace_write", permissions: { network: [] } } }"#,
+            sandbox: { mode: "workspace_write", permissions: { network: [] }, resources: { cpu: CPU } } }"#
+            .replace("CPU", &cpu.to_string()),
     )?;
     std::fs::write(
         dir.join("agent.yaml"),
@@ -97,6 +104,7 @@ async fn turn(rt: &ServiceRuntime, id: &str, how: &str, calls: usize) -> BenchRe
 
 fn main() -> BenchResult<()> {
     let (iters, calls) = (env_or("BENCH_ITERS", 30), env_or("BENCH_CALLS", CALLS));
+    let cpu = env_or("BENCH_CPU", CPU);
     // One model step per call: agent.yaml allows at most 1,000 steps, and this figure is only a comparison.
     let steps = calls.min(CALLS);
     let exe = std::env::var_os("BENCH_EXE")
@@ -104,9 +112,15 @@ fn main() -> BenchResult<()> {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
     let home = tempfile::TempDir::new()?;
     let react = tempfile::TempDir::new()?;
-    write_bundle(react.path(), "react", react_script(calls, steps), calls)?;
+    write_bundle(
+        react.path(),
+        "react",
+        react_script(calls, steps),
+        calls,
+        cpu,
+    )?;
     let codeact = tempfile::TempDir::new()?;
-    write_bundle(codeact.path(), "codeact", codeact_script(calls), calls)?;
+    write_bundle(codeact.path(), "codeact", codeact_script(calls), calls, cpu)?;
     let workspace = tempfile::TempDir::new()?;
     std::fs::write(workspace.path().join("data.txt"), "one\ntwo\nthree\n")?;
     // A root supervisor runs sandboxes as the workspace's owner, nobody here.
@@ -164,7 +178,7 @@ fn main() -> BenchResult<()> {
     let step_call = per_call(step_one, step_many, steps);
     let code_call = per_call(code_one, code_many, calls);
     let many = 1 + calls;
-    println!("codeact bench: medians of {iters} turns of each kind, sampled in turn, real confined workers");
+    println!("codeact bench: medians of {iters} turns of each kind, sampled in turn, real confined workers, {cpu} cpu");
     println!("| turn                                        | median ms |");
     println!("|---------------------------------------------|-----------|");
     for (name, d) in [
