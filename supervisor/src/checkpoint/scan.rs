@@ -35,13 +35,13 @@ pub struct Scanned {
 /// Scans the directory `root` (a descriptor opened for reading), trusting `prev`'s unchanged files, storing new
 /// content in `objects`. The directory `.git` is left out: the repository's own state is the user's. Directories
 /// are shared out to a thread per core (at most four): most of a scan is the kernel's `fstatat`, which runs on
-/// every core at once.
+/// every core at once. The calling thread reads the root first and is one of them; the others start only when the
+/// root has subdirectories, as starting them costs more than scanning a workspace of a few files.
 pub fn scan(root: OwnedFd, prev: Option<&Tree>, objects: &Objects) -> std::io::Result<Scanned> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(i64::MAX);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let queue = Queue {
         state: Mutex::new(QueueState {
             dirs: vec![Pending::Root(root)],
@@ -50,29 +50,34 @@ pub fn scan(root: OwnedFd, prev: Option<&Tree>, objects: &Objects) -> std::io::R
         }),
         ready: Condvar::new(),
     };
+    let walk = || Walk {
+        prev,
+        objects,
+        now,
+        queue: &queue,
+        out: Tree::default(),
+        bytes_new: 0,
+        bytes_linked: 0,
+    };
     let walks: Vec<std::io::Result<Walk<'_>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
+        let mut here = walk();
+        let root = caught(|| here.read_next());
+        let more = root.is_ok() && !queue.lock().dirs.is_empty();
+        let helpers: Vec<_> = (1..if more { threads() } else { 1 })
             .map(|_| {
                 scope.spawn(|| {
-                    let mut walk = Walk {
-                        prev,
-                        objects,
-                        now,
-                        queue: &queue,
-                        out: Tree::default(),
-                        bytes_new: 0,
-                        bytes_linked: 0,
-                    };
+                    let mut walk = walk();
                     walk.work().map(|()| walk)
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("a scan thread panicked")))
-            })
+        let mine = root.and_then(|_| caught(|| here.work())).map(|()| here);
+        std::iter::once(mine)
+            .chain(
+                helpers
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(panicked()))),
+            )
             .collect()
     });
     let mut out = Scanned {
@@ -87,6 +92,22 @@ pub fn scan(root: OwnedFd, prev: Option<&Tree>, objects: &Objects) -> std::io::R
         out.bytes_linked += walk.bytes_linked;
     }
     Ok(out)
+}
+
+fn panicked() -> std::io::Error {
+    std::io::Error::other("a scan thread panicked")
+}
+
+/// `read` on the calling thread, with a panic turned into an error as a helper thread's is.
+fn caught<T>(read: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|_| Err(panicked()))
+}
+
+/// Threads a scan uses: one per core, at most four. Read once, as the standard library reads the cgroup's CPU
+/// quota files each time it is asked.
+fn threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }
 
 /// Directories waiting to be read, shared by the scan's threads.
@@ -179,6 +200,12 @@ fn kind_of(st: &FileStat) -> SFlag {
 impl Walk<'_> {
     /// Reads directories from the queue until there are none left.
     fn work(&mut self) -> std::io::Result<()> {
+        while self.read_next()? {}
+        Ok(())
+    }
+
+    /// Reads the next directory from the queue; false when there was none left.
+    fn read_next(&mut self) -> std::io::Result<bool> {
         /// Tells the queue a directory is done however its reading ends, a panic included, so that no other
         /// thread waits for it forever.
         struct Reading<'q>(&'q Queue, bool);
@@ -187,12 +214,13 @@ impl Walk<'_> {
                 self.0.done(self.1);
             }
         }
-        while let Some(pending) = self.queue.next() {
-            let mut reading = Reading(self.queue, false);
-            self.open(pending)?;
-            reading.1 = true;
-        }
-        Ok(())
+        let Some(pending) = self.queue.next() else {
+            return Ok(false);
+        };
+        let mut reading = Reading(self.queue, false);
+        self.open(pending)?;
+        reading.1 = true;
+        Ok(true)
     }
 
     /// Opens a pending directory from its parent, without following a link, and reads it.

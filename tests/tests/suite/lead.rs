@@ -373,3 +373,77 @@ async fn a_taken_over_worker_killed_for_a_forgery_cannot_end_a_text_turn_it_has_
     );
     rt.shutdown("test over").await;
 }
+
+/// An Anthropic reply calling Bash with `command`, as its events; the reply ends with the last two.
+fn anthropic_call(command: &str) -> Vec<serde_json::Value> {
+    let args = json!({ "command": command }).to_string();
+    vec![
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "claude-test", "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": args}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}}),
+        json!({"type": "message_stop"}),
+    ]
+}
+
+/// Anthropic sends each tool call whole as its block ends, before the reply does: the sandbox starts then, not once
+/// the reply is over. A reply that then breaks fails its turn, and the worker begun for it is given the failed
+/// turn's prompt, as the worker's own request in the next turn shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_starts_at_the_first_whole_tool_call_and_its_worker_keeps_the_turn_if_the_reply_breaks(
+) {
+    use super::http_client::Api;
+    use super::provider_server::Reply;
+    let env = Env::new();
+    let pause = Duration::from_secs(4);
+    let mut call = anthropic_call("echo first");
+    call.truncate(4);
+    let server = ProviderServer::start(vec![
+        // The call's block, a pause, and the end of the stream without `message_stop`.
+        Reply::anthropic(&call).pause_after("content_block_stop", pause),
+        Reply::anthropic(&anthropic_call("echo next")),
+        super::providers::anthropic_text("Next."),
+    ]);
+    bundle(&env, "early", "anthropic", "claude-test", local(&server));
+    let home = tempfile::tempdir().unwrap();
+    let keys = [("ANTHROPIC_API_KEY", "sk-ant-test")];
+    let api = Api::new(super::support::Server::start(home.path(), &[], &keys));
+    let id = api.session(env.path("early").to_str().unwrap()).await;
+    let (status, body) = api
+        .post(
+            &format!("/sessions/{id}/run"),
+            json!({"input": super::http_client::task("first-prompt-7")}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let t = Instant::now();
+    let worker = loop {
+        if let Some(pid) = super::support::confined_worker(&id) {
+            break pid;
+        }
+        assert!(
+            t.elapsed() < pause - Duration::from_secs(1),
+            "no sandbox started while the reply paused after its tool call"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (_, record) = api.get(&format!("/sessions/{id}")).await;
+    assert_eq!(record["status"], "running", "{record}");
+    while api.get(&format!("/sessions/{id}")).await.1["status"] == "running" {
+        assert!(
+            t.elapsed() < pause * 3,
+            "the broken reply's turn never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    assert_eq!(api.answer(&id, "and then").await, "Next.");
+    assert_eq!(super::support::confined_worker(&id), Some(worker));
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 3);
+    // The worker's own request: its copy of the conversation holds the failed turn's prompt.
+    let asked = reqs[2].body["messages"].to_string();
+    assert!(asked.contains("first-prompt-7"), "{asked}");
+    assert!(asked.contains("echo next"), "{asked}");
+}
