@@ -437,6 +437,8 @@ async fn a_sandbox_starts_at_the_first_whole_tool_call_and_its_worker_keeps_the_
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let (_, record) = api.get(&format!("/sessions/{id}")).await;
+    assert_eq!(record["last_turn"]["status"], "failed", "{record}");
 
     assert_eq!(api.answer(&id, "and then").await, "Next.");
     assert_eq!(super::support::confined_worker(&id), Some(worker));
