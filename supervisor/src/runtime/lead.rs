@@ -167,9 +167,6 @@ impl Led {
         let mut worker = WorkerStart::new(start_worker);
         let outcome = match self.first_reply(first, &mut worker).await {
             done @ Outcome::Done(..) => {
-                if matches!(&done, Outcome::Done(reply, _) if !reply.calls.is_empty()) {
-                    worker.begin();
-                }
                 match super::checkpoints::settled(self.checkpoint.take()).await {
                     Ok(()) => done,
                     Err((code, message)) => Outcome::Failed(code, message),
