@@ -3,8 +3,8 @@
 //! The supervisor makes a turn's first model call itself, with the query the worker would have built (the worker
 //! library's own functions build it), and streams the reply as the turn's events. A reply with no tool call ends
 //! the turn there: no sandbox is started, and no worker is involved, for a turn that runs nothing. A reply with
-//! tool calls starts the worker (a spare when one is ready) when none runs, from its first whole call on, and hands
-//! it the turn in `RunTurn`, carrying the reply: the worker runs the calls and goes on as for any turn.
+//! tool calls starts the worker (a spare when one is ready) when none runs, and hands it the turn in `RunTurn`,
+//! carrying the reply: the worker runs the calls and goes on as for any turn.
 //!
 //! Nothing here comes from the sandbox: the supervisor chose the model and wrote the query from its own state, and
 //! the worker receives only what the model answered, which it would have been sent anyway. Bundles with MCP servers
@@ -83,45 +83,6 @@ pub(super) fn request(
 /// Starts (or finds) the session's worker, when the turn comes to need it.
 pub(super) type StartWorker = Box<dyn FnOnce() -> BoxFuture<'static, Result<WorkerHandle>> + Send>;
 
-/// A led turn's worker start. It begins as soon as the first reply calls a tool, so the sandbox starts while the
-/// rest of the reply streams in and the turn's checkpoint is finished; the calls still reach the worker only once
-/// the checkpoint is done. A start begun for a turn that then ends otherwise leaves the session a worker, as a
-/// spare would.
-struct WorkerStart {
-    /// The start, until it begins.
-    start: Option<StartWorker>,
-    /// The start begun, on its own task.
-    begun: Option<tokio::task::JoinHandle<Result<WorkerHandle>>>,
-}
-
-impl WorkerStart {
-    fn new(start: StartWorker) -> Self {
-        WorkerStart {
-            start: Some(start),
-            begun: None,
-        }
-    }
-
-    /// Begins the start, unless it has begun.
-    fn begin(&mut self) {
-        if let Some(start) = self.start.take() {
-            self.begun = Some(tokio::spawn(start()));
-        }
-    }
-
-    /// The started worker.
-    async fn worker(mut self) -> Result<WorkerHandle> {
-        self.begin();
-        let stopped = |why: String| RuntimeError::WorkerUnavailable(format!("its start {why}"));
-        match self.begun {
-            Some(started) => started
-                .await
-                .unwrap_or_else(|e| Err(stopped(format!("stopped: {e}")))),
-            None => Err(stopped("never began".into())),
-        }
-    }
-}
-
 /// A turn the supervisor leads: what its worker needs if it comes to one.
 pub(super) struct Led {
     /// The runtime's shared state, for the model call.
@@ -164,8 +125,7 @@ enum Outcome {
 impl Led {
     /// Leads the turn from its `first` call to its end, or to its worker, started with `start_worker`.
     pub(super) async fn run(mut self, first: FirstCall, start_worker: StartWorker) {
-        let mut worker = WorkerStart::new(start_worker);
-        let outcome = match self.first_reply(first, &mut worker).await {
+        let outcome = match self.first_reply(first).await {
             done @ Outcome::Done(..) => {
                 match super::checkpoints::settled(self.checkpoint.take()).await {
                     Ok(()) => done,
@@ -175,7 +135,7 @@ impl Led {
             other => other,
         };
         match outcome {
-            Outcome::Cancelled => self.interrupted(None).await,
+            Outcome::Cancelled => self.interrupted(None),
             Outcome::Failed(code, message) => {
                 // As a worker keeps it: the prompt, which the model did not answer.
                 let asked = vec![self.prompt()];
@@ -185,8 +145,7 @@ impl Led {
                     asked,
                     Usage::default(),
                     Some((code, message)),
-                )
-                .await;
+                );
             }
             Outcome::Done(reply, usage) if reply.calls.is_empty() => {
                 self.answered(reply.text, reply.opaque, usage).await
@@ -203,13 +162,13 @@ impl Led {
                     opaque: reply.opaque,
                     usage,
                 };
-                self.hand_over(reply, worker).await
+                self.hand_over(reply, start_worker).await
             }
         }
     }
 
     /// Streams the first model call's reply as the turn's events, batching the chunks that are ready together.
-    async fn first_reply(&self, first: FirstCall, worker: &mut WorkerStart) -> Outcome {
+    async fn first_reply(&self, first: FirstCall) -> Outcome {
         let mut stream = match first {
             FirstCall::Ask(query) => {
                 let request = request(self.model.clone(), &self.turn_id, query);
@@ -234,7 +193,6 @@ impl Led {
                 };
                 match reply.take(&self.turn_id, chunk) {
                     Piece::Event(event) => batch.push(event),
-                    Piece::Kept if !reply.calls.is_empty() => worker.begin(),
                     Piece::Kept => {}
                     Piece::Done(usage) => {
                         break Some(Outcome::Done(std::mem::take(&mut reply), usage))
@@ -280,13 +238,18 @@ impl Led {
             (TurnStatus::Completed, None)
         };
         let final_message = if error.is_none() { text } else { String::new() };
-        self.end(status, final_message, messages, usage, error)
-            .await;
+        // Held while the end is saved: a worker started meanwhile has read the history without this turn, and one
+        // starting now waits and reads it with the turn.
+        let worker = self.session.worker.lock().await;
+        let saved = self.end(status, final_message, messages.clone(), usage, error);
+        if let Some(w) = worker.as_ref().filter(|w| saved && w.is_alive()) {
+            let _ = w.send(ToWorker::AppendHistory { messages }).await;
+        }
     }
 
     /// Starts the worker and gives it the turn from the first reply's tool calls.
-    async fn hand_over(self, reply: FirstReply, start: WorkerStart) {
-        let worker = match start.worker().await {
+    async fn hand_over(self, reply: FirstReply, start_worker: StartWorker) {
+        let worker = match start_worker().await {
             Ok(w) => w,
             Err(e) => {
                 let code = match e {
@@ -303,8 +266,7 @@ impl Led {
                     Vec::new(),
                     Usage::default(),
                     Some((code.into(), message)),
-                )
-                .await;
+                );
                 return;
             }
         };
@@ -323,13 +285,13 @@ impl Led {
                 self.session
                     .fail_active_turn("worker_unavailable", "the worker could not take the turn");
             }
-            None => self.interrupted(Some(reply)).await,
+            None => self.interrupted(Some(reply)),
         }
     }
 
     /// Ends a turn interrupted before its worker had it (a no-op when it ended otherwise). Calls the reply made
     /// get a result each, so the history stays valid for the next turn.
-    async fn interrupted(&self, reply: Option<FirstReply>) {
+    fn interrupted(&self, reply: Option<FirstReply>) {
         let mut messages = vec![self.prompt()];
         let mut usage = Usage::default();
         if let Some(reply) = reply {
@@ -358,8 +320,7 @@ impl Led {
             messages,
             usage,
             Some(error),
-        )
-        .await;
+        );
     }
 
     /// The turn's user message.
@@ -367,30 +328,22 @@ impl Led {
         ChatMessage::text(ChatRole::User, self.task.prompt.clone())
     }
 
-    /// Records the turn's end (see `Session::finish_turn`), and gives its messages to a worker that runs (one begun
-    /// for the turn, or started meanwhile by an operator command). The worker lock is held while the end is saved:
-    /// a worker started before has read the history without this turn and is sent it, and one starting now waits
-    /// and reads it with the turn, so either has each message once.
-    async fn end(
+    /// Records the turn's end (see `Session::finish_turn`); true when it was running and its messages are saved.
+    fn end(
         &self,
         status: TurnStatus,
         final_message: String,
         messages: Vec<ChatMessage>,
         usage: Usage,
         error: Option<(String, String)>,
-    ) {
-        let worker = self.session.worker.lock().await;
-        let saved = self.session.finish_turn(TurnEnd {
+    ) -> bool {
+        self.session.finish_turn(TurnEnd {
             turn_id: self.turn_id.clone(),
             status,
             final_message,
-            messages: messages.clone(),
+            messages,
             usage,
             error,
-        });
-        let live = worker.as_ref().filter(|w| w.is_alive());
-        if let Some(w) = live.filter(|_| saved && !messages.is_empty()) {
-            let _ = w.send(ToWorker::AppendHistory { messages }).await;
-        }
+        })
     }
 }

@@ -205,7 +205,7 @@ fn anthropic_tool_turn() -> Reply {
     ])
 }
 
-pub(super) fn anthropic_text(text: &str) -> Reply {
+fn anthropic_text(text: &str) -> Reply {
     Reply::anthropic(&[
         json!({"type": "message_start", "message": {"id": "msg_2", "type": "message", "role": "assistant", "content": [], "model": "claude-test", "usage": {"input_tokens": 60, "output_tokens": 1}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
