@@ -8,9 +8,12 @@
 //! - first turns: the first turn of every session; turns per second and p99 latency;
 //! - warm: `BENCH_WARM_ROUNDS` (default 10) more turns per session, each client on its own sessions; turns per
 //!   second, median and p99 latency;
-//! - after the turns (0.5 s later) and after `BENCH_IDLE_SECS` (default 35: past the worker's 30 s that lets idle
-//!   spare shells go) of idle time: processes per session, the proportional memory (PSS) of the server and all its
+//! - after the turns (0.5 s later) and after `BENCH_IDLE_SECS` (default 35: past the 30 s after which the worker
+//!   lets idle spare shells go and `serve` stops the worker of an empty sandbox) of idle time: processes per session, the proportional memory (PSS) of the server and all its
 //!   processes, and the server's open descriptors and threads;
+//! - then one more turn per session whose model runs Bash again: what a session coming back after the idle time
+//!   pays, a new sandbox where `serve --empty-idle-timeout` (30 s by default) stopped its worker;
+//!   `BENCH_EMPTY_IDLE_TIMEOUT` (seconds, `0` for off) sets that option;
 //! - with `BENCH_IDLE_TIMEOUT` (seconds; `serve --idle-timeout`, whose default is 15 minutes): the same once that
 //!   timeout has stopped the idle workers, then one more turn per session whose model runs Bash again, so each
 //!   starts a new sandbox and worker: what a session returning after the timeout pays.
@@ -59,9 +62,18 @@ pub struct Run {
     pub after: Footprint,
     /// After the idle time.
     pub idle: Footprint,
+    /// One more turn per session after the idle time, each running Bash again: what a session that comes back pays
+    /// (a new sandbox where `--empty-idle-timeout` stopped its worker).
+    pub returned: Option<Returned>,
     /// After `BENCH_IDLE_TIMEOUT`, when set: what the sessions hold once their workers were stopped, and their next
     /// turns, each running Bash again in a new sandbox.
     pub reaped: Option<Reaped>,
+}
+
+/// Turns that each run Bash: how many a second, and their p99 latency.
+pub struct Returned {
+    pub per_sec: f64,
+    pub p99: Duration,
 }
 
 /// Sessions whose workers the idle timeout stopped, and their next tool turns.
@@ -80,6 +92,8 @@ struct Plan {
     rounds: usize,
     idle_secs: u64,
     idle_timeout: u64,
+    /// `serve --empty-idle-timeout` in seconds; None leaves serve's default.
+    empty_idle_timeout: Option<u64>,
 }
 
 /// What the server and its processes hold.
@@ -170,19 +184,25 @@ fn footprint(server_pid: u32, n: usize) -> Footprint {
     }
 }
 
-/// Starts `serve` on a free loopback port over `home`, stopping workers idle for `idle_timeout` seconds (its
-/// default when 0); returns it and its base URL.
+/// Starts `serve` on a free loopback port over `home`, stopping workers idle for `plan.idle_timeout` seconds (its
+/// default when 0) and those of empty sandboxes after `plan.empty_idle_timeout`; returns it and its base URL.
 async fn serve(
     exe: &Path,
     home: &Path,
-    idle_timeout: u64,
+    plan: Plan,
 ) -> BenchResult<(tokio::process::Child, String)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let mut timeout = Vec::new();
-    if idle_timeout > 0 {
-        timeout = vec!["--idle-timeout".to_string(), format!("{idle_timeout}s")];
+    if plan.idle_timeout > 0 {
+        timeout = vec![
+            "--idle-timeout".to_string(),
+            format!("{}s", plan.idle_timeout),
+        ];
+    }
+    if let Some(empty) = plan.empty_idle_timeout {
+        timeout.extend(["--empty-idle-timeout".to_string(), format!("{empty}s")]);
     }
     let child = tokio::process::Command::new(exe)
         .args(["serve", "--no-auth", "--bind", &format!("127.0.0.1:{port}")])
@@ -284,7 +304,7 @@ async fn one_run(
     if !built.status.success() {
         return Err(format!("build failed: {}", String::from_utf8_lossy(&built.stderr)).into());
     }
-    let (server, base) = serve(exe, home.path(), plan.idle_timeout).await?;
+    let (server, base) = serve(exe, home.path(), plan).await?;
     let server_pid = server.id().ok_or("serve has no pid")?;
     let client = reqwest::Client::new();
     let mut ids = Vec::with_capacity(n);
@@ -312,9 +332,19 @@ async fn one_run(
         tokio::time::sleep(Duration::from_secs(hold as u64)).await;
     }
     let idle = footprint(server_pid, n);
+    let mut since = last_turn;
+    let mut returned = None;
+    if idle_secs > 0 {
+        let (back, wall) = load(&client, &base, &ids, (clients, 1), openai::AGAIN).await?;
+        since = Instant::now();
+        returned = Some(Returned {
+            per_sec: n as f64 / wall.as_secs_f64(),
+            p99: quantile(&back, 0.99),
+        });
+    }
     let reaped = match plan.idle_timeout {
         0 => None,
-        _ => Some(after_reaping((&client, &base, &ids), server_pid, plan, last_turn).await?),
+        _ => Some(after_reaping((&client, &base, &ids), server_pid, plan, since).await?),
     };
     let run = Run {
         sessions: n,
@@ -325,6 +355,7 @@ async fn one_run(
         warm_p99: quantile(&warm, 0.99),
         after,
         idle,
+        returned,
         reaped,
     };
     drop(server);
@@ -353,6 +384,11 @@ fn main() -> BenchResult<()> {
     let (rounds, runs) = (env_or("BENCH_WARM_ROUNDS", 10), env_or("BENCH_RUNS", 3));
     let idle_secs = env_or("BENCH_IDLE_SECS", 35) as u64;
     let idle_timeout = env_or("BENCH_IDLE_TIMEOUT", 0) as u64;
+    let empty_idle_timeout = std::env::var("BENCH_EMPTY_IDLE_TIMEOUT")
+        .ok()
+        .map(|v| v.parse::<u64>())
+        .transpose()
+        .map_err(|e| format!("BENCH_EMPTY_IDLE_TIMEOUT: {e}"))?;
     let provider = openai::start().map_err(|e| e.to_string())?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -389,6 +425,7 @@ fn main() -> BenchResult<()> {
                     rounds,
                     idle_secs: idle,
                     idle_timeout: timeout,
+                    empty_idle_timeout,
                 };
                 results.push(tokio.block_on(one_run(&exe, model, plan, &mut kept))?);
             }
@@ -469,6 +506,15 @@ fn print_runs(results: &[Run], idle_secs: u64) {
         });
         row(&label("serve's threads"), &|r| {
             format!("{:>9}", of(r).server_threads)
+        });
+    }
+    if results.iter().all(|r| r.returned.is_some()) {
+        let returned = |r: &Run, f: fn(&Returned) -> f64| r.returned.as_ref().map_or(0.0, f);
+        row("turns after the idle time (Bash again) per second", &|r| {
+            format!("{:>9.0}", returned(r, |g| g.per_sec))
+        });
+        row("turn after the idle time, p99 ms", &|r| {
+            format!("{:>9.1}", returned(r, |g| g.p99.as_secs_f64() * 1e3))
         });
     }
     if results.iter().all(|r| reaped(r).is_some()) {

@@ -69,6 +69,12 @@ pub struct ServeArgs {
     /// starts one again. `0` keeps them.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
     idle_timeout: Duration,
+    /// Stop sooner a session's worker whose sandbox holds nothing besides it (no other process, such as an MCP
+    /// server, and nothing in its /tmp or /dev/shm) once it has been idle this long; its next tool call starts a
+    /// sandbox again. Default 30s; with --store-url, off, as a session whose worker stops may move to another node,
+    /// away from its workspace. `0` leaves it to --idle-timeout.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    empty_idle_timeout: Option<Duration>,
     /// Run every session worker on the host with no confinement, and accept danger_full_access bundles.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
@@ -258,7 +264,14 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
-    options.idle_timeout = Some(args.idle_timeout).filter(|t| !t.is_zero());
+    let clustered = shared.is_some();
+    options.idle = service_supervisor::runtime::IdleTimeouts {
+        any: Some(args.idle_timeout).filter(|t| !t.is_zero()),
+        empty: args
+            .empty_idle_timeout
+            .or((!clustered).then_some(server::DEFAULT_EMPTY_IDLE_TIMEOUT))
+            .filter(|t| !t.is_zero()),
+    };
     let token_file = home.token_file();
     let keeps_token = matches!(options.auth, Auth::Generated { .. });
     // One server per files store: a second would share its sessions without knowing of the first's workers.

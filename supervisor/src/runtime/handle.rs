@@ -18,6 +18,8 @@ pub struct WorkerHandle {
     pub(super) exited: watch::Receiver<bool>,
     /// The mode that confines this worker.
     pub confinement: SandboxMode,
+    /// The worker's pid when it runs in a sandbox of its own (it is that sandbox's pid 1).
+    pub(super) sandbox_pid: Option<u32>,
     /// Host workspace and its path inside the worker's view.
     pub paths: (PathBuf, PathBuf),
     /// Its cgroups and socket directory: what a process that leaves without waiting for it must have removed.
@@ -55,6 +57,15 @@ impl WorkerHandle {
             self.kill.cancel();
             let _ = exited.wait_for(|e| *e).await;
         }
+    }
+
+    /// True when the worker runs in a sandbox that holds nothing besides it, so that stopping it loses nothing
+    /// (see `sandbox::occupancy`). Reads `/proc`: call it off the async threads.
+    pub fn holds_nothing_else(&self) -> bool {
+        self.is_alive()
+            && self
+                .sandbox_pid
+                .is_some_and(crate::sandbox::occupancy::holds_only_its_worker)
     }
 
     /// Kills the worker at once.

@@ -58,6 +58,7 @@ use tokio::sync::oneshot;
 
 pub use error::{Result, RuntimeError};
 pub use journal::{EventStream, Published, PublishedStream};
+pub use operations::IdleTimeouts;
 pub use record::SessionRecord;
 pub use session::TurnOutcome;
 

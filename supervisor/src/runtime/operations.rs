@@ -6,9 +6,59 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures::StreamExt;
+
 use super::error::{Result, RuntimeError};
 use super::session::Session;
 use super::ServiceRuntime;
+
+/// Workers stopped at once by one round of `reap_idle`.
+const REAP_AT_ONCE: usize = 16;
+
+/// When `reap_idle` stops an idle session's worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdleTimeouts {
+    /// Any worker, and a spare no session took, idle this long (`serve --idle-timeout`); None keeps them.
+    pub any: Option<Duration>,
+    /// A worker whose sandbox holds nothing else, idle this long (`serve --empty-idle-timeout`); None leaves it to
+    /// `any`.
+    pub empty: Option<Duration>,
+}
+
+impl IdleTimeouts {
+    /// How often to look for idle workers: a tenth of the shorter timeout, from 100 ms to a minute; None when
+    /// neither is set.
+    pub fn tick(&self) -> Option<Duration> {
+        let shorter = match (self.any, self.empty) {
+            (Some(a), Some(e)) => a.min(e),
+            (a, e) => a.or(e)?,
+        };
+        Some((shorter / 10).clamp(Duration::from_millis(100), Duration::from_secs(60)))
+    }
+}
+
+/// Why `reap_idle` stopped a worker.
+#[derive(Clone, Copy)]
+enum Reason {
+    /// Idle for `IdleTimeouts::any`.
+    IdleTimeout,
+    /// Idle for `IdleTimeouts::empty`, its sandbox holding nothing else.
+    EmptySandbox,
+}
+
+impl Reason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::IdleTimeout => "idle_timeout",
+            Reason::EmptySandbox => "empty_sandbox",
+        }
+    }
+}
+
+/// True while a turn or an operator command runs in `session`.
+fn busy(session: &Session) -> bool {
+    session.active_turn().is_some() || session.commands_running()
+}
 
 impl ServiceRuntime {
     /// The runtime's metrics as they stand, for code that only counts.
@@ -95,33 +145,79 @@ impl ServiceRuntime {
         Ok(bundle.info())
     }
 
-    /// Stops the workers of sessions that have been idle (no turn, no command, no event) for `idle` or longer, and
-    /// the spare workers that waited that long; returns how many stopped. A reaped session keeps everything but its
+    /// Stops the workers of sessions that have been idle (no turn, no command, no event) for `timeouts.any`, or
+    /// for `timeouts.empty` when their sandbox holds nothing besides the worker (see `sandbox::occupancy`), and the
+    /// spare workers that waited `timeouts.any`; returns how many stopped. A reaped session keeps everything but its
     /// worker: its next turn or command starts one again, and the history is on disk.
-    pub async fn reap_idle(&self, idle: Duration) -> usize {
+    pub async fn reap_idle(&self, timeouts: IdleTimeouts) -> usize {
+        let past = |limit: Option<Duration>, idle: Duration| limit.is_some_and(|l| idle >= l);
+        let mut due: Vec<(Arc<Session>, Duration, Reason)> = Vec::new();
+        let mut to_look_into = Vec::new();
         let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
-        let mut reaped = 0;
-        for session in sessions {
-            let busy = |s: &Session| s.active_turn().is_some() || s.commands_running();
-            if busy(&session) || session.idle_for() < idle {
+        for session in &sessions {
+            let idle = session.idle_for();
+            if busy(session) {
                 continue;
             }
-            // A turn or command starting now holds the lock; one that started before it is seen as busy below.
-            let Ok(mut slot) = session.worker.try_lock() else {
-                continue;
-            };
-            if busy(&session) {
-                continue;
+            if let Some(limit) = timeouts.any.filter(|_| past(timeouts.any, idle)) {
+                due.push((session.clone(), limit, Reason::IdleTimeout));
+            } else if past(timeouts.empty, idle) {
+                // Without waiting: a turn or command that is starting holds the lock.
+                let worker = session.worker.try_lock().ok().and_then(|w| w.clone());
+                if let Some(worker) = worker {
+                    to_look_into.push((session.clone(), worker));
+                }
             }
-            let Some(worker) = slot.take() else { continue };
-            drop(slot);
-            tracing::info!(session = %session.id, idle_s = session.idle_for().as_secs(), "idle worker reaped");
-            self.inner.metrics.workers_reaped.inc();
-            worker.shutdown(Duration::from_secs(2)).await;
-            self.inner.store.release(&session.id).await;
-            reaped += 1;
         }
-        reaped + self.inner.prestarted.expire(idle).await
+        if let (false, Some(limit)) = (to_look_into.is_empty(), timeouts.empty) {
+            let empty = tokio::task::spawn_blocking(move || {
+                to_look_into
+                    .into_iter()
+                    .filter(|(_, worker)| worker.holds_nothing_else())
+                    .map(|(session, _)| session)
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            due.extend(empty.into_iter().map(|s| (s, limit, Reason::EmptySandbox)));
+        }
+        // Side by side: a worker takes a few milliseconds to stop, and a thousand became idle together.
+        let reaped = futures::stream::iter(due)
+            .map(|(session, limit, why)| self.reap(session, limit, why))
+            .buffer_unordered(REAP_AT_ONCE)
+            .filter(|stopped| std::future::ready(*stopped))
+            .count()
+            .await;
+        let spares = match timeouts.any {
+            Some(limit) => self.inner.prestarted.expire(limit).await,
+            None => 0,
+        };
+        reaped + spares
+    }
+
+    /// Stops `session`'s worker if the session is still idle for `limit` or longer, with nothing running.
+    async fn reap(&self, session: Arc<Session>, limit: Duration, why: Reason) -> bool {
+        // A turn or command starting now holds the lock; one that started before it is seen as busy below.
+        let Ok(mut slot) = session.worker.try_lock() else {
+            return false;
+        };
+        if busy(&session) || session.idle_for() < limit {
+            return false;
+        }
+        let Some(worker) = slot.take() else {
+            return false;
+        };
+        drop(slot);
+        tracing::info!(
+            session = %session.id,
+            idle_s = session.idle_for().as_secs(),
+            why = why.as_str(),
+            "idle worker reaped"
+        );
+        self.inner.metrics.workers_reaped.inc();
+        worker.shutdown(Duration::from_secs(2)).await;
+        self.inner.store.release(&session.id).await;
+        true
     }
 
     /// The directories under `sessions/` that hold no session record and have not changed for `older_than` (or

@@ -49,6 +49,8 @@ pub(crate) struct Started {
     pub(super) confinement: SandboxMode,
     /// Its egress proxy, when the sandbox may reach hosts.
     pub(super) egress: Option<Egress>,
+    /// Its process id in the supervisor's view, from its connection's credentials (which the kernel checks).
+    pub(super) pid: Option<u32>,
 }
 
 impl Started {
@@ -220,6 +222,7 @@ pub(crate) async fn start(
         workspace: launch.workspace,
         confinement: launch.confinement,
         egress,
+        pid,
     })
 }
 

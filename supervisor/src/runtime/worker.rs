@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, SinkExt, StreamExt};
-use service_ipc::{shrink_idle, EventPayload, ModelRequest, ToSupervisor, ToWorker};
+use service_ipc::{shrink_idle, EventPayload, ModelRequest, SandboxMode, ToSupervisor, ToWorker};
 use tokio::sync::{mpsc, watch};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
@@ -90,6 +90,7 @@ fn run(
         workspace,
         confinement,
         egress,
+        pid,
         ..
     } = started;
     let (tx, rx) = mpsc::channel(QUEUE);
@@ -99,6 +100,7 @@ fn run(
         kill: kill.clone(),
         exited,
         confinement,
+        sandbox_pid: pid.filter(|_| confinement != SandboxMode::DangerFullAccess),
         paths: (host_workspace, workspace),
         remains: (
             limits.as_ref().map(|l| l.dirs()).unwrap_or_default(),

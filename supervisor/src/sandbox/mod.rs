@@ -17,6 +17,7 @@ pub mod etc_snapshot;
 pub mod host_dir;
 pub mod identity;
 pub mod limits;
+pub mod occupancy;
 pub mod profile;
 pub mod userns;
 

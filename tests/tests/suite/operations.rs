@@ -450,3 +450,104 @@ async fn an_idle_worker_is_reaped_and_the_session_then_continues_with_its_histor
     // The next turn starts a worker again and sees the first turn's messages.
     assert_eq!(turn("second").await, "done after ran-42 with 8 messages");
 }
+
+/// Writes a note to the sandbox's `/tmp` on "write", and reads it back on "read".
+const TMP_NOTE: &str = r#"{turns: [
+  {when: "write", replies: [
+    {tool_calls: [{name: "Bash", arguments: {command: "echo kept > /tmp/note && echo wrote"}}]},
+    {text: "{{last_tool_output}}"}]},
+  {when: "read", replies: [
+    {tool_calls: [{name: "Bash", arguments: {command: "cat /tmp/note"}}]},
+    {text: "{{last_tool_output}}"}]}
+]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_sandbox_holds_nothing_else_stops_early_and_one_holding_a_tmp_file_or_a_server_stays(
+) {
+    let env = Env::new();
+    write_bundle(&env.path("plain"), ASKING, "", "workspace_write");
+    write_bundle(&env.path("noted"), TMP_NOTE, "", "workspace_write");
+    let server_marker = super::mcp::bundle(
+        &env,
+        "served",
+        "ok",
+        json!({}),
+        json!({}),
+        &[("mcp__fx__echo", json!({"text": "hello"}))],
+    );
+    let root = env.work.path().to_str().unwrap();
+    let server = Server::start(
+        env.home.path(),
+        &[
+            "--idle-timeout",
+            "10m",
+            "--empty-idle-timeout",
+            "1s",
+            "--log-format",
+            "json",
+            "--workspace-root",
+            root,
+        ],
+        &[],
+    );
+    let api = Client::of(&server);
+    let plain = api.session(&env.path("plain").display().to_string()).await;
+    let noted = api.session(&env.path("noted").display().to_string()).await;
+    let (status, body) = api
+        .json(
+            reqwest::Method::POST,
+            "/sessions",
+            Some(
+                json!({"bundle_ref": env.path("served").display().to_string(),
+                        "cwd": env.path("ws").display().to_string()}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let served = body["id"].as_str().unwrap().to_string();
+    let has_worker = |id: &str| assert!(!pids_with(id).is_empty(), "{id} has no worker");
+    assert_eq!(
+        api.turn(&plain, "first").await["final_message"],
+        "done after ran-42 with 4 messages"
+    );
+    has_worker(&plain);
+    assert_eq!(api.turn(&noted, "write").await["final_message"], "wrote");
+    has_worker(&noted);
+    assert_eq!(
+        api.turn(&served, "echo").await["final_message"],
+        "answer: echo: hello"
+    );
+    has_worker(&served);
+
+    wait_until(
+        Duration::from_secs(15),
+        || pids_with(&plain).is_empty(),
+        || format!("the empty sandbox still runs: {:?}", pids_with(&plain)),
+    );
+    server.json_log_with("saying why the worker was reaped", |l| {
+        l["message"] == "idle worker reaped"
+            && l["session"] == plain.as_str()
+            && l["why"] == "empty_sandbox"
+    });
+    // Past the 1 s by 3 s more: about thirty rounds of the reaper, which looks every 100 ms with these timeouts.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !pids_with(&noted).is_empty(),
+        "a sandbox holding a file in /tmp was stopped"
+    );
+    assert!(
+        !pids_with(&served).is_empty(),
+        "a sandbox running an MCP server was stopped"
+    );
+    assert!(
+        !pids_with(&server_marker).is_empty(),
+        "the MCP server is gone"
+    );
+
+    // Nothing was lost: the kept sandbox still has its file, and the stopped one's session goes on.
+    assert_eq!(api.turn(&noted, "read").await["final_message"], "kept");
+    assert_eq!(
+        api.turn(&plain, "second").await["final_message"],
+        "done after ran-42 with 8 messages"
+    );
+}
