@@ -290,3 +290,43 @@ fn a_checkpoint_of_an_unchanged_workspace_shares_the_previous_manifest_and_still
     reopened.rewind(&f.ws, "t3", "r", false).unwrap();
     assert_eq!(std::fs::read_to_string(f.ws.join("a.txt")).unwrap(), "one");
 }
+
+#[test]
+fn a_checkpoint_taken_while_the_host_removes_directories_skips_what_vanished() {
+    let f = fixture(u64::MAX);
+    std::fs::write(f.ws.join("keep.txt"), "kept").unwrap();
+    let churn = f.ws.join("target");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A build tool on the host, making and removing trees of directories as a scan reads them.
+    let remover = {
+        let (churn, stop) = (churn.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let dir = churn.join(format!("d{}", n % 8));
+                let _ = std::fs::remove_dir_all(&dir);
+                for i in 0..20 {
+                    let sub = dir.join(format!("s{i}"));
+                    if std::fs::create_dir_all(&sub).is_ok() {
+                        let _ = std::fs::write(sub.join("f"), "x");
+                    }
+                }
+                n += 1;
+            }
+        })
+    };
+    let mut failed = Vec::new();
+    for i in 0..50 {
+        if let Err(e) = f.cp.start(&f.ws, &format!("t{i}")) {
+            failed.push(e.to_string());
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    remover.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of 50 failed, first: {}",
+        failed.len(),
+        failed[0]
+    );
+}
