@@ -150,18 +150,18 @@ impl ServiceRuntime {
     /// spare workers that waited `timeouts.any`; returns how many stopped. A reaped session keeps everything but its
     /// worker: its next turn or command starts one again, and the history is on disk.
     pub async fn reap_idle(&self, timeouts: IdleTimeouts) -> usize {
-        let past = |limit: Option<Duration>, idle: Duration| limit.is_some_and(|l| idle >= l);
         let mut due: Vec<(Arc<Session>, Duration, Reason)> = Vec::new();
         let mut to_look_into = Vec::new();
         let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
         for session in &sessions {
-            let idle = session.idle_for();
             if busy(session) {
                 continue;
             }
-            if let Some(limit) = timeouts.any.filter(|_| past(timeouts.any, idle)) {
+            let idle = session.idle_for();
+            let past = |limit: Option<Duration>| limit.filter(|l| idle >= *l);
+            if let Some(limit) = past(timeouts.any) {
                 due.push((session.clone(), limit, Reason::IdleTimeout));
-            } else if past(timeouts.empty, idle) {
+            } else if past(timeouts.empty).is_some() {
                 // Without waiting: a turn or command that is starting holds the lock.
                 let worker = session.worker.try_lock().ok().and_then(|w| w.clone());
                 if let Some(worker) = worker {
