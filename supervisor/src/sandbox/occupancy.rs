@@ -1,6 +1,8 @@
 //! Whether a sandbox holds anything besides its worker: another process, or an entry in its private `/tmp` or
 //! `/dev/shm`. The worker of a sandbox that holds nothing else can be stopped and started again later with nothing
 //! lost: the workspace is on the host, the conversation is in the journal, and approvals are the supervisor's.
+//! IPC objects, the one other state a sandbox could hold, cannot outlive the command that made them: each command
+//! has an IPC namespace of its own (`worker/src/confine`).
 //!
 //! The answers come from the kernel (`/proc`), about processes the sandbox controls, so all a sandbox can steer is a
 //! yes or no about itself: one that wants to be kept keeps a file, and one that wants to be stopped loses only its

@@ -204,3 +204,37 @@ async fn an_interrupted_command_leaves_no_zombie_and_idle_spares_are_let_go() {
     assert_eq!(turn(&rt, &id, "next").await.0.final_message, "quick 5");
     rt.shutdown("test over").await;
 }
+
+#[test]
+fn ipc_objects_a_command_makes_end_with_it_so_no_later_command_or_an_idle_stop_finds_state_outside_files(
+) {
+    use super::mcp::{manifest, outputs, run, write_bundle};
+    let env = super::support::Env::new();
+    // `ipcs` lists the objects of the caller's IPC namespace: keys are printed as 0x...
+    let count = "ipcs -m -q -s | grep -c '^0x'; true";
+    write_bundle(
+        &env,
+        "ipc",
+        manifest("ipc", "workspace_write", serde_json::json!([])),
+        serde_json::json!({}),
+        &[
+            (
+                "Bash",
+                serde_json::json!({"command": format!("ipcmk -M 4096 >/dev/null && ipcmk -Q >/dev/null && ipcmk -S 1 >/dev/null && {count}")}),
+            ),
+            ("Bash", serde_json::json!({"command": count})),
+        ],
+    );
+    let (out, events) = run(&env, "ipc", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outputs = outputs(&events);
+    assert_eq!(
+        outputs.iter().map(|(_, o)| o.trim()).collect::<Vec<_>>(),
+        ["3", "0"],
+        "the first command sees the shared memory, queue and semaphores it made; the next sees none: {outputs:?}"
+    );
+}

@@ -10,6 +10,10 @@
 //!   namespace of its own inside the sandbox; in a sandbox the command is uid and gid [`COMMAND_UID`] there, mapped
 //!   onto the worker's (the sandbox's root, so the same host user), and gets no capabilities (the bounding and
 //!   ambient sets are emptied before exec). On the host a command keeps its own uid.
+//! - one IPC namespace per command, for the same reason: System V shared memory, semaphores and message queues and
+//!   POSIX message queues outlive the process that made them, so in the sandbox's namespace they would be state
+//!   that no file and no process shows. In the command's own, they end with it, as its processes do, and a command
+//!   cannot reach another's or an MCP server's. What a command leaves for later is a file.
 //!
 //! The runner's handle on a command is a small reaper process: the child of the worker that made the namespaces,
 //! waits for the shell and exits with its status (or re-raises the signal that killed it). Killing the reaper kills
@@ -86,7 +90,7 @@ pub fn confine(
 fn in_child(prep: &Prepared, strictness: Strictness) -> std::io::Result<()> {
     // SAFETY: see `confine`.
     unsafe {
-        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) == 0 {
+        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC) == 0 {
             map_ids(prep)?;
             become_reaper_of_pid_one()?;
             // From here we are the command's shell, pid 1 of its namespace.
