@@ -5,6 +5,8 @@
 //! OpenAI-compatible server on loopback (`common/openai.rs`, in this process). For each count of `BENCH_SESSIONS`
 //! (comma-separated, default 300), that many sessions are created over HTTP, then `BENCH_CLIENTS` clients (default
 //! 16) send `run-sync` turns at once:
+//! - first, for sessions that run a tool and before `serve` starts: as many sandboxes made by bwrap alone, with a
+//!   session's arguments, as many at once as there are clients (`scale/ceiling.rs`): the ceiling under first turns;
 //! - first turns: the first turn of every session; turns per second and p99 latency;
 //! - warm: `BENCH_WARM_ROUNDS` (default 10) more turns per session, each client on its own sessions; turns per
 //!   second, median and p99 latency;
@@ -39,6 +41,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "scale/ceiling.rs"]
+mod ceiling;
 #[path = "common/openai.rs"]
 mod openai;
 #[path = "scale/plot.rs"]
@@ -53,6 +57,9 @@ type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 /// What one run measured.
 pub struct Run {
     pub sessions: usize,
+    /// Sandboxes a second that bwrap alone makes with a session's arguments, `clients` at once, just before; for
+    /// sessions that run a tool.
+    pub bare_per_sec: Option<f64>,
     pub cold_per_sec: f64,
     pub cold_p99: Duration,
     pub warm_per_sec: f64,
@@ -94,6 +101,8 @@ struct Plan {
     idle_timeout: u64,
     /// `serve --empty-idle-timeout` in seconds; None leaves serve's default.
     empty_idle_timeout: Option<u64>,
+    /// Measure bwrap's own rate first (`ceiling`).
+    ceiling: bool,
 }
 
 /// What the server and its processes hold.
@@ -297,6 +306,19 @@ async fn one_run(
     }
     let bundle = tempfile::TempDir::new()?;
     openai::write_bundle_at(bundle.path(), model, "workspace_write")?;
+    let scratch = tempfile::TempDir::new()?;
+    let bare_per_sec = match plan.ceiling {
+        false => None,
+        true => {
+            let at = scratch.path().to_path_buf();
+            let made =
+                tokio::task::spawn_blocking(move || ceiling::sandboxes_per_sec(n, clients, &at))
+                    .await??;
+            // Let the kernel finish tearing those sandboxes down before serve starts.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Some(made)
+        }
+    };
     let built = std::process::Command::new(exe)
         .args(["build", &bundle.path().display().to_string()])
         .env("SERVICE_HOME", home.path())
@@ -348,6 +370,7 @@ async fn one_run(
     };
     let run = Run {
         sessions: n,
+        bare_per_sec,
         cold_per_sec: n as f64 / cold_wall.as_secs_f64(),
         cold_p99: quantile(&cold, 0.99),
         warm_per_sec: warm.len() as f64 / warm_wall.as_secs_f64(),
@@ -359,7 +382,7 @@ async fn one_run(
         reaped,
     };
     drop(server);
-    kept.extend([home, bundle]);
+    kept.extend([home, bundle, scratch]);
     Ok(run)
 }
 
@@ -426,6 +449,7 @@ fn main() -> BenchResult<()> {
                     idle_secs: idle,
                     idle_timeout: timeout,
                     empty_idle_timeout,
+                    ceiling: kind.trim() == "bash",
                 };
                 results.push(tokio.block_on(one_run(&exe, model, plan, &mut kept))?);
             }
@@ -465,6 +489,15 @@ fn print_runs(results: &[Run], idle_secs: u64) {
     row("first turns per second", &|r| {
         format!("{:>9.0}", r.cold_per_sec)
     });
+    if results.iter().all(|r| r.bare_per_sec.is_some()) {
+        let bare = |r: &Run| r.bare_per_sec.unwrap_or(f64::NAN);
+        row("bare sandboxes per second (bwrap alone)", &|r| {
+            format!("{:>9.0}", bare(r))
+        });
+        row("first turns / bare sandboxes", &|r| {
+            format!("{:>9.2}", r.cold_per_sec / bare(r))
+        });
+    }
     row("first turn latency, p99 ms", &|r| {
         format!("{:>9.1}", ms(r.cold_p99))
     });
