@@ -5,7 +5,9 @@
 //! OpenAI-compatible server on loopback (`common/openai.rs`, in this process). For each count of `BENCH_SESSIONS`
 //! (comma-separated, default 300), that many sessions are created over HTTP, then `BENCH_CLIENTS` clients (default
 //! 16) send `run-sync` turns at once:
-//! - first, for sessions that run a tool and before `serve` starts: as many sandboxes made by bwrap alone, with a
+//! - first, the time to make a new file on the store's file system (`stats::new_file`): on ext4 without a journal
+//!   it shows whether the run met recent deletions, which slow every file a session makes;
+//! - then, for sessions that run a tool and before `serve` starts: as many sandboxes made by bwrap alone, with a
 //!   session's arguments, as many at once as there are clients (`scale/ceiling.rs`): the ceiling under first turns;
 //! - first turns: the first turn of every session; turns per second and p99 latency;
 //! - warm: `BENCH_WARM_ROUNDS` (default 10) more turns per session, each client on its own sessions; turns per
@@ -57,6 +59,8 @@ type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 /// What one run measured.
 pub struct Run {
     pub sessions: usize,
+    /// The median time to make a new file on the store's file system, just before the run (see `stats::new_file`).
+    pub new_file: Duration,
     /// Sandboxes a second that bwrap alone makes with a session's arguments, `clients` at once, just before; for
     /// sessions that run a tool.
     pub bare_per_sec: Option<f64>,
@@ -306,6 +310,7 @@ async fn one_run(
     }
     let bundle = tempfile::TempDir::new()?;
     openai::write_bundle_at(bundle.path(), model, "workspace_write")?;
+    let new_file = stats::new_file(&home.path().join("probe"))?;
     let scratch = tempfile::TempDir::new()?;
     let bare_per_sec = match plan.ceiling {
         false => None,
@@ -370,6 +375,7 @@ async fn one_run(
     };
     let run = Run {
         sessions: n,
+        new_file,
         bare_per_sec,
         cold_per_sec: n as f64 / cold_wall.as_secs_f64(),
         cold_p99: quantile(&cold, 0.99),
@@ -486,6 +492,9 @@ fn print_runs(results: &[Run], idle_secs: u64) {
         .collect();
     println!("| {:<50} | {} |", "benchmark", header.join(" | "));
     println!("|{:-<52}|{}", "", "-----------|".repeat(results.len()));
+    row("new file on the store's disk before the run, ms", &|r| {
+        format!("{:>9.3}", ms(r.new_file))
+    });
     row("first turns per second", &|r| {
         format!("{:>9.0}", r.cold_per_sec)
     });

@@ -79,7 +79,9 @@ pub(super) fn rows(
     let (mut against_baseline, mut bash_against_baseline) = (Vec::new(), Vec::new());
     let mut new_files = Vec::new();
     for round in 0..ROUNDS {
-        new_files.push(new_file(&home.path().join(format!("probe-{round}")))?);
+        new_files.push(stats::new_file(
+            &home.path().join(format!("probe-{round}")),
+        )?);
         let (mut oneshot, mut limit, mut slow, mut tool) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut base, mut base_tool) = (Vec::new(), Vec::new());
@@ -224,22 +226,6 @@ pub(super) fn rows(
         );
     }
     Ok(())
-}
-
-/// The median of 30 times to make a new empty file in a new directory `dir`, kept until the home is removed (a
-/// deletion now would slow what follows). A one-shot makes six files and directories, so
-/// this shows the state of the file system that its row met: about 0.03 ms on a quiet ext4, 0.2-0.7 ms on one
-/// without a journal just after many files were deleted (see the bench's header).
-fn new_file(dir: &Path) -> BenchResult<Duration> {
-    std::fs::create_dir(dir)?;
-    let samples = (0..30)
-        .map(|i| {
-            let t = Instant::now();
-            std::fs::File::create_new(dir.join(i.to_string()))?;
-            Ok(t.elapsed())
-        })
-        .collect::<std::io::Result<Vec<_>>>()?;
-    Ok(stats(samples).median)
 }
 
 /// One turn of `hi` in session `id`, timed; fails unless the answer is the server's `ok`.
