@@ -15,7 +15,7 @@
 //! and makes its own pid, mount, network, IPC and UTS namespaces inside it.
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -82,11 +82,42 @@ fn announced(ready: &OwnedFd) -> bool {
     }
 }
 
+/// Closes every descriptor from 3 on but `keep`, in the child. A fork copies every descriptor of the process,
+/// close-on-exec or not, and this child runs no program: it would hold another thread's `hold` write end while it
+/// lives, so that thread's child would wait for it, and if that child holds this one's, both wait forever (seen
+/// with two runtimes in one process making namespaces at once).
+fn close_all_but(keep: [RawFd; 2]) -> nix::Result<()> {
+    let (low, high) = (keep[0].min(keep[1]), keep[0].max(keep[1]));
+    let mut first = 3;
+    for fd in [low, high] {
+        if fd > first {
+            close_range(first, fd - 1)?;
+        }
+        first = first.max(fd + 1);
+    }
+    close_range(first, RawFd::MAX)
+}
+
+/// `close_range(2)` over `first..=last`: one system call, async-signal-safe.
+fn close_range(first: RawFd, last: RawFd) -> nix::Result<()> {
+    // SAFETY: close_range takes plain integers and only closes descriptors; none of the ones it closes is used
+    // again by this child.
+    let done =
+        unsafe { nix::libc::syscall(nix::libc::SYS_close_range, first as u32, last as u32, 0u32) };
+    match nix::errno::Errno::result(done) {
+        // Before Linux 5.9 the descriptors stay, which is safe where one launcher makes the namespaces one at a
+        // time, as in every command of service-rs.
+        Ok(_) | Err(nix::errno::Errno::ENOSYS) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// The child: becomes `id`, unshares a user namespace (which `id` then owns), says so, and waits for `hold` to
 /// close. Signals are blocked: the handlers are the supervisor's, and must not run in a copy of it. It stays not
 /// dumpable, as the supervisor is (`hardening`).
 fn unshare_as(id: HostId, ready: OwnedFd, hold: OwnedFd) -> ! {
     let step = (|| {
+        close_all_but([ready.as_raw_fd(), hold.as_raw_fd()])?;
         nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), None)?;
         nix::unistd::setgroups(&[])?;
         nix::unistd::setgid(Gid::from_raw(id.gid))?;
@@ -159,6 +190,67 @@ mod tests {
             nix::unistd::Uid::effective().is_root(),
             "the supervisor's own ids changed"
         );
+    }
+
+    /// Kills every child of this process's threads: a hung helper blocks every other signal, and holds the test
+    /// run's output open, so the run would hang rather than fail.
+    fn kill_children() {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for pid in children.split_whitespace().filter_map(|p| p.parse().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn namespaces_made_at_once_on_several_threads_all_arrive() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("not root; skipped");
+            return;
+        }
+        let (done, arrived) = std::sync::mpsc::channel();
+        let given_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = 8;
+        for _ in 0..threads {
+            let (done, given_up) = (done.clone(), given_up.clone());
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    if given_up.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    let made = make(HostId {
+                        uid: 65534,
+                        gid: 65534,
+                    });
+                    if done
+                        .send(made.map(drop).map_err(|e| e.to_string()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+        for n in 0..threads * 25 {
+            match arrived.recv_timeout(std::time::Duration::from_secs(20)) {
+                Ok(made) => made.unwrap(),
+                // The helpers hung, each holding the others' pipes; the threads stay blocked in `waitpid`.
+                Err(e) => {
+                    // No thread makes another once its hung helper is killed.
+                    given_up.store(true, std::sync::atomic::Ordering::SeqCst);
+                    kill_children();
+                    panic!("{n} namespaces arrived, then none for 20 s: {e}")
+                }
+            }
+        }
     }
 
     #[test]
