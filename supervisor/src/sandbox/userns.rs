@@ -254,6 +254,47 @@ mod tests {
     }
 
     #[test]
+    fn the_helper_running_as_the_sandbox_user_holds_none_of_the_supervisors_descriptors() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("not root; skipped");
+            return;
+        }
+        // A file the supervisor has open, as it has its store's and its keys'.
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        let mut held = None;
+        make_then(
+            HostId {
+                uid: 65534,
+                gid: 65534,
+            },
+            |child| {
+                let fds = std::fs::read_dir(format!("/proc/{child}/fd")).unwrap();
+                held = Some(
+                    fds.flatten()
+                        .filter(|fd| {
+                            fd.file_name()
+                                .to_str()
+                                .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 2))
+                        })
+                        .map(|fd| std::fs::read_link(fd.path()).unwrap_or_default())
+                        .collect::<Vec<_>>(),
+                );
+            },
+        )
+        .unwrap();
+        let held = held.unwrap();
+        assert!(
+            !held.iter().any(|link| link == secret.path()),
+            "the helper holds the supervisor's open file: {held:?}"
+        );
+        assert_eq!(
+            held.len(),
+            2,
+            "the helper holds more than its two pipes: {held:?}"
+        );
+    }
+
+    #[test]
     fn the_sandbox_user_cannot_read_the_helpers_copy_of_the_supervisor() {
         if !nix::unistd::Uid::effective().is_root() {
             eprintln!("not root; skipped");
