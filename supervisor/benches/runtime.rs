@@ -22,7 +22,9 @@
 //!     `runtime/lead.rs`);
 //!   - the confined one-shot `service-rs run`, whole process, against its limit: a bare bwrap spawn plus one
 //!     direct streaming request on a new connection, sampled in turn; the same against a model that waits 30 ms,
-//!     and against one that calls Bash once (so the sandbox starts);
+//!     and against one that calls Bash once (so the sandbox starts), whose limit adds `sh -c true` on the host;
+//!   - bwrap alone with a session's own arguments (`common/session_sandbox.rs`) next to the bare bwrap of the
+//!     limits: what the sandbox's mounts cost before the worker runs;
 //!   - before each round, the time to make a new file in the home's file system, which tells a run that met
 //!     recent deletions (below) from a slower build;
 //! - workers as the session gets them (`service-worker`, the small binary beside `service-rs`) and as
@@ -58,6 +60,9 @@ mod openai;
 
 #[path = "runtime/loopback.rs"]
 mod loopback;
+
+#[path = "common/session_sandbox.rs"]
+mod session_sandbox;
 
 #[path = "common/stats.rs"]
 mod stats;
@@ -227,15 +232,24 @@ async fn create_once(rt: &ServiceRuntime, reference: &str) -> BenchResult<Durati
 
 /// Times one bare `bwrap --unshare-all true`, the baseline of the sandboxed create.
 fn bare_bwrap_once() -> BenchResult<Duration> {
+    succeeded(std::process::Command::new("bwrap").args([
+        "--unshare-all",
+        "--ro-bind",
+        "/",
+        "/",
+        "true",
+    ]))
+}
+
+/// Runs `cmd` to its end and times it; fails unless it succeeded.
+fn succeeded(cmd: &mut std::process::Command) -> BenchResult<Duration> {
     let t = Instant::now();
-    let status = std::process::Command::new("bwrap")
-        .args(["--unshare-all", "--ro-bind", "/", "/", "true"])
-        .status()?;
+    let status = cmd.status()?;
     let took = t.elapsed();
     if status.success() {
         Ok(took)
     } else {
-        Err("bwrap failed".into())
+        Err(format!("{:?} failed: {status}", cmd.get_program()).into())
     }
 }
 

@@ -49,6 +49,8 @@ mod ceiling;
 mod openai;
 #[path = "scale/plot.rs"]
 mod plot;
+#[path = "common/session_sandbox.rs"]
+mod session_sandbox;
 
 #[path = "common/stats.rs"]
 mod stats;

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use service_ipc::{Task, TurnOverrides};
 use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
-use super::{bare_bwrap_once, ms, openai, stats, BenchResult, Stats};
+use super::session_sandbox::SessionSandbox;
+use super::{bare_bwrap_once, ms, openai, stats, succeeded, BenchResult, Stats};
 
 /// Rounds of each comparison against the loopback server; each round's medians are printed.
 const ROUNDS: usize = 3;
@@ -74,8 +75,12 @@ pub(super) fn rows(
         Ok(took)
     };
     let one_shot = |reference: &str| one_shot_of(exe, reference);
+    let scratch = tempfile::TempDir::new()?;
+    let session_sandbox = SessionSandbox::new(scratch.path(), &["/usr/bin/true"])
+        .map_err(|e| e as Box<dyn std::error::Error>)?;
     let (mut oneshots, mut thinking_oneshots, mut bash_oneshots) =
         (Vec::new(), Vec::new(), Vec::new());
+    let mut sandboxes = Vec::new();
     let (mut against_baseline, mut bash_against_baseline) = (Vec::new(), Vec::new());
     let mut new_files = Vec::new();
     for round in 0..ROUNDS {
@@ -84,6 +89,7 @@ pub(super) fn rows(
         )?);
         let (mut oneshot, mut limit, mut slow, mut tool) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut tool_limit, mut bare, mut session_bwrap) = (Vec::new(), Vec::new(), Vec::new());
         let (mut base, mut base_tool) = (Vec::new(), Vec::new());
         for i in 0..iters.min(50) {
             // Before this build's rows or after them, in turn: a one-shot that ran a tool leaves its sandbox to
@@ -102,14 +108,20 @@ pub(super) fn rows(
             sample_baseline(1)?;
             // A new client per request: a new connection, as the one-shot makes.
             let request = tokio.block_on(openai::direct(&reqwest::Client::new(), &server))?;
-            limit.push(bare_bwrap_once()? + request);
+            let bwrap = bare_bwrap_once()?;
+            let shell = succeeded(std::process::Command::new("sh").args(["-c", "true"]))?;
+            limit.push(bwrap + request);
+            tool_limit.push(bwrap + request + shell);
+            bare.push(bwrap);
+            session_bwrap.push(succeeded(&mut session_sandbox.command())?);
         }
         if baseline.is_some() {
             against_baseline.push((stats(oneshot.clone()), stats(base)));
             bash_against_baseline.push((stats(tool.clone()), stats(base_tool)));
         }
         thinking_oneshots.push((stats(slow), stats(oneshot.clone())));
-        bash_oneshots.push((stats(tool), stats(limit.clone())));
+        bash_oneshots.push((stats(tool), stats(tool_limit)));
+        sandboxes.push((stats(session_bwrap), stats(bare)));
         oneshots.push((stats(oneshot), stats(limit)));
     }
     println!();
@@ -125,7 +137,7 @@ pub(super) fn rows(
     // Each row: its name, the rounds it reads (a measurement and its baseline), and the cell it makes of one.
     type Cell = fn(&Stats, &Stats) -> String;
     type Rounds = [(Stats, Stats)];
-    let rows: [(&str, &Rounds, Cell); 12] = [
+    let rows: [(&str, &Rounds, Cell); 15] = [
         (
             "warm turn (host worker running), whole round trip",
             &warm,
@@ -175,9 +187,26 @@ pub(super) fn rows(
             &bash_oneshots,
             |t, _| format!("{:.2}", ms(t.median)),
         ),
-        ("ratio: that one-shot / limit", &bash_oneshots, |t, l| {
-            format!("{:.2}x", t.median.as_secs_f64() / l.median.as_secs_f64())
-        }),
+        (
+            "its limit: bare bwrap + direct request + `sh -c true`",
+            &bash_oneshots,
+            |_, l| format!("{:.2}", ms(l.median)),
+        ),
+        (
+            "ratio: that one-shot / its limit",
+            &bash_oneshots,
+            |t, l| format!("{:.2}x", t.median.as_secs_f64() / l.median.as_secs_f64()),
+        ),
+        (
+            "bare bwrap (`--unshare-all`, running `true`)",
+            &sandboxes,
+            |_, b| format!("{:.2}", ms(b.median)),
+        ),
+        (
+            "bwrap with a session's arguments, running `true`",
+            &sandboxes,
+            |s, _| format!("{:.2}", ms(s.median)),
+        ),
     ];
     let ratio: Cell = |t, b| format!("{:.3}x", t.median.as_secs_f64() / b.median.as_secs_f64());
     let baseline_rows: [(&str, &Rounds, Cell); 4] = [
