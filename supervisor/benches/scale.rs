@@ -49,6 +49,8 @@ mod ceiling;
 mod openai;
 #[path = "scale/plot.rs"]
 mod plot;
+#[path = "common/serve.rs"]
+mod serve_child;
 #[path = "common/session_sandbox.rs"]
 mod session_sandbox;
 
@@ -219,14 +221,20 @@ async fn serve(
     if let Some(empty) = plan.empty_idle_timeout {
         timeout.extend(["--empty-idle-timeout".to_string(), format!("{empty}s")]);
     }
-    let child = tokio::process::Command::new(exe)
+    let mut command = tokio::process::Command::new(exe);
+    command
         .args(["serve", "--no-auth", "--bind", &format!("127.0.0.1:{port}")])
         .args(timeout)
         .env("SERVICE_HOME", home)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
+        .kill_on_drop(true);
+    // SAFETY: `dies_with_bench` makes one async-signal-safe system call; `one_run` is polled by `block_on` on the
+    // main thread, which spawns `serve` here and outlives it.
+    unsafe {
+        command.pre_exec(serve_child::dies_with_bench);
+    }
+    let child = command.spawn()?;
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     for _ in 0..500 {

@@ -2,6 +2,7 @@
 // Each bench that includes this module uses part of it.
 #![allow(dead_code)]
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -13,14 +14,19 @@ pub const TOKEN: &str = "bench-token";
 pub fn serve(home: &Path, extra: &[&str]) -> Result<(Child, String), Box<dyn std::error::Error>> {
     use std::io::BufRead;
     let exe = env!("CARGO_BIN_EXE_service-rs");
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["serve", "--bind", "127.0.0.1:0", "--token", TOKEN])
         .args(extra)
         .env("SERVICE_HOME", home)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
+        .stderr(Stdio::null());
+    // SAFETY: `dies_with_bench` makes one async-signal-safe system call.
+    unsafe {
+        command.pre_exec(dies_with_bench);
+    }
+    let mut child = command.spawn()?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let mut line = String::new();
     std::io::BufReader::new(stdout).read_line(&mut line)?;
@@ -30,6 +36,13 @@ pub fn serve(home: &Path, extra: &[&str]) -> Result<(Child, String), Box<dyn std
         .ok_or_else(|| format!("unexpected first line: {line}"))?
         .to_string();
     Ok((child, base))
+}
+
+/// For a child's pre-exec hook: the child is killed when the bench ends, a bench stopped by a signal (whose
+/// destructors never run) included. The kernel sends it when the thread that spawned the child ends, so spawn
+/// from a thread that outlives the child (the main thread, or a future `block_on` polls there).
+pub fn dies_with_bench() -> std::io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
 }
 
 /// Creates a session of `bundle` on the server at `base`; its `run-sync` URL.
