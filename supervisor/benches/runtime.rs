@@ -31,10 +31,12 @@
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
 //! `BENCH_ITERS` sets the number of samples (default 200); `BENCH_EXE` runs another build of `service-rs` (to
-//! compare two builds in one sitting). `BENCH_BASELINE_EXE` names a second build whose confined one-shots (text, and
-//! one Bash call) are sampled in turn with this one's, and adds their ratios: the file system drifts from run to run
-//! (below), so two builds compare best within one round. Build the small worker first (`cargo build --release -p service-worker`);
-//! without it the runtime uses `service-rs worker`, and the bench says so.
+//! compare two builds in one sitting); `BENCH_HOST_MOUNTS=N` (root) adds N mounts to the table every sandbox
+//! starts from (`runtime/host_mounts.rs`). `BENCH_BASELINE_EXE` names a second build whose confined one-shots
+//! (text, and one Bash call) are sampled in turn with this one's, and adds their ratios: the file system drifts
+//! from run to run (below), so two builds compare best within one round. Build the small worker first
+//! (`cargo build --release -p service-worker`); without it the runtime uses `service-rs worker`, and the bench
+//! says so.
 //!
 //! The file system under the temporary directory shows in every row that makes sessions. On the bench machine's
 //! ext4 (no journal), the confined one-shot slows from run to run (1.24-1.34x, then up to 2.0x, even with 40 s
@@ -60,6 +62,9 @@ mod openai;
 
 #[path = "runtime/loopback.rs"]
 mod loopback;
+
+#[path = "runtime/host_mounts.rs"]
+mod host_mounts;
 
 #[path = "common/session_sandbox.rs"]
 mod session_sandbox;
@@ -254,6 +259,14 @@ fn succeeded(cmd: &mut std::process::Command) -> BenchResult<Duration> {
 }
 
 fn main() -> BenchResult<()> {
+    // First, while this process has one thread.
+    let host_mounts = host_mounts::add(env_or("BENCH_HOST_MOUNTS", 0))?;
+    if let Some(m) = &host_mounts {
+        println!(
+            "in a mount namespace of its own, with {} more mounts than the host's",
+            m.count()
+        );
+    }
     let iters: usize = env_or("BENCH_ITERS", 200);
     let exe = std::env::var_os("BENCH_EXE")
         .map(PathBuf::from)
