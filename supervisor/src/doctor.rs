@@ -84,6 +84,7 @@ pub async fn sandbox(worker_exe: PathBuf) -> Vec<Check> {
         .unwrap_or_else(|| "bubblewrap".into());
     checks.push(Check::ok(format!("{version} at {}", bwrap.display())));
     checks.push(sandbox_user());
+    checks.push(mount_table(Path::new("/proc/self/mountinfo")));
     checks.push(match confined_command(worker_exe).await {
         Ok(took) => Check::ok(format!(
             "a confined worker started and ran a command ({} ms)",
@@ -99,6 +100,38 @@ pub async fn sandbox(worker_exe: PathBuf) -> Vec<Check> {
         ),
     });
     checks
+}
+
+/// Mounts past which sandboxes start noticeably slower. A sandbox's mount namespace starts as a copy of the whole
+/// table, and bwrap reads all of it again for each bind mount it makes: 200 more mounts than a plain host's
+/// doubled the time bwrap takes with a session's arguments (SCALING.md).
+const MANY_MOUNTS: usize = 100;
+
+/// How many mounts every sandbox starts from, read from `mountinfo`.
+fn mount_table(mountinfo: &Path) -> Check {
+    let mounts = match std::fs::read_to_string(mountinfo) {
+        Ok(text) => text.lines().count(),
+        Err(e) => {
+            return Check::warn(
+                format!("the mount table ({}) could not be read: {e}", mountinfo.display()),
+                "sandboxes may still start; `service-rs doctor` reads it only to tell how fast they start",
+            )
+        }
+    };
+    if mounts > MANY_MOUNTS {
+        Check::warn(
+            format!(
+                "{mounts} mounts on this host: every sandbox starts from a copy of them, and bwrap reads them all \
+                 once a bind mount, so sandboxes start more slowly (about twice as slowly at 200 more than a plain \
+                 host's)"
+            ),
+            "run service-rs where the mount table is short, such as a container of its own (SCALING.md)",
+        )
+    } else {
+        Check::ok(format!(
+            "{mounts} mounts on this host, which sandboxes start from"
+        ))
+    }
 }
 
 /// Which host user a sandbox's processes are, for every permission check on the host.
@@ -310,5 +343,29 @@ mod tests {
             ("user/max_user_namespaces", "63000"),
         ]);
         assert_eq!(userns_fix(fine.path()), None);
+    }
+
+    #[test]
+    fn a_long_mount_table_is_a_warning_that_says_where_to_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = |n: usize| {
+            let path = dir.path().join(format!("mountinfo-{n}"));
+            let lines: String = (0..n)
+                .map(|i| format!("{i} 1 0:{i} / /m/{i} rw - tmpfs none rw\n"))
+                .collect();
+            std::fs::write(&path, lines).unwrap();
+            mount_table(&path)
+        };
+        let short = table(20);
+        assert_eq!(short.status, Status::Ok, "{short:?}");
+        assert!(short.what.starts_with("20 mounts"), "{short:?}");
+        let long = table(MANY_MOUNTS + 1);
+        assert_eq!(long.status, Status::Warn, "{long:?}");
+        assert!(long.what.starts_with("101 mounts"), "{long:?}");
+        assert!(!long.what.contains("  "), "one line of prose: {long:?}");
+        assert!(long.fix.unwrap().contains("SCALING.md"));
+        let missing = mount_table(&dir.path().join("absent"));
+        assert_eq!(missing.status, Status::Warn, "{missing:?}");
+        assert!(missing.what.contains("could not be read"), "{missing:?}");
     }
 }
