@@ -418,11 +418,8 @@ fn doctor_checks_the_sandbox_the_store_and_a_bundles_model_server_and_key() {
         text.contains("a confined worker started and ran a command"),
         "{text}"
     );
-    // This machine's mount table is short: an ok line with its count.
-    assert!(
-        text.contains("mounts on this host, which sandboxes start from"),
-        "{text}"
-    );
+    // The mount table every sandbox starts from: its count, on an ok line or a warning on a host with many.
+    assert!(text.contains(" mounts on this host"), "{text}");
     // Which host user a sandbox is; a root supervisor's is root, and doctor says what that means.
     let who = if nix::unistd::geteuid().is_root() {
         "ok    sandboxes run as the owner of each session's directory, or as nobody (uid 65534"
