@@ -76,16 +76,31 @@ impl Objects {
         let mut written = 0;
         let linked = !self.has(&hash);
         let mut tmp = Some(tmp);
+        // Each round that does not link meets another writer or a release in between; a few are plenty.
+        let mut rounds = 0;
         loop {
+            rounds += 1;
+            if rounds > 8 {
+                return Err(std::io::Error::other(
+                    "the pool's copy of this content kept changing while it was linked",
+                ));
+            }
             if !pooled.exists() {
-                let Some(tmp) = tmp.take() else {
+                let Some(ours) = tmp.take() else {
                     return Err(std::io::Error::other("stored content vanished twice"));
                 };
                 std::fs::create_dir_all(pooled.parent().unwrap_or(&self.pool))?;
-                // Not flushed: a flush per file made a large workspace's first checkpoint take seconds, and a
-                // copy a power cut damaged fails its hash check when it is restored, rather than restoring wrong.
-                tmp.persist(&pooled).map_err(|e| e.error)?;
-                written = size;
+                // Never over a copy that is there: a link being made to the copy it replaced would find that
+                // copy's last name gone and fail. The copy there holds the same bytes. Not flushed: a flush per
+                // file made a large workspace's first checkpoint take seconds, and a copy a power cut damaged
+                // fails its hash check when it is restored, rather than restoring wrong.
+                match ours.persist_noclobber(&pooled) {
+                    Ok(_) => written = size,
+                    Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
+                        tmp = Some(e.file)
+                    }
+                    Err(e) => return Err(e.error),
+                }
             }
             match self.link(&hash, &pooled) {
                 // Another session released the pool's copy in between: store ours.

@@ -330,3 +330,40 @@ fn a_checkpoint_taken_while_the_host_removes_directories_skips_what_vanished() {
         failed[0]
     );
 }
+
+#[test]
+fn threads_storing_the_same_new_content_at_once_all_link_it() {
+    let f = fixture(u64::MAX);
+    let objects = objects::Objects::new(f.root.join("pool"), f.root.join("mine"));
+    let mut failed = Vec::new();
+    // Each round is content the pool has never held, stored by several threads at once, as a scan's threads store
+    // a workspace's copies of one file.
+    for round in 0..200 {
+        let source = f.root.join(format!("content-{round}"));
+        std::fs::write(&source, format!("round {round}")).unwrap();
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|s| {
+            let stores: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let file = std::fs::File::open(&source).unwrap();
+                        start.wait();
+                        objects.store(file).map(|stored| stored.hash)
+                    })
+                })
+                .collect();
+            for store in stores {
+                match store.join().unwrap() {
+                    Ok(hash) => assert!(objects.has(&hash)),
+                    Err(e) => failed.push(format!("round {round}: {e}")),
+                }
+            }
+        });
+    }
+    assert!(
+        failed.is_empty(),
+        "{} stores failed, first: {}",
+        failed.len(),
+        failed[0]
+    );
+}
