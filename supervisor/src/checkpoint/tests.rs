@@ -367,3 +367,31 @@ fn threads_storing_the_same_new_content_at_once_all_link_it() {
         failed[0]
     );
 }
+
+#[test]
+fn a_pool_copy_whose_bytes_are_not_its_hash_is_never_restored() {
+    // A copy already in the pool is linked, never written over (see `Objects::store`); a rewind checks each copy
+    // against its name, so a copy changed after it was stored cannot put other bytes into the workspace.
+    use sha2::Digest as _;
+    let f = fixture(u64::MAX);
+    std::fs::write(f.ws.join("a.txt"), "one\n").unwrap();
+    turn(&f, "t1", |ws| {
+        std::fs::write(ws.join("a.txt"), "two\n").unwrap()
+    });
+    let hex = tree::Digest(sha2::Sha256::digest(b"one\n").into()).to_string();
+    let pooled = f.root.join("pool/objects").join(&hex[..2]).join(&hex);
+    std::fs::write(&pooled, "planted\n").unwrap();
+    let rewound = f.cp.rewind(&f.ws, "t1", "r1", false);
+    let kept = std::fs::read_to_string(f.ws.join("a.txt")).unwrap();
+    assert_eq!(
+        kept, "two\n",
+        "the workspace got {kept:?}; the rewind said {rewound:?}"
+    );
+    match rewound {
+        Err(_) => {}
+        Ok((_, skipped)) => assert!(
+            !skipped.is_empty(),
+            "a damaged copy was reported as restored"
+        ),
+    }
+}
