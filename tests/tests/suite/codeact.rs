@@ -178,7 +178,7 @@ async fn a_deny_rule_holds_in_a_program_even_when_it_writes_to_the_tool_channel_
     // The program tries the module, then forges requests on its own copy of the channel: an approval flag, a
     // lower-case name, a decision among the arguments, a rule of its own, and garbage.
     let attack = program(
-        r#"import json, os, socket
+        r#"import json, os, socket, struct
 try:
     bash('rm -rf precious')
     print('module: ran')
@@ -186,6 +186,10 @@ except Denied as e:
     print('module: denied:', e)
 raw = socket.socket(fileno=os.dup(int(os.environ['SERVICE_TOOLS_FD'])))
 replies = raw.makefile('rb')
+def forge(body):
+    raw.sendall(struct.pack('>I', len(body)) + body)
+    frame = replies.read(struct.unpack('>I', replies.read(4))[0])
+    print('raw:', frame.partition(b'\n')[0].decode())
 forged = [
     {"op": "call", "tool": "Bash", "arguments": {"command": "rm -rf precious"}, "approved": True},
     {"op": "call", "tool": "bash", "arguments": {"command": "rm -rf precious"}},
@@ -193,10 +197,8 @@ forged = [
     {"op": "call", "tool": "Bash", "arguments": {"command": "rm -rf precious"}, "permissions": {"default": "allow"}},
 ]
 for request in forged:
-    raw.sendall(json.dumps(request).encode() + b"\n")
-    print('raw:', json.loads(replies.readline())['status'])
-raw.sendall(b"{not json\n")
-print('raw:', json.loads(replies.readline())['status'])
+    forge(json.dumps(request).encode())
+forge(b"{not json")
 final_answer('exists: %s' % os.path.exists('precious'))"#,
     );
     let b = bundle(&[&attack], RULES);
@@ -247,6 +249,46 @@ final_answer('exists: %s' % os.path.exists('precious'))"#,
             }
         )),
         "no command ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_reply_arrives_whole_and_a_request_past_the_limit_ends_only_the_channel() {
+    let home = TempDir::new().unwrap();
+    let cwd = sandbox_tempdir();
+    // About 220 KB of numbered lines: a reply many reads long.
+    let big: String = (1..=1500)
+        .map(|i| format!("line {i} {}\n", "x".repeat(130)))
+        .collect();
+    std::fs::write(cwd.path().join("big.txt"), &big).unwrap();
+    // A frame whose length claims 64 MiB (past the 16 MiB limit): the worker ends the channel instead of waiting
+    // for it or buffering it, the program's next call fails, and the turn goes on.
+    let code = program(
+        r#"import os, socket, struct
+text = read('big.txt')
+print('lines', len(text.splitlines()), text.splitlines()[-1].endswith('line 1500 ' + 'x' * 130))
+raw = socket.socket(fileno=os.dup(int(os.environ['SERVICE_TOOLS_FD'])))
+raw.sendall(struct.pack('>I', 64 << 20) + b'{"op": "call"')
+try:
+    read('big.txt')
+    print('after: read')
+except ToolError as e:
+    print('after:', e)"#,
+    );
+    let b = bundle(&[&code, "Saw: {{last_tool_output}}"], "");
+    let rt = runtime(home.path());
+    let id = session(&rt, &b, &cwd).await;
+    let (outcome, events) = run_turn(&rt, &id, "read it").await;
+    assert_eq!(outcome.status, service_ipc::TurnStatus::Completed);
+    let answer = final_message(&events);
+    assert!(answer.contains("lines 1500 True"), "{answer}");
+    assert!(
+        answer.contains("after: the tool channel closed: the turn is ending"),
+        "{answer}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("big.txt")).unwrap(),
+        big
     );
 }
 

@@ -1,20 +1,24 @@
-//! The worker's end of a program's tool channel: one JSON request per line, one JSON reply per line.
+//! The worker's end of a program's tool channel: length-delimited frames (a 4-byte big-endian length, then the
+//! body) both ways. A request's body is one JSON object; a reply's is the status (`ok`, `denied` or `error`), a
+//! newline, and the tool's text. The reply is not JSON because the program reads one per call: slicing a frame
+//! costs it a tenth of decoding a JSON string.
 //!
 //! The program is untrusted code: a request is only ever a tool name and arguments, which go through the JSON
 //! tool call path with its permission rules and approvals, or a final answer. Nothing in a request can say that a
-//! rule was met or a call approved. Malformed lines are answered with an error, and a line longer than
-//! [`MAX_LINE`] ends the channel.
+//! rule was met or a call approved. Malformed requests are answered with an error, and a request longer than
+//! [`MAX_FRAME`] ends the channel.
 
-use futures::{FutureExt, StreamExt};
-use serde::{Deserialize, Serialize};
+use bytes::{BufMut, BytesMut};
+use futures::{FutureExt, SinkExt, StreamExt};
+use serde::Deserialize;
 use service_ipc::{ToolCall, ToolCallStatus};
-use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
 use crate::react::Turn;
 
-/// The longest request line: a Write of a large file fits, a flood does not.
-const MAX_LINE: usize = 16 * 1024 * 1024;
+/// The longest request: a Write of a large file fits, a flood does not.
+const MAX_FRAME: usize = 16 * 1024 * 1024;
 
 /// How long the channel polls for the next request before it waits to be woken.
 const POLL: std::time::Duration = std::time::Duration::from_micros(200);
@@ -41,20 +45,20 @@ enum Request {
     },
 }
 
-#[derive(Serialize)]
-struct Answer<'a> {
-    status: &'a str,
-    output: &'a str,
-}
-
 /// Serves `socket` until the program and everything it started have closed it, or the turn is interrupted; what
 /// was asked goes into `calls`.
 pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str, calls: &mut Calls) {
-    let (read, mut write) = socket.into_split();
-    let mut lines = tokio_util::codec::FramedRead::new(
-        read,
-        tokio_util::codec::LinesCodec::new_with_max_length(MAX_LINE),
-    );
+    let codec = |max: usize| {
+        LengthDelimitedCodec::builder()
+            .max_frame_length(max)
+            .new_codec()
+    };
+    let (read, write) = socket.into_split();
+    let mut requests = FramedRead::new(read, codec(MAX_FRAME));
+    // Replies are the worker's own, as long as a tool's output: the 4-byte length is their only bound.
+    let mut replies = FramedWrite::new(write, codec(u32::MAX as usize));
+    // Call ids need only be unique in the session: the program's id and a count, without a random draw per call.
+    let mut count = 0u64;
     loop {
         // A program's next call usually follows its last reply within microseconds: polling for it that long,
         // letting the worker's other tasks run in between, saves being woken for it. Each round also yields the
@@ -62,24 +66,24 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str, ca
         // this poll's time slice.
         let polling = std::time::Instant::now() + POLL;
         let next = loop {
-            if let Some(next) = lines.next().now_or_never() {
+            if let Some(next) = requests.next().now_or_never() {
                 break next;
             }
             if std::time::Instant::now() >= polling || turn.cancel.is_cancelled() {
                 break tokio::select! {
                     _ = turn.cancel.cancelled() => return,
-                    next = lines.next() => next,
+                    next = requests.next() => next,
                 };
             }
             std::thread::yield_now();
             tokio::task::yield_now().await;
         };
-        let line = match next {
-            Some(Ok(line)) => line,
-            // Closed, unreadable, or a line past the limit: the program is done with the channel.
+        let request = match next {
+            Some(Ok(request)) => request,
+            // Closed, unreadable, or a frame past the limit: the program is done with the channel.
             Some(Err(_)) | None => return,
         };
-        let (status, output) = match serde_json::from_str::<Request>(&line) {
+        let (status, output) = match serde_json::from_slice::<Request>(&request) {
             Err(e) => (
                 "error",
                 format!("malformed request to the tool channel: {e}"),
@@ -89,11 +93,11 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str, ca
                 ("ok", String::new())
             }
             Ok(Request::Call { tool, arguments }) => {
-                let arguments = serde_json::Value::Object(arguments).to_string();
+                count += 1;
                 let call = ToolCall {
-                    id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+                    id: format!("call_{exec_id}_{count}"),
                     name: tool,
-                    arguments,
+                    arguments: serde_json::Value::Object(arguments).to_string(),
                 };
                 let result = turn.run_tool(&call, Some(exec_id)).await;
                 let status = match result.status {
@@ -110,15 +114,11 @@ pub(super) async fn serve(turn: &Turn<'_>, socket: UnixStream, exec_id: &str, ca
                 (status, result.output)
             }
         };
-        let mut reply = match serde_json::to_vec(&Answer {
-            status,
-            output: &output,
-        }) {
-            Ok(reply) => reply,
-            Err(_) => return,
-        };
-        reply.push(b'\n');
-        if write.write_all(&reply).await.is_err() {
+        let mut reply = BytesMut::with_capacity(status.len() + 1 + output.len());
+        reply.put_slice(status.as_bytes());
+        reply.put_u8(b'\n');
+        reply.put_slice(output.as_bytes());
+        if replies.send(reply.freeze()).await.is_err() {
             return;
         }
     }
