@@ -8,8 +8,8 @@
 //! so the program's start and the turn's own work cancel out; the target is a ratio of at most 2 against the JSON
 //! call. The ratio is read from differences of turns sampled next to each other (their median over the
 //! iterations): the machine's speed drifts within a run, and the difference of two medians over the whole run,
-//! also printed, keeps what the drift did to each. Over eleven runs at 409cac2 the paired ratio read 1.86-2.88x
-//! (median 2.22x), the difference of medians 1.08-2.63x.
+//! also printed, keeps what the drift did to each. Over ten runs at 604e942, each beside a run of the worker before
+//! it, the paired ratio read 1.53-2.18x (median 1.94x), against 1.88-2.68x (median 2.17x) before.
 //!
 //! `BENCH_ITERS` sets the number of samples of each kind (default 30), `BENCH_CALLS` the calls added (default 100;
 //! more makes the program's start, which varies by milliseconds, matter less), `BENCH_CPU` both sandboxes'
