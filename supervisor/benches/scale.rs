@@ -277,9 +277,12 @@ async fn load(
     Ok((all, started.elapsed()))
 }
 
-/// The `p`-quantile of sorted `all`.
+/// The `p`-quantile of sorted `all`; zero when there is none (`BENCH_WARM_ROUNDS=0`).
 fn quantile(all: &[Duration], p: f64) -> Duration {
-    all[((all.len() - 1) as f64 * p).round() as usize]
+    match all.len() {
+        0 => Duration::ZERO,
+        n => all[((n - 1) as f64 * p).round() as usize],
+    }
 }
 
 /// Waits from `since` (the last turn) past `serve`'s idle timeout (`plan.idle_timeout`) until `server_pid` has no

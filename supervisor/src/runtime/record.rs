@@ -194,7 +194,9 @@ impl SessionRecord {
     pub fn save_spare(&self, path: &Path) -> Result<std::fs::File> {
         let spare = spare_of(path);
         let json = serde_json::to_vec_pretty(self).unwrap_or_default();
-        let mut file = std::fs::File::create(&spare)
+        let mut file = spare_options()
+            .truncate(true)
+            .open(&spare)
             .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
         file.write_all(&json)
             .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
@@ -246,6 +248,15 @@ pub fn spare_of(path: &Path) -> std::path::PathBuf {
     path.with_file_name(format!(".{name}.spare"))
 }
 
+/// How a spare is opened: made 0600 like the first record (a `tempfile`), so the record, which trades places with
+/// its spare at every save, never turns readable by others.
+fn spare_options() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).mode(0o600);
+    options
+}
+
 /// Free space below which a record is not saved (see [`exchange`]).
 const ROOM: u64 = 64 * 1024;
 
@@ -274,9 +285,7 @@ fn exchange(path: &Path, json: &[u8], sync: bool) -> Result<Option<std::fs::File
     }
     // Overwritten, then cut to length: truncating to nothing first frees its block for the write to take again,
     // which made a save cost 0.26 ms instead of 0.06 ms on this machine's ext4.
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
+    let mut file = spare_options()
         .truncate(false)
         .open(&spare)
         .map_err(|e| RuntimeError::io("cannot write", &spare, e))?;
@@ -285,6 +294,14 @@ fn exchange(path: &Path, json: &[u8], sync: bool) -> Result<Option<std::fs::File
     // `fdatasync` because the exchange needs the new bytes and length on disk first, not the times: a record of
     // the same length as the spare's then costs one write, not two (the inode's block too).
     file.metadata()
+        .and_then(|was| {
+            // A spare made 0644 by an older build is narrowed once; the common case costs no call.
+            use std::os::unix::fs::PermissionsExt;
+            if was.permissions().mode() & 0o077 != 0 {
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
+            Ok(was)
+        })
         .and_then(|was| file.write_all(json).map(|()| was.len()))
         .and_then(|was| if len < was { file.set_len(len) } else { Ok(()) })
         .and_then(|()| if sync { file.sync_data() } else { Ok(()) })
@@ -402,11 +419,30 @@ mod tests {
             inodes.insert(std::fs::metadata(&path).unwrap().ino());
         }
         assert_eq!(inodes.len(), 2, "the record and its spare trade places");
+        // A spare an older build left readable by others is narrowed at the next save.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(spare_of(&path), std::fs::Permissions::from_mode(0o644)).unwrap();
+        r.save(&path).unwrap();
+        r.save(&path).unwrap();
+        for file in [path.clone(), spare_of(&path)] {
+            let mode = std::fs::metadata(&file).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{} is {mode:o}", file.display());
+        }
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn a_spare_written_ahead_is_readable_by_its_owner_only() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("session.json");
+        record("s1").save_spare(&path).unwrap();
+        let mode = std::fs::metadata(spare_of(&path)).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
     }
 
     #[test]
