@@ -294,13 +294,13 @@ fn exchange(path: &Path, json: &[u8], sync: bool) -> Result<Option<std::fs::File
     // `fdatasync` because the exchange needs the new bytes and length on disk first, not the times: a record of
     // the same length as the spare's then costs one write, not two (the inode's block too).
     file.metadata()
-        .and_then(|was| {
-            // A spare made 0644 by an older build is narrowed once; the common case costs no call.
+        .inspect(|was| {
+            // A spare made 0644 by an older build is narrowed once; the common case costs no call. Best effort: a
+            // spare we may write but not chmod still takes the save, inside the 0700 store root.
             use std::os::unix::fs::PermissionsExt;
             if was.permissions().mode() & 0o077 != 0 {
-                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+                let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
             }
-            Ok(was)
         })
         .and_then(|was| file.write_all(json).map(|()| was.len()))
         .and_then(|was| if len < was { file.set_len(len) } else { Ok(()) })
