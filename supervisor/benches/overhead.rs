@@ -10,7 +10,9 @@
 //!
 //! `BENCH_ITERS` sets the samples of each (default 400); `BENCH_ROUNDS` the rounds (default 3), whose medians are
 //! all printed so the machine's noise shows. `BENCH_MODE` sets the sandbox mode (default `workspace_write`, whose
-//! turns take workspace checkpoints; `read_only` takes none).
+//! turns take workspace checkpoints; `read_only` takes none); `BENCH_TURN_FLUSH` the store's `turn_flush` (default
+//! `turn`: each turn's end is on disk before it is reported; `background` flushes it right after); the direct request
+//! follows each turn at once, so a flush left after a turn's answer competes with it, as with a next turn.
 
 #[path = "common/openai.rs"]
 mod openai;
@@ -33,6 +35,11 @@ fn main() -> BenchResult<()> {
     tokio.block_on(async move {
         let (home, bundle) = (tempfile::tempdir()?, tempfile::tempdir()?);
         let mode = std::env::var("BENCH_MODE").unwrap_or_else(|_| "workspace_write".into());
+        let flush = std::env::var("BENCH_TURN_FLUSH").unwrap_or_else(|_| "turn".into());
+        std::fs::write(
+            home.path().join("config.toml"),
+            format!("turn_flush = \"{flush}\"\n"),
+        )?;
         openai::write_bundle(bundle.path(), &provider, &mode)?;
         let bundle = bundle.path().to_str().ok_or("path")?.to_string();
         let (mut server, base) = serve::serve(home.path(), &["--allow-path", &bundle])?;
@@ -43,7 +50,8 @@ fn main() -> BenchResult<()> {
             openai::direct(&client, &provider).await?;
         }
         println!(
-            "warm text turn over HTTP against the loopback provider, {iters} samples each, in turn"
+            "warm text turn over HTTP against the loopback provider, {iters} samples each, in turn \
+             ({mode}, turn_flush = {flush})"
         );
         println!("| round | `run-sync` turn | direct request | added by service-rs |");
         println!("|---|---|---|---|");

@@ -5,6 +5,7 @@
 //! default_bundle = "hello"          # what `service-rs "a prompt"` and `run` without a bundle run
 //! default_model = "openai/gpt-4o"   # a --model for every run and TUI session that names none
 //! approvals = "auto-edit"           # ask (default), auto-edit or deny
+//! turn_flush = "background"         # turn (default) or background: when a turn's end is flushed to disk
 //!
 //! [providers.gpu-box]
 //! type = "openai"
@@ -21,6 +22,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::runtime::store::TurnFlush;
 
 /// The file's name in the store.
 pub const FILE: &str = "config.toml";
@@ -77,6 +80,9 @@ pub struct ConfigFile {
     /// How deep subagents may nest (2 when unset); 0 turns them off.
     #[serde(default)]
     pub max_subagent_depth: Option<u32>,
+    /// When the files store flushes a turn's end to disk (see [`TurnFlush`]).
+    #[serde(default)]
+    pub turn_flush: TurnFlush,
     /// Model prices by `provider/name`, in US dollars per million tokens: usage reports gain a cost.
     #[serde(default)]
     pub prices: BTreeMap<String, crate::tenancy::usage::Price>,
@@ -114,6 +120,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "max_subagent_depth",
         "how deep subagents may nest (default 2; 0 turns them off)",
+    ),
+    (
+        "turn_flush",
+        "turn (default: a turn's end is on disk before it is reported) or background (flushed right after)",
     ),
 ];
 
@@ -166,6 +176,7 @@ pub fn get(home: &Path, key: &str) -> Result<Option<String>, ConfigError> {
         ),
         "checkpoint_max_mb" => file.checkpoint_max_mb.map(|m| m.to_string()),
         "max_subagent_depth" => file.max_subagent_depth.map(|m| m.to_string()),
+        "turn_flush" => Some(file.turn_flush.as_str().to_string()),
         _ => Some(file.pass_env.join(",")).filter(|v| !v.is_empty()),
     })
 }
@@ -204,6 +215,11 @@ pub fn set(home: &Path, key: &str, value: Option<&str>) -> Result<(), ConfigErro
                 "approvals" if !["ask", "auto-edit", "deny"].contains(&v) => {
                     return Err(err(format!(
                         "approvals: \"{v}\" is not one of ask, auto-edit, deny"
+                    )))
+                }
+                "turn_flush" if !["turn", "background"].contains(&v) => {
+                    return Err(err(format!(
+                        "turn_flush: \"{v}\" is not one of turn, background"
                     )))
                 }
                 "default_model" => check_model(v).map_err(err)?,
@@ -271,6 +287,15 @@ mod tests {
         assert!(bad.message.contains("ask, auto-edit, deny"), "{bad}");
         let bad = set(dir.path(), "default_model", Some("gpt")).unwrap_err();
         assert!(bad.message.contains("provider/name"), "{bad}");
+        let bad = set(dir.path(), "turn_flush", Some("sometimes")).unwrap_err();
+        assert!(bad.message.contains("turn, background"), "{bad}");
+        assert_eq!(load(dir.path()).unwrap().turn_flush, TurnFlush::Turn);
+        set(dir.path(), "turn_flush", Some("background")).unwrap();
+        assert_eq!(load(dir.path()).unwrap().turn_flush, TurnFlush::Background);
+        assert_eq!(
+            get(dir.path(), "turn_flush").unwrap().as_deref(),
+            Some("background")
+        );
         let bad = set(dir.path(), "colour", Some("red")).unwrap_err();
         assert!(bad.message.contains("unknown key \"colour\""), "{bad}");
         set(dir.path(), "default_bundle", None).unwrap();

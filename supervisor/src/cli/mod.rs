@@ -372,6 +372,7 @@ fn runtime_options(
         options.max_subagent_depth = depth;
     }
     options.prices = config.prices;
+    options.turn_flush = config.turn_flush;
     options.resolver =
         std::sync::Arc::new(service_supervisor::egress::Resolver::from_entries(resolve)?);
     if long_running && !dangerous {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use service_supervisor::runtime::store::files::FilesStore;
 use service_supervisor::runtime::store::postgres::PgStore;
-use service_supervisor::runtime::store::Store;
+use service_supervisor::runtime::store::{Store, TurnFlush};
 use service_supervisor::server::{self, Auth, ServeOptions};
 use service_supervisor::{ServiceHome, ServiceRuntime};
 
@@ -294,8 +294,17 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime_options.keys.pass(args.pass_env);
     super::tokio()?.block_on(async move {
         let store: std::sync::Arc<dyn Store> = match shared {
-            None => std::sync::Arc::new(FilesStore::new(home.clone())),
+            None => std::sync::Arc::new(
+                FilesStore::new(home.clone()).with_turn_flush(runtime_options.turn_flush),
+            ),
             Some(shared) => {
+                if runtime_options.turn_flush != TurnFlush::Turn {
+                    eprintln!(
+                        "note: turn_flush = \"{}\" in config.toml applies to the files store; with PostgreSQL a \
+                         turn's end is flushed as the database's synchronous_commit says",
+                        runtime_options.turn_flush.as_str()
+                    );
+                }
                 let store = PgStore::connect_with(
                     &shared.url,
                     shared.node.clone(),

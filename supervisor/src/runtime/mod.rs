@@ -116,6 +116,8 @@ pub struct RuntimeOptions {
     /// Count every model call's tokens against its session's tenant, and stop a turn whose tenant passes its daily
     /// tokens (`serve`; local commands keep only the session's own count).
     pub tenant_ledger: bool,
+    /// When the files store flushes a turn's end to disk (`turn_flush` in config.toml).
+    pub turn_flush: store::TurnFlush,
     /// Model prices by `provider/name` (`[prices]` in config.toml): usage reports with them have a cost.
     pub prices: std::collections::BTreeMap<String, crate::tenancy::usage::Price>,
 }
@@ -150,6 +152,7 @@ impl RuntimeOptions {
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_MB * 1024 * 1024,
             max_subagent_depth: subagents::DEFAULT_MAX_DEPTH,
             tenant_ledger: false,
+            turn_flush: Default::default(),
             prices: Default::default(),
         }
     }
@@ -238,7 +241,9 @@ impl ServiceRuntime {
         options: RuntimeOptions,
         launcher: Box<dyn Launcher>,
     ) -> Self {
-        let store = Arc::new(store::files::FilesStore::new(home.clone()));
+        let store = Arc::new(
+            store::files::FilesStore::new(home.clone()).with_turn_flush(options.turn_flush),
+        );
         Self::with_parts(home, options, launcher, store)
     }
 

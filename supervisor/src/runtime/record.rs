@@ -185,9 +185,14 @@ impl SessionRecord {
     /// Writes a new session's first record atomically, and flushes it to disk on a blocking thread (inline when
     /// there is no Tokio runtime).
     pub fn save_new(&self, path: &Path) -> Result<()> {
-        let file = self.write_atomically(path, false)?;
+        let file = self.save_flushed_later(path)?;
         flush_later(vec![file]);
         Ok(())
+    }
+
+    /// Writes the record atomically without flushing it; the file now at `path`, for the caller to flush.
+    pub(crate) fn save_flushed_later(&self, path: &Path) -> Result<std::fs::File> {
+        self.write_atomically(path, false)
     }
 
     /// Writes the spare copy of the record at `path` (see [`exchange`]) before any save needs it, unflushed.

@@ -116,6 +116,65 @@ async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues
     assert_eq!(next["final_message"], "seen 4");
 }
 
+/// `turn_flush = "background"` flushes a turn's end after reporting it, but writes it before: a supervisor killed
+/// the moment the client has the answer loses nothing of the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_flushed_in_the_background_survives_a_supervisor_killed_as_it_ends() {
+    let env = Env::new();
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        "turn_flush = \"background\"\n",
+    )
+    .unwrap();
+    write_bundle(
+        &env.path("b"),
+        r#"{turns: [{replies: [{text: "seen {{message_count}}"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let bundle = env.path("b").display().to_string();
+    let mut server = Server::start(env.home.path(), &[], &[]);
+    let client = server.client();
+    let session = post(
+        &client,
+        server.url("/sessions"),
+        json!({"bundle_ref": bundle}),
+    )
+    .await;
+    let id = session["id"].as_str().unwrap().to_string();
+    let first = post(
+        &client,
+        server.url(&format!("/sessions/{id}/run-sync")),
+        json!({"input": task("hello")}),
+    )
+    .await;
+    assert_eq!(first["final_message"], "seen 2", "{first}");
+    server.child.kill().unwrap(); // SIGKILL, as soon as the answer is in
+    server.child.wait().unwrap();
+
+    let server = Server::start(env.home.path(), &[], &[]);
+    let client = server.client();
+    let record: Value = client
+        .get(server.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "idle", "{record}");
+    assert_eq!(record["last_turn"]["status"], "completed", "{record}");
+    assert_eq!(record["last_turn"]["turn_id"], first["turn_id"], "{record}");
+    let next = post(
+        &client,
+        server.url(&format!("/sessions/{id}/run-sync")),
+        json!({"input": task("again")}),
+    )
+    .await;
+    // system, hello, seen 2, again: the first turn's messages were kept.
+    assert_eq!(next["final_message"], "seen 4", "{next}");
+}
+
 #[test]
 fn a_provider_that_hangs_fails_the_turn_when_the_time_out_fires() {
     let env = Env::new();

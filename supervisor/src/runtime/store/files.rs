@@ -11,7 +11,8 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use service_ipc::{ChatMessage, EventMsg, EventPayload};
 
-use super::{Claim, Publish, SessionLog, Store};
+use super::files_history::{append_lines, lines, tail_lines};
+use super::{Claim, Publish, SessionLog, Store, TurnFlush};
 use crate::home::ServiceHome;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::journal::Published;
@@ -20,12 +21,22 @@ use crate::runtime::record::SessionRecord;
 /// The session files under one `$SERVICE_HOME`.
 pub struct FilesStore {
     home: ServiceHome,
+    flush: TurnFlush,
 }
 
 impl FilesStore {
-    /// The store under `home`.
+    /// The store under `home`, flushing each turn's end before it is reported.
     pub fn new(home: ServiceHome) -> Self {
-        FilesStore { home }
+        FilesStore {
+            home,
+            flush: TurnFlush::Turn,
+        }
+    }
+
+    /// The same store, flushing turns' ends as `flush` says.
+    pub fn with_turn_flush(mut self, flush: TurnFlush) -> Self {
+        self.flush = flush;
+        self
     }
 
     fn record_path(&self, id: &str) -> PathBuf {
@@ -87,7 +98,7 @@ impl Store for FilesStore {
 
     async fn open_log(&self, id: &str, publish: Publish) -> Result<Arc<dyn SessionLog>> {
         let dir = self.home.sessions().join(id);
-        Ok(Arc::new(FilesLog::open(id, &dir, publish)?))
+        Ok(Arc::new(FilesLog::open(id, &dir, publish, self.flush)?))
     }
 
     async fn name_session(&self, name: &str, id: &str) -> Result<String> {
@@ -124,6 +135,7 @@ pub struct FilesLog {
     journal: PathBuf,
     state: Mutex<JournalFile>,
     publish: Publish,
+    flush: TurnFlush,
 }
 
 struct JournalFile {
@@ -135,7 +147,12 @@ struct JournalFile {
 
 impl FilesLog {
     /// Opens (or creates) the journal in `dir`. A torn last line, left by a crash mid-write, is cut off.
-    pub fn open(session_id: &str, dir: &Path, publish: Publish) -> Result<FilesLog> {
+    pub fn open(
+        session_id: &str,
+        dir: &Path,
+        publish: Publish,
+        flush: TurnFlush,
+    ) -> Result<FilesLog> {
         let journal = dir.join("events.jsonl");
         let last_seq = repair(&journal)?;
         let file = OpenOptions::new()
@@ -154,6 +171,7 @@ impl FilesLog {
                 bytes,
             }),
             publish,
+            flush,
         })
     }
 
@@ -201,36 +219,12 @@ impl SessionLog for FilesLog {
         append_lines(&self.dir.join("history.jsonl"), &buf)
     }
 
-    /// The two flushes at once: on ext4 they then share one journal commit. Measured with both files on this
-    /// machine's disk: one commit's time instead of two (5.9 against 9.9 ms while CI wrote to the same disk). The
-    /// history's goes to tokio's blocking pool, whose threads are kept: a thread started per turn cost more than
-    /// the flush it saved.
     fn save_turn_end(
         &self,
         messages: &[ChatMessage],
         record: &SessionRecord,
     ) -> (Result<()>, Result<()>) {
-        if messages.is_empty() {
-            return (Ok(()), self.save_record(record, true));
-        }
-        let (path, buf) = (self.dir.join("history.jsonl"), lines(messages));
-        let (done, appended) = std::sync::mpsc::sync_channel(1);
-        let append = {
-            let path = path.clone();
-            move || {
-                let _ = done.send(append_lines(&path, &buf));
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(append)),
-            Err(_) => drop(std::thread::spawn(append)),
-        }
-        let saved = self.save_record(record, true);
-        let history = appended.recv().unwrap_or_else(|_| {
-            let stopped = std::io::Error::other("its writer stopped before it was done");
-            Err(RuntimeError::io("cannot append to", &path, stopped))
-        });
-        (history, saved)
+        super::files_history::save_turn_end(&self.dir, messages, record, self.flush)
     }
 
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
@@ -418,59 +412,9 @@ fn repair(path: &Path) -> Result<u64> {
     Ok(last_seq)
 }
 
-/// `messages` as history lines, one JSON object each.
-fn lines(messages: &[ChatMessage]) -> Vec<u8> {
-    let mut buf = Vec::new();
-    for m in messages {
-        buf.extend(serde_json::to_vec(m).unwrap_or_default());
-        buf.push(b'\n');
-    }
-    buf
-}
-
-/// Appends `buf` to the file at `path` and flushes it.
-fn append_lines(path: &Path, buf: &[u8]) -> Result<()> {
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| RuntimeError::io("cannot open", path, e))?;
-    file.write_all(buf)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| RuntimeError::io("cannot append to", path, e))
-}
-
-/// An end of the file at `path` that starts at a line and holds at least its last `n` complete lines (and a torn
-/// line after them, if any), read backwards in blocks.
-fn tail_lines(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = File::open(path)?;
-    let mut start = file.metadata()?.len();
-    let mut tail = Vec::new();
-    // A memory window of messages is usually a few KiB: start small, double.
-    let mut block: u64 = 16 * 1024;
-    // More than `n` line ends: the line before the last `n` has ended, so they are all whole.
-    while start > 0 && tail.iter().filter(|b| **b == b'\n').count() <= n {
-        let from = start.saturating_sub(block);
-        block = block.saturating_mul(2);
-        let mut read = vec![0; (start - from) as usize];
-        file.seek(SeekFrom::Start(from))?;
-        file.read_exact(&mut read)?;
-        read.extend_from_slice(&tail);
-        tail = read;
-        start = from;
-    }
-    if start > 0 {
-        // The first line began before what was read.
-        let first_end = tail.iter().position(|b| *b == b'\n').map_or(0, |i| i + 1);
-        tail.drain(..first_end);
-    }
-    Ok(tail)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{tail_lines, FilesStore, Store};
+    use super::{FilesStore, Store};
     use crate::home::ServiceHome;
     use crate::runtime::record::SessionRecord;
 
@@ -535,45 +479,5 @@ mod tests {
         before.sort();
         after.sort();
         assert_eq!(before, after, "a save made a file");
-    }
-
-    fn lines(bytes: &[u8]) -> Vec<String> {
-        String::from_utf8_lossy(bytes)
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-
-    #[test]
-    fn a_tail_read_holds_the_last_whole_lines_across_blocks_and_a_torn_end() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let path = dir.path().join("history.jsonl");
-        // About 200 KiB: the last lines come from more than one block.
-        let all: Vec<String> = (0..6000)
-            .map(|i| format!("{{\"line\": {i:>20}}}"))
-            .collect();
-        std::fs::write(&path, all.join("\n") + "\n").unwrap();
-        // Whole lines only, the file's last ones, at least as many as asked.
-        let suffix = |n: usize| {
-            let tail = lines(&tail_lines(&path, n).unwrap());
-            assert!(
-                tail.len() >= n.min(all.len()),
-                "{} lines for {n}",
-                tail.len()
-            );
-            assert_eq!(tail, all[all.len() - tail.len()..]);
-            tail.len()
-        };
-        assert!(suffix(40) < all.len(), "a short tail read the whole file");
-        suffix(5000);
-        assert_eq!(suffix(10_000), all.len());
-
-        // A crash mid-append leaves a torn last line: the whole lines before it are all there.
-        std::fs::write(&path, all.join("\n") + "\n{\"line\": 60").unwrap();
-        let tail = lines(&tail_lines(&path, 3).unwrap());
-        let (torn, whole) = tail.split_last().unwrap();
-        assert_eq!(torn, "{\"line\": 60");
-        assert!(whole.len() >= 3);
-        assert_eq!(whole, &all[all.len() - whole.len()..]);
     }
 }

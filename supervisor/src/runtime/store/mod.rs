@@ -9,6 +9,8 @@
 //! with files, the holder of an ownership lease with PostgreSQL.
 
 pub mod files;
+mod files_flush;
+mod files_history;
 pub mod files_lock;
 mod files_names;
 pub mod postgres;
@@ -26,6 +28,32 @@ use super::record::SessionRecord;
 
 /// The history line after which the history starts again (see [`SessionLog::reset_history`]).
 pub(crate) const HISTORY_RESET: &str = r#"{"history_reset":true}"#;
+
+/// When the files store flushes a turn's end (its messages and the record that ends it) to disk: `turn_flush` in
+/// config.toml. Either way both are written before the turn's end is reported, so a supervisor that crashes or is
+/// killed afterwards loses nothing; the flush is what a power cut or a kernel crash would need.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TurnFlush {
+    /// Flushed before the turn's end is reported: a client that saw a turn end finds it after a power cut.
+    #[default]
+    Turn,
+    /// Flushed by a background thread within about 20 ms, which flushes what turns wrote in that time together
+    /// (`files_flush`): each turn is spared the disk's flush time and the next turn the flush's CPU. A power cut
+    /// may lose the ends of the turns of its last moment, and a process that exits leaves its last turn's flush to
+    /// the kernel's writeback.
+    Background,
+}
+
+impl TurnFlush {
+    /// The value as config.toml spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnFlush::Turn => "turn",
+            TurnFlush::Background => "background",
+        }
+    }
+}
 
 /// Called with each batch of events once it is stored, in sequence order, to broadcast it.
 pub type Publish = Arc<dyn Fn(Vec<Arc<Published>>) + Send + Sync>;
@@ -143,8 +171,9 @@ pub trait SessionLog: Send + Sync {
     /// [`HISTORY_RESET`] line, then the messages; readers start after the last such line.
     fn reset_history(&self, messages: &[ChatMessage]) -> Result<()>;
 
-    /// Appends a turn's messages and saves the record that ends it, both durable when it returns: the history's
-    /// result, then the record's. A backend whose writes each wait for their own flush may do the two at once.
+    /// Appends a turn's messages and saves the record that ends it, both durable when it returns (written, for the
+    /// files store under [`TurnFlush::Background`]): the history's result, then the record's. A backend whose
+    /// writes each wait for their own flush may do the two at once.
     fn save_turn_end(
         &self,
         messages: &[ChatMessage],
