@@ -24,6 +24,30 @@ fn task(prompt: &str) -> Value {
     json!({"prompt": prompt, "submission_id": "6f1c1c2e-8f1a-4c59-9d0e-4f4a4f7f0a11", "completed": false})
 }
 
+async fn get(client: &reqwest::Client, url: String) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// A new session of `bundle` on `server`, and the answer to its first turn, `prompt`: the session's id and the
+/// `run-sync` reply.
+async fn session_with_a_turn(server: &Server, bundle: &str, prompt: &str) -> (String, Value) {
+    let client = server.client();
+    let session = post(
+        &client,
+        server.url("/sessions"),
+        json!({"bundle_ref": bundle}),
+    )
+    .await;
+    let id = session["id"].as_str().unwrap().to_string();
+    let first = post(
+        &client,
+        server.url(&format!("/sessions/{id}/run-sync")),
+        json!({"input": task(prompt)}),
+    )
+    .await;
+    (id, first)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues() {
     let env = Env::new();
@@ -37,19 +61,7 @@ async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues
     let bundle = env.path("b").display().to_string();
     let mut server = Server::start(env.home.path(), &[], &[]);
     let client = server.client();
-    let session = post(
-        &client,
-        server.url("/sessions"),
-        json!({"bundle_ref": bundle}),
-    )
-    .await;
-    let id = session["id"].as_str().unwrap().to_string();
-    let first = post(
-        &client,
-        server.url(&format!("/sessions/{id}/run-sync")),
-        json!({"input": task("hello")}),
-    )
-    .await;
+    let (id, first) = session_with_a_turn(&server, &bundle, "hello").await;
     assert_eq!(first["final_message"], "seen 2");
     let started = post(
         &client,
@@ -73,14 +85,7 @@ async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues
 
     let server = Server::start(env.home.path(), &[], &[]);
     let client = server.client();
-    let record: Value = client
-        .get(server.url(&format!("/sessions/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = get(&client, server.url(&format!("/sessions/{id}"))).await;
     assert_eq!(record["status"], "idle", "{record}");
     assert_eq!(record["active_turn"], Value::Null);
     assert_eq!(record["last_turn"]["turn_id"], turn_id.as_str());
@@ -134,34 +139,14 @@ async fn a_turn_flushed_in_the_background_survives_a_supervisor_killed_as_it_end
     );
     let bundle = env.path("b").display().to_string();
     let mut server = Server::start(env.home.path(), &[], &[]);
-    let client = server.client();
-    let session = post(
-        &client,
-        server.url("/sessions"),
-        json!({"bundle_ref": bundle}),
-    )
-    .await;
-    let id = session["id"].as_str().unwrap().to_string();
-    let first = post(
-        &client,
-        server.url(&format!("/sessions/{id}/run-sync")),
-        json!({"input": task("hello")}),
-    )
-    .await;
+    let (id, first) = session_with_a_turn(&server, &bundle, "hello").await;
     assert_eq!(first["final_message"], "seen 2", "{first}");
     server.child.kill().unwrap(); // SIGKILL, as soon as the answer is in
     server.child.wait().unwrap();
 
     let server = Server::start(env.home.path(), &[], &[]);
     let client = server.client();
-    let record: Value = client
-        .get(server.url(&format!("/sessions/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = get(&client, server.url(&format!("/sessions/{id}"))).await;
     assert_eq!(record["status"], "idle", "{record}");
     assert_eq!(record["last_turn"]["status"], "completed", "{record}");
     assert_eq!(record["last_turn"]["turn_id"], first["turn_id"], "{record}");
