@@ -80,7 +80,7 @@ pub struct ConfigFile {
     /// How deep subagents may nest (2 when unset); 0 turns them off.
     #[serde(default)]
     pub max_subagent_depth: Option<u32>,
-    /// When the files store flushes a turn's end to disk (see [`TurnFlush`]).
+    /// When the store flushes a turn's end to disk (see [`TurnFlush`]).
     #[serde(default)]
     pub turn_flush: TurnFlush,
     /// Model prices by `provider/name`, in US dollars per million tokens: usage reports gain a cost.

@@ -8,7 +8,7 @@
 //!   turn sent to the other node is answered (clients retry every 20 ms, as `Retry-After` invites them to).
 //!
 //! `cargo build --release --workspace --bins && cargo bench -p service-e2e --bench store` (`BENCH_TURNS` sets the
-//! turns per round, 200 by default).
+//! turns per round, 200 by default; `BENCH_TURN_FLUSH=background` runs both stores with `turn_flush = background`).
 
 // A bench panics on a broken fixture by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use service_ipc::{EventPayload, Task, TurnOverrides};
 use service_supervisor::runtime::store::postgres::{Node, PgStore};
-use service_supervisor::runtime::store::{files::FilesStore, Store};
+use service_supervisor::runtime::store::{files::FilesStore, Store, TurnFlush};
 use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
 const ROUNDS: usize = 3;
@@ -83,20 +83,30 @@ async fn main() {
         let home = ServiceHome::new(work.path().join(home));
         ServiceRuntime::with_store(home, RuntimeOptions::new(worker.clone()), store)
     };
+    let flush = match std::env::var("BENCH_TURN_FLUSH").as_deref() {
+        Ok("background") => TurnFlush::Background,
+        _ => TurnFlush::Turn,
+    };
     let files = runtime(
         "files",
-        Arc::new(FilesStore::new(ServiceHome::new(work.path().join("files")))),
+        Arc::new(
+            FilesStore::new(ServiceHome::new(work.path().join("files"))).with_turn_flush(flush),
+        ),
     );
     let shared = runtime(
         "pg",
         Arc::new(
             PgStore::connect(&pg.url(), node("bench"), Duration::from_secs(10))
                 .await
-                .unwrap(),
+                .unwrap()
+                .with_turn_flush(flush),
         ),
     );
 
-    println!("warm turn, confined worker, scripted model ({per_round} turns a round, median ms):");
+    println!(
+        "warm turn, confined worker, scripted model ({per_round} turns a round, median ms, turn_flush = {}):",
+        flush.as_str()
+    );
     println!("| round | files | postgres | difference |");
     println!("|---|---|---|---|");
     for round in 1..=ROUNDS {

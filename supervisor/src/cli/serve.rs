@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use service_supervisor::runtime::store::files::FilesStore;
 use service_supervisor::runtime::store::postgres::PgStore;
-use service_supervisor::runtime::store::{Store, TurnFlush};
+use service_supervisor::runtime::store::Store;
 use service_supervisor::server::{self, Auth, ServeOptions};
 use service_supervisor::{ServiceHome, ServiceRuntime};
 
@@ -298,13 +298,6 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 FilesStore::new(home.clone()).with_turn_flush(runtime_options.turn_flush),
             ),
             Some(shared) => {
-                if runtime_options.turn_flush != TurnFlush::Turn {
-                    eprintln!(
-                        "note: turn_flush = \"{}\" in config.toml applies to the files store; with PostgreSQL a \
-                         turn's end is flushed as the database's synchronous_commit says",
-                        runtime_options.turn_flush.as_str()
-                    );
-                }
                 let store = PgStore::connect_with(
                     &shared.url,
                     shared.node.clone(),
@@ -312,7 +305,8 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
                     shared.ca.as_deref(),
                 )
                 .await
-                    .context("cannot open the session store")?;
+                    .context("cannot open the session store")?
+                .with_turn_flush(runtime_options.turn_flush);
                 options.cluster = Some(server::forward::Cluster {
                     node_id: shared.node.id,
                     token: shared.cluster_token,

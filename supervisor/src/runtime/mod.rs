@@ -116,7 +116,8 @@ pub struct RuntimeOptions {
     /// Count every model call's tokens against its session's tenant, and stop a turn whose tenant passes its daily
     /// tokens (`serve`; local commands keep only the session's own count).
     pub tenant_ledger: bool,
-    /// When the files store flushes a turn's end to disk (`turn_flush` in config.toml).
+    /// When the files store flushes a turn's end to disk (`turn_flush` in config.toml; `serve` hands it to the
+    /// PostgreSQL store too).
     pub turn_flush: store::TurnFlush,
     /// Model prices by `provider/name` (`[prices]` in config.toml): usage reports with them have a cost.
     pub prices: std::collections::BTreeMap<String, crate::tenancy::usage::Price>,

@@ -28,7 +28,19 @@ fn node(pg: &Postgres, id: &str, lease: &str) -> (TempDir, Api) {
 
 /// [`node`], with more `serve` arguments.
 pub(super) fn node_with(pg: &Postgres, id: &str, lease: &str, more: &[&str]) -> (TempDir, Api) {
+    node_with_config(pg, id, lease, more, "")
+}
+
+/// [`node_with`], its store's `config.toml` holding `config`.
+pub(super) fn node_with_config(
+    pg: &Postgres,
+    id: &str,
+    lease: &str,
+    more: &[&str],
+    config: &str,
+) -> (TempDir, Api) {
     let home = TempDir::new().unwrap();
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
     let node = pg.node_args(id, CLUSTER, lease);
     let mut args = vec!["--token", TOKEN];
     args.extend(node.iter().map(String::as_str));

@@ -7,6 +7,7 @@ mod bundles;
 mod checkpoints;
 mod cluster;
 mod cluster_bundles;
+mod cluster_flush;
 mod cluster_tls;
 mod codeact;
 mod commands;

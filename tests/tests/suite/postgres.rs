@@ -248,6 +248,12 @@ impl Postgres {
         )
     }
 
+    /// What the server has logged so far.
+    #[allow(dead_code)]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
     /// Stops the server at once, for a cluster that is never dropped.
     #[allow(dead_code)]
     pub fn stop_now(&self) {

@@ -29,9 +29,10 @@ use super::record::SessionRecord;
 /// The history line after which the history starts again (see [`SessionLog::reset_history`]).
 pub(crate) const HISTORY_RESET: &str = r#"{"history_reset":true}"#;
 
-/// When the files store flushes a turn's end (its messages and the record that ends it) to disk: `turn_flush` in
+/// When the store flushes a turn's end (its messages and the record that ends it) to disk: `turn_flush` in
 /// config.toml. Either way both are written before the turn's end is reported, so a supervisor that crashes or is
-/// killed afterwards loses nothing; the flush is what a power cut or a kernel crash would need.
+/// killed afterwards loses nothing; the flush is what a power cut or a kernel crash would need. The PostgreSQL store
+/// reads it as its transactions' `synchronous_commit` (see `PgStore::with_turn_flush`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TurnFlush {

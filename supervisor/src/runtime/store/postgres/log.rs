@@ -538,9 +538,20 @@ async fn commit(
             _ => tx.execute(&notify, &[&CHANNEL, &notice]).await,
         }
     };
-    let (claimed, inserted, remembered, indexed, notified) =
-        futures::join!(claimed, inserted, remembered, indexed, notified);
+    // Sent with the statements, so it costs no round trip of its own.
+    let relaxed = async {
+        match store.async_commit.load(Ordering::Relaxed) {
+            false => Ok(()),
+            true => {
+                tx.batch_execute("SET LOCAL synchronous_commit TO off")
+                    .await
+            }
+        }
+    };
+    let (relaxed, claimed, inserted, remembered, indexed, notified) =
+        futures::join!(relaxed, claimed, inserted, remembered, indexed, notified);
     let outcome = claimed.and_then(|n| {
+        relaxed?;
         inserted?;
         remembered?;
         indexed?;

@@ -57,6 +57,9 @@ pub(crate) struct Inner {
     peers: Mutex<Vec<std::net::SocketAddr>>,
     /// Open logs by session, for the notifications of other nodes' writes.
     logs: Mutex<HashMap<String, Weak<log::Shared>>>,
+    /// Commit sessions' writes without waiting for the WAL's flush (`turn_flush = background`, see
+    /// [`PgStore::with_turn_flush`]).
+    async_commit: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -115,6 +118,18 @@ fn host_of(config: &tokio_postgres::Config) -> String {
 }
 
 impl PgStore {
+    /// The same store, committing sessions' writes as `flush` says: with [`TurnFlush::Background`], a session's
+    /// transactions (its events, history and record) run with `synchronous_commit = off`, so the database reports
+    /// them committed before its WAL is flushed, and a crash of the database server may lose the last moment's
+    /// turns. Leases and claims always wait for the flush: losing one could let two nodes run a session.
+    pub fn with_turn_flush(self, flush: crate::runtime::store::TurnFlush) -> Self {
+        let background = flush == crate::runtime::store::TurnFlush::Background;
+        self.inner
+            .async_commit
+            .store(background, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
     /// Says where this node serves, and learns where the others do (those seen within ten leases): their
     /// addresses join what no sandbox started from now on may reach.
     async fn meet_peers(&self, client: &deadpool_postgres::Object) -> Result<()> {
@@ -213,6 +228,7 @@ impl PgStore {
             reserved,
             peers: Mutex::new(Vec::new()),
             logs: Mutex::new(HashMap::new()),
+            async_commit: Default::default(),
         });
         let mut client = inner.pool.get().await.map_err(|e| match tls::refused(&e) {
             Some(why) => RuntimeError::InvalidRequest(format!(

@@ -1,0 +1,42 @@
+//! `turn_flush` over PostgreSQL: with `background`, a session's transactions commit without waiting for the WAL's
+//! flush (`SET LOCAL synchronous_commit TO off` inside each); with the default, they wait.
+
+use super::cluster::{node_with_config, turn};
+use super::postgres::Postgres;
+use super::support::write_bundle;
+
+const RELAXED: &str = "SET LOCAL synchronous_commit TO off";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_turn_flush_commits_a_sessions_writes_without_waiting_for_the_wal_and_the_default_waits(
+) {
+    let pg = Postgres::start();
+    pg.sql("ALTER SYSTEM SET log_statement = 'all'");
+    pg.sql("SELECT pg_reload_conf()");
+    let bundle = tempfile::TempDir::new().unwrap();
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "seen {{message_count}}"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let bundle = bundle.path().to_str().unwrap();
+    for (flush, relaxed) in [("turn", false), ("background", true)] {
+        let before = pg.log().matches(RELAXED).count();
+        let config = format!("turn_flush = \"{flush}\"\n");
+        let (_home, node) = node_with_config(&pg, flush, "10s", &[], &config);
+        let id = node.session(bundle).await;
+        for (prompt, answer) in [("one", "seen 2"), ("two", "seen 4")] {
+            let (status, result) = turn(&node, &id, prompt).await;
+            assert_eq!(status, 200, "{result}");
+            assert_eq!(result["final_message"], answer, "{flush}: {result}");
+        }
+        // The statements are logged as the server receives them, before the client hears of the commit.
+        let set = pg.log().matches(RELAXED).count() - before;
+        if relaxed {
+            assert!(set >= 2, "{flush}: {set} transactions relaxed");
+        } else {
+            assert_eq!(set, 0, "{flush}: a transaction did not wait for the WAL");
+        }
+    }
+}
