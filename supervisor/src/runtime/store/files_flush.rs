@@ -10,7 +10,7 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 /// How long a written file may wait for its flush.
-pub(super) const ROUND: Duration = Duration::from_millis(20);
+const ROUND: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct Pending {
@@ -18,9 +18,11 @@ struct Pending {
     added: Condvar,
 }
 
-static PENDING: OnceLock<&'static Pending> = OnceLock::new();
+/// The files waiting for the flushing thread; None when it could not be started.
+static PENDING: OnceLock<Option<&'static Pending>> = OnceLock::new();
 
-/// Hands `files` to the flushing thread, started on first use; they are on disk within about [`ROUND`].
+/// Hands `files` to the flushing thread, started on first use; they are on disk within about [`ROUND`]. Without
+/// that thread they are flushed here and now.
 pub(super) fn flush_soon(files: Vec<File>) {
     if files.is_empty() {
         return;
@@ -30,16 +32,26 @@ pub(super) fn flush_soon(files: Vec<File>) {
         let started = std::thread::Builder::new()
             .name("turn-flush".into())
             .spawn(move || flush_rounds(pending));
-        if let Err(e) = started {
-            tracing::warn!(
-                "no thread to flush turns in the background ({e}); each is flushed as it ends"
-            );
+        match started {
+            Ok(_) => Some(pending),
+            Err(e) => {
+                tracing::warn!(
+                    "no thread to flush turns in the background ({e}); each is flushed as it ends"
+                );
+                None
+            }
         }
-        pending
     });
-    let mut waiting = pending.files.lock().unwrap_or_else(|p| p.into_inner());
-    waiting.extend(files);
-    pending.added.notify_one();
+    match pending {
+        Some(pending) => {
+            let mut waiting = pending.files.lock().unwrap_or_else(|p| p.into_inner());
+            waiting.extend(files);
+            pending.added.notify_one();
+        }
+        None => {
+            flush_each_file_once(files);
+        }
+    }
 }
 
 fn flush_rounds(pending: &'static Pending) {
@@ -101,7 +113,8 @@ mod tests {
             flush_soon(vec![a, b]);
             let deadline = std::time::Instant::now() + Duration::from_secs(5);
             // The thread owns the files until it has flushed them; an empty list means the round is done.
-            while !PENDING.get().unwrap().files.lock().unwrap().is_empty() {
+            let pending = PENDING.get().unwrap().unwrap();
+            while !pending.files.lock().unwrap().is_empty() {
                 assert!(
                     std::time::Instant::now() < deadline,
                     "round {round} not taken"

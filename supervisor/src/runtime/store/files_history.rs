@@ -47,9 +47,10 @@ pub(super) fn save_turn_end(
         }
         TurnFlush::Background => {
             // Written here, so the errors a write meets (a full disk among them) still fail the turn.
-            let history = match messages.is_empty() {
-                true => Ok(None),
-                false => append_unflushed(&path, &lines(messages)).map(Some),
+            let history = if messages.is_empty() {
+                Ok(None)
+            } else {
+                append_unflushed(&path, &lines(messages)).map(Some)
             };
             let saved = record.save_flushed_later(&record_path);
             let mut files = Vec::new();
