@@ -123,7 +123,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "turn_flush",
-        "turn (default: a turn's end is on disk before it is reported) or background (flushed right after)",
+        "turn (default: a turn's end is on disk before it is reported) or background (flushed within 20 ms)",
     ),
 ];
 

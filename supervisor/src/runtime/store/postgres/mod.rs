@@ -118,7 +118,7 @@ fn host_of(config: &tokio_postgres::Config) -> String {
 }
 
 impl PgStore {
-    /// The same store, committing sessions' writes as `flush` says: with [`TurnFlush::Background`], a session's
+    /// The same store, committing sessions' writes as `flush` says: with `TurnFlush::Background`, a session's
     /// transactions (its events, history and record) run with `synchronous_commit = off`, so the database reports
     /// them committed before its WAL is flushed, and a crash of the database server may lose the last moment's
     /// turns. Leases and claims always wait for the flush: losing one could let two nodes run a session.
