@@ -102,6 +102,8 @@ async fn main() {
                 .with_turn_flush(flush),
         ),
     );
+    // As `serve` does: the leases of sessions without a running worker are let go in the background.
+    shared.keep_claims();
 
     println!(
         "warm turn, confined worker, scripted model ({per_round} turns a round, median ms, turn_flush = {}):",

@@ -10,7 +10,8 @@ use super::{store, ServiceRuntime};
 impl ServiceRuntime {
     /// Makes sure this node may run `session`: with a shared store, takes the session's lease (another live
     /// node's holding is [`RuntimeError::OwnedElsewhere`]). Taking a session fails the turn its last owner was
-    /// running, if any, with `node_lost`, after bringing the record and the journal up to the store's.
+    /// running, if any, with `node_lost`, after bringing the record and the journal up to the store's; a lease
+    /// this node held since it last did so is only renewed.
     pub(super) async fn claim(&self, session: &Arc<Session>) -> Result<()> {
         let store = &self.inner.store;
         if !store.shared() {
@@ -26,7 +27,15 @@ impl ServiceRuntime {
                 node_id,
                 url,
             }),
-            store::Claim::Mine { taken_from } => {
+            store::Claim::Mine {
+                taken_from,
+                renewed,
+            } => {
+                // Nobody else has held the session since this node last brought it up to the store's: there is
+                // nothing to read back.
+                if renewed && session.synced_under_claim() {
+                    return Ok(());
+                }
                 // What this node wrote before must be in the store before the store's record replaces it.
                 session.journal.stored().await;
                 let record = store
@@ -36,6 +45,7 @@ impl ServiceRuntime {
                 session.adopt_record(record);
                 session.adopt_grants(store.grants(&session.id).await?);
                 session.journal.catch_up().await?;
+                session.mark_synced_under_claim();
                 drop(slot);
                 match taken_from {
                     Some(node) => session.abandon_lost_turn(

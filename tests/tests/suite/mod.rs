@@ -8,6 +8,7 @@ mod checkpoints;
 mod cluster;
 mod cluster_bundles;
 mod cluster_flush;
+mod cluster_handover;
 mod cluster_tls;
 mod codeact;
 mod commands;

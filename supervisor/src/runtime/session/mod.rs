@@ -113,6 +113,9 @@ pub struct Session {
         Option<crate::sandbox::limits::CpuCounter>,
         std::time::Duration,
     )>,
+    /// Its record, grants and journal were brought up to a shared store's under a claim of this runtime (see
+    /// `ServiceRuntime::claim`).
+    synced: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -300,6 +303,7 @@ impl Session {
             )),
             ledger: std::sync::OnceLock::new(),
             sandbox_cpu: Mutex::default(),
+            synced: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -480,5 +484,16 @@ impl Session {
     /// Adds the grants the store holds for this session (given on another node that ran it).
     pub fn adopt_grants(&self, grants: Vec<Grant>) {
         lock(&self.allow_always).extend(grants);
+    }
+
+    /// True once a claim of this runtime brought the session up to the shared store's.
+    pub(crate) fn synced_under_claim(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Notes that a claim brought the session up to the shared store's.
+    pub(crate) fn mark_synced_under_claim(&self) {
+        self.synced
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 }

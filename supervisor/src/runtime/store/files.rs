@@ -110,7 +110,10 @@ impl Store for FilesStore {
     }
 
     async fn claim(&self, _id: &str) -> Result<Claim> {
-        Ok(Claim::Mine { taken_from: None })
+        Ok(Claim::Mine {
+            taken_from: None,
+            renewed: true,
+        })
     }
 
     async fn release(&self, _id: &str) {}

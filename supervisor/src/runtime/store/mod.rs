@@ -66,6 +66,9 @@ pub enum Claim {
     Mine {
         /// The node whose lease expired, when this claim took the session over from it.
         taken_from: Option<String>,
+        /// The lease was this node's already (live or lapsed): no other node has held the session since this
+        /// node's previous claim, so nothing of it changed in the store but what this node wrote.
+        renewed: bool,
     },
     /// Another live node holds the session; requests about it go there.
     Elsewhere {

@@ -115,13 +115,18 @@ impl PgLog {
     /// The history's last `limit` messages (all of them for None: `LIMIT NULL`), oldest first.
     async fn last_messages(&self, limit: Option<i64>) -> Result<Vec<ChatMessage>> {
         let store = self.shared.store()?;
-        let rows = store
-            .client()
-            .await?
-            .query(
+        let client = store.client().await?;
+        let statement = client
+            .prepare_cached(
                 "SELECT message FROM (SELECT n, message FROM history WHERE session_id = $1 AND n > \
                  COALESCE((SELECT max(n) FROM history WHERE session_id = $1 AND message = $3), 0) \
                  ORDER BY n DESC LIMIT $2) recent ORDER BY n",
+            )
+            .await
+            .map_err(|e| store.error(e))?;
+        let rows = client
+            .query(
+                &statement,
                 &[&self.shared.id, &limit, &super::super::HISTORY_RESET],
             )
             .await
@@ -256,9 +261,10 @@ impl Shared {
         &self,
         client: &deadpool_postgres::Object,
     ) -> std::result::Result<Option<u64>, tokio_postgres::Error> {
-        let row = client
-            .query_opt("SELECT last_seq FROM sessions WHERE id = $1", &[&self.id])
+        let statement = client
+            .prepare_cached("SELECT last_seq FROM sessions WHERE id = $1")
             .await?;
+        let row = client.query_opt(&statement, &[&self.id]).await?;
         Ok(row.map(|r| r.get::<_, i64>(0) as u64))
     }
 

@@ -280,8 +280,12 @@ impl Store for PgStore {
 
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>> {
         let client = self.inner.client().await?;
+        let statement = client
+            .prepare_cached("SELECT record FROM sessions WHERE id = $1")
+            .await
+            .map_err(|e| self.inner.error(e))?;
         let row = client
-            .query_opt("SELECT record FROM sessions WHERE id = $1", &[&id])
+            .query_opt(&statement, &[&id])
             .await
             .map_err(|e| self.inner.error(e))?;
         row.map(|r| parse_record(id, r.get(0))).transpose()
@@ -325,60 +329,57 @@ impl Store for PgStore {
     async fn claim(&self, id: &str) -> Result<Claim> {
         let inner = &self.inner;
         let url = inner.url.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut client = inner.client().await?;
+        let client = inner.client().await?;
         let lease = inner.lease.as_secs_f64();
-        // Two nodes claiming a session nobody holds both find no row; the loser's insert does nothing, and it
-        // looks again.
+        // One statement, so one round trip and one commit: the holder's row is locked, then renewed or taken when
+        // it is this node's or lapsed, or made when there is none. Two nodes claiming a session nobody holds both
+        // find no row; the loser's insert does nothing, and it looks again.
+        let claim = client
+            .prepare_cached(
+                "WITH held AS (SELECT node_id, url, expires_at > now() AS live FROM owners \
+                 WHERE session_id = $1 FOR UPDATE), \
+                 renewed AS (UPDATE owners SET node_id = $2, url = $3, \
+                 expires_at = now() + make_interval(secs => $4) WHERE session_id = $1 \
+                 AND EXISTS (SELECT 1 FROM held WHERE NOT live OR node_id = $2) RETURNING 1), \
+                 made AS (INSERT INTO owners (session_id, node_id, url, expires_at) \
+                 SELECT $1, $2, $3, now() + make_interval(secs => $4) \
+                 WHERE NOT EXISTS (SELECT 1 FROM held) AND EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
+                 ON CONFLICT (session_id) DO NOTHING RETURNING 1) \
+                 SELECT h.node_id, h.url, h.live, EXISTS (SELECT 1 FROM made) \
+                 FROM (SELECT 1) one LEFT JOIN held h ON true",
+            )
+            .await
+            .map_err(|e| inner.error(e))?;
         for _ in 0..3 {
-            let tx = client.transaction().await.map_err(|e| inner.error(e))?;
-            let holder = tx
-                .query_opt(
-                    "SELECT node_id, url, expires_at > now() FROM owners WHERE session_id = $1 FOR UPDATE",
-                    &[&id],
-                )
+            let row = client
+                .query_one(&claim, &[&id, &inner.node.id, &url, &lease])
                 .await
                 .map_err(|e| inner.error(e))?;
-            let claim = match holder {
-                Some(row) => {
-                    let (node_id, url, live): (String, String, bool) =
-                        (row.get(0), row.get(1), row.get(2));
+            let holder: (Option<String>, Option<String>, Option<bool>, bool) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            match holder {
+                (Some(node_id), Some(url), Some(live), _) => {
                     if live && node_id != inner.node.id {
                         return Ok(Claim::Elsewhere { node_id, url });
                     }
-                    tx.execute(
-                        "UPDATE owners SET node_id = $2, url = $3, \
-                         expires_at = now() + make_interval(secs => $4) WHERE session_id = $1",
-                        &[&id, &inner.node.id, &url, &lease],
-                    )
-                    .await
-                    .map_err(|e| inner.error(e))?;
-                    Claim::Mine {
-                        taken_from: (node_id != inner.node.id).then_some(node_id),
+                    let renewed = node_id == inner.node.id;
+                    return Ok(Claim::Mine {
+                        taken_from: (!renewed).then_some(node_id),
+                        renewed,
+                    });
+                }
+                (_, _, _, true) => {
+                    return Ok(Claim::Mine {
+                        taken_from: None,
+                        renewed: false,
+                    })
+                }
+                _ => {
+                    if self.load(id).await?.is_none() {
+                        return Err(RuntimeError::SessionNotFound(id.to_string()));
                     }
                 }
-                None => {
-                    let made = tx
-                        .execute(
-                            "INSERT INTO owners (session_id, node_id, url, expires_at) \
-                             SELECT $1, $2, $3, now() + make_interval(secs => $4) \
-                             WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
-                             ON CONFLICT (session_id) DO NOTHING",
-                            &[&id, &inner.node.id, &url, &lease],
-                        )
-                        .await
-                        .map_err(|e| inner.error(e))?;
-                    if made == 0 {
-                        tx.rollback().await.map_err(|e| inner.error(e))?;
-                        if self.load(id).await?.is_none() {
-                            return Err(RuntimeError::SessionNotFound(id.to_string()));
-                        }
-                        continue;
-                    }
-                    Claim::Mine { taken_from: None }
-                }
-            };
-            tx.commit().await.map_err(|e| inner.error(e))?;
-            return Ok(claim);
+            }
         }
         Err(inner.error(format!(
             "session {id} changed hands three times while claimed"
@@ -491,11 +492,12 @@ impl Store for PgStore {
 
     async fn grants(&self, id: &str) -> Result<Vec<Grant>> {
         let client = self.inner.client().await?;
+        let statement = client
+            .prepare_cached("SELECT grant_json FROM grants WHERE session_id = $1")
+            .await
+            .map_err(|e| self.inner.error(e))?;
         let rows = client
-            .query(
-                "SELECT grant_json FROM grants WHERE session_id = $1",
-                &[&id],
-            )
+            .query(&statement, &[&id])
             .await
             .map_err(|e| self.inner.error(e))?;
         // A row this version cannot read grants nothing: the operator is asked again.
