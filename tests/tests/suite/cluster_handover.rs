@@ -134,3 +134,79 @@ async fn a_node_restarted_under_its_own_id_abandons_the_turn_its_last_process_wa
     ));
     assert_eq!(abandoned.trim(), "supervisor_restarted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_claiming_one_session_at_once_get_it_one_at_a_time() {
+    use service_supervisor::runtime::store::postgres::{Node, PgStore};
+    use service_supervisor::runtime::store::{Claim, Store};
+    use service_supervisor::runtime::SessionRecord;
+
+    let pg = Postgres::start();
+    let lease = Duration::from_millis(400);
+    let mut stores = Vec::new();
+    for id in ["x", "y", "z"] {
+        let node = Node {
+            id: id.into(),
+            url: format!("http://{id}.invalid"),
+        };
+        stores.push(PgStore::connect(&pg.url(), node, lease).await.unwrap());
+    }
+    let record: SessionRecord = serde_json::from_value(json!({
+        "id": "6f1c2b9e-0000-4000-8000-000000000002", "bundle_ref": "b",
+        "bundle": {"reference": "b", "id": "b", "version": "1.0.0", "digest": "d"},
+        "created_at": "2026-11-29T00:00:00.000Z", "updated_at": "2026-11-29T00:00:00.000Z",
+        "cwd": "/", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
+    }))
+    .unwrap();
+    stores[0].insert(&record).await.unwrap();
+    let id = record.id.as_str();
+    let nodes = ["x", "y", "z"];
+    let mut previous: Option<usize> = None;
+    for round in 0..30 {
+        let claims = futures::future::join_all(stores.iter().map(|s| s.claim(id))).await;
+        let claims: Vec<Claim> = claims.into_iter().map(Result::unwrap).collect();
+        let winners: Vec<usize> = (0..3)
+            .filter(|i| matches!(claims[*i], Claim::Mine { .. }))
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {claims:?}");
+        let winner = winners[0];
+        for (i, claim) in claims.iter().enumerate().filter(|(i, _)| *i != winner) {
+            match claim {
+                Claim::Elsewhere { node_id, .. } => {
+                    assert_eq!(node_id, nodes[winner], "round {round}")
+                }
+                other => panic!("round {round}, node {}: {other:?}", nodes[i]),
+            }
+        }
+        // Released rounds start from no lease; the others from a lapsed one, which the winner takes over.
+        let expected = match previous {
+            Some(last) if round % 2 == 1 && last != winner => Claim::Mine {
+                taken_from: Some(nodes[last].to_string()),
+                renewed: false,
+            },
+            Some(last) if round % 2 == 1 => Claim::Mine {
+                taken_from: None,
+                renewed: true,
+            },
+            _ => Claim::Mine {
+                taken_from: None,
+                renewed: false,
+            },
+        };
+        assert_eq!(claims[winner], expected, "round {round}");
+        // The holder claiming again only renews its lease.
+        let again = stores[winner].claim(id).await.unwrap();
+        let renewed = Claim::Mine {
+            taken_from: None,
+            renewed: true,
+        };
+        assert_eq!(again, renewed, "round {round}");
+        if round % 2 == 0 {
+            // Let the lease lapse: the next round's claims race to take it over.
+            tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        } else {
+            stores[winner].release(id).await;
+        }
+        previous = Some(winner);
+    }
+}
