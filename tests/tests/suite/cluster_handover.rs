@@ -184,7 +184,7 @@ async fn nodes_claiming_one_session_at_once_get_it_one_at_a_time() {
                 taken_from: Some(nodes[last].to_string()),
                 renewed: false,
             },
-            Some(last) if round % 2 == 1 => Claim::Mine {
+            Some(_) if round % 2 == 1 => Claim::Mine {
                 taken_from: None,
                 renewed: true,
             },
