@@ -418,14 +418,26 @@ async fn write_loop(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Op>)
     }
 }
 
-/// One transaction for `ops`: the last record, the history, and the events with the sequence numbers after the
-/// last one this node knows of.
-///
-/// The statements go to the server together (pipelined on one connection, prepared once per connection), so a
-/// commit costs three round trips: `BEGIN`, the statements, `COMMIT`. The sequence numbers are claimed by the
-/// `UPDATE … WHERE last_seq = <expected>` inside the transaction: when another node appended meanwhile, it matches no
-/// row (and the events' primary key refuses the taken numbers), the transaction rolls back, and the writer tries
-/// again from the stored last number.
+/// A session's writes as one statement, so one round trip and its own transaction: the sequence numbers are claimed
+/// by the `UPDATE … WHERE last_seq = <expected>`, and the events, history lines and approval requests are inserted
+/// only when it matched (`claimed`). When another node appended meanwhile, nothing is written (or the events'
+/// primary key refuses the taken numbers and the statement fails whole), and the writer tries again from the stored
+/// last number. The `NOTIFY` goes out at its commit; `synchronous_commit` is set for that transaction alone.
+const WRITE: &str =
+    "WITH claimed AS (UPDATE sessions SET last_seq = $2, record = coalesce($3, record), \
+     journal_bytes = journal_bytes + $4 WHERE id = $1 AND last_seq = $5 RETURNING id), \
+     stored AS (INSERT INTO events (session_id, seq, body) \
+     SELECT c.id, s, b FROM claimed c, unnest($6::bigint[], $7::text[]) AS t (s, b)), \
+     remembered AS (INSERT INTO history (session_id, message) \
+     SELECT c.id, m FROM claimed c, unnest($8::text[]) WITH ORDINALITY AS t (m, i) ORDER BY i), \
+     indexed AS (INSERT INTO approvals (request_id, session_id) \
+     SELECT r, c.id FROM claimed c, unnest($9::text[]) AS t (r) ON CONFLICT DO NOTHING) \
+     SELECT count(*), \
+     (CASE WHEN count(*) > 0 AND $10 <> '' THEN pg_notify($11, $10) END) IS NULL, \
+     CASE WHEN $12 THEN set_config('synchronous_commit', 'off', true) END FROM claimed";
+
+/// One commit for `ops`: the last record, the history, and the events with the sequence numbers after the last one
+/// this node knows of (see [`WRITE`]).
 async fn commit(
     store: &Inner,
     shared: &Shared,
@@ -473,97 +485,40 @@ async fn commit(
         }
     }
     let last = next - 1;
-    let notice = format!("{} {last} {}", shared.id, store.node.id);
+    // Other nodes hear of new events; a commit of only a record or history lines announces nothing.
+    let notice = match count {
+        0 => String::new(),
+        _ => format!("{} {last} {}", shared.id, store.node.id),
+    };
 
-    let mut client = store
+    let client = store
         .pool
         .get()
         .await
         .map_err(|e| Failed::Transient(e.to_string()))?;
-    let claim = client
-        .prepare_cached(
-            "UPDATE sessions SET last_seq = $2, record = coalesce($3, record), \
-             journal_bytes = journal_bytes + $4 WHERE id = $1 AND last_seq = $5",
-        )
-        .await
-        .map_err(failed)?;
-    let insert = client
-        .prepare_cached(
-            "INSERT INTO events (session_id, seq, body) \
-             SELECT $1, s, b FROM unnest($2::bigint[], $3::text[]) AS t (s, b)",
-        )
-        .await
-        .map_err(failed)?;
-    let remember = client
-        .prepare_cached(
-            "INSERT INTO history (session_id, message) \
-             SELECT $1, m FROM unnest($2::text[]) WITH ORDINALITY AS t (m, i) ORDER BY i",
-        )
-        .await
-        .map_err(failed)?;
-    // A request id is the worker's choice: when another session's request took it, the first keeps it, and an
-    // answer to it goes to that session only.
-    let index = client
-        .prepare_cached(
-            "INSERT INTO approvals (request_id, session_id) \
-             SELECT r, $1 FROM unnest($2::text[]) AS t (r) ON CONFLICT DO NOTHING",
-        )
-        .await
-        .map_err(failed)?;
-    let notify = client
-        .prepare_cached("SELECT pg_notify($1, $2)")
-        .await
-        .map_err(failed)?;
-    let tx = client.transaction().await.map_err(failed)?;
+    let write = client.prepare_cached(WRITE).await.map_err(failed)?;
     let (last_i, expected_i) = (last as i64, expected as i64);
-    let claimed = async {
-        tx.execute(&claim, &[&shared.id, &last_i, &record, &bytes, &expected_i])
-            .await
-    };
-    let inserted = async {
-        match count {
-            0 => Ok(0),
-            _ => tx.execute(&insert, &[&shared.id, &seqs, &bodies]).await,
-        }
-    };
-    let remembered = async {
-        match history.len() {
-            0 => Ok(0),
-            _ => tx.execute(&remember, &[&shared.id, &history]).await,
-        }
-    };
-    let indexed = async {
-        match asked.len() {
-            0 => Ok(0),
-            _ => tx.execute(&index, &[&shared.id, &asked]).await,
-        }
-    };
-    let notified = async {
-        match count {
-            0 => Ok(0),
-            _ => tx.execute(&notify, &[&CHANNEL, &notice]).await,
-        }
-    };
-    // Sent with the statements, so it costs no round trip of its own.
-    let relaxed = async {
-        match store.async_commit.load(Ordering::Relaxed) {
-            false => Ok(()),
-            true => {
-                tx.batch_execute("SET LOCAL synchronous_commit TO off")
-                    .await
-            }
-        }
-    };
-    let (relaxed, claimed, inserted, remembered, indexed, notified) =
-        futures::join!(relaxed, claimed, inserted, remembered, indexed, notified);
-    let outcome = claimed.and_then(|n| {
-        relaxed?;
-        inserted?;
-        remembered?;
-        indexed?;
-        notified?;
-        Ok(n)
-    });
+    let relaxed = store.async_commit.load(Ordering::Relaxed);
+    let outcome = client
+        .query_one(
+            &write,
+            &[
+                &shared.id,
+                &last_i,
+                &record,
+                &bytes,
+                &expected_i,
+                &seqs,
+                &bodies,
+                &history,
+                &asked,
+                &notice,
+                &CHANNEL,
+                &relaxed,
+            ],
+        )
+        .await
+        .and_then(|row| row.try_get::<_, i64>(0));
     let conflict = match outcome {
         Ok(1) => false,
         Ok(_) => true,
@@ -572,10 +527,8 @@ async fn commit(
         Err(e) => return Err(failed(e)),
     };
     if conflict {
-        let _ = tx.rollback().await;
         return Err(reclaim(&client, shared).await);
     }
-    tx.commit().await.map_err(failed)?;
     shared.stored.fetch_max(last, Ordering::AcqRel);
     shared.bytes.fetch_add(bytes as u64, Ordering::AcqRel);
     Ok(batches)
