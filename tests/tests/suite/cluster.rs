@@ -443,12 +443,18 @@ async fn two_nodes_appending_to_one_session_keep_its_sequence_dense() {
         turn_id: "t".into(),
         delta: format!("d{n}"),
     };
-    let mut total = 0;
+    let (mut total, mut lines) = (0, 0);
     for round in 0..200 {
         for (i, log) in logs.iter().enumerate() {
             let n = 1 + (round + i) % 4;
             log.append_events((0..n).map(delta).collect()).unwrap();
             total += n;
+            // History lines too, some in commits without events: a commit that loses the race writes none.
+            if round % 3 == i {
+                let line = json!({"role": "user", "content": format!("{round}.{i}")}).to_string();
+                log.append_history_lines(vec![line]).unwrap();
+                lines += 1;
+            }
         }
     }
     for log in &logs {
@@ -466,6 +472,8 @@ async fn two_nodes_appending_to_one_session_keep_its_sequence_dense() {
         "dense, no duplicate"
     );
     assert!(events.iter().all(|e| e.msg.id == e.seq.to_string()));
+    let history = logs[0].history_lines(u64::MAX >> 1).await.unwrap();
+    assert_eq!(history.len(), lines, "each history line once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
