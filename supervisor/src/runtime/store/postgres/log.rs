@@ -422,7 +422,9 @@ async fn write_loop(shared: Arc<Shared>, mut queue: mpsc::UnboundedReceiver<Op>)
 /// by the `UPDATE … WHERE last_seq = <expected>`, and the events, history lines and approval requests are inserted
 /// only when it matched (`claimed`). When another node appended meanwhile, nothing is written (or the events'
 /// primary key refuses the taken numbers and the statement fails whole), and the writer tries again from the stored
-/// last number. The `NOTIFY` goes out at its commit; `synchronous_commit` is set for that transaction alone.
+/// last number. The `NOTIFY` goes out at its commit; `synchronous_commit` is set for that transaction alone. A
+/// permission request's id is the worker's choice: when another session's request took it, the first keeps it
+/// (`ON CONFLICT DO NOTHING`), and an answer to it goes to that session only.
 const WRITE: &str =
     "WITH claimed AS (UPDATE sessions SET last_seq = $2, record = coalesce($3, record), \
      journal_bytes = journal_bytes + $4 WHERE id = $1 AND last_seq = $5 RETURNING id), \
