@@ -409,11 +409,21 @@ async fn an_approval_answered_on_any_node_reaches_the_owner_and_allow_always_sur
     );
 }
 
+/// The record of an idle session `id` that has run no turn, for tests that drive a store directly.
+pub(super) fn idle_record(id: &str) -> service_supervisor::runtime::SessionRecord {
+    serde_json::from_value(json!({
+        "id": id, "bundle_ref": "b",
+        "bundle": {"reference": "b", "id": "b", "version": "1.0.0", "digest": "d"},
+        "created_at": "2026-11-24T00:00:00.000Z", "updated_at": "2026-11-24T00:00:00.000Z",
+        "cwd": "/", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
+    }))
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_appending_to_one_session_keep_its_sequence_dense() {
     use service_supervisor::runtime::store::postgres::{Node, PgStore};
     use service_supervisor::runtime::store::Store;
-    use service_supervisor::runtime::SessionRecord;
 
     let pg = Postgres::start();
     let node = |id: &str| Node {
@@ -426,13 +436,7 @@ async fn two_nodes_appending_to_one_session_keep_its_sequence_dense() {
     let y = PgStore::connect(&pg.url(), node("y"), Duration::from_secs(5))
         .await
         .unwrap();
-    let record: SessionRecord = serde_json::from_value(json!({
-        "id": "6f1c2b9e-0000-4000-8000-000000000001", "bundle_ref": "b",
-        "bundle": {"reference": "b", "id": "b", "version": "1.0.0", "digest": "d"},
-        "created_at": "2026-11-24T00:00:00.000Z", "updated_at": "2026-11-24T00:00:00.000Z",
-        "cwd": "/", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
-    }))
-    .unwrap();
+    let record = idle_record("6f1c2b9e-0000-4000-8000-000000000001");
     x.insert(&record).await.unwrap();
     let quiet: service_supervisor::runtime::store::Publish = std::sync::Arc::new(|_| {});
     let logs = [

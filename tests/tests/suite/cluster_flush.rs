@@ -2,8 +2,8 @@
 //! (each write statement sets `synchronous_commit` off for its own transaction); with the default, they wait.
 
 use super::cluster::{node_with_config, turn};
+use super::cluster_handover::counting_bundle;
 use super::postgres::Postgres;
-use super::support::write_bundle;
 
 /// How the server logs a session's write statement that relaxes its commit: the parameter that asks for it, the
 /// last of the statement's.
@@ -15,13 +15,7 @@ async fn background_turn_flush_commits_a_sessions_writes_without_waiting_for_the
     let pg = Postgres::start();
     pg.sql("ALTER SYSTEM SET log_statement = 'all'");
     pg.sql("SELECT pg_reload_conf()");
-    let bundle = tempfile::TempDir::new().unwrap();
-    write_bundle(
-        bundle.path(),
-        r#"{turns: [{replies: [{text: "seen {{message_count}}"}]}]}"#,
-        "",
-        "read_only",
-    );
+    let bundle = counting_bundle();
     let bundle = bundle.path().to_str().unwrap();
     for (flush, relaxed) in [("turn", false), ("background", true)] {
         let before = pg.log().matches(RELAXED).count();

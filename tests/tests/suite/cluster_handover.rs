@@ -14,7 +14,8 @@ use super::support::write_bundle;
 /// The statement a full claim runs to read the session's grants back, once per claim that reads back.
 const READ_BACK: &str = "SELECT grant_json FROM grants WHERE session_id";
 
-fn counting_bundle() -> tempfile::TempDir {
+/// A bundle whose every answer says how many messages its model was sent.
+pub(super) fn counting_bundle() -> tempfile::TempDir {
     let bundle = tempfile::TempDir::new().unwrap();
     write_bundle(
         bundle.path(),
@@ -139,7 +140,6 @@ async fn a_node_restarted_under_its_own_id_abandons_the_turn_its_last_process_wa
 async fn nodes_claiming_one_session_at_once_get_it_one_at_a_time() {
     use service_supervisor::runtime::store::postgres::{Node, PgStore};
     use service_supervisor::runtime::store::{Claim, Store};
-    use service_supervisor::runtime::SessionRecord;
 
     let pg = Postgres::start();
     let lease = Duration::from_millis(400);
@@ -151,13 +151,7 @@ async fn nodes_claiming_one_session_at_once_get_it_one_at_a_time() {
         };
         stores.push(PgStore::connect(&pg.url(), node, lease).await.unwrap());
     }
-    let record: SessionRecord = serde_json::from_value(json!({
-        "id": "6f1c2b9e-0000-4000-8000-000000000002", "bundle_ref": "b",
-        "bundle": {"reference": "b", "id": "b", "version": "1.0.0", "digest": "d"},
-        "created_at": "2026-11-29T00:00:00.000Z", "updated_at": "2026-11-29T00:00:00.000Z",
-        "cwd": "/", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
-    }))
-    .unwrap();
+    let record = super::cluster::idle_record("6f1c2b9e-0000-4000-8000-000000000002");
     stores[0].insert(&record).await.unwrap();
     let id = record.id.as_str();
     let nodes = ["x", "y", "z"];
