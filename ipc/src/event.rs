@@ -98,6 +98,20 @@ pub struct PlanItem {
     pub status: PlanStatus,
 }
 
+/// A file a checkpoint passed over (see [`EventPayload::CheckpointSkipped`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct SkippedFile {
+    /// Path in the workspace.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The data of one event; `type` is the snake_case kind name and the fields sit under `payload`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "payload", rename_all = "snake_case")]
@@ -424,6 +438,19 @@ pub enum EventPayload {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
     },
+    /// Files a checkpoint of the turn did not keep: each one's size (`st_size`, holes included) would have taken the
+    /// session past `checkpoint_max_mb`. They were never read; a rewind to this checkpoint leaves them as they are.
+    CheckpointSkipped {
+        /// Turn id.
+        turn_id: String,
+        /// The files, at most 50, largest first.
+        files: Vec<SkippedFile>,
+        /// How many more were passed over than `files` lists.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        more: u64,
+        /// The session's bound, `checkpoint_max_mb` in bytes.
+        max_bytes: u64,
+    },
     /// The session went back to before turn `to_turn`: its files, its conversation, or both.
     SessionRewound {
         /// The turn number (from 1) it went back to before.
@@ -519,6 +546,7 @@ impl EventPayload {
             EventPayload::UsageUpdate { .. } => "usage_update",
             EventPayload::ContextCompacted { .. } => "context_compacted",
             EventPayload::CheckpointCreated { .. } => "checkpoint_created",
+            EventPayload::CheckpointSkipped { .. } => "checkpoint_skipped",
             EventPayload::SessionRewound { .. } => "session_rewound",
             EventPayload::SessionForked { .. } => "session_forked",
             EventPayload::Error { .. } => "error",
@@ -544,6 +572,7 @@ impl EventPayload {
             | EventPayload::PlanUpdate { turn_id, .. }
             | EventPayload::UsageUpdate { turn_id, .. }
             | EventPayload::CheckpointCreated { turn_id, .. }
+            | EventPayload::CheckpointSkipped { turn_id, .. }
             | EventPayload::ModelRetry { turn_id, .. } => Some(turn_id),
             EventPayload::ExecCommandBegin { turn_id, .. }
             | EventPayload::ExecCommandOutputDelta { turn_id, .. }

@@ -29,8 +29,8 @@ pub use config::{
     A2aAgent, McpServer, PermissionRule, Permissions, SkillInfo, SubagentInfo, WorkerConfig,
 };
 pub use event::{
-    EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus, ToolCallStatus,
-    TurnStatus,
+    EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus, SkippedFile,
+    ToolCallStatus, TurnStatus,
 };
 pub use message::{ToSupervisor, ToWorker};
 pub use names::{

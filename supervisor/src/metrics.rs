@@ -174,7 +174,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts one model call's tokens against `tenant` and `model`.
     pub fn count_tokens(&self, tenant: &str, model: &ModelRef, usage: &service_ipc::Usage) {
-        let model = crate::tenancy::usage::model_name(model);
+        let model = crate::telemetry::label(&crate::tenancy::usage::model_name(model));
         for (kind, n) in [
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),
@@ -198,7 +198,7 @@ impl Metrics {
         self.quota_refusals
             .get_or_create(&QuotaLabels {
                 tenant: tenant.to_string(),
-                code: code.to_string(),
+                code: crate::telemetry::label(code),
             })
             .inc();
     }
@@ -216,7 +216,7 @@ impl Metrics {
     pub fn turn_ended(&self, outcome: &str) {
         self.turns
             .get_or_create(&Outcome {
-                outcome: outcome.to_string(),
+                outcome: crate::telemetry::label(outcome),
             })
             .inc();
     }
@@ -273,7 +273,7 @@ impl ProviderCall {
         }
         match chunk {
             ModelChunk::Done { .. } => self.outcome = Some("ok".into()),
-            ModelChunk::Failed { code, .. } => self.outcome = Some(code.clone()),
+            ModelChunk::Failed { code, .. } => self.outcome = Some(crate::telemetry::label(code)),
             _ => {}
         }
     }
@@ -283,7 +283,7 @@ impl Drop for ProviderCall {
     fn drop(&mut self) {
         let outcome = self.outcome.take().unwrap_or_else(|| "aborted".into());
         let seconds = self.started.elapsed().as_secs_f64();
-        let provider = self.model.provider.clone();
+        let provider = crate::telemetry::label(&self.model.provider);
         self.metrics
             .provider_seconds
             .get_or_create(&ProviderName {
@@ -300,7 +300,7 @@ impl Drop for ProviderCall {
         tracing::info!(
             session = %self.session,
             provider = %provider,
-            model = %self.model.name,
+            model = %crate::telemetry::label(&self.model.name),
             latency_ms = seconds * 1000.0,
             first_chunk_ms = self.first_chunk_ms.unwrap_or(-1.0),
             outcome = %outcome,

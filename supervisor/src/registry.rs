@@ -341,6 +341,19 @@ pub async fn push(bundle: &Bundle, target: &str, access: &Access) -> Result<Push
 /// Pulls the bundle at `source` (`<registry>/<repository>:<tag>` or `@sha256:<digest>`), verifies every blob and
 /// installs it into the store.
 pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<Bundle> {
+    let staged = fetch(home, source, access).await?;
+    install_pulled(home, source, staged)
+}
+
+/// Installs what [`fetch`] brought from `source`, and records where it came from.
+pub fn install_pulled(home: &ServiceHome, source: &str, staged: store::Staged) -> Result<Bundle> {
+    let installed = staged.install(home)?;
+    record_pull(home, source, &installed.reference())?;
+    Ok(installed)
+}
+
+/// Pulls `source` and checks it as [`pull`] does, without installing it.
+pub async fn fetch(home: &ServiceHome, source: &str, access: &Access) -> Result<store::Staged> {
     let reference = parse(source)?;
     let client = client(&reference, access);
     let auth = credentials(reference.resolve_registry(), access);
@@ -417,9 +430,7 @@ pub async fn pull(home: &ServiceHome, source: &str, access: &Access) -> Result<B
         },
         other => other.into(),
     })?;
-    let installed = store::install(home, &loaded.root)?;
-    record_pull(home, source, &installed.reference())?;
-    Ok(installed)
+    Ok(store::Staged::new(tmp, loaded))
 }
 
 #[cfg(test)]

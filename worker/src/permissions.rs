@@ -14,23 +14,37 @@ pub fn evaluate(perms: &Permissions, tool: &str, key: &str) -> (PermissionAction
     (perms.default, None)
 }
 
+/// A rule's tool and the glob in its parentheses: `Agent(reviewer)` is the tool `Agent` for the key `reviewer`, as
+/// Claude Code writes rules; a plain name has none.
+pub fn split_tool(tool: &str) -> (&str, Option<&str>) {
+    match tool.strip_suffix(')').and_then(|t| t.split_once('(')) {
+        Some((name, inner)) if !name.is_empty() => (name, Some(inner)),
+        _ => (tool, None),
+    }
+}
+
 /// A rule's `tool` is a builtin name or a glob over MCP tool names (`mcp__git__*`).
 fn names(rule: &PermissionRule, tool: &str) -> bool {
-    rule.tool == tool
-        || (rule.tool.contains(['*', '?', '['])
-            && Glob::new(&rule.tool)
+    let (named, _) = split_tool(&rule.tool);
+    named == tool
+        || (named.contains(['*', '?', '['])
+            && Glob::new(named)
                 .map(|g| g.compile_matcher().is_match(tool))
                 .unwrap_or(false))
 }
 
+/// Both the rule's `match` and the glob in its tool's parentheses, where given, match `key`.
 fn matches(rule: &PermissionRule, key: &str) -> bool {
-    match &rule.pattern {
-        None => true,
-        // Patterns were validated at build time; one that still fails to compile matches nothing.
-        Some(p) => Glob::new(p)
-            .map(|g| g.compile_matcher().is_match(key))
-            .unwrap_or(false),
-    }
+    let (_, inner) = split_tool(&rule.tool);
+    [rule.pattern.as_deref(), inner]
+        .into_iter()
+        .flatten()
+        .all(|p| {
+            // Patterns were validated at build time; one that still fails to compile matches nothing.
+            Glob::new(p)
+                .map(|g| g.compile_matcher().is_match(key))
+                .unwrap_or(false)
+        })
 }
 
 /// `rules[i]: Tool "pattern" -> action`, as shown to operators.

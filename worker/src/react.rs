@@ -393,7 +393,11 @@ impl Turn<'_> {
         let registry = &self.shared.registry;
         let key = registry.key_argument(&tool, &args, &self.cwd);
         let name = tool.name();
-        let (action, rule) = permissions::evaluate(&self.shared.config.permissions, name, &key);
+        // The supervisor decides subagents' rules itself, asking when they say so: this worker may not be trusted.
+        let (action, rule) = match tool {
+            Tool::Agent => (PermissionAction::Allow, None),
+            _ => permissions::evaluate(&self.shared.config.permissions, name, &key),
+        };
         match action {
             PermissionAction::Allow => {}
             PermissionAction::Deny => {

@@ -314,7 +314,13 @@ impl AgentSpec {
             }
         }
         for (i, rule) in self.permissions.rules.iter().enumerate() {
-            let tool = &rule.tool;
+            let (tool, inner) = service_worker::permissions::split_tool(&rule.tool);
+            if let Some(Err(e)) = inner.map(globset::Glob::new) {
+                return bad(
+                    &format!("permissions.rules[{i}].tool"),
+                    format!("invalid glob in \"{}\": {e}", rule.tool),
+                );
+            }
             if tool.starts_with("mcp__") || tool.starts_with("a2a__") {
                 if let Err(e) = globset::Glob::new(tool) {
                     return bad(
@@ -322,12 +328,13 @@ impl AgentSpec {
                         format!("invalid glob \"{tool}\": {e}"),
                     );
                 }
-            } else if tool.parse::<service_ipc::BuiltinTool>().is_err() {
+            } else if tool != SUBAGENT_TOOL && tool.parse::<service_ipc::BuiltinTool>().is_err() {
                 return bad(
                     &format!("permissions.rules[{i}].tool"),
                     format!(
-                        "unknown tool \"{tool}\"; expected a builtin tool ({}), an MCP tool name or glob such as \
-                         mcp__git__*, or an A2A agent's tool such as a2a__helper",
+                        "unknown tool \"{tool}\"; expected a builtin tool ({}), Agent or Agent(subagent) for \
+                         subagents, an MCP tool name or glob such as mcp__git__*, or an A2A agent's tool such as \
+                         a2a__helper",
                         service_ipc::BuiltinTool::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
                     ),
                 );
@@ -347,6 +354,9 @@ impl AgentSpec {
         Ok(())
     }
 }
+
+/// The tool that hands a task to a subagent, which permission rules may name (`Agent`, `Agent(reviewer)`).
+pub const SUBAGENT_TOOL: &str = "Agent";
 
 /// True for a relative path with no `..`, root or prefix component.
 pub fn is_safe_relative(path: &str) -> bool {

@@ -148,8 +148,9 @@ pub struct BundleInfo {
     pub name: String,
     /// Description.
     pub description: Option<String>,
-    /// Directory holding the files.
-    #[schema(value_type = String)]
+    /// Directory holding the files; shown to the store's operator only (an admin token), never to a tenant.
+    #[schema(value_type = Option<String>)]
+    #[serde(default, skip_serializing_if = "is_hidden")]
     pub path: PathBuf,
     /// Content digest.
     pub digest: String,
@@ -176,6 +177,20 @@ pub struct BundleInfo {
     /// Subagents the `Agent` tool may call, as agent.yaml declares them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<subagents::SubagentEntry>,
+}
+
+impl BundleInfo {
+    /// As a client may see it: the store's paths only for an admin.
+    pub fn for_caller(mut self, admin: bool) -> BundleInfo {
+        if !admin {
+            self.path = PathBuf::new();
+        }
+        self
+    }
+}
+
+fn is_hidden(path: &std::path::Path) -> bool {
+    path.as_os_str().is_empty()
 }
 
 impl Bundle {

@@ -69,6 +69,11 @@ pub fn import(home: &ServiceHome, path: &Path) -> Result<Bundle> {
 
 /// Installs the bundle in the OCI layout tar read from `reader` (`origin` names it in errors).
 pub fn import_from(home: &ServiceHome, reader: impl Read, origin: &Path) -> Result<Bundle> {
+    stage_from(home, reader, origin)?.install(home)
+}
+
+/// Unpacks and checks the archive from `reader` (named `origin` in errors) without installing it.
+pub fn stage_from(home: &ServiceHome, reader: impl Read, origin: &Path) -> Result<store::Staged> {
     let tmp = tempfile::tempdir()
         .map_err(|e| BundleError::io("cannot create a temporary directory for", origin, e))?;
     let layout = tmp.path().join("layout");
@@ -100,7 +105,7 @@ pub fn import_from(home: &ServiceHome, reader: impl Read, origin: &Path) -> Resu
         },
         other => other,
     })?;
-    store::install(home, &loaded.root)
+    Ok(store::Staged::new(tmp, loaded))
 }
 
 /// Unpacks the archive as a hostile one (see [`super::unpack`]), at most [`MAX_ARCHIVE_BYTES`] in all.

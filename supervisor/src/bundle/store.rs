@@ -45,6 +45,43 @@ pub fn install(home: &ServiceHome, project: &Path) -> Result<Bundle> {
     load_installed(home, LOCAL_NAMESPACE, &manifest.id, &manifest.version)
 }
 
+/// A bundle unpacked from an archive or a registry and checked, not yet installed: who may install its name can be
+/// decided before anything enters the store.
+pub struct Staged {
+    /// Holds the unpacked files until the install.
+    _tmp: tempfile::TempDir,
+    bundle: Bundle,
+}
+
+impl Staged {
+    /// Keeps `bundle`, whose files are under `tmp`.
+    pub fn new(tmp: tempfile::TempDir, bundle: Bundle) -> Staged {
+        Staged { _tmp: tmp, bundle }
+    }
+
+    /// The bundle as it will be installed.
+    pub fn bundle(&self) -> &Bundle {
+        &self.bundle
+    }
+
+    /// The name it will be installed under (`local/<id>`).
+    pub fn name(&self) -> String {
+        format!("{LOCAL_NAMESPACE}/{}", self.bundle.manifest.id)
+    }
+
+    /// Installs it (see [`install`]).
+    pub fn install(self, home: &ServiceHome) -> Result<Bundle> {
+        install(home, &self.bundle.root)
+    }
+}
+
+/// Whether any version of `local/<id>` is installed.
+pub fn has_any_version(home: &ServiceHome, id: &str) -> bool {
+    visible_dirs(&home.installs().join(LOCAL_NAMESPACE).join(id))
+        .map(|versions| !versions.is_empty())
+        .unwrap_or(true)
+}
+
 fn stage_and_swap(
     content: &[u8],
     digest: &str,

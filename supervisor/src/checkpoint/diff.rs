@@ -15,6 +15,10 @@ pub struct FileChange {
     /// `---`/`+++` unified diff; none for binary or large content, or a link.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// Set when the turn's end checkpoint did not keep the file, as its size (`st_size`) would have taken the
+    /// session past `checkpoint_max_mb`: a rewind cannot bring this version back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_bytes: Option<u64>,
 }
 
 /// Content larger than this is not diffed.
@@ -37,6 +41,10 @@ impl Checkpoints {
                 .into_iter()
                 .map(|(path, change)| FileChange {
                     diff: self.diff(&path, before.0.get(&path), after.0.get(&path)),
+                    skipped_bytes: after.0.get(&path).and_then(|e| match e.kind {
+                        tree::Kind::Skipped { size } => Some(size),
+                        _ => None,
+                    }),
                     path: path.display(),
                     change,
                 })

@@ -60,6 +60,14 @@ pub enum CheckpointError {
         list(.0)
     )]
     ChangedOutside(Vec<String>),
+    /// The checkpoint to go back to passed over files that did not fit in the session's bound.
+    #[error(
+        "the checkpoint before that turn does not hold {}: they did not fit in checkpoint_max_mb when it was taken; \
+         raise checkpoint_max_mb in config.toml for later turns, or rewind with --force (\"force\": true) to \
+         restore everything else and leave those files as they are",
+        list(.0)
+    )]
+    Incomplete(Vec<String>),
     /// A stored manifest does not parse.
     #[error("checkpoint {path} is damaged: {message}")]
     Damaged {
@@ -68,6 +76,13 @@ pub enum CheckpointError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// Why a restore left a file passed over for the bound as it was.
+fn past_bound(size: u64) -> String {
+    format!(
+        "not copied: its {size} bytes did not fit in checkpoint_max_mb when it was checkpointed"
+    )
 }
 
 fn list(paths: &[String]) -> String {
@@ -145,6 +160,8 @@ pub struct Taken {
     pub bytes_new: u64,
     /// Turns whose checkpoints were dropped to stay within the bound, oldest first.
     pub dropped: Vec<String>,
+    /// Files not kept because they would have taken the session past its bound, with their sizes.
+    pub skipped: Vec<(RelPath, u64)>,
 }
 
 /// One session's checkpoints.
@@ -236,7 +253,8 @@ impl Checkpoints {
         self.load(state)?;
         let prev = state.last.clone();
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
-        let scanned = scan::scan(fd, prev.as_ref().map(|(_, t)| &**t), &self.objects)
+        let budget = self.budget(prev.as_ref().map(|(_, t)| &**t));
+        let scanned = scan::scan(fd, prev.as_ref().map(|(_, t)| &**t), &self.objects, budget)
             .map_err(|e| CheckpointError::io("cannot checkpoint", root, e))?;
         let index = state.index.get_or_insert_with(Index::default);
         let id = index.next;
@@ -280,11 +298,20 @@ impl Checkpoints {
             files,
             bytes_new: scanned.bytes_new,
             dropped,
+            skipped: scanned.skipped,
         })
     }
 
+    /// Bytes a scan after `prev` may store: the bound less what `prev` holds, which the new checkpoint shares. So
+    /// the latest turn's checkpoints, which [`Self::bound`] always keeps, hold at most the bound between them.
+    fn budget(&self, prev: Option<&Tree>) -> u64 {
+        self.max_bytes
+            .saturating_sub(prev.map_or(0, Tree::content_bytes))
+    }
+
     /// Drops the oldest turns' checkpoints while the session holds more than its bound. The latest turn's are
-    /// kept whatever they hold, so that the turn that just ran can always be undone.
+    /// kept whatever they hold, so that the turn that just ran can always be undone; [`Self::budget`] keeps them
+    /// within the bound.
     fn bound(&self, state: &mut State) -> Result<Vec<String>> {
         let mut dropped = Vec::new();
         loop {
@@ -451,7 +478,8 @@ impl Checkpoints {
     fn scan_now(&self, state: &mut State, root: &Path) -> Result<Tree> {
         let prev = state.last.as_ref().map(|(_, t)| t.clone());
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
-        scan::scan(fd, prev.as_deref(), &self.objects)
+        let budget = self.budget(prev.as_deref());
+        scan::scan(fd, prev.as_deref(), &self.objects, budget)
             .map(|s| s.tree)
             .map_err(|e| CheckpointError::io("cannot read", root, e))
     }
@@ -486,6 +514,13 @@ impl Checkpoints {
                 }
             }
         }
+        let passed_over: Vec<String> = target
+            .skipped()
+            .map(|(path, size)| format!("{} ({size} bytes)", path.display()))
+            .collect();
+        if !passed_over.is_empty() && !force {
+            return Err(CheckpointError::Incomplete(passed_over));
+        }
         let changed = target.changes_since(&now);
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
         let skipped = restore::restore(fd, &now, &target, &self.objects)
@@ -513,7 +548,7 @@ impl Checkpoints {
             None => {
                 let prev = state.last.as_ref().map(|(_, t)| t.clone());
                 let fd = crate::sandbox::host_dir::open_for_reading(root)?;
-                scan::scan(fd, prev.as_deref(), &into.objects)
+                scan::scan(fd, prev.as_deref(), &into.objects, into.max_bytes)
                     .map_err(|e| CheckpointError::io("cannot read", root, e))?
                     .tree
             }
@@ -524,8 +559,13 @@ impl Checkpoints {
                 .map_err(|e| CheckpointError::io("cannot copy a checkpoint into", &into.dir, e))?;
         }
         let fd = crate::sandbox::host_dir::open_for_reading(dest)?;
-        restore::restore(fd, &Tree::default(), &tree, &into.objects)
-            .map_err(|e| CheckpointError::io("cannot copy the workspace into", dest, e))
+        let mut skipped = restore::restore(fd, &Tree::default(), &tree, &into.objects)
+            .map_err(|e| CheckpointError::io("cannot copy the workspace into", dest, e))?;
+        skipped.extend(
+            tree.skipped()
+                .map(|(path, size)| (path.clone(), past_bound(size))),
+        );
+        Ok(skipped)
     }
 
     /// Drops every checkpoint of the session, and the content no other session holds.

@@ -52,8 +52,9 @@ impl Objects {
         self.path(hash).exists()
     }
 
-    /// Reads `file` to its end, storing the content unless the pool has it, and links it for the session.
-    pub fn store(&self, mut file: File) -> std::io::Result<Stored> {
+    /// Reads `file` to its end, storing the content unless the pool has it, and links it for the session. A file
+    /// that holds more than `max` bytes (it grew since it was counted) is not stored: `ErrorKind::FileTooLarge`.
+    pub fn store(&self, mut file: File, max: u64) -> std::io::Result<Stored> {
         let tmp_dir = self.pool.join("tmp");
         std::fs::create_dir_all(&tmp_dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir)?;
@@ -67,9 +68,12 @@ impl Objects {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
+            size += n as u64;
+            if size > max {
+                return Err(std::io::Error::from(std::io::ErrorKind::FileTooLarge));
+            }
             hasher.update(&buf[..n]);
             tmp.write_all(&buf[..n])?;
-            size += n as u64;
         }
         let hash = Digest(hasher.finalize().into());
         let pooled = self.pooled(&hash);

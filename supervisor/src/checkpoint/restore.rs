@@ -40,7 +40,7 @@ pub fn restore(
     };
     let mut skipped = Skipped::new();
     let kind_changes = |p: &RelPath, e: &Entry| match (target.0.get(p), &e.kind) {
-        (_, Kind::Other) => false,
+        (_, Kind::Other | Kind::Skipped { .. }) => false,
         (None, _) => true,
         (Some(t), _) => std::mem::discriminant(&t.kind) != std::mem::discriminant(&e.kind),
     };
@@ -62,7 +62,7 @@ pub fn restore(
     for (path, entry) in &target.0 {
         let now = current.0.get(path).filter(|e| !kind_changes(path, e));
         let done = match (&entry.kind, now) {
-            (Kind::Other, _) => continue,
+            (Kind::Other | Kind::Skipped { .. }, _) => continue,
             (_, Some(e)) if e.same(entry) => continue,
             (Kind::Dir, Some(_)) => {
                 modes.push((path, entry.mode));

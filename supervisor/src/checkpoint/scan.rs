@@ -9,6 +9,7 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use nix::dir::Dir;
@@ -26,6 +27,8 @@ const RACY_NS: i64 = 2_000_000_000;
 pub struct Scanned {
     /// The workspace now.
     pub tree: Tree,
+    /// Files not stored because their size was past what was left of the budget, with their sizes.
+    pub skipped: Vec<(RelPath, u64)>,
     /// Bytes of content written to the pool.
     pub bytes_new: u64,
     /// Bytes of content the session did not hold before.
@@ -33,11 +36,19 @@ pub struct Scanned {
 }
 
 /// Scans the directory `root` (a descriptor opened for reading), trusting `prev`'s unchanged files, storing new
-/// content in `objects`. The directory `.git` is left out: the repository's own state is the user's. Directories
+/// content in `objects`, at most `budget` bytes of it: a file is counted by its size (`st_size`, so a sparse file
+/// by what it would take to read) before it is read, and one past what is left is recorded as
+/// [`Kind::Skipped`], never read. The directory `.git` is left out: the repository's own state is the user's. Directories
 /// are shared out to a thread per core (at most four): most of a scan is the kernel's `fstatat`, which runs on
 /// every core at once. The calling thread reads the root first and is one of them; the others start only when the
 /// root has subdirectories, as starting them costs more than scanning a workspace of a few files.
-pub fn scan(root: OwnedFd, prev: Option<&Tree>, objects: &Objects) -> std::io::Result<Scanned> {
+pub fn scan(
+    root: OwnedFd,
+    prev: Option<&Tree>,
+    objects: &Objects,
+    budget: u64,
+) -> std::io::Result<Scanned> {
+    let budget = AtomicU64::new(budget);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
@@ -55,7 +66,9 @@ pub fn scan(root: OwnedFd, prev: Option<&Tree>, objects: &Objects) -> std::io::R
         objects,
         now,
         queue: &queue,
+        budget: &budget,
         out: Tree::default(),
+        skipped: Vec::new(),
         bytes_new: 0,
         bytes_linked: 0,
     };
@@ -82,15 +95,18 @@ pub fn scan(root: OwnedFd, prev: Option<&Tree>, objects: &Objects) -> std::io::R
     });
     let mut out = Scanned {
         tree: Tree::default(),
+        skipped: Vec::new(),
         bytes_new: 0,
         bytes_linked: 0,
     };
     for walk in walks {
         let mut walk = walk?;
         out.tree.0.append(&mut walk.out.0);
+        out.skipped.append(&mut walk.skipped);
         out.bytes_new += walk.bytes_new;
         out.bytes_linked += walk.bytes_linked;
     }
+    out.skipped.sort();
     Ok(out)
 }
 
@@ -179,7 +195,10 @@ struct Walk<'a> {
     objects: &'a Objects,
     now: i64,
     queue: &'a Queue,
+    /// Bytes of content the scan may still store, shared by its threads.
+    budget: &'a AtomicU64,
     out: Tree,
+    skipped: Vec<(RelPath, u64)>,
     bytes_new: u64,
     bytes_linked: u64,
 }
@@ -326,6 +345,22 @@ impl Walk<'_> {
                     return Ok(());
                 }
             }
+            if let (Kind::Skipped { size }, Some(s)) = (&prev.kind, prev.stamp) {
+                if s == known && *size == st.st_size as u64 {
+                    self.skip(path, *size, st, Some(known));
+                    return Ok(());
+                }
+            }
+        }
+        let size = st.st_size.max(0) as u64;
+        let reserved = self
+            .budget
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(size)
+            });
+        if reserved.is_err() {
+            self.skip(path, size, st, Some(known));
+            return Ok(());
         }
         // O_NONBLOCK: a file swapped for a fifo since the stat must not hang the scan.
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
@@ -343,7 +378,15 @@ impl Walk<'_> {
             self.put(path, Kind::Other, &st, None);
             return Ok(());
         }
-        let stored = self.objects.store(File::from(fd))?;
+        let stored = match self.objects.store(File::from(fd), size) {
+            Ok(stored) => stored,
+            // It grew past what was counted while it was read: passed over, as a file too large from the start.
+            Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+                self.skip(path, st.st_size.max(0) as u64, &st, None);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         self.bytes_new += stored.written;
         if stored.linked {
             self.bytes_linked += stored.size;
@@ -356,6 +399,12 @@ impl Walk<'_> {
         };
         self.put(path, kind, &st, settled.then_some(s));
         Ok(())
+    }
+
+    /// Records a file passed over for the bound.
+    fn skip(&mut self, path: RelPath, size: u64, st: &FileStat, stamp: Option<Stamp>) {
+        self.skipped.push((path.clone(), size));
+        self.put(path, Kind::Skipped { size }, st, stamp);
     }
 
     fn put(&mut self, path: RelPath, kind: Kind, st: &FileStat, stamp: Option<Stamp>) {

@@ -348,7 +348,7 @@ fn threads_storing_the_same_new_content_at_once_all_link_it() {
                     s.spawn(|| {
                         let file = std::fs::File::open(&source).unwrap();
                         start.wait();
-                        objects.store(file).map(|stored| stored.hash)
+                        objects.store(file, u64::MAX).map(|stored| stored.hash)
                     })
                 })
                 .collect();

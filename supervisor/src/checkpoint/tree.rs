@@ -139,6 +139,12 @@ pub enum Kind {
     Dir,
     /// Something not kept (a socket, a fifo, a device, or unreadable): a restore leaves it alone.
     Other,
+    /// A regular file not kept because its size would have taken the session past `checkpoint_max_mb`: a restore
+    /// leaves it alone, and a rewind to a checkpoint that has one says so first.
+    Skipped {
+        /// Its size (`st_size`, holes included) when it was passed over.
+        size: u64,
+    },
 }
 
 /// The stat fields a file was hashed at: the same again means the same content.
@@ -219,6 +225,26 @@ impl Tree {
             .values()
             .filter(|e| matches!(e.kind, Kind::File { .. }))
             .count()
+    }
+
+    /// Files passed over for the bound, with their sizes.
+    pub fn skipped(&self) -> impl Iterator<Item = (&RelPath, u64)> {
+        self.0.iter().filter_map(|(p, e)| match e.kind {
+            Kind::Skipped { size } => Some((p, size)),
+            _ => None,
+        })
+    }
+
+    /// Bytes of distinct content the tree refers to.
+    pub fn content_bytes(&self) -> u64 {
+        let mut seen = std::collections::HashSet::new();
+        self.0
+            .values()
+            .filter_map(|e| match &e.kind {
+                Kind::File { hash, size } if seen.insert(hash) => Some(*size),
+                _ => None,
+            })
+            .sum()
     }
 
     /// The content hashes the tree refers to.

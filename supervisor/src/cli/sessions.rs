@@ -331,6 +331,21 @@ fn transcript_line(event: &EventMsg, answer: &mut String, next_turn: u32) -> Opt
             lines.extend(note.iter().map(|n| format!("  ({n})")));
             (!lines.is_empty()).then(|| lines.join("\n"))
         }
+        EventPayload::CheckpointSkipped {
+            files,
+            more,
+            max_bytes,
+            ..
+        } => Some(format!(
+            "  (not checkpointed, past checkpoint_max_mb = {}: {}{})",
+            max_bytes / (1024 * 1024),
+            files
+                .iter()
+                .map(|f| format!("{} ({} bytes)", f.path, f.size))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if *more > 0 { format!(" and {more} more") } else { String::new() }
+        )),
         EventPayload::AgentMessageDelta { delta, .. } => {
             answer.push_str(delta);
             None

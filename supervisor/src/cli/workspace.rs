@@ -32,17 +32,7 @@ pub(super) fn for_new_session(
         "cannot read the current directory, which is the session's workspace by default: pass --cwd DIR, or \
          --workspace fresh for an empty one",
     )?;
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .and_then(|h| std::fs::canonicalize(h).ok());
-    let what = if here == Path::new("/") {
-        Some("the root directory /")
-    } else if home.as_deref() == Some(here.as_path()) {
-        Some("your home directory")
-    } else {
-        None
-    };
-    if let Some(what) = what {
+    if let Some(what) = service_supervisor::sandbox::host_dir::too_broad(&here) {
         anyhow::bail!(
             "the current directory is {what}, and a session works in the current directory: it would see all of \
              it. cd into a project first, pass --cwd {} to mean it, or --workspace fresh for an empty workspace",

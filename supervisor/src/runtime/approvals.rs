@@ -54,6 +54,8 @@ pub enum Reply {
     Worker(mpsc::Sender<ToWorker>),
     /// A connection held by the egress proxy.
     Network(mpsc::Sender<ApprovalDecision>),
+    /// A call the supervisor holds while it asks (a subagent about to start).
+    Supervisor(mpsc::Sender<ApprovalDecision>),
 }
 
 /// Pending requests and recently closed ids.

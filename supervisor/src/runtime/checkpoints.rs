@@ -16,6 +16,7 @@ use service_ipc::{EventPayload, SandboxMode};
 use super::error::{Result, RuntimeError};
 use super::session::Session;
 use super::{Inner, ServiceRuntime};
+use crate::checkpoint::tree::RelPath;
 use crate::checkpoint::{CheckpointError, Checkpoints, FileChange};
 
 /// What a rewind did.
@@ -94,6 +95,7 @@ fn runtime_error(e: CheckpointError) -> RuntimeError {
             source,
         },
         CheckpointError::Missing(m) => RuntimeError::CheckpointMissing(m),
+        e @ CheckpointError::Incomplete(_) => RuntimeError::CheckpointMissing(e.to_string()),
         e @ CheckpointError::ChangedOutside(_) => RuntimeError::WorkspaceChanged(e.to_string()),
         e @ CheckpointError::Workspace(_) => RuntimeError::CwdNotFound(e.to_string()),
         CheckpointError::Damaged { path, message } => RuntimeError::Corrupt { path, message },
@@ -168,15 +170,42 @@ async fn take_start(
         };
         format!("the {earlier} earlier turns have no checkpoint here ({why}); rewinding their files is not possible")
     });
-    let created = EventPayload::CheckpointCreated {
+    let mut events = vec![EventPayload::CheckpointCreated {
         turn_id: turn_id.to_string(),
         files: taken.files,
         bytes_new: taken.bytes_new,
         dropped: taken.dropped,
         note,
-    };
-    session.emit_in_turn(turn_id, vec![created]);
+    }];
+    if !taken.skipped.is_empty() {
+        events.push(skipped_event(
+            turn_id,
+            taken.skipped,
+            inner.options.checkpoint_max_bytes,
+        ));
+    }
+    session.emit_in_turn(turn_id, events);
     Ok(())
+}
+
+/// The `checkpoint_skipped` event for the files a checkpoint passed over: the largest, at most 50 of them.
+fn skipped_event(turn_id: &str, mut skipped: Vec<(RelPath, u64)>, max_bytes: u64) -> EventPayload {
+    const LISTED: usize = 50;
+    skipped.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let more = skipped.len().saturating_sub(LISTED) as u64;
+    EventPayload::CheckpointSkipped {
+        turn_id: turn_id.to_string(),
+        files: skipped
+            .into_iter()
+            .take(LISTED)
+            .map(|(path, size)| service_ipc::SkippedFile {
+                path: path.display(),
+                size,
+            })
+            .collect(),
+        more,
+        max_bytes,
+    }
 }
 
 /// The checkpoints whose end checkpoint of `turn_id` is due, promised (see `Checkpoints::expect_end`) before the

@@ -32,6 +32,17 @@ pub enum RuntimeError {
         /// The quota in bytes.
         quota: u64,
     },
+    /// The tenant holds as many sessions as its quota allows (create_session, fork, subagents).
+    #[error(
+        "tenant \"{tenant}\" has {have} sessions, its limit; delete one (DELETE /sessions/{{id}}) or ask an admin to \
+         raise it (service-rs tokens quota {tenant} --sessions N)"
+    )]
+    QuotaSessions {
+        /// The tenant.
+        tenant: String,
+        /// Sessions it holds.
+        have: u64,
+    },
     /// No turn is running (interrupt).
     #[error("session {0} has no running turn")]
     NoTurnRunning(String),

@@ -121,6 +121,7 @@ impl Guard {
             | E::ModelRetry { .. }
             | E::ContextCompacted { .. }
             | E::CheckpointCreated { .. }
+            | E::CheckpointSkipped { .. }
             | E::SessionRewound { .. }
             | E::SessionForked { .. }
             | E::SubagentStarted { .. }

@@ -644,7 +644,9 @@ impl ServiceRuntime {
                 })
                 .await
                 .is_ok(),
-            approvals::Reply::Network(connection) => connection.send(decision).await.is_ok(),
+            approvals::Reply::Network(waiting) | approvals::Reply::Supervisor(waiting) => {
+                waiting.send(decision).await.is_ok()
+            }
         };
         if sent {
             Ok(())

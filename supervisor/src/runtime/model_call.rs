@@ -95,7 +95,10 @@ fn once(
     let mut traced = chat_span(&request, std::time::SystemTime::now());
     let (counted, turn_id, inner) = (session.clone(), request.turn_id.clone(), rt.clone());
     let model = request.model.clone();
+    let offered: std::collections::HashSet<String> =
+        request.tools.iter().map(|t| t.name.clone()).collect();
     providers::stream(&session.bundle, &rt.options.keys, request, on_retry)
+        .map(move |chunk| checked_call(chunk, &offered))
         .inspect(move |chunk| {
             call.saw(chunk);
             if let Some(span) = traced.as_mut() {
@@ -107,6 +110,28 @@ fn once(
             }
         })
         .boxed()
+}
+
+/// Longest call id a reply's tool call keeps; a longer one is replaced by a digest of it.
+const MAX_CALL_ID_BYTES: usize = 128;
+
+/// A tool call as the turn takes it from the model. A name the request did not offer is cut to
+/// [`crate::telemetry::MAX_LABEL_BYTES`]: the worker answers the model that there is no such tool, and no event,
+/// span or log line carries the model's whole string. A call id longer than [`MAX_CALL_ID_BYTES`] is replaced by
+/// `call_` and a digest of it, the same each time, so its result still pairs with it.
+fn checked_call(chunk: ModelChunk, offered: &std::collections::HashSet<String>) -> ModelChunk {
+    let ModelChunk::ToolCall { mut call } = chunk else {
+        return chunk;
+    };
+    if !offered.contains(&call.name) {
+        call.name = crate::telemetry::label(&call.name);
+    }
+    if call.id.len() > MAX_CALL_ID_BYTES || call.id.chars().any(char::is_control) {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(call.id.as_bytes());
+        call.id = format!("call_{}", &hex::encode(digest)[..32]);
+    }
+    ModelChunk::ToolCall { call }
 }
 
 /// The trace span of a call of `request` begun at `began`, when traces are on.

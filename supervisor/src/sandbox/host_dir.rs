@@ -41,6 +41,21 @@ pub enum HostDirError {
     },
 }
 
+/// What `dir` (resolved) is when it is too broad to be a session's workspace by accident: `/`, or the home
+/// directory of the user running service-rs. Front ends refuse it unless the user named it on purpose.
+pub fn too_broad(dir: &Path) -> Option<&'static str> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .and_then(|h| std::fs::canonicalize(h).ok());
+    if dir == Path::new("/") {
+        Some("the root directory /")
+    } else if home.as_deref() == Some(dir) {
+        Some("your home directory")
+    } else {
+        None
+    }
+}
+
 /// Opens the directory at `path` (absolute, resolved) without following any link on the way: a descriptor of the
 /// directory itself, for bwrap to bind.
 pub fn open_no_links(path: &Path) -> Result<OwnedFd, HostDirError> {

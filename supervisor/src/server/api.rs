@@ -273,6 +273,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::SessionNotFound(_) => (S::NOT_FOUND, "session_not_found"),
             RuntimeError::TurnInProgress { .. } => (S::CONFLICT, "turn_in_progress"),
             RuntimeError::NoTurnRunning(_) => (S::CONFLICT, "no_turn_running"),
+            RuntimeError::QuotaSessions { .. } => (S::TOO_MANY_REQUESTS, "quota_sessions"),
             RuntimeError::JournalQuota { .. } => (S::CONFLICT, "journal_quota"),
             RuntimeError::InvalidRequest(_) => (S::UNPROCESSABLE_ENTITY, "invalid_request"),
             RuntimeError::CwdNotFound(_) => (S::NOT_FOUND, "cwd_not_found"),

@@ -91,8 +91,8 @@ pub async fn import_bundle(
     body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
     let home = st.rt.home().clone();
-    let installed = tokio::task::spawn_blocking(move || {
-        bundle::oci_archive::import_from(
+    let staged = tokio::task::spawn_blocking(move || {
+        bundle::oci_archive::stage_from(
             &home,
             std::io::Cursor::new(body),
             std::path::Path::new("the uploaded archive"),
@@ -100,7 +100,14 @@ pub async fn import_bundle(
     })
     .await
     .map_err(|_| blocking_failed("importing the bundle"))??;
+    super::tenants::admit_install(&st, &caller, &staged.name()).await?;
+    let home = st.rt.home().clone();
+    let installed = tokio::task::spawn_blocking(move || staged.install(&home))
+        .await
+        .map_err(|_| blocking_failed("importing the bundle"))??;
     debug_assert!(matches!(installed.origin, Origin::Installed { .. }));
-    super::tenants::claim_bundle(&st, &caller, &installed.reference()).await?;
-    Ok((StatusCode::CREATED, Json(installed.info())))
+    Ok((
+        StatusCode::CREATED,
+        Json(installed.info().for_caller(caller.admin)),
+    ))
 }

@@ -11,7 +11,7 @@ use axum::Json;
 use futures::StreamExt;
 
 use super::api::*;
-use super::tenants::{admin_only, admit_session, admit_turn};
+use super::tenants::{admin_only, admit_turn};
 use super::AppState;
 use crate::bundle;
 use crate::tenancy::Caller;
@@ -58,7 +58,7 @@ pub async fn list_bundles(
     let mut out = Vec::new();
     for info in loaded.into_iter().filter_map(Result::ok).map(|b| b.info()) {
         if super::tenants::may_use_bundle(&st, &caller, &info.reference).await? {
-            out.push(info);
+            out.push(info.for_caller(caller.admin));
         }
     }
     Ok(Json(out))
@@ -75,7 +75,7 @@ pub async fn inspect_bundle(
     super::policy::bundle_ref(&st.policy, &reference)?;
     let bundle = resolve_bundle(&st, reference.clone()).await?;
     super::tenants::check_bundle(&st, &caller, &reference, &bundle.reference()).await?;
-    Ok(Json(bundle.info()))
+    Ok(Json(bundle.info().for_caller(caller.admin)))
 }
 
 /// Resolves a bundle reference off the async threads (it reads the store).
@@ -103,7 +103,6 @@ pub async fn create_session(
     ApiJson(req): ApiJson<CreateSession>,
 ) -> ApiResult<impl IntoResponse> {
     super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
-    admit_session(&st, &caller).await?;
     super::registry_routes::pull_on_first_use(&st, &req.bundle_ref).await?;
     let cwd = match req.cwd.as_deref() {
         Some(c) => Some(super::policy::cwd(&st.policy, c)?),

@@ -127,14 +127,18 @@ pub async fn pull_bundle(
     ApiJson(req): ApiJson<PullRequest>,
 ) -> ApiResult<impl IntoResponse> {
     allowed(&st.policy, &req.reference)?;
-    let installed = registry::pull(
+    let staged = registry::fetch(
         st.rt.home(),
         &req.reference,
         &access(req.auth, req.plain_http),
     )
     .await?;
-    super::tenants::claim_bundle(&st, &caller, &installed.reference()).await?;
-    Ok((StatusCode::CREATED, Json(installed.info())))
+    super::tenants::admit_install(&st, &caller, &staged.name()).await?;
+    let installed = registry::install_pulled(st.rt.home(), &req.reference, staged)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(installed.info().for_caller(caller.admin)),
+    ))
 }
 
 /// Pushes an installed bundle to an allowed registry, uploading only the blobs it lacks.

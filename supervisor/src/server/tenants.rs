@@ -199,17 +199,52 @@ pub async fn check_bundle(
     )))
 }
 
-/// Makes what a tenant pulled or imported its own, under `--tenant-bundles`.
-pub async fn claim_bundle(st: &AppState, caller: &Caller, reference: &str) -> Result<(), ApiError> {
+/// Lets `caller` install the bundle name `name` (`local/<id>`), under `--tenant-bundles`: a name has one owner, the
+/// first tenant to install it, and a name already in the store without one is the operator's. Another tenant's
+/// import or pull of it is refused (`409 bundle_name_taken`), so no tenant can shadow, export or run a version of
+/// a bundle it was not given. The owner is granted its name. An admin installs any name.
+pub async fn admit_install(st: &AppState, caller: &Caller, name: &str) -> Result<(), ApiError> {
     if !st.policy.tenant_bundles || caller.admin {
         return Ok(());
     }
-    let name = crate::tenancy::bundle_name(reference);
-    st.rt
-        .tenancy()
-        .grant_now(&caller.tenant, &name)
+    let tenancy = st.rt.tenancy();
+    let owner = match tenancy.name_owner(name).await.map_err(store_error)? {
+        Some(owner) => owner,
+        None => {
+            let home = st.rt.home().clone();
+            let id = name.rsplit('/').next().unwrap_or(name).to_string();
+            let operators = tokio::task::spawn_blocking(move || {
+                crate::bundle::store::has_any_version(&home, &id)
+            })
+            .await
+            .unwrap_or(true);
+            if operators {
+                return Err(name_taken(name));
+            }
+            tenancy
+                .claim_name(name, &caller.tenant)
+                .await
+                .map_err(store_error)?
+        }
+    };
+    if owner != caller.tenant {
+        return Err(name_taken(name));
+    }
+    tenancy
+        .grant_now(&caller.tenant, name)
         .await
         .map_err(store_error)
+}
+
+fn name_taken(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "bundle_name_taken",
+        format!(
+            "the bundle name \"{name}\" belongs to another owner on this server; give your bundle another id in \
+             service.bundle.json5, build it and import it again"
+        ),
+    )
 }
 
 /// Refuses a caller that is not an admin (token management, metrics, removing shared bundles).
@@ -239,40 +274,6 @@ fn store_error(e: crate::tenancy::TenancyError) -> ApiError {
         e.to_string(),
     )
     .retry_after(1)
-}
-
-/// Refuses a new session past the caller's `sessions` quota. No `Retry-After`: waiting does not help.
-pub async fn admit_session(st: &AppState, caller: &Caller) -> Result<(), ApiError> {
-    let Some(limit) = st
-        .rt
-        .tenancy()
-        .quota(&caller.tenant)
-        .await
-        .map_err(store_error)?
-        .and_then(|q| q.sessions)
-    else {
-        return Ok(());
-    };
-    let have = st
-        .rt
-        .list_sessions()
-        .await?
-        .iter()
-        .filter(|r| r.tenant() == caller.tenant && r.parent.is_none())
-        .count() as u64;
-    if have < limit {
-        return Ok(());
-    }
-    Err(quota_error(
-        st,
-        &caller.tenant,
-        "quota_sessions",
-        format!(
-            "tenant \"{}\" has {have} sessions, its limit; delete one (DELETE /sessions/{{id}}) or ask an admin to \
-             raise it",
-            caller.tenant
-        ),
-    ))
 }
 
 /// Seconds until the next UTC midnight, when the day's tokens start again.

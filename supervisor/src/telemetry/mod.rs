@@ -43,6 +43,30 @@ tokio::task_local! {
 }
 
 /// Whether `OTEL_*` variables ask for traces (the endpoint is set).
+/// Longest string from a bundle, a model or a worker (a tool name, a call id, a model name, an error) that a span,
+/// a log line or a metric label carries; past it the string is cut and marked.
+pub const MAX_LABEL_BYTES: usize = 256;
+
+/// `s` cut to at most `max` bytes at a character boundary, marked `…[+N bytes]` when it was longer.
+pub fn capped(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[+{} bytes]", &s[..end], s.len() - end)
+}
+
+/// `s` as a span attribute, a log field or a metric label carries it: control characters removed, then
+/// [`capped`] at [`MAX_LABEL_BYTES`].
+pub fn label(s: &str) -> String {
+    let clean: String = s.chars().filter(|c| !c.is_control()).collect();
+    capped(&clean, MAX_LABEL_BYTES)
+}
+
+/// Whether telemetry is configured by the standard OpenTelemetry environment variables.
 pub fn configured_by_env() -> bool {
     [
         "OTEL_EXPORTER_OTLP_ENDPOINT",

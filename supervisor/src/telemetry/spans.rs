@@ -55,8 +55,39 @@ fn end(cx: &Context) {
 
 fn fail(cx: &Context, kind: &str, message: &str) {
     let span = cx.span();
-    span.set_attribute(KeyValue::new("error.type", kind.to_string()));
-    span.set_status(Status::error(message.to_string()));
+    span.set_attribute(KeyValue::new("error.type", super::label(kind)));
+    span.set_status(Status::error(super::capped(message, MAX_CONTENT_BYTES)));
+}
+
+/// Longest content (prompts, answers, tool input and output) a span carries when capture is on.
+const MAX_CONTENT_BYTES: usize = 16 * 1024;
+
+/// `kv` with a string value capped: content at [`MAX_CONTENT_BYTES`], everything else (names, ids, a bundle's or a
+/// model's words) at [`super::MAX_LABEL_BYTES`]. Every attribute passes here: a bundle, a model reply or a worker
+/// frame can put any string in an event.
+fn bounded(kv: KeyValue) -> KeyValue {
+    let opentelemetry::Value::String(text) = &kv.value else {
+        return kv;
+    };
+    let content = matches!(
+        kv.key.as_str(),
+        "gen_ai.input.messages"
+            | "gen_ai.output.messages"
+            | "gen_ai.tool.call.arguments"
+            | "gen_ai.tool.call.result"
+    );
+    let value = match content {
+        true => super::capped(text.as_str(), MAX_CONTENT_BYTES),
+        false => super::label(text.as_str()),
+    };
+    match value == text.as_str() {
+        true => kv,
+        false => KeyValue::new(kv.key, value),
+    }
+}
+
+fn set(cx: &Context, kv: KeyValue) {
+    cx.span().set_attribute(bounded(kv));
 }
 
 fn usage_attributes(usage: &Usage) -> Vec<KeyValue> {
@@ -99,9 +130,9 @@ impl Traces {
     ) -> Context {
         let mut builder = self
             .tracer
-            .span_builder(name)
+            .span_builder(super::label(&name))
             .with_kind(SpanKind::Internal)
-            .with_attributes(attributes);
+            .with_attributes(attributes.into_iter().map(bounded));
         if let Some(at) = at {
             builder = builder.with_start_time(at);
         }
@@ -169,15 +200,17 @@ impl Traces {
                 ..
             } => {
                 if let Some(turn) = self.state().turns.remove(turn_id) {
-                    let span = turn.cx.span();
                     for kv in usage_attributes(usage) {
-                        span.set_attribute(kv);
+                        set(&turn.cx, kv);
                     }
                     if self.capture {
-                        span.set_attribute(KeyValue::new(
-                            "gen_ai.output.messages",
-                            messages("assistant", final_message),
-                        ));
+                        set(
+                            &turn.cx,
+                            KeyValue::new(
+                                "gen_ai.output.messages",
+                                messages("assistant", final_message),
+                            ),
+                        );
                     }
                     close(turn);
                 }
@@ -231,10 +264,10 @@ impl Traces {
                     .and_then(|t| t.tools.remove(call_id));
                 if let Some(cx) = cx {
                     if self.capture {
-                        cx.span().set_attribute(KeyValue::new(
-                            "gen_ai.tool.call.result",
-                            output.clone(),
-                        ));
+                        set(
+                            &cx,
+                            KeyValue::new("gen_ai.tool.call.result", output.clone()),
+                        );
                     }
                     match status {
                         ToolCallStatus::Ok => {}
@@ -272,8 +305,7 @@ impl Traces {
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_string))
                         .unwrap_or_default();
-                    cx.span()
-                        .set_attribute(KeyValue::new("service.approval.decision", decision));
+                    set(&cx, KeyValue::new("service.approval.decision", decision));
                     end(&cx);
                 }
             }
@@ -377,12 +409,11 @@ impl ChatSpan {
             ModelChunk::ToolCall { .. } => self.tool_calls = true,
             ModelChunk::Done { usage } => {
                 if let Some(cx) = self.cx.take() {
-                    let span = cx.span();
                     for kv in usage_attributes(usage) {
-                        span.set_attribute(kv);
+                        set(&cx, kv);
                     }
                     let reason = if self.tool_calls { "tool_call" } else { "stop" };
-                    span.set_attribute(KeyValue::new(
+                    cx.span().set_attribute(KeyValue::new(
                         "gen_ai.response.finish_reasons",
                         opentelemetry::Value::Array(
                             vec![opentelemetry::StringValue::from(reason)].into(),

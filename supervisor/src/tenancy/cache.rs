@@ -166,6 +166,16 @@ impl Tenancy {
         Ok(())
     }
 
+    /// Makes `tenant` the owner of the bundle `name` unless another tenant owns it: the owner it has now.
+    pub async fn claim_name(&self, name: &str, tenant: &str) -> Result<String> {
+        self.dir.claim_name(name, tenant).await
+    }
+
+    /// The tenant that owns the bundle `name`, if one does.
+    pub async fn name_owner(&self, name: &str) -> Result<Option<String>> {
+        self.dir.name_owner(name).await
+    }
+
     /// Takes a grant back now; false when there was none.
     pub async fn ungrant_now(&self, tenant: &str, name: &str) -> Result<bool> {
         let had = self.dir.ungrant(tenant, name).await?;

@@ -25,6 +25,9 @@ struct Document {
     /// Bundles (`namespace/id`) granted, by tenant.
     #[serde(default)]
     grants: BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The tenant that installed each bundle name first (`serve --tenant-bundles`).
+    #[serde(default)]
+    owners: BTreeMap<String, String>,
     /// The usage ledger, a row per tenant, day, model and bundle.
     #[serde(default)]
     usage: Vec<UsageRow>,
@@ -182,6 +185,19 @@ impl Directory for FilesDirectory {
             .into_iter()
             .map(|(t, g)| (t, g.into_iter().collect()))
             .collect())
+    }
+
+    async fn claim_name(&self, name: &str, tenant: &str) -> Result<String> {
+        self.change(|d| {
+            d.owners
+                .entry(name.to_string())
+                .or_insert_with(|| tenant.to_string())
+                .clone()
+        })
+    }
+
+    async fn name_owner(&self, name: &str) -> Result<Option<String>> {
+        Ok(self.read()?.owners.get(name).cloned())
     }
 
     async fn add_usage(&self, rows: &[UsageRow]) -> Result<()> {

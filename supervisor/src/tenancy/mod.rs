@@ -193,6 +193,10 @@ pub trait Directory: Send + Sync {
     async fn ungrant(&self, tenant: &str, name: &str) -> Result<bool>;
     /// Every tenant's granted bundles.
     async fn grants(&self) -> Result<Grants>;
+    /// Makes `tenant` the owner of the bundle `name` (`namespace/id`) unless it has one: the owner it has now.
+    async fn claim_name(&self, name: &str, tenant: &str) -> Result<String>;
+    /// The tenant that owns the bundle `name`, if one does.
+    async fn name_owner(&self, name: &str) -> Result<Option<String>>;
     /// Adds to the ledger: each row's sums to the row of the same tenant, day, model and bundle.
     async fn add_usage(&self, rows: &[UsageRow]) -> Result<()>;
     /// The ledger's rows of days `since` to `until` (`YYYY-MM-DD`, both included; None: to the last).

@@ -339,6 +339,12 @@ impl App {
                     self.info(note.clone())
                 }
             }
+            EventPayload::CheckpointSkipped { files, more, .. } => self.info(format!(
+                "{} files too large for checkpoint_max_mb were not checkpointed (largest: {}); a rewind leaves them \
+                 as they are",
+                files.len() as u64 + more,
+                files.first().map_or("", |f| f.path.as_str())
+            )),
             EventPayload::SessionRewound {
                 to_turn,
                 files,

@@ -49,6 +49,7 @@ mod run_cli;
 mod sandbox;
 mod sessions_cli;
 mod store_backend;
+mod subagent_copy;
 mod subagents;
 mod support;
 mod tenants;

@@ -20,7 +20,14 @@ use super::support::{
 
 /// A scripted bundle `id` in `dir`: the sandbox `mode` reaching `network`, the `tools`, agent.yaml's `extra`
 /// keys, and the model's `replies` to every prompt.
-fn bundle(dir: &Path, id: &str, mode: &str, network: &[String], extra: Value, replies: Value) {
+pub(super) fn bundle(
+    dir: &Path,
+    id: &str,
+    mode: &str,
+    network: &[String],
+    extra: Value,
+    replies: Value,
+) {
     std::fs::create_dir_all(dir.join("resources")).unwrap();
     std::fs::write(
         dir.join("service.bundle.json5"),
@@ -48,27 +55,27 @@ fn bundle(dir: &Path, id: &str, mode: &str, network: &[String], extra: Value, re
 }
 
 /// A bundle with no network and nothing added to agent.yaml.
-fn plain(dir: &Path, id: &str, mode: &str, replies: Value) {
+pub(super) fn plain(dir: &Path, id: &str, mode: &str, replies: Value) {
     bundle(dir, id, mode, &[], json!({}), replies);
 }
 
 /// A new session of the bundle in `dir`, working in `cwd` (its own workspace when None).
-async fn session(rt: &ServiceRuntime, dir: &Path, cwd: Option<&Path>) -> String {
+pub(super) async fn session(rt: &ServiceRuntime, dir: &Path, cwd: Option<&Path>) -> String {
     rt.create_session(dir.to_str().unwrap(), cwd)
         .await
         .unwrap()
         .id
 }
 
-fn agent_call(subagent: &str, prompt: &str) -> Value {
+pub(super) fn agent_call(subagent: &str, prompt: &str) -> Value {
     json!({"name": "Agent", "arguments": {"subagent": subagent, "prompt": prompt}})
 }
 
-fn subagent(name: &str, dir: &Path) -> Value {
+pub(super) fn subagent(name: &str, dir: &Path) -> Value {
     json!({"name": name, "bundle": dir.to_str().unwrap(), "description": format!("the {name}")})
 }
 
-fn tool_results(events: &[EventMsg]) -> Vec<(String, String)> {
+pub(super) fn tool_results(events: &[EventMsg]) -> Vec<(String, String)> {
     events
         .iter()
         .filter_map(|e| match &e.payload {

@@ -279,6 +279,46 @@ async fn a_one_shot_run_exports_its_turn_before_it_exits() {
     assert_eq!(by_id[&chat.parent_span_id].name, "invoke_agent fixture");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_replys_300_kb_tool_name_and_call_id_reach_no_span_whole() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let env = Env::new();
+    let bundle = env.path("b");
+    let (name, id) = ("N".repeat(300 * 1024), "I".repeat(300 * 1024));
+    let script = json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": name, "id": id, "arguments": {}}]},
+        {"text": "saw: {{last_tool_output}}"},
+    ]}]});
+    write_bundle(&bundle, &script.to_string(), "", "read_only");
+    let out = env
+        .command(&["run", bundle.to_str().unwrap(), "hello"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .output()
+        .unwrap();
+    let answer = super::support::Run::from(out).ok().to_string();
+    // The model is told there is no such tool; the name it is told of is cut.
+    assert!(answer.len() < 4096, "{} bytes", answer.len());
+    let spans = receiver.until("invoke_agent fixture").await;
+    let raw = receiver.raw.lock().unwrap().clone();
+    assert!(raw.len() < 32 * 1024, "{} bytes exported", raw.len());
+    let tool = spans
+        .iter()
+        .find(|s| s.name.starts_with("execute_tool"))
+        .expect("an execute_tool span");
+    assert!(
+        tool.name.len() <= 300,
+        "span name of {} bytes",
+        tool.name.len()
+    );
+    for key in ["gen_ai.tool.name", "gen_ai.tool.call.id"] {
+        let value = attribute(tool, key).unwrap();
+        assert!(value.len() <= 300, "{key} of {} bytes", value.len());
+    }
+    assert!(attribute(tool, "gen_ai.tool.name").unwrap().contains("…[+"));
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -327,7 +327,6 @@ impl Call {
 
     /// A new session of this agent for the caller's tenant, within its quota.
     async fn new_session(&self) -> Result<SessionRecord, A2aError> {
-        crate::server::tenants::admit_session(&self.st, &self.caller).await?;
         Ok(self
             .st
             .rt

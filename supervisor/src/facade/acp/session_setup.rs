@@ -64,6 +64,9 @@ impl Acp {
             Ok(r) => r,
             Err(e) => return responder.respond_with_error(rpc_error(e)),
         };
+        if let Err(e) = same_project(&record, &req.cwd) {
+            return responder.respond_with_error(e);
+        }
         let events = match self.sessions.journal(&id).await {
             Ok(e) => e,
             Err(e) => return responder.respond_with_error(rpc_error(e)),
@@ -94,6 +97,9 @@ impl Acp {
             Ok(r) => r,
             Err(e) => return responder.respond_with_error(rpc_error(e)),
         };
+        if let Err(e) = same_project(&record, &req.cwd) {
+            return responder.respond_with_error(e);
+        }
         let mode = Mode::from(self.options.approvals);
         self.keep_open(&record, mode);
         responder.respond(ResumeSessionResponse::new().modes(modes(mode)))?;
@@ -208,7 +214,25 @@ fn modes(current: Mode) -> SessionModeState {
     )
 }
 
-/// The editor's `cwd`, checked: absolute, an existing directory.
+/// Refuses to load or resume a session made in another directory than the editor's `cwd`: an editor open on one
+/// project must not replay, or run turns in, another project's session.
+fn same_project(
+    record: &crate::runtime::record::SessionRecord,
+    cwd: &Path,
+) -> Result<(), agent_client_protocol::Error> {
+    let given = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    if Path::new(&record.cwd) == given {
+        return Ok(());
+    }
+    Err(invalid_params(format!(
+        "session {} works in {}, not in {}; open that project to load it, or start a new session here",
+        record.id,
+        record.cwd,
+        cwd.display()
+    )))
+}
+
+/// The editor's `cwd`, checked: absolute, an existing directory, neither `/` nor the home directory.
 fn checked_cwd(cwd: &Path) -> Result<PathBuf, agent_client_protocol::Error> {
     if !cwd.is_absolute() {
         return Err(invalid_params(format!(
@@ -217,7 +241,16 @@ fn checked_cwd(cwd: &Path) -> Result<PathBuf, agent_client_protocol::Error> {
         )));
     }
     match std::fs::metadata(cwd) {
-        Ok(m) if m.is_dir() => Ok(cwd.to_path_buf()),
+        Ok(m) if m.is_dir() => {
+            let real = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+            match crate::sandbox::host_dir::too_broad(&real) {
+                Some(what) => Err(invalid_params(format!(
+                    "cwd \"{}\" is {what}: a session there would see all of it; open a project directory instead",
+                    cwd.display()
+                ))),
+                None => Ok(cwd.to_path_buf()),
+            }
+        }
         Ok(_) => Err(invalid_params(format!(
             "cwd \"{}\" is not a directory",
             cwd.display()

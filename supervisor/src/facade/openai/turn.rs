@@ -56,7 +56,6 @@ pub(super) async fn start(
             id
         }
         None => {
-            crate::server::tenants::admit_session(st, caller).await?;
             crate::server::tenants::admit_turn(st, caller).await?;
             let bundle = bundle_of(st, caller, model).await?;
             let record = st

@@ -122,6 +122,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The `sessions` quota of `tenant`, which every session counts against: those a client creates or forks, and
+/// subagents' (SECURITY.md). A quota that cannot be read refuses the session rather than letting it pass.
+async fn sessions_limit(rt: &super::Inner, tenant: &str) -> Result<Option<u64>> {
+    match rt.tenancy.quota(tenant).await {
+        Ok(quota) => Ok(quota.and_then(|q| q.sessions)),
+        Err(e) => Err(RuntimeError::Database {
+            host: "the tenant directory".into(),
+            message: e.to_string(),
+        }),
+    }
+}
+
 impl Session {
     /// Creates new session `id` (a UUID the runtime made) of `bundle`, with its directory; `cwd` defaults to the
     /// session's own `workspace/`.
@@ -179,8 +191,16 @@ impl Session {
             parent,
             tenant,
         };
-        // A session that cannot be written down (a full store) leaves no directory behind.
-        let made = match store.insert(&record).await {
+        // A session that cannot be written down (a full store, a tenant at its quota) leaves no directory behind.
+        let inserted = match sessions_limit(rt, record.tenant()).await {
+            Ok(Some(limit)) => store.insert_within(&record, limit).await,
+            Ok(None) => store.insert(&record).await,
+            Err(e) => Err(e),
+        };
+        if let Err(RuntimeError::QuotaSessions { tenant, .. }) = &inserted {
+            rt.metrics.quota_refused(tenant, "quota_sessions");
+        }
+        let made = match inserted {
             Ok(()) => Self::assemble(store, dir.clone(), bundle, record, metrics).await,
             Err(e) => Err(e),
         };

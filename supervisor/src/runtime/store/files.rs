@@ -22,6 +22,8 @@ use crate::runtime::record::SessionRecord;
 pub struct FilesStore {
     home: ServiceHome,
     flush: TurnFlush,
+    /// Held while a session is counted against its tenant's quota and inserted.
+    admitting: tokio::sync::Mutex<()>,
 }
 
 impl FilesStore {
@@ -30,6 +32,7 @@ impl FilesStore {
         FilesStore {
             home,
             flush: TurnFlush::Turn,
+            admitting: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -60,6 +63,25 @@ impl Store for FilesStore {
 
     async fn insert(&self, record: &SessionRecord) -> Result<()> {
         record.save_new(&self.record_path(&record.id))
+    }
+
+    async fn insert_within(&self, record: &SessionRecord, limit: u64) -> Result<()> {
+        // One process owns the store, so its lock makes counting and inserting one step.
+        let _admitting = self.admitting.lock().await;
+        let tenant = record.tenant();
+        let have = self
+            .list()
+            .await?
+            .iter()
+            .filter(|r| r.tenant() == tenant)
+            .count() as u64;
+        if have >= limit {
+            return Err(RuntimeError::QuotaSessions {
+                tenant: tenant.to_string(),
+                have,
+            });
+        }
+        self.insert(record).await
     }
 
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>> {

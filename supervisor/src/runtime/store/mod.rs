@@ -91,6 +91,11 @@ pub trait Store: Send + Sync {
     /// Writes a new session's record.
     async fn insert(&self, record: &SessionRecord) -> Result<()>;
 
+    /// Writes a new session's record unless its tenant holds `limit` sessions already
+    /// ([`RuntimeError::QuotaSessions`](crate::runtime::error::RuntimeError::QuotaSessions)). Counting and writing
+    /// are one step: creations at once never pass the limit, on one node or many.
+    async fn insert_within(&self, record: &SessionRecord, limit: u64) -> Result<()>;
+
     /// A session's record; None when there is no such session.
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>>;
 

@@ -13,6 +13,8 @@
 //! children are interrupted.
 
 mod ceiling;
+mod copy;
+mod permission;
 
 use std::sync::Arc;
 
@@ -60,10 +62,14 @@ pub(super) fn start(
 ) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
         let rt = ServiceRuntime { inner: rt };
-        let (status, output) = match run(&rt, &parent, &call).await {
-            Ok(answer) => answer,
-            Err(why) => (ToolCallStatus::Error, why),
+        let answer = match parent.turn_ended(&call.turn_id) {
+            None => Err("the turn ended before the subagent started".to_string()),
+            Some(ended) => match permission::decide(&rt, &parent, &call, &ended).await {
+                Ok(()) => run(&rt, &parent, &call, ended).await,
+                Err(denied) => Ok((ToolCallStatus::Denied, denied)),
+            },
         };
+        let (status, output) = answer.unwrap_or_else(|why| (ToolCallStatus::Error, why));
         let _ = tx
             .send(ToWorker::SubagentResult {
                 request_id: call.request_id,
@@ -137,11 +143,9 @@ async fn run(
     rt: &ServiceRuntime,
     parent: &Arc<Session>,
     call: &Call,
+    ended: tokio_util::sync::CancellationToken,
 ) -> Result<(ToolCallStatus, String), String> {
     let name = &call.subagent;
-    let ended = parent
-        .turn_ended(&call.turn_id)
-        .ok_or_else(|| "the turn ended before the subagent started".to_string())?;
     let chosen = choose(&parent.bundle, name)?;
     let depth = parent.record().parent.map_or(0, |p| p.depth) + 1;
     let max = rt.inner.options.max_subagent_depth;
@@ -185,9 +189,26 @@ async fn run(
         .await
         .map_err(|e| format!("subagent \"{name}\" cannot start: {e}"))?;
     if chosen.isolation == Isolation::Copy {
-        copy_workspace(&shared, &child.cwd())
-            .await
-            .map_err(|e| format!("subagent \"{name}\" cannot start: {e}"))?;
+        let owner = match &rt.inner.options.sandbox_user {
+            crate::sandbox::identity::SandboxUser::Other { id, .. } => Some(*id),
+            crate::sandbox::identity::SandboxUser::Own => None,
+        };
+        let to = child.cwd();
+        let copied =
+            tokio::task::spawn_blocking(move || copy::copy_workspace(&shared, &to, owner)).await;
+        let failed = match copied {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("the copy stopped unexpectedly".to_string()),
+        };
+        if let Some(why) = failed {
+            if let Err(gone) = rt.delete_session(&child.id).await {
+                tracing::warn!(session = %child.id, "a subagent whose copy failed stays: {gone}");
+            }
+            return Err(format!(
+                "subagent \"{name}\" cannot start: its copy of the workspace failed: {why}"
+            ));
+        }
     }
     parent.emit(EventPayload::SubagentStarted {
         turn_id: call.turn_id.clone(),
@@ -328,24 +349,4 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
         }),
         _ => None,
     }
-}
-
-/// Copies the parent's workspace into the child's own (`isolation: copy`), owners and links as they are.
-async fn copy_workspace(from: &std::path::Path, to: &std::path::Path) -> Result<(), String> {
-    let out = tokio::process::Command::new("cp")
-        .arg("-a")
-        .arg("--")
-        .arg(from.join("."))
-        .arg(to)
-        .output()
-        .await
-        .map_err(|e| format!("cannot run cp to copy the workspace: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cannot copy the workspace {}: {}",
-            from.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
 }

@@ -278,6 +278,56 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn insert_within(&self, record: &SessionRecord, limit: u64) -> Result<()> {
+        let json = serde_json::to_string(record).unwrap_or_default();
+        let tenant = record.tenant();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut client = self.inner.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        // Creations for one tenant queue on its lock; each statement after it reads what the previous holder
+        // committed (read committed takes a snapshot per statement), so the count is never stale.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('service-sessions:' || $1, 0))",
+            &[&tenant],
+        )
+        .await
+        .map_err(|e| self.inner.error(e))?;
+        let row = tx
+            .query_one(
+                "WITH have AS (
+                     SELECT count(*) AS n FROM sessions
+                     WHERE COALESCE(record::jsonb ->> 'tenant', $4) = $5
+                 ), added AS (
+                     INSERT INTO sessions (id, record, created_at)
+                     SELECT $1, $2, $3 FROM have WHERE n < $6
+                     RETURNING id
+                 )
+                 SELECT (SELECT n FROM have), EXISTS (SELECT 1 FROM added)",
+                &[
+                    &record.id,
+                    &json,
+                    &record.created_at,
+                    &crate::tenancy::DEFAULT_TENANT,
+                    &tenant,
+                    &limit,
+                ],
+            )
+            .await
+            .map_err(|e| self.inner.error(e))?;
+        let (have, added): (i64, bool) = (row.get(0), row.get(1));
+        tx.commit().await.map_err(|e| self.inner.error(e))?;
+        if !added {
+            return Err(RuntimeError::QuotaSessions {
+                tenant: tenant.to_string(),
+                have: have.max(0) as u64,
+            });
+        }
+        Ok(())
+    }
+
     async fn load(&self, id: &str) -> Result<Option<SessionRecord>> {
         let client = self.inner.client().await?;
         let statement = client

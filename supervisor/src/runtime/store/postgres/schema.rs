@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("004_names.sql")),
     (5, include_str!("005_tenants.sql")),
     (6, include_str!("006_usage.sql")),
+    (7, include_str!("007_bundle_owners.sql")),
 ];
 
 /// An arbitrary key for the advisory lock ("svc-rs" in ASCII).

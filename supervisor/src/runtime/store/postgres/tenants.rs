@@ -199,6 +199,39 @@ impl Directory for PgDirectory {
         Ok(n > 0)
     }
 
+    async fn claim_name(&self, name: &str, tenant: &str) -> Result<String> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO bundle_owners (bundle, tenant) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&name, &tenant],
+            )
+            .await
+            .map_err(store_error)?;
+        // A statement of its own: one that lost the insert to another tenant's must see that tenant's row.
+        let row = client
+            .query_one(
+                "SELECT tenant FROM bundle_owners WHERE bundle = $1",
+                &[&name],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(row.get(0))
+    }
+
+    async fn name_owner(&self, name: &str) -> Result<Option<String>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT tenant FROM bundle_owners WHERE bundle = $1",
+                &[&name],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     async fn grants(&self) -> Result<Grants> {
         let rows = self
             .client()
