@@ -142,6 +142,9 @@ pub struct Point {
     /// started; a file per such checkpoint cost a new inode each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     same_as: Option<u64>,
+    /// Turns whose checkpoints were dropped when this one was taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    dropped: Vec<String>,
 }
 
 impl Point {
@@ -231,6 +234,7 @@ impl Checkpoints {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             self.take_locked(&mut state, root, turn_id, At::End)
         };
+
         let (count, settled) = &self.ending;
         let mut n = count.lock().unwrap_or_else(|p| p.into_inner());
         *n = n.saturating_sub(1);
@@ -242,9 +246,25 @@ impl Checkpoints {
     pub fn start(&self, root: &Path, turn_id: &str) -> Result<Taken> {
         let mut state = self.state();
         *self.open_turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(turn_id.to_string());
-        let taken = self.take_locked(&mut state, root, turn_id, At::Start);
-        if taken.is_err() {
-            *self.open_turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // An end checkpoint is taken after its turn's events: what it dropped is told with the next start.
+        let at_end = match self.load(&mut state) {
+            Ok(()) => state
+                .index
+                .as_ref()
+                .and_then(|i| i.points.last())
+                .filter(|p| p.at == At::End)
+                .map(|p| p.dropped.clone())
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        let mut taken = self.take_locked(&mut state, root, turn_id, At::Start);
+        match &mut taken {
+            Ok(taken) => {
+                let mut all = at_end;
+                all.append(&mut taken.dropped);
+                taken.dropped = all;
+            }
+            Err(_) => *self.open_turn.lock().unwrap_or_else(|p| p.into_inner()) = None,
         }
         taken
     }
@@ -280,6 +300,7 @@ impl Checkpoints {
             files,
             depth,
             same_as,
+            dropped: Vec::new(),
         });
         // Counted whole once (a fork's first checkpoint holds content it was given), then as content is linked.
         index.bytes = match index.points.len() {
@@ -288,6 +309,9 @@ impl Checkpoints {
         };
         state.last = Some((id, Arc::new(scanned.tree)));
         let dropped = self.bound(state)?;
+        if let Some(point) = state.index.as_mut().and_then(|i| i.points.last_mut()) {
+            point.dropped = dropped.clone();
+        }
         if let Some(index) = &state.index {
             match dropped.is_empty() {
                 true => index::append(&self.dir, index)?,

@@ -75,6 +75,14 @@ pub async fn diff(
         if changes["checkpointed"] == true {
             for c in changes["changes"].as_array().into_iter().flatten() {
                 shown = true;
+                if let Some(size) = c["skipped_bytes"].as_u64() {
+                    println!(
+                        "{} {} ({size} bytes: not checkpointed, past checkpoint_max_mb; a rewind cannot bring it back)",
+                        c["change"].as_str().unwrap_or("changed"),
+                        out.stdout(c["path"].as_str().unwrap_or_default())
+                    );
+                    continue;
+                }
                 match c["diff"].as_str() {
                     Some(d) if !d.is_empty() => print(d),
                     _ => println!(

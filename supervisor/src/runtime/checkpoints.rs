@@ -95,7 +95,7 @@ fn runtime_error(e: CheckpointError) -> RuntimeError {
             source,
         },
         CheckpointError::Missing(m) => RuntimeError::CheckpointMissing(m),
-        e @ CheckpointError::Incomplete(_) => RuntimeError::CheckpointMissing(e.to_string()),
+        e @ CheckpointError::Incomplete(_) => RuntimeError::CheckpointIncomplete(e.to_string()),
         e @ CheckpointError::ChangedOutside(_) => RuntimeError::WorkspaceChanged(e.to_string()),
         e @ CheckpointError::Workspace(_) => RuntimeError::CwdNotFound(e.to_string()),
         CheckpointError::Damaged { path, message } => RuntimeError::Corrupt { path, message },

@@ -108,6 +108,9 @@ pub enum RuntimeError {
     /// The checkpoint a rewind or fork needs is not on this node (rewind_session, fork_session).
     #[error("{0}")]
     CheckpointMissing(String),
+    /// The checkpoint to go back to passed over files that did not fit in `checkpoint_max_mb` (rewind).
+    #[error("{0}")]
+    CheckpointIncomplete(String),
     /// Files changed outside the session since its last turn, and a rewind would undo that (rewind_session).
     #[error("{0}")]
     WorkspaceChanged(String),

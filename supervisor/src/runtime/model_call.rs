@@ -95,10 +95,7 @@ fn once(
     let mut traced = chat_span(&request, std::time::SystemTime::now());
     let (counted, turn_id, inner) = (session.clone(), request.turn_id.clone(), rt.clone());
     let model = request.model.clone();
-    let offered: std::collections::HashSet<String> =
-        request.tools.iter().map(|t| t.name.clone()).collect();
-    providers::stream(&session.bundle, &rt.options.keys, request, on_retry)
-        .map(move |chunk| checked_call(chunk, &offered))
+    provider_stream(&session.bundle, rt, request, on_retry)
         .inspect(move |chunk| {
             call.saw(chunk);
             if let Some(span) = traced.as_mut() {
@@ -109,6 +106,21 @@ fn once(
                 super::quota::count(&inner, &counted, &model, usage);
             }
         })
+        .boxed()
+}
+
+/// The provider's stream for `request`, every tool call in it checked (see [`checked_call`]): the one way a model's
+/// reply enters a turn.
+fn provider_stream(
+    bundle: &Bundle,
+    rt: &Inner,
+    request: ModelRequest,
+    on_retry: providers::OnRetry,
+) -> BoxStream<'static, ModelChunk> {
+    let offered: std::collections::HashSet<String> =
+        request.tools.iter().map(|t| t.name.clone()).collect();
+    providers::stream(bundle, &rt.options.keys, request, on_retry)
+        .map(move |chunk| checked_call(chunk, &offered))
         .boxed()
 }
 
@@ -196,7 +208,7 @@ pub(super) fn ahead(rt: &Inner, bundle: &Bundle, session_id: &str, request: Mode
     });
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, session_id, &request.model);
     let (began, model) = (std::time::SystemTime::now(), request.model.clone());
-    let mut chunks = providers::stream(bundle, &rt.options.keys, request, on_retry);
+    let mut chunks = provider_stream(bundle, rt, request, on_retry);
     let task = tokio::spawn(async move {
         while let Some(chunk) = chunks.next().await {
             call.saw(&chunk);

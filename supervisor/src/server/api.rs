@@ -291,6 +291,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::CompactionFailed(_) => (S::BAD_GATEWAY, "compaction_failed"),
             RuntimeError::TurnOutOfRange { .. } => (S::NOT_FOUND, "turn_out_of_range"),
             RuntimeError::CheckpointMissing(_) => (S::CONFLICT, "checkpoint_missing"),
+            RuntimeError::CheckpointIncomplete(_) => (S::CONFLICT, "checkpoint_incomplete"),
             RuntimeError::WorkspaceChanged(_) => (S::CONFLICT, "workspace_changed"),
             RuntimeError::BundleMismatch { .. } => (S::CONFLICT, "bundle_mismatch"),
             RuntimeError::BundleUnavailable { .. } => (S::BAD_GATEWAY, "bundle_unavailable"),

@@ -37,13 +37,13 @@ fn sdk_python() -> Option<PathBuf> {
 }
 
 /// A store with the scripted bundle installed, and a project directory (a git repository) holding `notes.txt`.
-struct Project {
-    env: Env,
-    dir: tempfile::TempDir,
-    bundle: String,
+pub(super) struct Project {
+    pub(super) env: Env,
+    pub(super) dir: tempfile::TempDir,
+    pub(super) bundle: String,
 }
 
-fn project() -> Project {
+pub(super) fn project() -> Project {
     let env = Env::new();
     let src = env.path("bundle-src");
     write_bundle(&src, SCRIPT, RULES, "workspace_write");
@@ -64,7 +64,7 @@ fn project() -> Project {
 }
 
 impl Project {
-    fn cwd(&self) -> &str {
+    pub(super) fn cwd(&self) -> &str {
         self.dir.path().to_str().unwrap()
     }
 
@@ -542,15 +542,19 @@ fn the_same_flow_runs_against_a_server_with_remote() {
 }
 
 /// An agent process on raw stdio: what no SDK client would send.
-struct Raw {
+pub(super) struct Raw {
     child: std::process::Child,
     out: BufReader<std::process::ChildStdout>,
 }
 
 impl Raw {
-    fn start(env: &Env, args: &[&str]) -> Raw {
-        let mut child = env
-            .command(args)
+    pub(super) fn start(env: &Env, args: &[&str]) -> Raw {
+        Raw::spawn(env.command(args))
+    }
+
+    /// The agent `command` starts, speaking over its stdin and stdout.
+    pub(super) fn spawn(mut command: Command) -> Raw {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -560,14 +564,14 @@ impl Raw {
         Raw { child, out }
     }
 
-    fn send(&mut self, line: &str) {
+    pub(super) fn send(&mut self, line: &str) {
         let stdin = self.child.stdin.as_mut().unwrap();
         writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
     }
 
     /// The next frame that answers request `id` (notifications in between are skipped).
-    fn answer(&mut self, id: Value) -> Value {
+    pub(super) fn answer(&mut self, id: Value) -> Value {
         loop {
             let mut line = String::new();
             assert!(self.out.read_line(&mut line).unwrap() > 0, "stdout closed");

@@ -31,7 +31,7 @@ const SCRIPT: &str = r#"{turns: [
     {tool_calls: [{name: "Bash", arguments: {command: "echo mine > victim.txt && mkdir sub && echo inside > sub/f.txt && ln -s HOST/secret.txt peek"}}]},
     {text: "planted"}]},
   {when: "grow", replies: [
-    {tool_calls: [{name: "Bash", arguments: {command: "head -c 600000 /dev/urandom > big.bin"}}]},
+    {tool_calls: [{name: "Bash", arguments: {command: "head -c 460000 /dev/urandom > big.bin"}}]},
     {text: "grown"}]},
   {replies: [{text: "count {{message_count}}"}]},
 ]}"#;
@@ -234,17 +234,21 @@ fn past_checkpoint_max_mb_the_oldest_checkpoints_go_and_the_event_says_so() {
     let env = Env::new();
     build(&env, env.home.path());
     env.run(&["config", "set", "checkpoint_max_mb", "1"]).ok();
+    // Each turn writes 460 KB anew: the third one's end checkpoint takes the session past 1 MB, which drops the
+    // first two turns' checkpoints; the next turn's start says so.
     env.run(&["run", "fixture", "grow"]).ok();
     turn(&env, "grow");
+    turn(&env, "grow");
     let events: Vec<Value> = env
-        .run(&["run", "--continue", "fixture", "grow", "--json"])
+        .run(&["run", "--continue", "fixture", "count", "--json"])
         .ok()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     let created = of_type(&events, "checkpoint_created");
-    assert!(
-        !created[0]["dropped"].as_array().unwrap().is_empty(),
+    assert_eq!(
+        created[0]["dropped"].as_array().map(Vec::len),
+        Some(2),
         "{created:?}"
     );
     let id = session_id(&env);
@@ -264,11 +268,8 @@ fn past_checkpoint_max_mb_the_oldest_checkpoints_go_and_the_event_says_so() {
     .flatten()
     .map(|e| e.metadata().unwrap().len())
     .sum();
-    assert!(
-        held <= 1_900_000,
-        "the latest turn's checkpoints and little more: {held}"
-    );
-    // The latest turn can still be undone.
+    assert!(held <= 1024 * 1024, "never past the bound: {held}");
+    // The latest turns can still be undone.
     env.run(&["sessions", "rewind", &id, "--turn", "3", "--files"])
         .ok();
 }

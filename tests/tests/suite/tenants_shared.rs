@@ -170,26 +170,47 @@ async fn with_tenant_bundles_a_tenant_sees_only_what_was_granted_or_what_it_impo
         .unwrap();
     assert_eq!(export.status().as_u16(), 404);
 
-    // What a tenant imports is its own.
-    let tar = t
-        .admin
-        .req(reqwest::Method::GET, "/bundles/other/export")
-        .send()
+    // A name the operator installed is not a tenant's to import; a name of its own is, and stays its own.
+    let upload = |api: &'_ Api, tar: Vec<u8>| {
+        api.req(reqwest::Method::POST, "/bundles/import")
+            .header("content-type", "application/x-tar")
+            .body(tar)
+            .send()
+    };
+    let export = |reference: &str| {
+        t.admin
+            .req(
+                reqwest::Method::GET,
+                &format!("/bundles/{reference}/export"),
+            )
+            .send()
+    };
+    let operators = export("other")
         .await
         .unwrap()
         .bytes()
         .await
-        .unwrap();
-    let imported = t
-        .beta
-        .req(reqwest::Method::POST, "/bundles/import")
-        .header("content-type", "application/x-tar")
-        .body(tar)
-        .send()
-        .await
-        .unwrap();
+        .unwrap()
+        .to_vec();
+    let refused = upload(&t.beta, operators).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 409);
+    let own = bundle();
+    super::support::edit(
+        &own.path().join("service.bundle.json5"),
+        "id: \"fixture\"",
+        "id: \"betas\"",
+    );
+    let scratch = TempDir::new().unwrap();
+    build(scratch.path(), own.path());
+    let tar = std::process::Command::new(super::support::binary())
+        .args(["export", "-o", "-", "betas"])
+        .env("SERVICE_HOME", scratch.path())
+        .output()
+        .unwrap()
+        .stdout;
+    let imported = upload(&t.beta, tar).await.unwrap();
     assert_eq!(imported.status().as_u16(), 201);
-    assert_eq!(ids(&t.beta.get("/bundles").await.1), vec!["other"]);
+    assert_eq!(ids(&t.beta.get("/bundles").await.1), vec!["betas"]);
     assert_eq!(ids(&t.acme.get("/bundles").await.1), vec!["fixture"]);
 
     // A grant taken back holds within a second.

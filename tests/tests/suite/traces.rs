@@ -299,7 +299,12 @@ async fn a_model_replys_300_kb_tool_name_and_call_id_reach_no_span_whole() {
         .unwrap();
     let answer = super::support::Run::from(out).ok().to_string();
     // The model is told there is no such tool; the name it is told of is cut.
-    assert!(answer.len() < 4096, "{} bytes", answer.len());
+    assert!(
+        answer.len() < 4096,
+        "{} bytes: {}",
+        answer.len(),
+        &answer[..600.min(answer.len())]
+    );
     let spans = receiver.until("invoke_agent fixture").await;
     let raw = receiver.raw.lock().unwrap().clone();
     assert!(raw.len() < 32 * 1024, "{} bytes exported", raw.len());
