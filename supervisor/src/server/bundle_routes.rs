@@ -83,8 +83,12 @@ pub async fn export_bundle(
 
 /// Installs the bundle in an uploaded OCI layout tar (`content-type: application/x-tar`); every blob is verified.
 #[utoipa::path(post, path = "/bundles/import",
-    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "An OCI layout tar, as `export` writes"),
-    responses((status = 201, description = "The installed bundle", body = bundle::BundleInfo)))]
+    request_body(description = "An OCI layout tar, as `export` writes", content(
+        (Vec<u8> = "application/x-tar"),
+        (Vec<u8> = "application/octet-stream"))),
+    responses((status = 201, description = "The installed bundle", body = bundle::BundleInfo),
+        (status = 409, description = "`bundle_name_taken`: under --tenant-bundles, another owner holds the bundle's name", body = super::api::ErrorEnvelope),
+        (status = 422, description = "The body is not a bundle's OCI layout tar, or a file in it is wrong", body = super::api::ErrorEnvelope)))]
 pub async fn import_bundle(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,

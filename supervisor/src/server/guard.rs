@@ -118,12 +118,16 @@ pub async fn check_request(State(st): State<AppState>, req: Request, next: Next)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    // The one upload that is not JSON; a tar needs a preflight from a browser, as JSON does.
+    // The one upload that is not JSON; either type needs a preflight from a browser, as JSON does.
     let tar_upload = req.uri().path() == "/bundles/import"
         && headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/x-tar"));
+            .is_some_and(|v| {
+                ["application/x-tar", "application/octet-stream"]
+                    .iter()
+                    .any(|t| v.trim().eq_ignore_ascii_case(t))
+            });
     if has_body && !json && !tar_upload {
         return refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -350,16 +350,32 @@ pub async fn resolve_approval(
     }))
 }
 
+/// One server-sent event of `GET /sessions/{id}/events`, as an SSE parser reads it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // Describes the stream in the OpenAPI document; the frames are written by `server::sse`.
+pub struct EventFrame {
+    /// The event's sequence number, for `Last-Event-ID`.
+    id: String,
+    /// The SSE event type: always the default, `message`.
+    event: Option<String>,
+    /// One `EventMsg` (see its schema) as JSON.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+/// The largest sequence number a store keeps (PostgreSQL's `bigint`), and so the largest `after` the schema allows.
+const MAX_SEQ: u64 = i64::MAX as u64;
+
 /// The session's events as server-sent events: each `EventMsg` as JSON in one `data:` frame, its sequence number as
 /// the SSE `id:`. With `Last-Event-ID` (or `?after=N`) the journal's later events come first, then live ones. The
 /// frames are made once per burst of events for every subscriber (see `server::sse`).
 #[utoipa::path(get, path = "/sessions/{id}/events",
     params(("id" = String, Path), ("after" = Option<u64>, Query, minimum = 0,
             description = "Replay the journaled events after this sequence number first (0: the whole session)"),
-           ("Last-Event-ID" = Option<u64>, Header, minimum = 0,
+           ("Last-Event-ID" = Option<u64>, Header, minimum = 0, nullable = false,
             description = "As `after`, an event sequence number; set by EventSource clients on reconnect")),
     responses((status = 200, description = "A text/event-stream: each `data:` line is one EventMsg as JSON, its `id:` the \
-        event's sequence number; comments keep the stream alive", content_type = "text/event-stream", body = service_ipc::EventMsg)))]
+        event's sequence number; comments keep the stream alive", content_type = "text/event-stream", body = EventFrame)))]
 pub async fn events(
     State(st): State<AppState>,
     ApiPath(id): ApiPath<String>,
@@ -390,6 +406,7 @@ pub async fn events(
             v.to_str()
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok())
+                .filter(|n| *n <= MAX_SEQ)
                 .ok_or_else(|| {
                     ApiError::new(
                         StatusCode::BAD_REQUEST,
@@ -399,6 +416,13 @@ pub async fn events(
                 })?,
         ),
     };
+    if q.after.is_some_and(|n| n > MAX_SEQ) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("after must be an event sequence number, at most {MAX_SEQ}"),
+        ));
+    }
     let subscriber = crate::metrics::GaugeGuard::new(&st.rt.counters().sse_subscribers);
     let journal = st.rt.journal(&id).await?;
     let frames = super::sse::stream(&journal, last_event_id.or(q.after), SSE_KEEP_ALIVE)

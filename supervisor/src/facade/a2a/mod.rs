@@ -175,6 +175,13 @@ fn answer(id: &Value, result: Result<Value, A2aError>) -> Response {
     }
 }
 
+/// A JSON-RPC error for a body that is no JSON-RPC request, with HTTP status 400.
+fn malformed(id: &Value, e: A2aError) -> Response {
+    let mut response = answer(id, Err(e));
+    *response.status_mut() = axum::http::StatusCode::BAD_REQUEST;
+    response
+}
+
 /// The A2A routes: cards for anyone, JSON-RPC behind the server's token.
 pub fn routes(state: &AppState) -> Router<AppState> {
     if state.policy.a2a.off {
@@ -324,15 +331,32 @@ async fn default_card(State(st): State<AppState>, headers: HeaderMap) -> Respons
     }
 }
 
-/// JSON-RPC's envelope.
-#[derive(Deserialize)]
-struct Envelope {
-    jsonrpc: Option<String>,
+/// A JSON-RPC 2.0 request.
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct Envelope {
+    /// Always "2.0".
+    #[schema(pattern = r"^2\.0$", example = "2.0")]
+    jsonrpc: String,
+    /// The request's id, echoed in its response as it came.
     #[serde(default)]
+    #[schema(value_type = Option<RpcId>)]
     id: Value,
-    method: Option<String>,
+    /// The method: `SendMessage`, `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask`.
+    method: String,
+    /// The method's parameters.
     #[serde(default)]
-    params: Value,
+    params: Option<serde_json::Map<String, Value>>,
+}
+
+/// A JSON-RPC request id: a string or a number.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // Describes `Envelope::id` in the OpenAPI document, which keeps the id as it came.
+pub enum RpcId {
+    /// A string id.
+    Text(String),
+    /// A numeric id.
+    Number(f64),
 }
 
 /// One request, as the method handlers see it.
@@ -377,8 +401,9 @@ fn version_ok(headers: &HeaderMap) -> Result<(), A2aError> {
 #[utoipa::path(post, path = "/a2a/{bundle}", tag = "a2a",
     params(("bundle" = String, Path, description = "An installed bundle's reference, one path segment"),
         ("A2A-Version" = Option<String>, Header, description = "1.0 (taken as 1.0 when missing)")),
-    request_body(content = Object, description = "A JSON-RPC 2.0 request"),
+    request_body(content = Envelope, description = "A JSON-RPC 2.0 request"),
     responses((status = 200, description = "A JSON-RPC response (errors too, with A2A's codes), or for the streaming methods server-sent JSON-RPC responses", body = Object),
+        (status = 400, description = "The body is not a JSON-RPC 2.0 request: a JSON-RPC error (-32700 or -32600)", body = Object),
         (status = 401, description = "Missing or wrong token, as a JSON-RPC error", body = Object)))]
 pub async fn rpc(
     State(st): State<AppState>,
@@ -387,36 +412,36 @@ pub async fn rpc(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
+    // A body that is no JSON-RPC request is the client's error at the HTTP level too, as the schema says.
     let request: Envelope = match serde_json::from_slice::<Value>(&body) {
         Err(e) => {
-            return answer(
-                &Value::Null,
-                Err(A2aError::new(-32700, format!("the body is not JSON: {e}"))),
-            )
+            let e = A2aError::new(-32700, format!("the body is not JSON: {e}"));
+            return malformed(&Value::Null, e);
         }
-        Ok(v) => match serde_json::from_value(v) {
-            Ok(r) => r,
-            Err(e) => {
-                return answer(
-                    &Value::Null,
-                    Err(A2aError::new(
+        Ok(v) => {
+            let id = v.get("id").cloned().unwrap_or(Value::Null);
+            match serde_json::from_value::<Envelope>(v) {
+                Ok(r)
+                    if r.jsonrpc == "2.0"
+                        && (r.id.is_null() || r.id.is_string() || r.id.is_number()) =>
+                {
+                    r
+                }
+                Ok(_) => {
+                    let e = A2aError::new(
                         -32600,
-                        format!("not a JSON-RPC 2.0 request: {e}"),
-                    )),
-                )
+                        "a JSON-RPC 2.0 request has \"jsonrpc\": \"2.0\", and an id that is a string or a number",
+                    );
+                    return malformed(&id, e);
+                }
+                Err(e) => {
+                    let e = A2aError::new(-32600, format!("not a JSON-RPC 2.0 request: {e}"));
+                    return malformed(&id, e);
+                }
             }
-        },
+        }
     };
-    let id = request.id.clone();
-    let (Some("2.0"), Some(method)) = (request.jsonrpc.as_deref(), request.method.clone()) else {
-        return answer(
-            &id,
-            Err(A2aError::new(
-                -32600,
-                "a JSON-RPC 2.0 request has \"jsonrpc\": \"2.0\" and a \"method\"",
-            )),
-        );
-    };
+    let (id, method) = (request.id.clone(), request.method.clone());
     if let Err(e) = version_ok(&headers) {
         return answer(&id, Err(e));
     }
@@ -447,7 +472,7 @@ pub async fn rpc(
         id,
         caller,
     };
-    let params = request.params;
+    let params = request.params.map(Value::Object).unwrap_or(Value::Null);
     match method.as_str() {
         "SendStreamingMessage" => match Call::params(params) {
             Ok(p) => send::stream(call, p).await,

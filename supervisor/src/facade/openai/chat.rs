@@ -25,7 +25,7 @@ use crate::facade::turn_end::{self, TurnEnd};
 use crate::server::AppState;
 
 /// A Chat Completions request; fields this server does not use are ignored, as OpenAI's own servers do.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ChatRequest {
     model: String,
     messages: Vec<Message>,
@@ -39,13 +39,13 @@ pub struct ChatRequest {
     tools: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct Message {
     role: String,
     #[serde(default)]
@@ -53,7 +53,7 @@ struct Message {
 }
 
 /// A message's content: a string, or parts of which the text ones are read.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 enum Content {
     Text(String),
@@ -136,11 +136,13 @@ fn usage_json(u: &Usage) -> Value {
 /// A chat completion from a bundle: `model` names the bundle, the last user message is the prompt.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
     params(("x-service-session" = Option<String>, Header, description = "Continue this session")),
-    request_body(content = Object, description = "OpenAI's chat completion request: model, messages, stream, stream_options, user"),
+    request_body(content = ChatRequest, description = "OpenAI's chat completion request: model, messages, stream, stream_options, user"),
     responses(
         (status = 200, description = "A chat.completion, or with stream: true server-sent chat.completion.chunk events and [DONE]", body = Object),
         (status = 400, description = "Not a chat completion request, in OpenAI's error shape", body = Object),
         (status = 401, description = "Missing or wrong token, in OpenAI's error shape", body = Object),
+        (status = 403, description = "The model names a bundle directory the server does not serve", body = Object),
+        (status = 429, description = "The tenant's quota refuses the turn; Retry-After says when to try again", body = Object),
         (status = 404, description = "model_not_found: the message lists the installed bundles", body = Object),
         (status = 502, description = "The turn failed; the code is the runtime's", body = Object)))]
 pub async fn completions(
@@ -164,9 +166,11 @@ async fn answer(
     let req: ChatRequest = serde_json::from_slice(&body).map_err(|e| {
         OpenAiError::invalid(format!("the body is not a chat completion request: {e}"))
     })?;
-    let (history, prompt) = conversation(&req.messages)?;
     let continued = continued(&headers, req.user.as_deref());
-    let mut started = start(&st, &caller, &req.model, continued, history, prompt).await?;
+    let mut started = start(&st, &caller, &req.model, continued, || {
+        conversation(&req.messages)
+    })
+    .await?;
     let mut extra = started.headers();
     if req.tools.is_some() {
         // The bundle's tools run on the server; a client's own are never called.

@@ -193,6 +193,14 @@ pub async fn models(
 /// The bundle a request's `model` names, under the server's policy; an unknown one lists the installed ones.
 async fn bundle_of(st: &AppState, caller: &Caller, model: &str) -> Result<Bundle, OpenAiError> {
     crate::server::policy::bundle_ref(&st.policy, model)?;
+    if crate::bundle::reference::BundleRef::parse(model).is_err() {
+        // Not even a reference: no model of this server has that name.
+        return Err(OpenAiError::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            format!("no model \"{model}\"; GET /v1/models lists the models"),
+        ));
+    }
     // A registry the operator allowed serves its bundles as models too, pulled on first use.
     crate::server::registry_routes::pull_on_first_use(st, model).await?;
     use crate::facade::bundles::{resolve_allowed, Unserved};

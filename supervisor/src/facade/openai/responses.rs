@@ -24,7 +24,7 @@ use crate::facade::turn_end::{self, TurnEnd};
 use crate::server::AppState;
 
 /// A Responses request; fields this server does not use are ignored.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ResponsesRequest {
     model: String,
     input: Input,
@@ -76,7 +76,7 @@ impl ToolItems {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 enum Input {
     Text(String),
@@ -195,11 +195,13 @@ impl Shape {
 
 /// A response from a bundle on OpenAI's Responses API: `previous_response_id` continues its session.
 #[utoipa::path(post, path = "/v1/responses", tag = "openai",
-    request_body(content = Object, description = "OpenAI's Responses request: model, input, instructions, stream, previous_response_id, include"),
+    request_body(content = ResponsesRequest, description = "OpenAI's Responses request: model, input, instructions, stream, previous_response_id, include"),
     responses(
         (status = 200, description = "A response object, or with stream: true its server-sent events", body = Object),
         (status = 400, description = "Not a Responses request, in OpenAI's error shape", body = Object),
         (status = 401, description = "Missing or wrong token, in OpenAI's error shape", body = Object),
+        (status = 403, description = "The model names a bundle directory the server does not serve", body = Object),
+        (status = 429, description = "The tenant's quota refuses the turn; Retry-After says when to try again", body = Object),
         (status = 404, description = "model_not_found or previous_response_not_found", body = Object),
         (status = 502, description = "The turn failed; the code is the runtime's", body = Object)))]
 pub async fn create(
@@ -220,12 +222,11 @@ async fn answer(
 ) -> Result<Response, OpenAiError> {
     let req: ResponsesRequest = serde_json::from_slice(&body)
         .map_err(|e| OpenAiError::invalid(format!("the body is not a Responses request: {e}")))?;
-    let (history, prompt) = conversation(&req)?;
     let continued = match &req.previous_response_id {
         Some(previous) => Some(session_of(previous)?),
         None => None,
     };
-    let mut started = start(&st, &caller, &req.model, continued, history, prompt).await?;
+    let mut started = start(&st, &caller, &req.model, continued, || conversation(&req)).await?;
     let headers = started.headers();
     let shape = Shape {
         id: response_id(&started.session, &started.turn_id),

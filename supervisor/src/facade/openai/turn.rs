@@ -42,10 +42,11 @@ pub(super) async fn start(
     caller: &Caller,
     model: &str,
     continued: Option<String>,
-    history: Vec<ChatMessage>,
-    prompt: String,
+    conversation: impl FnOnce() -> Result<(Vec<ChatMessage>, String), OpenAiError>,
 ) -> Result<Started, OpenAiError> {
-    let session = match continued {
+    // The conversation is read once the model (or the session) is known to be there: a request for a model that is
+    // not is told so first, whatever else it holds.
+    let (session, prompt) = match continued {
         Some(id) => {
             let record = st.rt.get_session(&id).await?;
             // Another tenant's session is not there, as far as this caller can tell.
@@ -53,11 +54,12 @@ pub(super) async fn start(
                 return Err(RuntimeError::SessionNotFound(id).into());
             }
             crate::server::tenants::admit_turn(st, caller).await?;
-            id
+            (id, conversation()?.1)
         }
         None => {
             crate::server::tenants::admit_turn(st, caller).await?;
             let bundle = bundle_of(st, caller, model).await?;
+            let (history, prompt) = conversation()?;
             let record = st
                 .rt
                 .create_session_for(bundle, model, None, caller.owns())
@@ -65,7 +67,7 @@ pub(super) async fn start(
             if !history.is_empty() {
                 st.rt.seed_history(&record.id, history).await?;
             }
-            record.id
+            (record.id, prompt)
         }
     };
     // The runtime's own errors, not the facade's: one that names the session's owner node is forwarded there.
