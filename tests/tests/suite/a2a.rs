@@ -255,7 +255,7 @@ async fn the_sdk_with_a_wrong_token_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_requests_get_a2a_error_codes_with_http_200() {
+async fn malformed_requests_get_a2a_error_codes_and_a_body_that_is_no_request_a_400() {
     let env = Env::new();
     let server = served(&env, &[]);
     let raw = reqwest::Client::new()
@@ -266,11 +266,15 @@ async fn malformed_requests_get_a2a_error_codes_with_http_200() {
         .send()
         .await
         .unwrap();
-    assert_eq!(raw.status().as_u16(), 200);
+    // What is no JSON-RPC request at all is refused at the HTTP level too, as the OpenAPI document says; a request
+    // that fails is answered with HTTP 200, as JSON-RPC does.
+    assert_eq!(raw.status().as_u16(), 400);
     let body: Value = raw.json().await.unwrap();
     assert_eq!(body["error"]["code"], -32700);
+    let (status, body) = rpc(&server, "fixture", json!({"id": 1, "method": "SendMessage"}), &[]).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!(-32600)), "{body}");
+    assert_eq!(body["id"], 1, "the id is echoed when there is one");
     let cases = [
-        (json!({"id": 1, "method": "SendMessage"}), -32600),
         (
             json!({"jsonrpc": "2.0", "id": 1, "method": "Frobnicate"}),
             -32601,
