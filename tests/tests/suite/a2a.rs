@@ -271,8 +271,18 @@ async fn malformed_requests_get_a2a_error_codes_and_a_body_that_is_no_request_a_
     assert_eq!(raw.status().as_u16(), 400);
     let body: Value = raw.json().await.unwrap();
     assert_eq!(body["error"]["code"], -32700);
-    let (status, body) = rpc(&server, "fixture", json!({"id": 1, "method": "SendMessage"}), &[]).await;
-    assert_eq!((status, &body["error"]["code"]), (400, &json!(-32600)), "{body}");
+    let (status, body) = rpc(
+        &server,
+        "fixture",
+        json!({"id": 1, "method": "SendMessage"}),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!(-32600)),
+        "{body}"
+    );
     assert_eq!(body["id"], 1, "the id is echoed when there is one");
     let cases = [
         (

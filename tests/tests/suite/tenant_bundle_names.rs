@@ -34,7 +34,7 @@ fn project(id: &str, version: &str, prompt: &str) -> TempDir {
 }
 
 /// The OCI layout tar of `project`, built in a scratch store of the attacker's own.
-fn tar_of(project: &TempDir) -> Vec<u8> {
+pub(super) fn tar_of(project: &TempDir) -> Vec<u8> {
     let scratch = TempDir::new().unwrap();
     build(scratch.path(), project.path());
     let out = Command::new(binary())

@@ -200,15 +200,9 @@ async fn with_tenant_bundles_a_tenant_sees_only_what_was_granted_or_what_it_impo
         "id: \"fixture\"",
         "id: \"betas\"",
     );
-    let scratch = TempDir::new().unwrap();
-    build(scratch.path(), own.path());
-    let tar = std::process::Command::new(super::support::binary())
-        .args(["export", "-o", "-", "betas"])
-        .env("SERVICE_HOME", scratch.path())
-        .output()
-        .unwrap()
-        .stdout;
-    let imported = upload(&t.beta, tar).await.unwrap();
+    let imported = upload(&t.beta, super::tenant_bundle_names::tar_of(&own))
+        .await
+        .unwrap();
     assert_eq!(imported.status().as_u16(), 201);
     assert_eq!(ids(&t.beta.get("/bundles").await.1), vec!["betas"]);
     assert_eq!(ids(&t.acme.get("/bundles").await.1), vec!["fixture"]);
