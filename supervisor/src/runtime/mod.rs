@@ -26,6 +26,7 @@ pub mod checkpoints;
 pub mod compaction;
 mod egress_sink;
 pub mod error;
+pub mod faults;
 mod frame_guard;
 pub mod handle;
 pub mod journal;
@@ -43,6 +44,7 @@ pub mod session;
 mod spawn;
 pub mod store;
 pub(crate) mod subagents;
+mod sweep;
 mod teardown;
 mod turns;
 pub mod worker;
@@ -267,6 +269,7 @@ impl ServiceRuntime {
     ) -> Self {
         // A fresh workspace's instructions are its own: never those of a repository the store happens to be in.
         options.workspace_roots.push(home.sessions());
+        sweep::leftovers(&home);
         let tenancy = crate::tenancy::Tenancy::new(store.directory());
         ServiceRuntime {
             inner: Arc::new(Inner {
@@ -491,10 +494,33 @@ impl ServiceRuntime {
                 Some(s) if !self.inner.store.shared() || s.runs_here().await => {
                     out.push(s.record())
                 }
-                _ => out.push(record),
+                _ => out.push(self.unless_lost(record).await),
             }
         }
         Ok(out)
+    }
+
+    /// `record` as listed: a session it says is running that no process runs (the one that ran it was killed) is
+    /// loaded, and over a shared store claimed, which repairs it (see `session::repair`), so no list shows a turn
+    /// nobody runs. Only the sessions that say `running` are looked at; one another process or a live node holds
+    /// is listed as the store has it.
+    async fn unless_lost(&self, record: SessionRecord) -> SessionRecord {
+        if record.status != record::SessionStatus::Running {
+            return record;
+        }
+        let shared = self.inner.store.shared();
+        if !shared
+            && store::files_lock::held_elsewhere(&self.inner.home.sessions().join(&record.id))
+        {
+            return record;
+        }
+        let Ok(session) = self.session(&record.id).await else {
+            return record;
+        };
+        if shared && self.claim(&session).await.is_err() {
+            return record;
+        }
+        session.record()
     }
 
     /// A session whose journal has caught up with what other nodes stored, for a reader.

@@ -48,14 +48,24 @@ impl ServiceRuntime {
                 session.mark_synced_under_claim();
                 drop(slot);
                 match taken_from {
-                    Some(node) => session.abandon_lost_turn(
-                        "node_lost",
-                        &format!("node {node}, which ran this turn, stopped answering; the turn was abandoned"),
-                    ),
-                    None => session.abandon_lost_turn(
-                        "supervisor_restarted",
-                        "the supervisor stopped while this turn ran; the turn was abandoned",
-                    ),
+                    Some(node) => {
+                        session
+                            .repair_lost_turn(
+                                "node_lost",
+                                &format!(
+                                    "node {node}, which ran this turn, stopped answering; the turn was abandoned"
+                                ),
+                            )
+                            .await
+                    }
+                    None => {
+                        session
+                            .repair_lost_turn(
+                                "supervisor_restarted",
+                                "the supervisor stopped while this turn ran; the turn was abandoned",
+                            )
+                            .await
+                    }
                 }
             }
         }

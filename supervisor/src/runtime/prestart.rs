@@ -4,8 +4,9 @@
 //! under 1 ms for the rest of a session create). With `RuntimeOptions::prestart_sandboxes` on (`serve` and the
 //! TUI; not the one-shot `run`, which starts one session), every time a sandboxed worker starts for a bundle, a
 //! spare for the same bundle is started in the background, up to its hello. Its workspace is
-//! `run/workspaces/spare-<uuid>/`, bound at the same place inside the sandbox as a session's (and its egress
-//! socket's directory, if it has a proxy, `run/spare-<uuid>/`).
+//! `run/workspaces/spare-<pid>-<uuid>/`, bound at the same place inside the sandbox as a session's (and its egress
+//! socket's directory, if it has a proxy, `run/spare-<pid>-<uuid>/`). What a killed process left there is removed by
+//! the next runtime that starts on the store (`sweep`).
 //!
 //! The next session of that bundle takes the spare: the session's new, empty workspace directory is replaced by the
 //! spare's (a rename, so the sandbox's bind, which follows the directory, now shows the session's workspace), and
@@ -149,7 +150,7 @@ impl Prestarted {
         }
         let (rt, bundle) = (rt.clone(), bundle.clone());
         tokio::spawn(async move {
-            let name = format!("spare-{}", uuid::Uuid::new_v4());
+            let name = super::sweep::spare_name();
             let workspace = rt.home.run_dir().join("workspaces").join(&name);
             let started = match std::fs::create_dir_all(&workspace) {
                 Ok(()) => spawn::start(&rt, &name, &bundle, &workspace).await,

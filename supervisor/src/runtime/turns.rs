@@ -339,6 +339,8 @@ fn turn_context(
 
 /// The supervisor's own event: a worker cannot start or describe a turn.
 fn emit_started(session: &Session, turn_id: &str, task: &Task, context: &TurnContext) {
+    // Running in the record, not yet started in the journal: a restart finds a turn that never started.
+    crate::runtime::faults::point("before_turn_started");
     session.emit(EventPayload::TurnStarted {
         turn_id: turn_id.to_string(),
         context: Box::new(context.clone()),

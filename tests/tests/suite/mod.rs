@@ -17,6 +17,7 @@ mod commands;
 mod compaction;
 mod console;
 mod contract;
+mod crash_points;
 mod defaults;
 mod diffs;
 mod distribution;

@@ -13,11 +13,12 @@ use super::approvals::Grant;
 use super::error::{Result, RuntimeError};
 use super::handle::WorkerHandle;
 use super::journal::Journal;
-use super::record::{now, BundleRecord, LastTurn, SessionRecord, SessionStatus};
+use super::record::{now, BundleRecord, SessionRecord, SessionStatus};
 use super::store::Store;
 use crate::bundle::{self, Bundle};
 use crate::home::ServiceHome;
 
+mod repair;
 mod turn;
 
 /// How a turn ended, as `run_turn` returns it.
@@ -211,7 +212,7 @@ impl Session {
     }
 
     /// Loads a persisted session. In a store of its own, a turn that was running when the supervisor died is
-    /// marked failed; in a shared one, the node that claims the session does that (see [`Session::abandon_lost_turn`]).
+    /// marked failed; in a shared one, the node that claims the session does that (see [`Session::repair_lost_turn`]).
     pub async fn load(
         home: &ServiceHome,
         store: &dyn Store,
@@ -238,39 +239,16 @@ impl Session {
         std::fs::create_dir_all(dir.join("workspace"))
             .map_err(|e| RuntimeError::io("cannot create", &dir, e))?;
         let session = Self::assemble(store, dir, bundle, record, metrics).await?;
-        if !store.shared() {
-            session.abandon_lost_turn(
-                "supervisor_restarted",
-                "the supervisor stopped while this turn ran; the turn was abandoned",
-            )?;
+        // A turn another process on this store runs is not lost.
+        if !store.shared() && !crate::runtime::store::files_lock::held_elsewhere(&session.dir) {
+            session
+                .repair_lost_turn(
+                    "supervisor_restarted",
+                    "the supervisor stopped while this turn ran; the turn was abandoned",
+                )
+                .await?;
         }
         Ok(session)
-    }
-
-    /// Ends, as failed with `code`, a turn the record says is running but that no worker here runs: the supervisor
-    /// or the node that ran it died.
-    pub fn abandon_lost_turn(&self, code: &str, message: &str) -> Result<()> {
-        let interrupted = {
-            let r = lock(&self.record);
-            (r.status == SessionStatus::Running).then(|| r.active_turn.clone().unwrap_or_default())
-        };
-        let Some(turn_id) = interrupted else {
-            return Ok(());
-        };
-        self.emit(EventPayload::Error {
-            turn_id: Some(turn_id.clone()),
-            code: code.into(),
-            message: message.into(),
-        });
-        self.update(|r| {
-            r.status = SessionStatus::Idle;
-            r.active_turn = None;
-            r.last_turn = Some(LastTurn {
-                turn_id,
-                status: TurnStatus::Failed,
-                finished_at: now(),
-            });
-        })
     }
 
     /// Replaces the record in memory with the store's (a shared store, where another node may have changed it).

@@ -262,6 +262,8 @@ impl Session {
             record.usage.context_tokens = end.usage.context_tokens.or(record.usage.context_tokens);
             self.journal.log().save_turn_end(&end.messages, &record)
         };
+        // Ended in the record and the history, not yet in the journal: what a restart repairs (`repair`).
+        crate::runtime::faults::point("after_turn_end_saved");
         if let Some(ledger) = self.ledger.get() {
             let model = crate::tenancy::usage::model_name(&active.model);
             ledger.count_turn(&self.tenant(), &model, &self.bundle.reference(), &activity);

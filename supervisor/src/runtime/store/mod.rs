@@ -7,6 +7,14 @@
 //! its event journal. The journal's subscriptions and SSE framing ([`super::journal`]) sit on top of a log and do not
 //! know which backend is under it. Who runs a session's worker is decided by [`Store::claim`]: always this process
 //! with files, the holder of an ownership lease with PostgreSQL.
+//!
+//! A turn's writes, on both backends, in this order: the record says `running`; `turn_started`; the turn's
+//! events; its messages and the record that ends it; its end event. The invariant a crash must not break is that
+//! every `turn_started` ends exactly once and no end is journaled without a start. A process killed between two
+//! of these writes leaves a state the next load (files) or claim (PostgreSQL) repairs from the record, the history
+//! and the journal (`runtime::session::repair`); over PostgreSQL a commit is all or nothing, so a turn whose writes
+//! had not been committed is simply not there. `SERVICE_FAULT_POINT` (`runtime::faults`) kills the process between
+//! them for the tests (`tests/tests/suite/crash_points.rs`).
 
 pub mod files;
 mod files_flush;
