@@ -215,6 +215,9 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// This process's own listeners (the HTTP server), which no sandbox may reach through its egress proxy.
     own_addrs: Mutex<Vec<std::net::SocketAddr>>,
+    /// Running turns of a shared store that a list has already tried to claim (`session id/turn id`): each costs
+    /// the database one claim, once, not at every list.
+    lost_checked: Mutex<std::collections::HashSet<String>>,
     /// Tenants' tokens, quotas and spending, over the store's directory.
     tenancy: Arc<crate::tenancy::Tenancy>,
 }
@@ -284,6 +287,7 @@ impl ServiceRuntime {
                 prestarted: prestart::Prestarted::default(),
                 metrics: Arc::default(),
                 own_addrs: Mutex::default(),
+                lost_checked: Mutex::default(),
             }),
         }
     }
@@ -501,9 +505,9 @@ impl ServiceRuntime {
     }
 
     /// `record` as listed: a session it says is running that no process runs (the one that ran it was killed) is
-    /// loaded, and over a shared store claimed, which repairs it (see `session::repair`), so no list shows a turn
-    /// nobody runs. Only the sessions that say `running` are looked at; one another process or a live node holds
-    /// is listed as the store has it.
+    /// loaded, and over a shared store claimed (once per turn), which repairs it (see `session::repair`), so no
+    /// list shows a turn nobody runs. Only the sessions that say `running` are looked at; one another process or a
+    /// live node holds is listed as the store has it.
     async fn unless_lost(&self, record: SessionRecord) -> SessionRecord {
         if record.status != record::SessionStatus::Running {
             return record;
@@ -513,6 +517,24 @@ impl ServiceRuntime {
             && store::files_lock::held_elsewhere(&self.inner.home.sessions().join(&record.id))
         {
             return record;
+        }
+        if shared {
+            let turn = format!(
+                "{}/{}",
+                record.id,
+                record.active_turn.as_deref().unwrap_or("")
+            );
+            let mut checked = self
+                .inner
+                .lost_checked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if checked.len() >= 10_000 {
+                checked.clear();
+            }
+            if !checked.insert(turn) {
+                return record;
+            }
         }
         let Ok(session) = self.session(&record.id).await else {
             return record;
