@@ -155,9 +155,10 @@ impl Browser {
     /// Saves a PNG of the page under `target/` for people to look at; returns its path.
     pub async fn screenshot(&self, name: &str) -> std::path::PathBuf {
         let png = self.client.screenshot().await.unwrap();
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../target")
-            .join(name);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        // Absent when CARGO_TARGET_DIR puts the build elsewhere.
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
         std::fs::write(&path, png).unwrap();
         path
     }
