@@ -9,6 +9,38 @@ use serde_json::json;
 use super::subagents::{agent_call, bundle, plain, session, subagent, tool_results};
 use super::support::{final_message, run_turn, runtime, sandbox_tempdir, Env};
 
+/// A read-only parent bundle whose model `replies`, with a subagent `reader` of `isolation: copy` that runs `command`
+/// and answers `prefix` and its output; the parent's directory.
+fn copy_pair(
+    env: &Env,
+    command: &str,
+    prefix: &str,
+    replies: serde_json::Value,
+) -> std::path::PathBuf {
+    let reader = env.path("reader");
+    plain(
+        &reader,
+        "reader",
+        "workspace_write",
+        json!([
+            {"tool_calls": [{"name": "Bash", "arguments": {"command": command}}]},
+            {"text": format!("{prefix}{{{{last_tool_output}}}}")},
+        ]),
+    );
+    let parent = env.path("parent");
+    let mut copy = subagent("reader", &reader);
+    copy["isolation"] = json!("copy");
+    bundle(
+        &parent,
+        "parent",
+        "read_only",
+        &[],
+        json!({"subagents": [copy]}),
+        replies,
+    );
+    parent
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cwd_another_session_swapped_for_a_link_is_not_copied_for_a_subagent() {
     let env = Env::new();
@@ -29,30 +61,9 @@ async fn a_cwd_another_session_swapped_for_a_link_is_not_copied_for_a_subagent()
         }
     }
 
-    // The child prints what its copy holds.
-    let reader = env.path("reader");
-    plain(
-        &reader,
-        "reader",
-        "workspace_write",
-        json!([
-            {"tool_calls": [{"name": "Bash", "arguments": {"command": "ls; cat secret.txt 2>&1"}}]},
-            {"text": "child saw: {{last_tool_output}}"},
-        ]),
-    );
-    // The victim session A: read-only, so no checkpoint looks at its cwd first. Its first turn starts its worker;
-    // its second asks for the copy-isolated child.
-    let parent = env.path("parent");
-    let mut copy = subagent("reader", &reader);
-    copy["isolation"] = json!("copy");
-    bundle(
-        &parent,
-        "parent",
-        "read_only",
-        &[],
-        json!({"subagents": [copy]}),
-        json!([]),
-    );
+    // The child prints what its copy holds. The victim session A is read-only, so no checkpoint looks at its cwd
+    // first; its first turn starts its worker, its second asks for the copy-isolated child.
+    let parent = copy_pair(&env, "ls; cat secret.txt 2>&1", "child saw: ", json!([]));
     std::fs::write(
         parent.join("resources/script.json5"),
         json!({"turns": [
@@ -133,25 +144,10 @@ async fn a_copy_belongs_to_the_childs_sandbox_user_not_to_the_files_owner() {
         return;
     }
     let env = Env::new();
-    let reader = env.path("reader");
-    plain(
-        &reader,
-        "reader",
-        "workspace_write",
-        json!([
-            {"tool_calls": [{"name": "Bash", "arguments": {"command": "stat -c '%u %n' notes.txt"}}]},
-            {"text": "{{last_tool_output}}"},
-        ]),
-    );
-    let parent = env.path("parent");
-    let mut copy = subagent("reader", &reader);
-    copy["isolation"] = json!("copy");
-    bundle(
-        &parent,
-        "parent",
-        "read_only",
-        &[],
-        json!({"subagents": [copy]}),
+    let parent = copy_pair(
+        &env,
+        "stat -c '%u %n' notes.txt",
+        "",
         json!([
             {"tool_calls": [agent_call("reader", "look")]},
             {"text": "{{last_tool_output}}"},
