@@ -17,7 +17,9 @@ use super::session::{Session, TurnOutcome};
 use super::{handle, model_call, FirstTurn, Inner, PendingTurn, ServiceRuntime};
 
 impl ServiceRuntime {
-    /// Starts a turn and returns at once; the outcome arrives on the returned receiver.
+    /// Starts a turn and returns once its start is stored; the outcome arrives on the returned receiver. A turn
+    /// acknowledged this way (`/run`'s 202) is in the journal even if the process dies right after, so a client
+    /// following it sees it end, with `supervisor_restarted` at worst.
     pub async fn start_turn(
         &self,
         id: &str,
@@ -25,7 +27,9 @@ impl ServiceRuntime {
         overrides: TurnOverrides,
     ) -> Result<PendingTurn> {
         let session = self.session(id).await?;
-        self.start_in(&session, task, overrides, None).await
+        let pending = self.start_in(&session, task, overrides, None).await?;
+        session.journal.stored().await;
+        Ok(pending)
     }
 
     /// Creates a session of `bundle` (resolved from `bundle_ref`) in `cwd` and starts its first turn, of `task`.

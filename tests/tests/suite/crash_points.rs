@@ -26,7 +26,7 @@ fn serve(home: &TempDir, fault: Option<&str>) -> Api {
 }
 
 /// The session's turns as the journal has them: for each `turn_started`, the types of the events that ended it.
-async fn ends(api: &Api, id: &str) -> Vec<Vec<String>> {
+pub(super) async fn ends(api: &Api, id: &str) -> Vec<Vec<String>> {
     let (status, journal) = api.get(&format!("/sessions/{id}/journal")).await;
     assert_eq!(status, 200, "{journal}");
     let mut turns: Vec<(String, Vec<String>)> = Vec::new();

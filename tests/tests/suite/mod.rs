@@ -5,6 +5,7 @@ mod acp_projects;
 mod approvals;
 mod browser;
 mod bundles;
+mod chaos;
 mod checkpoint_bounds;
 mod checkpoints;
 mod cluster;

@@ -13,8 +13,11 @@
 //! every `turn_started` ends exactly once and no end is journaled without a start. A process killed between two
 //! of these writes leaves a state the next load (files) or claim (PostgreSQL) repairs from the record, the history
 //! and the journal (`runtime::session::repair`); over PostgreSQL a commit is all or nothing, so a turn whose writes
-//! had not been committed is simply not there. `SERVICE_FAULT_POINT` (`runtime::faults`) kills the process between
-//! them for the tests (`tests/tests/suite/crash_points.rs`).
+//! had not been committed is simply not there, unless it was acknowledged: a turn started for a client that is not
+//! waiting for its end (`/run`'s 202, ACP, A2A) is acknowledged only once its `turn_started` is stored, and a turn's
+//! end is reported only once stored. `SERVICE_FAULT_POINT` (`runtime::faults`) kills the process between these
+//! writes for the tests (`tests/tests/suite/crash_points.rs`); `tests/tests/suite/chaos.rs` kills whole servers and
+//! workers under load and checks the invariant over every session.
 
 pub mod files;
 mod files_flush;
