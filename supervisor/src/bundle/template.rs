@@ -88,13 +88,7 @@ impl Starter {
 /// Writes the starter bundle into `dir` (created if absent), with `starter`'s model. Refuses a non-empty `dir`
 /// unless `force`. Returns the bundle id chosen from the directory name.
 pub fn init(dir: &Path, force: bool, starter: Starter, executor: ExecutorKind) -> Result<String> {
-    if dir.exists() {
-        let mut entries =
-            std::fs::read_dir(dir).map_err(|e| BundleError::io("cannot read", dir, e))?;
-        if entries.next().is_some() && !force {
-            return Err(BundleError::NotEmpty(dir.to_path_buf()));
-        }
-    }
+    refuse_non_empty(dir, force)?;
     let id = id_from_dir(dir);
     let mut files = vec![
         ("service.bundle.json5", manifest_text(&id)),
@@ -125,6 +119,35 @@ pub fn init(dir: &Path, force: bool, starter: Starter, executor: ExecutorKind) -
         std::fs::write(&path, text).map_err(|e| BundleError::io("cannot write", &path, e))?;
     }
     Ok(id)
+}
+
+/// Writes the built-in bundle `name` into `dir` (created if absent) as a project to change; refuses a non-empty
+/// `dir` unless `force`. Returns its id.
+pub fn init_from_builtin(dir: &Path, force: bool, name: &str) -> Result<String> {
+    let builtin = super::builtin::get(name).ok_or_else(|| {
+        BundleError::NotFound(format!(
+            "no built-in bundle \"{name}\"; the templates are: {}",
+            super::builtin::ALL
+                .iter()
+                .map(|b| b.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })?;
+    refuse_non_empty(dir, force)?;
+    builtin.write_to(dir)?;
+    Ok(builtin.name.to_string())
+}
+
+fn refuse_non_empty(dir: &Path, force: bool) -> Result<()> {
+    if dir.exists() {
+        let mut entries =
+            std::fs::read_dir(dir).map_err(|e| BundleError::io("cannot read", dir, e))?;
+        if entries.next().is_some() && !force {
+            return Err(BundleError::NotEmpty(dir.to_path_buf()));
+        }
+    }
+    Ok(())
 }
 
 /// A valid bundle id derived from the directory name (`my-agent` when nothing usable remains).

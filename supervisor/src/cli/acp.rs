@@ -21,7 +21,7 @@ use super::remote::Remote;
 /// `service-rs acp` options.
 #[derive(Debug, clap::Args)]
 pub struct AcpArgs {
-    /// The bundle every new session runs; default: `default_bundle` of $SERVICE_HOME/config.toml.
+    /// The bundle every new session runs; default: `default_bundle` of $SERVICE_HOME/config.toml, else builtin/coder.
     #[arg(long, value_name = "REF", add = super::complete::bundles())]
     bundle: Option<String>,
     /// Run every worker on the host, without confinement.
@@ -55,7 +55,9 @@ fn options(home: Option<&ServiceHome>, bundle: Option<String>) -> anyhow::Result
         None => Default::default(),
     };
     Ok(AcpOptions {
-        bundle: bundle.or(config.default_bundle),
+        bundle: bundle
+            .or(config.default_bundle)
+            .or_else(|| Some(service_supervisor::bundle::builtin::DEFAULT.to_string())),
         approvals: config.approvals,
     })
 }

@@ -35,6 +35,20 @@ pub fn init(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `init --template NAME`: a built-in bundle written out as a project.
+pub fn init_from(dir: &Path, force: bool, name: &str) -> anyhow::Result<ExitCode> {
+    let id = template::init_from_builtin(dir, force, name)?;
+    println!(
+        "Created bundle \"{id}\" in {} from builtin/{name}",
+        dir.display()
+    );
+    println!(
+        "Next:\n  service-rs build {}      # installs it as local/{id}\n  service-rs run {id} \"fix the failing test\"",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn build(home: &ServiceHome, dir: &Path, output: Option<&Path>) -> anyhow::Result<ExitCode> {
     match output {
         Some(out) => {
@@ -133,6 +147,18 @@ pub fn inspect(
     );
     if !pulled.is_empty() {
         println!("  {:<12} {}", "pulled from", pulled.join(", "));
+    }
+    if bundle.agent.model.provider == service_supervisor::providers::choice::AUTO {
+        let chosen =
+            super::tokio()?.block_on(service_supervisor::providers::choice::choose(home.root()));
+        let now = match chosen {
+            Some(m) => format!(
+                "{}/{} (chosen from what this machine has)",
+                m.provider, m.name
+            ),
+            None => service_supervisor::providers::choice::NO_MODEL.to_string(),
+        };
+        println!("  {:<12} {now}", "model now");
     }
     if let Some(read) = &read {
         println!(

@@ -17,12 +17,14 @@ mod remote;
 mod run;
 mod serve;
 mod sessions;
+mod suggest;
 mod term_text;
 mod tokens;
 mod tui;
 mod usage;
 mod workspace;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -63,6 +65,10 @@ enum Command {
         /// tools).
         #[arg(long, default_value = "react")]
         executor: service_ipc::ExecutorKind,
+        /// Start from a built-in bundle instead of the starter: `coder`, the built-in coding agent, as a project
+        /// to change (its model stays `auto`; --provider and --executor do not apply).
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["provider", "executor"])]
+        template: Option<String>,
     },
     /// Validate a bundle project and install it into the local store, or write an OCI layout with --output.
     Build {
@@ -154,7 +160,8 @@ enum Command {
 impl Cli {
     /// The command line, where `service-rs "fix the failing test"` means `service-rs run "fix the failing test"`: a
     /// first word that holds a space (no command or option does) is a prompt for the default bundle (or a bundle, as
-    /// `run` settles). A single word is left to clap, which reports a mistyped command as one.
+    /// `run` settles). `service-rs` alone on a terminal opens the TUI (`service-rs tui`); elsewhere it prints the help. A single word is left to clap; when it
+    /// names no command, a bundle it is close to is suggested.
     pub fn parse_args() -> Cli {
         use clap::Parser;
         let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -174,9 +181,39 @@ impl Cli {
             .is_some_and(|w| !w.starts_with('-') && w.trim().contains(char::is_whitespace));
         if prompt {
             args.insert(i, "run".into());
+        } else if args.len() == i
+            && std::io::stdin().is_terminal()
+            && std::io::stdout().is_terminal()
+        {
+            args.push("tui".into());
         }
-        Cli::parse_from(args)
+        let word = args.get(i).and_then(|a| a.to_str()).map(String::from);
+        Cli::try_parse_from(args).unwrap_or_else(|e| {
+            if e.kind() == clap::error::ErrorKind::InvalidSubcommand {
+                if let Some(hint) = word.as_deref().and_then(bundle_hint) {
+                    eprintln!("error: {hint}");
+                    std::process::exit(2);
+                }
+            }
+            e.exit()
+        })
     }
+}
+
+/// What to say of a first word that names no command but names a bundle, or is close to one's name.
+fn bundle_hint(word: &str) -> Option<String> {
+    let home = ServiceHome::from_env()?;
+    let bundles = suggest::bundles(&home);
+    if bundles.iter().any(|b| b == word) {
+        return Some(format!(
+            "\"{word}\" is a bundle, not a command: run it with `service-rs run {word} \"prompt\"`, or open it with \
+             `service-rs tui --bundle {word}`"
+        ));
+    }
+    let near = suggest::near(word, bundles)?;
+    Some(format!(
+        "\"{word}\" names no command or bundle; did you mean the bundle {near} (`service-rs run {near} \"prompt\"`)?"
+    ))
 }
 
 /// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
@@ -241,8 +278,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init {
             dir,
             force,
+            template: Some(name),
+            ..
+        } => bundles::init_from(&dir, force, &name),
+        Command::Init {
+            dir,
+            force,
             provider,
             executor,
+            template: None,
         } => bundles::init(&dir, force, provider, executor),
         Command::Build { dir, output } => bundles::build(&home()?, &dir, output.as_deref()),
         Command::Inspect {

@@ -45,8 +45,9 @@ impl RunArgs {
 
 impl RunArgs {
     /// Settles which positional names the bundle and which is the prompt, and applies the user's defaults
-    /// (`config.toml`): one positional is the bundle when `--prompt` is given, when it names a bundle, or when no
-    /// default bundle is set and no session is continued; otherwise it is the prompt.
+    /// (`config.toml`): one positional is the bundle when `--prompt` is given or when it names a bundle; a word
+    /// close to a bundle's or a command's name is refused as a probable typo; otherwise it is the prompt, for the
+    /// default bundle (`default_bundle`, else the built-in coding agent).
     pub(super) async fn settle(
         &mut self,
         backend: &Backend,
@@ -71,33 +72,39 @@ impl RunArgs {
                 self.prompt = Some(prompt);
             }
             (Some(word), None) => {
-                // With --continue, a word that names no bundle is the prompt, default bundle or not.
                 let bundle = if self.prompt.is_some() {
                     true
                 } else if self.session.is_some() {
                     false
                 } else {
                     names_a_bundle(backend, &word).await
-                        || (defaults.default_bundle.is_none() && !self.continue_last)
                 };
-                if !bundle {
-                    self.prompt = Some(word);
-                } else if defaults.default_bundle.is_none()
-                    && word.trim().contains(char::is_whitespace)
-                {
-                    anyhow::bail!(
-                        "no bundle is named \"{word}\", and there is no default bundle to give it to as a prompt: \
-                         name one (service-rs run <bundle> \"{word}\"), or set a default with `service-rs config set \
-                         default_bundle <bundle>`"
-                    );
-                } else {
+                if bundle {
                     self.bundle_ref = Some(word);
+                } else {
+                    if let Backend::Local(rt) = backend {
+                        let names = super::suggest::bundles(rt.home())
+                            .into_iter()
+                            .chain(super::suggest::commands());
+                        if let Some(near) = super::suggest::near(&word, names) {
+                            anyhow::bail!(
+                                "\"{word}\" names no bundle or command; did you mean {near}? To send the word as \
+                                 the prompt, pass it as --prompt {word}"
+                            );
+                        }
+                    }
+                    self.prompt = Some(word);
                 }
             }
             (None, _) => {}
         }
         if self.bundle_ref.is_none() && self.session.is_none() && !self.continue_last {
-            self.bundle_ref = defaults.default_bundle.clone();
+            self.bundle_ref = Some(
+                defaults
+                    .default_bundle
+                    .clone()
+                    .unwrap_or_else(|| service_supervisor::bundle::builtin::DEFAULT.to_string()),
+            );
         }
         Ok(())
     }
@@ -115,9 +122,9 @@ async fn names_a_bundle(backend: &Backend, word: &str) -> bool {
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version> or a directory (default: the
-    /// default_bundle of `service-rs config`). With --continue, it picks the last session of that bundle. When it
-    /// names no bundle and a default bundle is set, it is the prompt.
+    /// Bundle reference: <name>, <name>@latest, <namespace>/<name>:<version>, builtin/coder or a directory
+    /// (default: the default_bundle of `service-rs config`, else builtin/coder, the built-in coding agent). With
+    /// --continue, it picks the last session of that bundle. When it names no bundle, it is the prompt.
     #[arg(add = super::complete::bundles())]
     pub(super) bundle_ref: Option<String>,
     /// The prompt (or --prompt TEXT, or stdin).

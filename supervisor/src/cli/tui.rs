@@ -31,7 +31,7 @@ mod slash;
 /// Arguments of `tui`.
 #[derive(Debug, clap::Args)]
 pub struct TuiArgs {
-    /// Bundle of a new session (default: the default_bundle of `service-rs config`).
+    /// Bundle of a new session (default: the default_bundle of `service-rs config`, else builtin/coder).
     #[arg(long, add = super::complete::bundles())]
     bundle: Option<String>,
     /// Attach to an existing session instead.
@@ -477,14 +477,15 @@ async fn session_loop(
         bundle_ref: String::new(),
         interrupted: None,
     };
-    match (&args.session, args.bundle.as_ref().or(defaults.default_bundle.as_ref())) {
+    let bundle = args
+        .bundle
+        .clone()
+        .or(defaults.default_bundle.clone())
+        .unwrap_or_else(|| service_supervisor::bundle::builtin::DEFAULT.to_string());
+    match &args.session {
         _ if args.resume => ui.open_picker().await?,
-        (Some(id), _) => ui.attach(id).await?,
-        (None, Some(bundle)) => ui.new_session(bundle).await?,
-        (None, None) => anyhow::bail!(
-            "pass --bundle <ref> or --session <id>, or set a default bundle with `service-rs config set \
-             default_bundle <ref>`"
-        ),
+        Some(id) => ui.attach(id).await?,
+        None => ui.new_session(&bundle).await?,
     }
 
     // Keys come from a blocking reader thread; it ends with the process.

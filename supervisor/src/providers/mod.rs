@@ -2,6 +2,7 @@
 //! process. A provider turns a request into a stream of chunks that always ends with `done` or `failed`.
 
 pub mod anthropic;
+pub mod choice;
 mod http;
 pub mod keys;
 pub mod openai;
@@ -48,6 +49,9 @@ pub type OnRetry = std::sync::Arc<dyn Fn(Retry) + Send + Sync>;
 
 /// Checks that a model named in an override can be served; the error says what is available.
 pub fn check_model(model: &ModelRef) -> Result<(), String> {
+    if model.provider == choice::AUTO {
+        return Err(choice::NO_MODEL.into());
+    }
     if !KNOWN_PROVIDERS.contains(&model.provider.as_str()) {
         return Err(format!(
             "unknown model provider \"{}\"; expected one of {}",
@@ -149,6 +153,11 @@ pub fn stream(
         "scripted" => scripted::stream(bundle, request),
         "openai" => openai::stream(request, keys.clone(), on_retry),
         "anthropic" => anthropic::stream(request, keys.clone(), on_retry),
+        choice::AUTO => futures::stream::once(futures::future::ready(ModelChunk::Failed {
+            code: "provider_unavailable".into(),
+            message: choice::NO_MODEL.into(),
+        }))
+        .boxed(),
         other => futures::stream::once(futures::future::ready(ModelChunk::Failed {
             code: "provider_unavailable".into(),
             message: format!(

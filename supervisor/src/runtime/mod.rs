@@ -400,6 +400,7 @@ impl ServiceRuntime {
             let cache = self.inner.home.sandbox_cache();
             self.inner.launcher.warm(&bundle.manifest.sandbox, &cache);
         }
+        let bundle = crate::providers::choice::settle(self.inner.home.root(), bundle).await;
         let session =
             Session::create(&self.inner, id, bundle, bundle_ref, cwd, parent, tenant).await?;
         self.keep_live(&session);

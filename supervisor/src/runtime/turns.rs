@@ -44,6 +44,7 @@ impl ServiceRuntime {
         task: Task,
         mut overrides: TurnOverrides,
     ) -> Result<FirstTurn> {
+        let bundle = crate::providers::choice::settle(self.inner.home.root(), bundle).await;
         let model = overrides
             .model
             .take()

@@ -4,6 +4,7 @@ mod acp;
 mod acp_projects;
 mod approvals;
 mod browser;
+mod builtin_coder;
 mod bundles;
 mod chaos;
 mod checkpoint_bounds;

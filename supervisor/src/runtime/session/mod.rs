@@ -227,6 +227,7 @@ impl Session {
             .await?
             .ok_or_else(|| RuntimeError::SessionNotFound(id.to_string()))?;
         let bundle = bundle::resolve(home, &record.bundle.reference)?;
+        let bundle = crate::providers::choice::settle(home.root(), bundle).await;
         if store.shared() && bundle.digest != record.bundle.digest {
             // Another node created the session from other contents under the same reference.
             return Err(RuntimeError::BundleMismatch {
