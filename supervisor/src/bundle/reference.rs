@@ -231,9 +231,14 @@ fn not_found(
         .iter()
         .map(|i| i.reference())
         .collect();
-    if all.is_empty() {
+    let built: Vec<_> = all
+        .iter()
+        .filter(|r| !r.starts_with(&format!("{}/", super::builtin::NAMESPACE)))
+        .collect();
+    if built.is_empty() {
         message.push_str("; no bundles are installed yet: build one with `service-rs build <dir>`");
-    } else {
+    }
+    if !all.is_empty() {
         message.push_str(&format!("; installed bundles: {}", all.join(", ")));
     }
     BundleError::NotFound(message)

@@ -46,7 +46,7 @@ impl RunArgs {
 impl RunArgs {
     /// Settles which positional names the bundle and which is the prompt, and applies the user's defaults
     /// (`config.toml`): one positional is the bundle when `--prompt` is given or when it names a bundle; a word
-    /// close to a bundle's or a command's name is refused as a probable typo; otherwise it is the prompt, for the
+    /// close to a bundle's name is refused as a probable typo; otherwise it is the prompt, for the
     /// default bundle (`default_bundle`, else the built-in coding agent).
     pub(super) async fn settle(
         &mut self,
@@ -83,13 +83,11 @@ impl RunArgs {
                     self.bundle_ref = Some(word);
                 } else {
                     if let Backend::Local(rt) = backend {
-                        let names = super::suggest::bundles(rt.home())
-                            .into_iter()
-                            .chain(super::suggest::commands());
+                        let names = super::suggest::bundles(rt.home());
                         if let Some(near) = super::suggest::near(&word, names) {
                             anyhow::bail!(
-                                "\"{word}\" names no bundle or command; did you mean {near}? To send the word as \
-                                 the prompt, pass it as --prompt {word}"
+                                "\"{word}\" names no bundle; did you mean {near}? To send the word as the prompt, \
+                                 pass it as --prompt {word}"
                             );
                         }
                     }
@@ -282,30 +280,73 @@ async fn continued(backend: &Backend, args: &RunArgs) -> anyhow::Result<Option<S
         return Ok(None);
     }
     let records = backend.sessions().await?;
-    // This directory's latest session first, as the user is most likely still working on what they started here.
+    let of_bundle = |r: &SessionRecord| {
+        args.bundle_ref
+            .as_deref()
+            .is_none_or(|b| r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b)
+    };
     let here = match backend {
-        Backend::Local(_) => std::env::current_dir().ok(),
+        Backend::Local(_) => Some(std::env::current_dir().map_err(|e| {
+            anyhow::anyhow!("--continue: cannot tell which directory this is: {e}")
+        })?),
+        // The server's sessions work in the server's directories: the latest one, said before it goes on.
         Backend::Remote(_) => None,
     };
-    let last = records
+    let mut candidates: Vec<SessionRecord> = records.into_iter().filter(of_bundle).collect();
+    candidates.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+    let Some(here) = here else {
+        let last = candidates.into_iter().next();
+        if let Some(r) = &last {
+            eprintln!("continuing session {} (in {} on the server)", r.id, r.cwd);
+        }
+        return last.map(Some).ok_or_else(|| no_session_yet(args));
+    };
+    let (mine, elsewhere): (Vec<_>, Vec<_>) = candidates
         .into_iter()
-        .filter(|r| {
-            args.bundle_ref
-                .as_deref()
-                .is_none_or(|b| r.bundle_ref == b || r.bundle.id == b || r.bundle.reference == b)
+        .partition(|r| std::path::Path::new(&r.cwd) == here);
+    if let Some(r) = mine.into_iter().next() {
+        return Ok(Some(r));
+    }
+    if elsewhere.is_empty() {
+        return Err(no_session_yet(args));
+    }
+    // Never another directory's session without being told: say which there are, and how to continue one.
+    let latest: Vec<String> = elsewhere
+        .iter()
+        .take(5)
+        .map(|r| {
+            format!(
+                "  {}  {}  {}  {}",
+                &r.id[..8.min(r.id.len())],
+                r.updated_at
+                    .get(..16)
+                    .unwrap_or(&r.updated_at)
+                    .replace('T', " "),
+                r.bundle.id,
+                r.cwd
+            )
         })
-        .max_by(|a, b| {
-            let in_here = |r: &SessionRecord| here.as_deref() == Some(std::path::Path::new(&r.cwd));
-            (in_here(a), &a.updated_at).cmp(&(in_here(b), &b.updated_at))
-        });
-    match (last, &args.bundle_ref) {
-        (Some(r), _) => Ok(Some(r)),
-        (None, Some(b)) => Err(anyhow::anyhow!(
-            "--continue: no session of bundle {b} yet; start one with `service-rs run {b} --prompt TEXT`"
-        )),
-        (None, None) => Err(anyhow::anyhow!(
-            "--continue: there is no session yet; start one with `service-rs run <bundle> --prompt TEXT`"
-        )),
+        .collect();
+    Err(anyhow::anyhow!(
+        "--continue: no session was started in {}{}; the latest elsewhere:\n{}\ncontinue one of them with \
+         --session ID, or start one here without --continue",
+        here.display(),
+        args.bundle_ref
+            .as_deref()
+            .map(|b| format!(" with bundle {b}"))
+            .unwrap_or_default(),
+        latest.join("\n")
+    ))
+}
+
+fn no_session_yet(args: &RunArgs) -> anyhow::Error {
+    match &args.bundle_ref {
+        Some(b) => anyhow::anyhow!(
+            "--continue: no session of bundle {b} yet; start one with `service-rs run {b} \"prompt\"`"
+        ),
+        None => anyhow::anyhow!(
+            "--continue: there is no session yet; start one with `service-rs \"prompt\"`"
+        ),
     }
 }
 

@@ -17,21 +17,87 @@ pub struct SessionsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    filter: Filter,
+}
+
+/// Which sessions a listing shows.
+#[derive(Debug, Clone, Default, clap::Args)]
+struct Filter {
+    /// Only the sessions that work in the current directory.
+    #[arg(long, conflicts_with = "cwd")]
+    here: bool,
+    /// Only the sessions that work in this directory.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<std::path::PathBuf>,
+}
+
+impl Filter {
+    /// The directory asked for, made absolute as session records keep theirs.
+    fn dir(&self) -> anyhow::Result<Option<std::path::PathBuf>> {
+        let dir = match (&self.cwd, self.here) {
+            (Some(d), _) => d.clone(),
+            (None, true) => std::env::current_dir()?,
+            (None, false) => return Ok(None),
+        };
+        Ok(Some(std::fs::canonicalize(&dir).unwrap_or(dir)))
+    }
+}
+
+/// A session named by id (or the start of one), or with `--last` the latest of this directory, else of all.
+#[derive(Debug, Clone, clap::Args)]
+struct Which {
+    /// Session id, or the start of one.
+    #[arg(add = super::complete::sessions())]
+    id: Option<String>,
+    /// The session used last in this directory (else the last one used anywhere).
+    #[arg(long, conflicts_with = "id")]
+    last: bool,
+}
+
+impl Which {
+    /// The session's id, or the start the user gave.
+    async fn id(&self, backend: &Backend) -> anyhow::Result<String> {
+        if let Some(id) = &self.id {
+            return Ok(id.clone());
+        }
+        if !self.last {
+            anyhow::bail!(
+                "which session? Name it (its id, or the start of one; `service-rs sessions` lists them), or pass \
+                 --last for the one used last in this directory"
+            );
+        }
+        let mut records = backend.sessions().await?;
+        records.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+        let here = std::env::current_dir().ok();
+        let latest_here = records
+            .iter()
+            .find(|r| here.as_deref() == Some(std::path::Path::new(&r.cwd)));
+        latest_here
+            .or(records.first())
+            .map(|r| r.id.clone())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--last: there is no session yet; start one with `service-rs \"prompt\"`"
+                )
+            })
+    }
 }
 
 #[derive(Debug, clap::Subcommand)]
 enum SessionsCommand {
-    /// List sessions, oldest first.
+    /// List sessions, the most recently used first.
     List {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        filter: Filter,
     },
     /// Print a session's transcript: prompts, tool calls and answers.
     Show {
-        /// Session id, or the start of one.
-        #[arg(add = super::complete::sessions())]
-        id: String,
+        #[command(flatten)]
+        which: Which,
         /// Print every journaled event as a JSON line instead.
         #[arg(long)]
         json: bool,
@@ -43,9 +109,8 @@ enum SessionsCommand {
     /// Print what a session's turns changed in its workspace (commands included), as unified diffs, of every turn
     /// or of one. Sessions whose bundle cannot write show their Write and Edit calls' diffs.
     Diff {
-        /// Session id, or the start of one.
-        #[arg(add = super::complete::sessions())]
-        id: String,
+        #[command(flatten)]
+        which: Which,
         /// Only this turn: 1 is the first, -1 the last.
         #[arg(long, allow_hyphen_values = true)]
         turn: Option<i64>,
@@ -66,9 +131,8 @@ enum SessionsCommand {
     /// Go back to before a turn: restore the workspace's files, cut the conversation, or both (the default).
     /// Refused while a turn runs, and when files changed outside the session since its last turn unless --force.
     Rewind {
-        /// Session id, or the start of one.
-        #[arg(add = super::complete::sessions())]
-        id: String,
+        #[command(flatten)]
+        which: Which,
         /// The turn to go back to before: 1 is the first, -1 the last.
         #[arg(long, allow_hyphen_values = true)]
         turn: i64,
@@ -124,18 +188,24 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
     let tokio = super::tokio()?;
     tokio.block_on(async move {
         let result = match args.command {
-            None => print_list(&backend.sessions().await?, args.json),
-            Some(SessionsCommand::List { json }) => {
-                print_list(&backend.sessions().await?, json || args.json)
+            None => list(&backend, &args.filter, args.json).await,
+            Some(SessionsCommand::List { json, filter }) => {
+                let filter = Filter {
+                    here: filter.here || args.filter.here,
+                    cwd: filter.cwd.or(args.filter.cwd),
+                };
+                list(&backend, &filter, json || args.json).await
             }
-            Some(SessionsCommand::Show { id, json, raw }) => {
+            Some(SessionsCommand::Show { which, json, raw }) => {
+                let id = which.id(&backend).await?;
                 show(&backend, &id, json || args.json, Output::new(raw)).await
             }
-            Some(SessionsCommand::Diff { id, turn, raw }) => {
+            Some(SessionsCommand::Diff { which, turn, raw }) => {
+                let id = which.id(&backend).await?;
                 super::history::diff(&backend, &id, turn, Output::new(raw)).await
             }
             Some(SessionsCommand::Rewind {
-                id,
+                which,
                 turn,
                 files,
                 conversation,
@@ -147,6 +217,7 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 } else {
                     (files, conversation)
                 };
+                let id = which.id(&backend).await?;
                 super::history::rewind(&backend, &id, turn, scope, force).await
             }
             Some(SessionsCommand::Fork { id, turn }) => {
@@ -168,18 +239,35 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// A table of sessions, or JSON.
+/// The sessions `filter` shows, the most recently used first, as a table or JSON.
+async fn list(backend: &Backend, filter: &Filter, json: bool) -> anyhow::Result<ExitCode> {
+    let dir = filter.dir()?;
+    let mut records: Vec<SessionRecord> = backend
+        .sessions()
+        .await?
+        .into_iter()
+        .filter(|r| {
+            dir.as_deref()
+                .is_none_or(|d| std::path::Path::new(&r.cwd) == d)
+        })
+        .collect();
+    records.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+    print_list(&records, json)
+}
+
+/// A table of sessions in the order given, or JSON.
 pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitCode> {
     if json {
         println!("{}", serde_json::to_string_pretty(records)?);
         return Ok(ExitCode::SUCCESS);
     }
     if records.is_empty() {
-        println!("No sessions yet. Start one with `service-rs run <bundle> --prompt <text>`.");
+        println!("No sessions yet. Start one with `service-rs \"prompt\"` or `service-rs run <bundle> \"prompt\"`.");
         return Ok(ExitCode::SUCCESS);
     }
     let now = chrono::Utc::now();
-    let rows: Vec<[String; 7]> = tree(records)
+    let home = std::env::var("HOME").ok().filter(|h| h.len() > 1);
+    let rows: Vec<[String; 8]> = tree(records)
         .into_iter()
         .map(|(r, depth)| {
             let outcome = match (&r.status, &r.last_turn) {
@@ -204,17 +292,35 @@ pub fn print_list(records: &[SessionRecord], json: bool) -> anyhow::Result<ExitC
                     .total()
                     .map(service_supervisor::usage_line::grouped)
                     .unwrap_or_else(|| "-".into()),
+                super::term_text::safe(&short_dir(&r.cwd, home.as_deref())).into_owned(),
             ]
         })
         .collect();
     print!(
         "{}",
         super::bundles::table(
-            ["ID", "TITLE", "BUNDLE", "LAST", "AGE", "TURNS", "TOKENS"],
+            [
+                "ID",
+                "TITLE",
+                "BUNDLE",
+                "LAST",
+                "AGE",
+                "TURNS",
+                "TOKENS",
+                "DIRECTORY"
+            ],
             &rows
         )
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `dir` with the user's home directory written `~`.
+fn short_dir(dir: &str, home: Option<&str>) -> String {
+    match home.and_then(|h| dir.strip_prefix(h)) {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("~{rest}"),
+        _ => dir.to_string(),
+    }
 }
 
 /// The records in list order, each subagent's session right under its parent's, with its depth below the listed

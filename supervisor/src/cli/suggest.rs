@@ -1,14 +1,13 @@
-//! "Did you mean …?": a word given where a bundle or a command was likely meant, close to one that exists.
+//! "Did you mean …?": a word given where a bundle was likely meant, close to one that exists (clap does the same
+//! for commands).
 
-use clap::CommandFactory;
-
-/// The installed bundle or command `word` is probably a typo of: within one edit of a short name, two of a longer
-/// one, and not the name itself.
+/// The name `word` is probably a typo of: within one edit of a name of up to five characters, two of a longer one,
+/// and not the name itself.
 pub(super) fn near(word: &str, names: impl IntoIterator<Item = String>) -> Option<String> {
     if word.contains(char::is_whitespace) || word.is_empty() {
         return None;
     }
-    let allowed = if word.chars().count() <= 4 { 1 } else { 2 };
+    let allowed = if word.chars().count() <= 5 { 1 } else { 2 };
     names
         .into_iter()
         .filter(|n| n != word)
@@ -16,14 +15,6 @@ pub(super) fn near(word: &str, names: impl IntoIterator<Item = String>) -> Optio
         .filter(|(d, _)| *d <= allowed)
         .min_by_key(|(d, _)| *d)
         .map(|(_, n)| n)
-}
-
-/// The names `service-rs` takes as its first word: its commands.
-pub(super) fn commands() -> Vec<String> {
-    super::Cli::command()
-        .get_subcommands()
-        .map(|c| c.get_name().to_string())
-        .collect()
 }
 
 /// The ids of the bundles in `home`'s store, the built-in ones included.
@@ -55,6 +46,9 @@ mod tests {
     #[test]
     fn a_name_itself_a_distant_word_or_a_sentence_is_not() {
         assert_eq!(near("hello", names()), None);
+        assert_eq!(near("helps", names()), Some("help".into()));
+        assert_eq!(near("hallo", names()), Some("hello".into()));
+        assert_eq!(near("hel", names()), None);
         assert_eq!(near("explain", names()), None);
         assert_eq!(near("fix it", names()), None);
         assert_eq!(near("ab", names()), None);

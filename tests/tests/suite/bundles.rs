@@ -206,10 +206,18 @@ fn every_reference_form_resolves() {
         .iter()
         .map(|b| b["reference"].as_str().unwrap())
         .collect();
-    assert_eq!(refs, ["local/refs:0.1.0", "local/refs:0.10.0"]);
+    // The built-in bundles are listed with the installed ones.
+    assert_eq!(
+        refs,
+        [
+            "builtin/coder:1.0.0",
+            "local/refs:0.1.0",
+            "local/refs:0.10.0"
+        ]
+    );
     let table = env.run(&["bundles"]).ok().to_string();
     assert!(
-        table.starts_with("NAMESPACE  NAME  VERSION") && table.contains("0.10.0"),
+        table.starts_with("NAMESPACE  NAME   VERSION") && table.contains("0.10.0"),
         "{table}"
     );
 }
@@ -232,7 +240,7 @@ fn unknown_references_list_the_installed_candidates() {
     );
     let err = env.run(&["inspect", "ghost"]).failed().to_string();
     assert!(
-        err.contains("installed bundles: local/known:0.1.0"),
+        err.contains("installed bundles: builtin/coder:1.0.0, local/known:0.1.0"),
         "{err}"
     );
     let err = env.run(&["inspect", "./nowhere"]).failed().to_string();

@@ -28,12 +28,17 @@ fn setup() -> Env {
 #[test]
 fn a_bare_prompt_runs_the_default_bundle_and_says_how_to_set_one() {
     let env = setup();
-    let none = env.run(&["fix the failing test"]);
+    // With no default bundle, a bare prompt goes to the built-in coding agent, which says how to give it a model
+    // when the machine has none (a closed port stands for no local server).
+    let none = env
+        .command(&["fix the failing test"])
+        .env("SERVICE_LOCAL_MODELS", "http://127.0.0.1:9/v1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&none.stderr);
     assert!(
-        none.failed()
-            .contains("service-rs config set default_bundle <bundle>"),
-        "{}",
-        none.stderr
+        !none.status.success() && err.contains("service-rs config set default_model"),
+        "{err}"
     );
     // A single unknown word is a mistyped command, not a prompt.
     assert!(env

@@ -54,6 +54,7 @@ mod responses_provider;
 mod run_cli;
 mod sandbox;
 mod sessions_cli;
+mod sessions_here;
 mod store_backend;
 mod subagent_copy;
 mod subagent_rules;

@@ -1,0 +1,160 @@
+//! Sessions by directory through the real binary: `run --continue` continues this directory's latest session and
+//! never another directory's without being told which; `sessions` lists the most recently used first with their
+//! directory, filtered with `--here` or `--cwd`; `show`, `diff` and `rewind` take `--last`.
+
+use super::support::{give_to_sandbox, write_bundle, Env};
+
+const SCRIPT: &str = r#"{turns: [{replies: [{text: "you said {{prompt}}"}]}]}"#;
+
+/// A store with the `fixture` bundle, and two project directories under the work directory.
+fn setup() -> (Env, std::path::PathBuf, std::path::PathBuf) {
+    let env = Env::new();
+    write_bundle(&env.path("b"), SCRIPT, "", "read_only");
+    env.run(&["build", "b"]).ok();
+    let (one, two) = (env.path("one"), env.path("two"));
+    for dir in [&one, &two] {
+        std::fs::create_dir_all(dir).unwrap();
+        give_to_sandbox(dir);
+    }
+    (
+        env,
+        one.canonicalize().unwrap(),
+        two.canonicalize().unwrap(),
+    )
+}
+
+fn run_in(env: &Env, dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    env.command(args).current_dir(dir).output().unwrap()
+}
+
+fn listed(env: &Env, dir: &std::path::Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = run_in(env, dir, args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn continue_never_takes_another_directorys_session_without_saying_which() {
+    let (env, one, two) = setup();
+    let first = run_in(&env, &one, &["run", "fixture", "hello from one"]);
+    assert!(first.status.success());
+    let one_id = listed(&env, &one, &["sessions", "--json"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // In `two`, where nothing was started: refused, with the latest sessions elsewhere and how to continue one.
+    let refused = run_in(&env, &two, &["run", "--continue", "fixture", "go on"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(err.contains("no session was started in"), "{err}");
+    assert!(
+        err.contains(&one_id[..8]) && err.contains(one.to_str().unwrap()),
+        "{err}"
+    );
+    assert!(err.contains("--session"), "{err}");
+    assert_eq!(
+        listed(&env, &one, &["sessions", "--json"]).len(),
+        1,
+        "no session made"
+    );
+
+    // In `one`: its own session goes on.
+    let again = run_in(&env, &one, &["run", "--continue", "fixture", "go on"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("you said go on"));
+    let sessions = listed(&env, &one, &["sessions", "--json"]);
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0]["turn_count"], 2);
+}
+
+#[test]
+fn sessions_list_newest_first_with_their_directory_and_filter_by_directory() {
+    let (env, one, two) = setup();
+    for (dir, prompt) in [(&one, "a"), (&two, "b"), (&one, "c")] {
+        assert!(run_in(&env, dir, &["run", "fixture", prompt])
+            .status
+            .success());
+    }
+    let all = listed(&env, &one, &["sessions", "--json"]);
+    let titles: Vec<&str> = all.iter().map(|s| s["title"].as_str().unwrap()).collect();
+    assert_eq!(titles, ["c", "b", "a"], "the most recently used first");
+
+    let here = listed(&env, &one, &["sessions", "--here", "--json"]);
+    assert!(here.iter().all(|s| s["cwd"] == one.to_str().unwrap()));
+    assert_eq!(here.len(), 2);
+    let there = listed(
+        &env,
+        &one,
+        &["sessions", "list", "--cwd", "../two", "--json"],
+    );
+    assert_eq!(there.len(), 1);
+    assert_eq!(there[0]["cwd"], two.to_str().unwrap());
+
+    let table = String::from_utf8_lossy(&run_in(&env, &one, &["sessions"]).stdout).to_string();
+    assert!(
+        table.lines().next().unwrap().contains("DIRECTORY"),
+        "{table}"
+    );
+    assert!(table.contains(two.to_str().unwrap()), "{table}");
+}
+
+#[test]
+fn show_diff_and_rewind_take_the_last_session_of_this_directory() {
+    let (env, one, two) = setup();
+    assert!(run_in(&env, &one, &["run", "fixture", "in one"])
+        .status
+        .success());
+    assert!(run_in(&env, &two, &["run", "fixture", "in two"])
+        .status
+        .success());
+    // The latest of all is in `two`; from `one`, --last is one's.
+    let shown = run_in(&env, &one, &["sessions", "show", "--last"]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("> in one") && !text.contains("in two"),
+        "{text}"
+    );
+    let diff = run_in(&env, &one, &["sessions", "diff", "--last"]);
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    let rewound = run_in(
+        &env,
+        &one,
+        &[
+            "sessions",
+            "rewind",
+            "--last",
+            "--turn",
+            "1",
+            "--conversation",
+        ],
+    );
+    assert!(
+        rewound.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rewound.stderr)
+    );
+    let ones = listed(&env, &one, &["sessions", "--here", "--json"]);
+    let one_id = ones[0]["id"].as_str().unwrap();
+    assert!(
+        String::from_utf8_lossy(&rewound.stdout).starts_with(&format!("rewound {one_id}")),
+        "{}",
+        String::from_utf8_lossy(&rewound.stdout)
+    );
+    // Elsewhere, the latest of all.
+    let elsewhere = run_in(&env, env.home.path(), &["sessions", "show", "--last"]);
+    assert!(String::from_utf8_lossy(&elsewhere.stdout).contains("> in two"));
+    let neither = run_in(&env, &one, &["sessions", "show"]);
+    assert!(String::from_utf8_lossy(&neither.stderr).contains("--last"));
+}
