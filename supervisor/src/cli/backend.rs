@@ -98,8 +98,14 @@ impl Backend {
 
     pub async fn bundle(&self, reference: &str) -> anyhow::Result<BundleInfo> {
         match self {
+            // With its model as a session of it would have it (`auto` chosen from what the machine has).
             Backend::Local(rt) => {
-                Ok(service_supervisor::bundle::resolve(rt.home(), reference)?.info())
+                let bundle = service_supervisor::bundle::resolve(rt.home(), reference)?;
+                Ok(
+                    service_supervisor::providers::choice::settle(rt.home().root(), bundle)
+                        .await
+                        .info(),
+                )
             }
             Backend::Remote(r) => {
                 let path = format!("/bundles/{}", super::remote::encode(reference));

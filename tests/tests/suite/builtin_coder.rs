@@ -209,3 +209,38 @@ fn a_word_close_to_a_bundles_name_is_refused_as_a_typo_before_any_session() {
     );
     assert_eq!(env.run(&["sessions", "--json"]).json(), json!([]));
 }
+
+#[test]
+fn service_rs_alone_opens_the_tui_on_the_builtin_agent_which_edits_after_one_approval() {
+    let env = Env::new();
+    repository(&env);
+    let server = ProviderServer::start(vec![
+        tool_call("c1", "Read", json!({"file_path": "calc.sh"})),
+        tool_call(
+            "c2",
+            "Edit",
+            json!({"file_path": "calc.sh", "old_string": "$1 - $2", "new_string": "$1 + $2"}),
+        ),
+        openai_text("Fixed calc.sh."),
+    ]);
+    let tmux = super::tmux::Tmux::start(&format!(
+        "cd {} && env -u ANTHROPIC_API_KEY SERVICE_HOME={} OPENAI_API_KEY=sk-test OPENAI_BASE_URL={} {}",
+        env.work.path().display(),
+        env.home.path().display(),
+        server.base,
+        super::support::binary().display()
+    ));
+    tmux.wait_for("builtin/coder");
+    tmux.wait_for("openai/gpt-4.1");
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("fix the failing test");
+    // The Read went through without a question; the Edit asks once.
+    tmux.wait_for("[o] once  [a] always  [d] deny");
+    tmux.keys(&["o"]);
+    tmux.wait_for("Fixed calc.sh.");
+    assert_eq!(
+        std::fs::read_to_string(env.path("calc.sh")).unwrap(),
+        "echo $(( $1 + $2 ))\n"
+    );
+    assert_eq!(server.recorded().len(), 3);
+}
