@@ -6,6 +6,7 @@
 //! default_model = "openai/gpt-4o"   # a --model for every run and TUI session that names none
 //! approvals = "auto-edit"           # ask (default), auto-edit or deny
 //! turn_flush = "background"         # turn (default) or background: when a turn's end is flushed to disk
+//! sandbox_user = "root"             # a root supervisor's sandbox user where root owns the directory (containers)
 //!
 //! [providers.gpu-box]
 //! type = "openai"
@@ -83,6 +84,10 @@ pub struct ConfigFile {
     /// When the store flushes a turn's end to disk (see [`TurnFlush`]).
     #[serde(default)]
     pub turn_flush: TurnFlush,
+    /// The user a root supervisor's sandboxes run as where root owns the session's directory (default `nobody`;
+    /// `root` in a container where everything is root's). `--sandbox-user` and `SERVICE_SANDBOX_USER` come first.
+    #[serde(default)]
+    pub sandbox_user: Option<String>,
     /// Model prices by `provider/name`, in US dollars per million tokens: usage reports gain a cost.
     #[serde(default)]
     pub prices: BTreeMap<String, crate::tenancy::usage::Price>,
@@ -124,6 +129,11 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "turn_flush",
         "turn (default: a turn's end is on disk before it is reported) or background (flushed within 20 ms)",
+    ),
+    (
+        "sandbox_user",
+        "when running as root: the user sandboxes run as where root owns the directory (default nobody; root in a \
+         container where everything is root's, which gives sandboxes root's rights over what they see)",
     ),
 ];
 
@@ -177,6 +187,7 @@ pub fn get(home: &Path, key: &str) -> Result<Option<String>, ConfigError> {
         "checkpoint_max_mb" => file.checkpoint_max_mb.map(|m| m.to_string()),
         "max_subagent_depth" => file.max_subagent_depth.map(|m| m.to_string()),
         "turn_flush" => Some(file.turn_flush.as_str().to_string()),
+        "sandbox_user" => file.sandbox_user,
         _ => Some(file.pass_env.join(",")).filter(|v| !v.is_empty()),
     })
 }
@@ -223,6 +234,10 @@ pub fn set(home: &Path, key: &str, value: Option<&str>) -> Result<(), ConfigErro
                     )))
                 }
                 "default_model" => check_model(v).map_err(err)?,
+                "sandbox_user" => {
+                    crate::sandbox::identity::SandboxUser::named(v)
+                        .map_err(|e| err(format!("sandbox_user: {e}")))?;
+                }
                 "checkpoint_max_mb" | "max_subagent_depth" => {
                     let n: i64 = v
                         .parse()

@@ -61,8 +61,9 @@ impl Check {
     }
 }
 
-/// bubblewrap, and a real confined worker of a throwaway session running `true`; `worker_exe` is the binary.
-pub async fn sandbox(worker_exe: PathBuf) -> Vec<Check> {
+/// bubblewrap, and a real confined worker of a throwaway session running `true`; `worker_exe` is the binary,
+/// `configured_user` the `sandbox_user` of config.toml.
+pub async fn sandbox(worker_exe: PathBuf, configured_user: Option<&str>) -> Vec<Check> {
     let mut checks = Vec::new();
     let Some(bwrap) = crate::sandbox::find_bwrap() else {
         checks.push(Check::fail(
@@ -83,7 +84,7 @@ pub async fn sandbox(worker_exe: PathBuf) -> Vec<Check> {
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "bubblewrap".into());
     checks.push(Check::ok(format!("{version} at {}", bwrap.display())));
-    checks.push(sandbox_user());
+    checks.push(sandbox_user(configured_user));
     checks.push(mount_table(Path::new("/proc/self/mountinfo")));
     checks.push(match confined_command(worker_exe).await {
         Ok(took) => Check::ok(format!(
@@ -135,13 +136,12 @@ fn mount_table(mountinfo: &Path) -> Check {
 }
 
 /// Which host user a sandbox's processes are, for every permission check on the host.
-fn sandbox_user() -> Check {
+fn sandbox_user(configured: Option<&str>) -> Check {
     use crate::sandbox::identity::SandboxUser;
-    match SandboxUser::for_this_process(None) {
+    match SandboxUser::for_this_process(None, configured) {
         Ok(SandboxUser::Own) if nix::unistd::geteuid().is_root() => Check::warn(
-            "sandboxes run as host root (SERVICE_SANDBOX_USER=root): they can read root-only files among what \
-             they see",
-            "unset SERVICE_SANDBOX_USER unless everything here belongs to root; see SECURITY.md",
+            "sandboxes run as host root (sandbox_user root): they can read root-only files among what they see",
+            "keep it only where everything belongs to root, as in a container; see SECURITY.md",
         ),
         Ok(user) => Check::ok(user.describe()),
         Err(e) => Check::fail(e, None),
@@ -245,10 +245,48 @@ fn count_entries(dir: &Path) -> usize {
     std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
 }
 
+/// Whether a sandbox of `bundle` over `dir` may enter it, and write it when the bundle writes: what a session
+/// started there would be refused for, before its first model call.
+pub fn workspace(
+    bundle: &Bundle,
+    dir: &Path,
+    user: &crate::sandbox::identity::SandboxUser,
+) -> Check {
+    let mode = bundle.manifest.sandbox.mode;
+    let writable = mode == service_ipc::SandboxMode::WorkspaceWrite;
+    if mode == service_ipc::SandboxMode::DangerFullAccess {
+        return Check::ok(format!(
+            "a session in {} runs unconfined (danger_full_access)",
+            dir.display()
+        ));
+    }
+    let opened = crate::sandbox::host_dir::open_no_links(dir).map_err(|e| e.to_string());
+    let decided = opened.and_then(|fd| {
+        use std::os::fd::AsFd;
+        user.over(fd.as_fd(), dir, writable, false)
+    });
+    let access = if writable { "write" } else { "read" };
+    match decided {
+        Ok(None) => Check::ok(format!(
+            "a session in {} may {access} it, as this user",
+            dir.display()
+        )),
+        Ok(Some(id)) => Check::ok(format!(
+            "a session in {} may {access} it, as uid {}",
+            dir.display(),
+            id.uid
+        )),
+        Err(e) => Check::fail(e, None),
+    }
+}
+
 /// The bundle's model: the key it needs, and whether its server answers and serves it.
 pub async fn model(bundle: &Bundle, keys: &KeyPolicy) -> Vec<Check> {
     let model = bundle.agent.model.to_ref();
     let label = format!("model {}/{}", model.provider, model.name);
+    if model.provider == crate::providers::choice::AUTO {
+        return vec![Check::fail(crate::providers::choice::NO_MODEL, None)];
+    }
     if model.provider == "scripted" {
         let script = bundle.agent.script_path().unwrap_or("no script");
         return vec![Check::ok(format!(

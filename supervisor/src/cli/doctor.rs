@@ -38,8 +38,13 @@ pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find the service-rs binary: {e}"))?;
     let keys = service_supervisor::providers::keys::KeyPolicy::load(home.root());
+    let config = service_supervisor::config_file::load(home.root())?;
     let checks = super::tokio()?.block_on(async {
-        let mut checks = doctor::sandbox(service_supervisor::worker_beside(&exe)).await;
+        let mut checks = doctor::sandbox(
+            service_supervisor::worker_beside(&exe),
+            config.sandbox_user.as_deref(),
+        )
+        .await;
         checks.push(doctor::store(&home));
         checks.push(instructions(&home, args.bundle_ref.as_deref()));
         let keys = match keys {
@@ -56,6 +61,8 @@ pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
         if let Some(reference) = &args.bundle_ref {
             match service_supervisor::bundle::resolve(&home, reference) {
                 Ok(bundle) => {
+                    let bundle =
+                        service_supervisor::providers::choice::settle(home.root(), bundle).await;
                     checks.push(Check {
                         status: Status::Ok,
                         what: format!(
@@ -65,6 +72,21 @@ pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
                         ),
                         fix: None,
                     });
+                    let user = service_supervisor::sandbox::identity::SandboxUser::for_this_process(
+                        None,
+                        config.sandbox_user.as_deref(),
+                    );
+                    match (user, std::env::current_dir()) {
+                        (Ok(user), Ok(here)) => {
+                            checks.push(doctor::workspace(&bundle, &here, &user))
+                        }
+                        (Err(e), _) => checks.push(Check {
+                            status: Status::Fail,
+                            what: e,
+                            fix: None,
+                        }),
+                        (_, Err(_)) => {}
+                    }
                     checks.extend(doctor::model(&bundle, &keys).await);
                 }
                 Err(e) => checks.push(Check {

@@ -404,11 +404,13 @@ fn runtime_options(
         service_supervisor::RuntimeOptions::new(service_supervisor::worker_beside(&exe));
     options.dangerous_sandbox_mode = dangerous;
     options.prestart_sandboxes = long_running;
-    options.sandbox_user =
-        service_supervisor::sandbox::identity::SandboxUser::for_this_process(sandbox_user)
-            .map_err(anyhow::Error::msg)?;
-    options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
     let config = service_supervisor::config_file::load(home.root())?;
+    options.sandbox_user = service_supervisor::sandbox::identity::SandboxUser::for_this_process(
+        sandbox_user,
+        config.sandbox_user.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
     if let Some(mb) = config.checkpoint_max_mb {
         options.checkpoint_max_bytes = mb.saturating_mul(1024 * 1024);
     }

@@ -62,8 +62,10 @@ pub struct View {
 
 /// Starts workers.
 pub trait Launcher: Send + Sync {
-    /// The workspace and confinement a worker of `sandbox` over `workspace` would get, or why none can start.
-    fn view(&self, sandbox: &SandboxSpec, workspace: &Path) -> Result<View>;
+    /// The workspace and confinement a worker of `sandbox` over `workspace` would get, or why none can start (a
+    /// sandbox user who may not enter or write it, known before any model call). `fresh`: the store made the
+    /// workspace for the session (see [`LaunchSpec::fresh_workspace`]).
+    fn view(&self, sandbox: &SandboxSpec, workspace: &Path, fresh: bool) -> Result<View>;
 
     /// Prepares the command for one worker.
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch>;
@@ -95,7 +97,7 @@ pub fn minimal_env(command: &mut ProcessSpec, home: &Path) {
 }
 
 impl Launcher for HostLauncher {
-    fn view(&self, _: &SandboxSpec, workspace: &Path) -> Result<View> {
+    fn view(&self, _: &SandboxSpec, workspace: &Path, _fresh: bool) -> Result<View> {
         Ok(View {
             workspace: workspace.to_path_buf(),
             confinement: SandboxMode::DangerFullAccess,
@@ -113,7 +115,7 @@ impl Launcher for HostLauncher {
         command.cwd = spec.workspace.to_path_buf();
         command.die_with_parent = true;
         minimal_env(&mut command, spec.workspace);
-        let view = self.view(spec.sandbox, spec.workspace)?;
+        let view = self.view(spec.sandbox, spec.workspace, spec.fresh_workspace)?;
         Ok(Launch {
             command,
             bundle_dir: spec.bundle_root.to_path_buf(),

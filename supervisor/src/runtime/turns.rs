@@ -106,7 +106,11 @@ impl ServiceRuntime {
         let workspace = self.inner.home.sessions().join(id).join("workspace");
         self.inner
             .launcher
-            .view(&bundle.manifest.sandbox, cwd.unwrap_or(&workspace))
+            .view(
+                &bundle.manifest.sandbox,
+                cwd.unwrap_or(&workspace),
+                cwd.is_none(),
+            )
             .ok()?;
         let query = lead::first_query(bundle, instructions, Vec::new(), &task.prompt)?;
         let turn_id = uuid::Uuid::new_v4().to_string();
@@ -208,10 +212,12 @@ impl ServiceRuntime {
         model: ModelRef,
         first: FirstCall,
     ) -> Result<()> {
-        let view = self
-            .inner
-            .launcher
-            .view(&session.bundle.manifest.sandbox, &session.cwd())?;
+        let cwd_of_session = session.cwd();
+        let view = self.inner.launcher.view(
+            &session.bundle.manifest.sandbox,
+            &cwd_of_session,
+            cwd_of_session.starts_with(self.inner.home.root()),
+        )?;
         let paths = (session.cwd(), view.workspace);
         let instructions = session.instructions(&self.inner.options.workspace_roots);
         let context = turn_context(&paths, view.confinement, cwd, model.clone(), &instructions)?;

@@ -48,13 +48,20 @@ pub enum SandboxUser {
 
 impl SandboxUser {
     /// The sandbox user of this process: `requested` (a user name, `uid` or `uid:gid`), else `SERVICE_SANDBOX_USER`,
-    /// else `nobody`, when it runs as root; its own user otherwise.
-    pub fn for_this_process(requested: Option<&str>) -> Result<SandboxUser, String> {
+    /// else `configured` (`sandbox_user` in config.toml), else `nobody`, when it runs as root; its own user otherwise.
+    pub fn for_this_process(
+        requested: Option<&str>,
+        configured: Option<&str>,
+    ) -> Result<SandboxUser, String> {
         if !nix::unistd::geteuid().is_root() {
             return Ok(SandboxUser::Own);
         }
         let from_env = std::env::var(SANDBOX_USER_ENV).ok();
-        match requested.or(from_env.as_deref()).filter(|n| !n.is_empty()) {
+        match requested
+            .or(from_env.as_deref())
+            .or(configured)
+            .filter(|n| !n.is_empty())
+        {
             Some(name) => Self::named(name),
             // A host without a `nobody` entry still gets its usual ids, never root.
             None => Ok(Self::named(DEFAULT_SANDBOX_USER).unwrap_or_else(|_| Self::nobody())),
@@ -64,7 +71,7 @@ impl SandboxUser {
     /// [`Self::for_this_process`] with no request, for a library default: a name that does not resolve falls back
     /// to uid and gid 65534, never to root.
     pub fn default_for_this_process() -> SandboxUser {
-        Self::for_this_process(None).unwrap_or_else(|_| Self::nobody())
+        Self::for_this_process(None, None).unwrap_or_else(|_| Self::nobody())
     }
 
     fn nobody() -> SandboxUser {
@@ -160,8 +167,8 @@ impl SandboxUser {
             return Err(format!(
                 "{} belongs to root and only root may enter it (mode {:o}), and this supervisor runs as root, so \
                  its sandboxes run as the user {name}, who cannot: let others enter it (chmod o+rx {}), give it to \
-                 the user who works in it (chown -R USER {}), or start with --sandbox-user naming a user who may \
-                 (see SECURITY.md)",
+                 the user who works in it (chown -R USER {}), or name a user who may with `service-rs config set \
+                 sandbox_user USER` or --sandbox-user (see SECURITY.md)",
                 path.display(),
                 mode & 0o7777,
                 path.display(),
@@ -173,8 +180,9 @@ impl SandboxUser {
             return Err(format!(
                 "{} belongs to root, and this supervisor runs as root, so its sandboxes run as the user {name}, \
                  who may not write there: give the directory to the user who works in it (chown -R USER {}), or \
-                 start with --sandbox-user naming a user who may write it (--sandbox-user root gives sandboxes \
-                 root's rights over everything they see; see SECURITY.md)",
+                 name a user who may write it with `service-rs config set sandbox_user USER` (in a container where \
+                 everything is root's, `sandbox_user root`, which gives sandboxes root's rights over everything they \
+                 see; see SECURITY.md)",
                 path.display(),
                 path.display()
             ));

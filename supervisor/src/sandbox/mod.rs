@@ -146,13 +146,23 @@ fn unavailable(mode: service_ipc::SandboxMode) -> RuntimeError {
 }
 
 impl Launcher for SandboxLauncher {
-    fn view(&self, sandbox: &SandboxSpec, workspace: &Path) -> Result<View> {
+    fn view(&self, sandbox: &SandboxSpec, workspace: &Path, fresh: bool) -> Result<View> {
         Ok(match self.confining(sandbox)? {
-            None => HostLauncher.view(sandbox, workspace)?,
-            Some(_) => View {
-                workspace: PathBuf::from(bwrap::WORKSPACE_DIR),
-                confinement: sandbox.mode,
-            },
+            None => HostLauncher.view(sandbox, workspace, fresh)?,
+            Some((_, mode)) => {
+                // A fresh workspace is given to the sandbox user at the start; any other must suit it already.
+                if !fresh {
+                    let dir = host_dir::open_no_links(workspace)
+                        .map_err(|e| RuntimeError::WorkerUnavailable(e.to_string()))?;
+                    self.user
+                        .over(dir.as_fd(), workspace, mode.workspace_writable, false)
+                        .map_err(RuntimeError::WorkerUnavailable)?;
+                }
+                View {
+                    workspace: PathBuf::from(bwrap::WORKSPACE_DIR),
+                    confinement: sandbox.mode,
+                }
+            }
         })
     }
 
@@ -249,7 +259,7 @@ impl Launcher for SandboxLauncher {
             command.user = Some((id.uid, id.gid));
             command.rlimits = limits.spawn_rlimits();
         }
-        let view = self.view(sandbox, spec.workspace)?;
+        let view = self.view(sandbox, spec.workspace, true)?;
         Ok(Launch {
             command,
             bundle_dir: PathBuf::from(bwrap::BUNDLE_DIR),

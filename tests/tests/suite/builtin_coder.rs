@@ -244,3 +244,78 @@ fn service_rs_alone_opens_the_tui_on_the_builtin_agent_which_edits_after_one_app
     );
     assert_eq!(server.recorded().len(), 3);
 }
+
+#[test]
+fn as_root_a_writable_session_in_a_root_owned_project_is_refused_before_any_model_call_until_sandbox_user_is_set(
+) {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!(
+            "skipped: the sandbox user question arises only for a supervisor running as root"
+        );
+        return;
+    }
+    let env = Env::new();
+    // Root's project, as in a container: root owns it, others may enter but not write.
+    let project = tempfile::TempDir::new().unwrap();
+    std::fs::set_permissions(
+        project.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(project.path().join("calc.sh"), "echo $(( $1 - $2 ))\n").unwrap();
+    let server = ProviderServer::start(vec![
+        tool_call(
+            "c1",
+            "Edit",
+            json!({"file_path": "calc.sh", "old_string": "$1 - $2", "new_string": "$1 + $2"}),
+        ),
+        openai_text("Fixed."),
+    ]);
+    let run = || {
+        env.command(&["fix the failing test", "--approve"])
+            .current_dir(project.path())
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("OPENAI_BASE_URL", &server.base)
+            .env_remove("SERVICE_SANDBOX_USER")
+            .output()
+            .unwrap()
+    };
+    let refused = run();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains("may not write there") && err.contains("config set sandbox_user"),
+        "{err}"
+    );
+    assert_eq!(server.recorded().len(), 0, "no model call was paid for");
+    assert_eq!(
+        env.run(&["sessions", "--json"]).json(),
+        json!([]),
+        "no session left"
+    );
+
+    // (No key for doctor: its model check would ask the scripted server for its model list.)
+    let doctor = env
+        .command(&["doctor", "builtin/coder"])
+        .current_dir(project.path())
+        .env("SERVICE_LOCAL_MODELS", "http://127.0.0.1:9/v1")
+        .env_remove("SERVICE_SANDBOX_USER")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(report.contains("may not write there"), "{report}");
+
+    env.run(&["config", "set", "sandbox_user", "root"]).ok();
+    let fixed = run();
+    assert!(
+        fixed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fixed.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("calc.sh")).unwrap(),
+        "echo $(( $1 + $2 ))\n",
+        "{}",
+        String::from_utf8_lossy(&fixed.stderr)
+    );
+}
