@@ -229,8 +229,8 @@ impl Installed {
     }
 }
 
-/// Every installed version, sorted by namespace, id, then version, the built-in bundles included. Hidden and
-/// non-semver entries are skipped.
+/// Every installed version, sorted by namespace, id, then version, the built-in bundles included (last). Hidden
+/// and non-semver entries are skipped.
 pub fn list_installed(home: &ServiceHome) -> Result<Vec<Installed>> {
     // A store that cannot take them (read-only, full) still lists what it has; resolving one then says why.
     let _ = install_builtins(home);
@@ -249,7 +249,16 @@ pub fn list_installed(home: &ServiceHome) -> Result<Vec<Installed>> {
             }
         }
     }
-    out.sort_by(|a, b| (&a.namespace, &a.id, &a.version).cmp(&(&b.namespace, &b.id, &b.version)));
+    // The built-in bundles last: a listing's first entry (a console's preselected bundle) stays the user's own.
+    let key = |i: &Installed| {
+        (
+            i.namespace == builtin::NAMESPACE,
+            i.namespace.clone(),
+            i.id.clone(),
+            i.version.clone(),
+        )
+    };
+    out.sort_by_key(key);
     Ok(out)
 }
 

@@ -210,9 +210,9 @@ fn every_reference_form_resolves() {
     assert_eq!(
         refs,
         [
-            "builtin/coder:1.0.0",
             "local/refs:0.1.0",
-            "local/refs:0.10.0"
+            "local/refs:0.10.0",
+            "builtin/coder:1.0.0"
         ]
     );
     let table = env.run(&["bundles"]).ok().to_string();
@@ -240,7 +240,7 @@ fn unknown_references_list_the_installed_candidates() {
     );
     let err = env.run(&["inspect", "ghost"]).failed().to_string();
     assert!(
-        err.contains("installed bundles: builtin/coder:1.0.0, local/known:0.1.0"),
+        err.contains("installed bundles: local/known:0.1.0, builtin/coder:1.0.0"),
         "{err}"
     );
     let err = env.run(&["inspect", "./nowhere"]).failed().to_string();

@@ -37,12 +37,7 @@ fn export_then_import_reproduces_the_digest_and_remove_deletes_the_install() {
         .run(&["bundles", "remove", "hello"])
         .ok()
         .contains("removed local/hello:0.1.0"));
-    assert!(env
-        .run(&["bundles", "--json"])
-        .json()
-        .as_array()
-        .unwrap()
-        .is_empty());
+    assert!(super::support::installed(&env.run(&["bundles", "--json"]).json()).is_empty());
     assert!(!env
         .home
         .path()
@@ -215,11 +210,7 @@ fn an_archive_with_a_link_or_a_tampered_blob_installs_nothing() {
         refused.stderr
     );
     assert!(
-        env.run(&["bundles", "--json"])
-            .json()
-            .as_array()
-            .unwrap()
-            .is_empty(),
+        super::support::installed(&env.run(&["bundles", "--json"]).json()).is_empty(),
         "nothing was installed"
     );
 }
@@ -300,7 +291,7 @@ async fn over_http_remove_refuses_a_bundle_in_use_unless_forced_and_remote_expor
         out.stderr
     );
     let (_, bundles) = api.json(reqwest::Method::GET, "/bundles", None).await;
-    assert!(bundles.as_array().unwrap().is_empty());
+    assert!(super::support::installed(&bundles).is_empty());
     let out = remote(&["import", tar]);
     assert!(
         out.ok()
@@ -390,7 +381,7 @@ async fn a_hostile_client_cannot_plant_files_through_an_upload_or_upload_from_a_
     assert_eq!(status, 403, "{refused}");
     let (_, bundles) = api.json(reqwest::Method::GET, "/bundles", None).await;
     assert_eq!(
-        bundles.as_array().unwrap().len(),
+        super::support::installed(&bundles).len(),
         1,
         "nothing was installed or removed"
     );

@@ -676,7 +676,7 @@ fn a_root_supervisors_sandbox_reads_no_root_only_file_and_writes_no_root_owned_p
     if root {
         let refused = wrote.failed();
         assert!(
-            refused.contains("belongs to root") && refused.contains("--sandbox-user"),
+            refused.contains("belongs to root") && refused.contains("sandbox_user"),
             "a writable sandbox over a root-owned directory is refused, saying what to do: {refused}"
         );
         assert!(!project.path().join("planted").exists());

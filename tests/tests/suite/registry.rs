@@ -146,12 +146,7 @@ fn a_blob_tampered_in_transit_by_a_proxy_is_refused_naming_its_digest_and_nothin
         registry.blob_file(named).exists(),
         "the digest named is one of the artifact's blobs: {err}"
     );
-    assert!(other
-        .run(&["bundles", "--json"])
-        .json()
-        .as_array()
-        .unwrap()
-        .is_empty());
+    assert!(super::support::installed(&other.run(&["bundles", "--json"]).json()).is_empty());
 }
 
 /// Runs `cmd` with `input` on stdin; returns its output.

@@ -535,3 +535,19 @@ pub async fn get_json(server: &Server, token: &str, path: &str) -> serde_json::V
         .await
         .unwrap()
 }
+
+/// The entries of a bundle listing (`bundles --json`, `GET /bundles`) that a user installed: without the bundles
+/// the binary carries (`builtin/…`), which every store lists.
+pub fn installed(list: &serde_json::Value) -> Vec<serde_json::Value> {
+    list.as_array()
+        .expect("a bundle listing")
+        .iter()
+        .filter(|b| {
+            !b["reference"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("builtin/")
+        })
+        .cloned()
+        .collect()
+}
