@@ -279,6 +279,9 @@ pub enum EventPayload {
         request_id: String,
         /// The decision.
         decision: ApprovalDecision,
+        /// With a denial, the reason the model was given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         /// On a parent's stream, the subagent's session whose request it answers.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         child_session_id: Option<String>,

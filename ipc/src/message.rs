@@ -53,6 +53,9 @@ pub enum ToWorker {
         request_id: String,
         /// The decision.
         decision: ApprovalDecision,
+        /// With a denial, why: the model reads it in the call's result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// Run an operator command in the session sandbox; replies with `ExecCommand*` events, then `CommandFinished`.
     RunCommand {

@@ -203,8 +203,8 @@ function openSession(id) {
   state.head = 0;
   const transcript = $("transcript");
   transcript.replaceChildren();
-  const chat = new Chat(transcript, (requestId, decision) =>
-    guarded(() => call("POST", `/approvals/${encodeURIComponent(requestId)}`, { decision })), (turn) => rewind(id, turn));
+  const chat = new Chat(transcript, (requestId, decision, reason) =>
+    guarded(() => call("POST", `/approvals/${encodeURIComponent(requestId)}`, reason ? { decision, reason } : { decision })), (turn) => rewind(id, turn));
   if (!state.inspector) state.inspector = new Inspector($("events"), $("event-detail"), $("events-count"));
   state.inspector.reset();
   const open = { id, chat, inspector: state.inspector, scroller: transcript, stick: true, stop: () => {} };

@@ -228,19 +228,27 @@ export class Chat {
     card.append(dl);
     if (p.diff) card.append(diffBlock(p.diff));
     const actions = el("div", "actions");
+    // A denial may say why: the model reads it in the call's result ("use pytest instead").
+    const why = el("input", "reason");
+    why.type = "text";
+    why.maxLength = 2000;
+    why.placeholder = "Why deny? (optional, the model reads it)";
+    why.setAttribute("aria-label", "Reason for denying");
     for (const [decision, label, cls] of [["allow_once", "Allow once", ""], ["allow_always", "Allow always", "secondary"], ["deny", "Deny", "danger"]]) {
       const b = el("button", cls, label);
       b.type = "button";
       b.dataset.decision = decision;
       b.addEventListener("click", () => {
         for (const x of actions.querySelectorAll("button")) x.disabled = true;
-        this.onDecision(p.request_id, decision).catch((e) => {
+        const reason = decision === "deny" && why.value.trim() ? why.value.trim() : undefined;
+        this.onDecision(p.request_id, decision, reason).catch((e) => {
           for (const x of actions.querySelectorAll("button")) x.disabled = false;
           card.append(el("p", "error", e.message));
         });
       });
       actions.append(b);
     }
+    actions.append(why);
     card.append(actions);
     parent.append(card);
     this.approvals.set(p.request_id, card);
@@ -291,6 +299,7 @@ export class Chat {
     card.querySelector("strong").textContent = said;
     card.setAttribute("aria-label", said);
     card.append(badge(p.decision.replace("_", " "), p.decision === "deny" ? "bad" : "ok"));
+    if (p.reason) card.append(el("p", "muted", `said: ${p.reason}`));
   }
 
   on_plan_update(p) {

@@ -416,8 +416,13 @@ impl Turn<'_> {
                 )
                 .await
             {
-                Some(service_ipc::ApprovalDecision::Deny) => {
-                    return ToolResult::denied(format!("{name} {key:?} was denied by the operator"))
+                Some((service_ipc::ApprovalDecision::Deny, reason)) => {
+                    return ToolResult::denied(match reason {
+                        Some(why) => {
+                            format!("{name} {key:?} was denied by the operator, who said: {why}")
+                        }
+                        None => format!("{name} {key:?} was denied by the operator"),
+                    })
                 }
                 Some(_) => {}
                 None => {
@@ -447,7 +452,7 @@ impl Turn<'_> {
         key: &str,
         rule: Option<String>,
         diff: Option<String>,
-    ) -> Option<service_ipc::ApprovalDecision> {
+    ) -> Option<crate::state::Decided> {
         let request_id = uuid::Uuid::new_v4().to_string();
         let decision = self.shared.open_approval(&request_id);
         let sent = self

@@ -117,7 +117,8 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
             ToWorker::ApprovalDecision {
                 request_id,
                 decision,
-            } => shared.deliver_decision(&request_id, decision),
+                reason,
+            } => shared.deliver_decision(&request_id, (decision, reason)),
             ToWorker::SubagentResult {
                 request_id,
                 status,

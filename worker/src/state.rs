@@ -14,6 +14,9 @@ use crate::registry::Registry;
 /// Chunks buffered per model stream before the reader waits for the turn to catch up.
 const MODEL_STREAM_CAPACITY: usize = 256;
 
+/// An operator's answer to a permission request: the decision, and with a denial the reason for the model.
+pub type Decided = (ApprovalDecision, Option<String>);
+
 /// State shared by the dispatch loop and the tasks it starts.
 pub struct Shared {
     /// Configuration from the handshake.
@@ -25,7 +28,7 @@ pub struct Shared {
     /// The builtin and MCP tools.
     pub registry: Registry,
     model_streams: Mutex<HashMap<String, mpsc::Sender<ModelChunk>>>,
-    approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
+    approvals: Mutex<HashMap<String, oneshot::Sender<Decided>>>,
     /// A compacted conversation that arrived while a turn ran, for it to take.
     replacement: Mutex<Option<Vec<ChatMessage>>>,
 }
@@ -63,9 +66,9 @@ impl Shared {
     }
 
     /// Hands a decision to the approval that waits for it.
-    pub fn deliver_decision(&self, request_id: &str, decision: ApprovalDecision) {
+    pub fn deliver_decision(&self, request_id: &str, decided: Decided) {
         if let Some(tx) = lock(&self.approvals).remove(request_id) {
-            let _ = tx.send(decision);
+            let _ = tx.send(decided);
         }
     }
 
@@ -82,7 +85,7 @@ impl Shared {
     }
 
     /// Registers a pending approval; the decision arrives on the returned receiver.
-    pub fn open_approval(&self, request_id: &str) -> oneshot::Receiver<ApprovalDecision> {
+    pub fn open_approval(&self, request_id: &str) -> oneshot::Receiver<Decided> {
         let (tx, rx) = oneshot::channel();
         lock(&self.approvals).insert(request_id.to_string(), tx);
         rx

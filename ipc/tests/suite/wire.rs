@@ -209,10 +209,22 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 turn_id: t(),
                 request_id: "r1".into(),
                 decision: ApprovalDecision::AllowAlways,
+                reason: None,
                 child_session_id: Some("s2".into()),
             },
             json!({"type": "approval_resolved", "payload": {
                 "turn_id": "t1", "request_id": "r1", "decision": "allow_always", "child_session_id": "s2"}}),
+        ),
+        (
+            EventPayload::ApprovalResolved {
+                turn_id: t(),
+                request_id: "r2".into(),
+                decision: ApprovalDecision::Deny,
+                reason: Some("use pytest instead".into()),
+                child_session_id: None,
+            },
+            json!({"type": "approval_resolved", "payload": {
+                "turn_id": "t1", "request_id": "r2", "decision": "deny", "reason": "use pytest instead"}}),
         ),
         (
             EventPayload::SubagentStarted {
@@ -392,6 +404,7 @@ fn every_to_worker() -> Vec<ToWorker> {
         ToWorker::ApprovalDecision {
             request_id: "r".into(),
             decision: ApprovalDecision::Deny,
+            reason: Some("use pytest instead".into()),
         },
         ToWorker::RunCommand {
             exec_id: "e".into(),

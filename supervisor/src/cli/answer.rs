@@ -30,21 +30,22 @@ impl Answer {
         }
     }
 
-    /// This run's answer to a request for `tool` (or "network"), asking on the terminal when it may; `workspace`
-    /// says what the session can see (see [`super::workspace::describe`]).
+    /// This run's answer to a request for `tool` (or "network"), asking on the terminal when it may, with the
+    /// reason a denial gives the model; `workspace` says what the session can see (see
+    /// [`super::workspace::describe`]).
     pub(super) async fn decide(
         self,
         asked: &approvals::Asked,
         workspace: &str,
-    ) -> ApprovalDecision {
+    ) -> (ApprovalDecision, Option<String>) {
         let (tool, summary) = (asked.tool.as_str(), asked.summary.as_str());
         let (tool, scope) = match tool {
             "network" => ("network access to", String::new()),
             tool => (tool, format!(" in {workspace}")),
         };
         match self {
-            Answer::Approve => ApprovalDecision::AllowOnce,
-            Answer::Deny => ApprovalDecision::Deny,
+            Answer::Approve => (ApprovalDecision::AllowOnce, None),
+            Answer::Deny => (ApprovalDecision::Deny, None),
             Answer::DenyNoTerminal => {
                 eprintln!(
                     "denied {} `{}`: agent.yaml asks for approval and there is no terminal to ask on; pass \
@@ -52,7 +53,7 @@ impl Answer {
                     safe(tool),
                     safe(summary)
                 );
-                ApprovalDecision::Deny
+                (ApprovalDecision::Deny, None)
             }
             Answer::AskTerminal => {
                 // The tool's name, summary and diff come from the sandbox: escaped, they cannot redraw the question.
@@ -60,13 +61,13 @@ impl Answer {
                     eprint!("{}", diff_for_terminal(diff));
                 }
                 let question = format!(
-                    "Allow {} `{}`{scope}? [o]nce, [a]lways in this session, [d]eny: ",
+                    "Allow {} `{}`{scope}? [o]nce, [a]lways in this session, [d]eny, [r] deny and say why: ",
                     safe(tool),
                     safe(summary)
                 );
                 tokio::task::spawn_blocking(move || ask(&question))
                     .await
-                    .unwrap_or(ApprovalDecision::Deny)
+                    .unwrap_or((ApprovalDecision::Deny, None))
             }
         }
     }
@@ -93,22 +94,35 @@ pub(super) fn diff_for_terminal(diff: &str) -> String {
     out
 }
 
-/// Asks on the terminal until the answer is one of the three; end of input denies.
-fn ask(question: &str) -> ApprovalDecision {
+/// Asks on the terminal until the answer is one of the four (`r` then asks for the reason); end of input denies.
+fn ask(question: &str) -> (ApprovalDecision, Option<String>) {
     use std::io::Write;
-    loop {
-        eprint!("{question}");
+    let read = |prompt: &str| {
+        eprint!("{prompt}");
         let _ = std::io::stderr().flush();
         let mut line = String::new();
         match std::io::stdin().read_line(&mut line) {
-            Ok(0) | Err(_) => return ApprovalDecision::Deny,
-            Ok(_) => {}
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
         }
+    };
+    loop {
+        let Some(line) = read(question) else {
+            return (ApprovalDecision::Deny, None);
+        };
         match line.trim().to_lowercase().as_str() {
-            "o" | "once" | "y" | "yes" => return ApprovalDecision::AllowOnce,
-            "a" | "always" => return ApprovalDecision::AllowAlways,
-            "d" | "deny" | "n" | "no" => return ApprovalDecision::Deny,
-            _ => eprintln!("please answer o, a or d"),
+            "o" | "once" | "y" | "yes" => return (ApprovalDecision::AllowOnce, None),
+            "a" | "always" => return (ApprovalDecision::AllowAlways, None),
+            "d" | "deny" | "n" | "no" => return (ApprovalDecision::Deny, None),
+            "r" | "reason" => {
+                let why = read("Why (the model reads this): ").unwrap_or_default();
+                let why = why.trim();
+                return (
+                    ApprovalDecision::Deny,
+                    (!why.is_empty()).then(|| why.to_string()),
+                );
+            }
+            _ => eprintln!("please answer o, a, d or r"),
         }
     }
 }

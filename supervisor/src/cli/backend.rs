@@ -199,13 +199,23 @@ impl Backend {
         request_id: &str,
         decision: ApprovalDecision,
     ) -> anyhow::Result<()> {
+        self.resolve_with(request_id, decision, None).await
+    }
+
+    /// Answers a permission request; a denial may say why, for the model to read.
+    pub async fn resolve_with(
+        &self,
+        request_id: &str,
+        decision: ApprovalDecision,
+        reason: Option<String>,
+    ) -> anyhow::Result<()> {
         match self {
             Backend::Local(rt) => rt
-                .resolve_approval(request_id, decision)
+                .resolve_approval_with(request_id, decision, reason)
                 .await
                 .map_err(Into::into),
             Backend::Remote(r) => {
-                let body = json!({"decision": decision});
+                let body = json!({"decision": decision, "reason": reason});
                 r.call(
                     reqwest::Method::POST,
                     &format!("/approvals/{request_id}"),

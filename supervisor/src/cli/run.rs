@@ -536,7 +536,7 @@ async fn follow(
             }
         } else if let Some(asked) = service_supervisor::runtime::approvals::asked(&msg.payload) {
             progress.pause();
-            let decision = tokio::select! {
+            let (decision, reason) = tokio::select! {
                 d = answer.decide(&asked, workspace) => d,
                 _ = sigint.recv() => {
                     // Nothing more will be asked: end the turn and leave with the conventional code.
@@ -546,7 +546,10 @@ async fn follow(
                 }
             };
             progress.resume();
-            if let Err(e) = backend.resolve(&asked.request_id, decision).await {
+            if let Err(e) = backend
+                .resolve_with(&asked.request_id, decision, reason)
+                .await
+            {
                 progress.interject();
                 eprintln!("warning: could not answer the permission request: {e:#}");
             }

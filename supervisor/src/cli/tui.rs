@@ -396,16 +396,30 @@ impl Ui {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         if let Some(a) = self.app.approval.clone() {
             let decision = match key.code {
-                KeyCode::Char('o') => Some(ApprovalDecision::AllowOnce),
-                KeyCode::Char('a') => Some(ApprovalDecision::AllowAlways),
-                KeyCode::Char('d') => Some(ApprovalDecision::Deny),
+                // With `r`, the input line is the reason, until Enter sends it or Esc goes back.
+                KeyCode::Enter if self.app.denying => {
+                    Some((ApprovalDecision::Deny, self.app.take_input()))
+                }
+                KeyCode::Esc if self.app.denying => {
+                    self.app.denying = false;
+                    return;
+                }
+                _ if self.app.denying => None,
+                KeyCode::Char('o') => Some((ApprovalDecision::AllowOnce, None)),
+                KeyCode::Char('a') => Some((ApprovalDecision::AllowAlways, None)),
+                KeyCode::Char('d') => Some((ApprovalDecision::Deny, None)),
+                KeyCode::Char('r') => {
+                    self.app.denying = true;
+                    return;
+                }
                 _ => None,
             };
-            if let Some(decision) = decision {
+            if let Some((decision, reason)) = decision {
+                self.app.denying = false;
                 let backend = self.backend.clone();
                 self.background(async move {
                     backend
-                        .resolve(&a.request_id, decision)
+                        .resolve_with(&a.request_id, decision, reason)
                         .await
                         .map(|()| None)
                 });

@@ -58,6 +58,18 @@ pub enum Reply {
     Supervisor(mpsc::Sender<ApprovalDecision>),
 }
 
+/// The longest denial reason passed on to the model, in characters.
+pub const MAX_REASON_CHARS: usize = 2000;
+
+/// The reason a denial carries to the model: trimmed, cut at [`MAX_REASON_CHARS`], none when empty or with an
+/// allow.
+pub fn reason(decision: ApprovalDecision, reason: Option<String>) -> Option<String> {
+    let text = reason?;
+    let text = text.trim();
+    (decision == ApprovalDecision::Deny && !text.is_empty())
+        .then(|| text.chars().take(MAX_REASON_CHARS).collect())
+}
+
 /// Pending requests and recently closed ids.
 #[derive(Default)]
 pub struct ApprovalStore {

@@ -661,6 +661,18 @@ impl ServiceRuntime {
         request_id: &str,
         decision: ApprovalDecision,
     ) -> Result<()> {
+        self.resolve_approval_with(request_id, decision, None).await
+    }
+
+    /// [`ServiceRuntime::resolve_approval`] with, for a denial, the reason the model reads in the call's result
+    /// (cut at [`approvals::MAX_REASON_CHARS`]; ignored with an allow).
+    pub async fn resolve_approval_with(
+        &self,
+        request_id: &str,
+        decision: ApprovalDecision,
+        reason: Option<String>,
+    ) -> Result<()> {
+        let reason = approvals::reason(decision, reason);
         let pending = match self.inner.approvals.take(request_id) {
             Err(RuntimeError::ApprovalNotFound(_)) if self.inner.store.shared() => {
                 return Err(self.approval_elsewhere(request_id).await);
@@ -683,6 +695,7 @@ impl ServiceRuntime {
             turn_id: pending.turn_id,
             request_id: request_id.to_string(),
             decision,
+            reason: reason.clone(),
             child_session_id: None,
         });
         let sent = match pending.reply {
@@ -690,6 +703,7 @@ impl ServiceRuntime {
                 .send(ToWorker::ApprovalDecision {
                     request_id: request_id.to_string(),
                     decision,
+                    reason,
                 })
                 .await
                 .is_ok(),

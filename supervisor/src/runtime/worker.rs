@@ -387,6 +387,7 @@ impl Actor {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
                         request_id,
                         decision: service_ipc::ApprovalDecision::AllowAlways,
+                        reason: None,
                     });
                     return Ok(());
                 }

@@ -121,6 +121,11 @@ pub struct CommandResult {
 pub struct DecisionRequest {
     /// `allow_once`, `allow_always` or `deny`.
     pub decision: ApprovalDecision,
+    /// With `deny`: why, in words the model reads in the call's result ("use pytest instead"); at most 2000
+    /// characters are passed on.
+    #[serde(default)]
+    #[schema(max_length = 8000)]
+    pub reason: Option<String>,
 }
 
 /// The answer to a decision.

@@ -343,7 +343,9 @@ pub async fn resolve_approval(
     ApiPath(request_id): ApiPath<String>,
     ApiJson(req): ApiJson<DecisionRequest>,
 ) -> ApiResult<Json<DecisionResult>> {
-    st.rt.resolve_approval(&request_id, req.decision).await?;
+    st.rt
+        .resolve_approval_with(&request_id, req.decision, req.reason)
+        .await?;
     Ok(Json(DecisionResult {
         request_id,
         decision: req.decision,

@@ -74,8 +74,10 @@ pub struct App {
     pub history: Vec<String>,
     /// Position while browsing history (None when editing a new line).
     pub history_pos: Option<usize>,
-    /// A request waiting for o / a / d.
+    /// A request waiting for o / a / d / r.
     pub approval: Option<Approval>,
+    /// The input line is the reason for denying `approval` (after `r`), sent with Enter.
+    pub denying: bool,
     /// Show reasoning in full.
     pub show_reasoning: bool,
     /// Lines scrolled up from the bottom of the transcript.
@@ -120,6 +122,7 @@ impl App {
             history: Vec::new(),
             history_pos: None,
             approval: None,
+            denying: false,
             show_reasoning: false,
             scroll: 0,
             bundle: bundle.into(),
@@ -379,6 +382,7 @@ impl App {
             EventPayload::ApprovalResolved {
                 request_id,
                 decision,
+                reason,
                 ..
             } => {
                 if self
@@ -387,11 +391,13 @@ impl App {
                     .is_some_and(|a| &a.request_id == request_id)
                 {
                     self.approval = None;
+                    self.denying = false;
                 }
-                let word = match decision {
-                    ApprovalDecision::AllowOnce => "allowed once",
-                    ApprovalDecision::AllowAlways => "allowed for this session",
-                    ApprovalDecision::Deny => "denied",
+                let word = match (decision, reason) {
+                    (ApprovalDecision::AllowOnce, _) => "allowed once".to_string(),
+                    (ApprovalDecision::AllowAlways, _) => "allowed for this session".to_string(),
+                    (ApprovalDecision::Deny, None) => "denied".to_string(),
+                    (ApprovalDecision::Deny, Some(why)) => format!("denied: {why}"),
                 };
                 // Said with the call it was about, above its result, rather than after it.
                 let call = self.asked_calls.remove(request_id);

@@ -341,7 +341,11 @@ fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     let mut lines = vec![Line::from(vec![
         Span::styled(question, Style::default().add_modifier(Modifier::BOLD)),
         Span::styled(
-            "[o] once  [a] always  [d] deny",
+            if app.denying {
+                "type why, then Enter to deny (Esc: back)"
+            } else {
+                "[o] once  [a] always  [d] deny  [r] deny, saying why"
+            },
             Style::default().fg(Color::Yellow),
         ),
     ])];
@@ -621,6 +625,7 @@ mod tests {
             turn_id: "t".into(),
             request_id: "r".into(),
             decision: service_ipc::ApprovalDecision::AllowOnce,
+            reason: None,
             child_session_id: None,
         }));
         assert!(app.approval.is_none());
@@ -677,6 +682,7 @@ mod tests {
             turn_id: "t".into(),
             request_id: "r".into(),
             decision: service_ipc::ApprovalDecision::AllowOnce,
+            reason: None,
             child_session_id: None,
         }));
         app.apply(&ev(EventPayload::ExecCommandBegin {

@@ -2,6 +2,7 @@ mod a2a;
 mod a2a_calls;
 mod acp;
 mod acp_projects;
+mod approval_reasons;
 mod approvals;
 mod browser;
 mod builtin_coder;

@@ -339,12 +339,14 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
         EventPayload::ApprovalResolved {
             request_id,
             decision,
+            reason,
             child_session_id,
             ..
         } => Some(EventPayload::ApprovalResolved {
             turn_id: call.turn_id.clone(),
             request_id,
             decision,
+            reason,
             child_session_id: asker(child_session_id),
         }),
         _ => None,

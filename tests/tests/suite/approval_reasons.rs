@@ -1,0 +1,103 @@
+//! A denial with a reason: the operator says why ("use pytest instead") and the model reads it in the call's
+//! result, from every front end that can carry text: `POST /approvals/{id}` with `reason`, `r` on `run`'s terminal
+//! question, and `r` in the TUI. The reason is cut at 2000 characters, and ignored with an allow.
+
+use serde_json::json;
+use tempfile::TempDir;
+
+use super::http_client::{task, Api};
+use super::support::{write_bundle, Env, Server};
+use super::tmux::Tmux;
+
+const SCRIPT: &str = r#"{turns: [{replies: [
+  {tool_calls: [{name: "Bash", arguments: {command: "python -m unittest"}}]},
+  {text: "the model read: {{last_tool_output}}"},
+]}]}"#;
+
+fn bundle(dir: &std::path::Path) {
+    write_bundle(
+        dir,
+        SCRIPT,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, action: ask }\n",
+        "read_only",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_denial_carries_its_reason_to_the_model_cut_at_its_bound() {
+    let (home, dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    bundle(dir.path());
+    let api = Api::new(Server::start(home.path(), &[], &[]));
+    let id = api.session(dir.path().to_str().unwrap()).await;
+    for (reason, expected) in [
+        (
+            "use pytest instead".to_string(),
+            "use pytest instead".to_string(),
+        ),
+        ("x".repeat(5000), "x".repeat(2000)),
+    ] {
+        let mut events = api.events(&id, None).await;
+        let (status, _) = api
+            .post(
+                &format!("/sessions/{id}/run"),
+                json!({"input": task("test it")}),
+            )
+            .await;
+        assert_eq!(status, 202);
+        let asked = events.until("permission_requested").await;
+        let request = asked.last().unwrap().1["payload"]["payload"]["request_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (status, body) = api
+            .post(
+                &format!("/approvals/{request}"),
+                json!({"decision": "deny", "reason": reason}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let resolved = events.until("approval_resolved").await;
+        assert_eq!(
+            resolved.last().unwrap().1["payload"]["payload"]["reason"],
+            expected.as_str()
+        );
+        let done = events.until("turn_completed").await;
+        let answer = done.last().unwrap().1["payload"]["payload"]["final_message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            answer.contains(&format!("who said: {expected}")),
+            "{answer}"
+        );
+        assert!(!answer.contains(&"x".repeat(2001)), "cut at 2000");
+    }
+}
+
+#[test]
+fn on_runs_terminal_r_asks_why_and_the_model_reads_it() {
+    let env = Env::new();
+    bundle(&env.path("b"));
+    let tmux = Tmux::service_rs(&env, "run ./b 'test it'; echo RUN-EXITED-$?; sleep 30");
+    tmux.wait_for("[r] deny and s");
+    tmux.type_line("r");
+    tmux.wait_for("Why (the model reads this):");
+    tmux.type_line("use pytest instead");
+    tmux.wait_for("who said: use pytest instead");
+    tmux.wait_for("RUN-EXITED-0");
+}
+
+#[test]
+fn in_the_tui_r_takes_the_input_line_as_the_reason() {
+    let env = Env::new();
+    bundle(&env.path("b"));
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./b");
+    tmux.wait_for("sandbox read_only");
+    tmux.type_line("test it");
+    tmux.wait_for("[r] deny, saying why");
+    tmux.keys(&["r"]);
+    tmux.wait_for("type why, then Enter to deny");
+    tmux.type_line("use pytest instead");
+    tmux.wait_for("permission denied: use pytest instead");
+    tmux.wait_for("who said: use pytest instead");
+}
