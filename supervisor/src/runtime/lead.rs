@@ -174,7 +174,7 @@ impl Led {
                 let request = request(self.model.clone(), &self.turn_id, query);
                 model_call::stream(&self.rt, &self.session, request)
             }
-            FirstCall::Made(ahead) => ahead.stream(&self.session),
+            FirstCall::Made(ahead) => ahead.stream(&self.rt, &self.session),
         };
         let mut reply = Reply::default();
         loop {

@@ -115,8 +115,8 @@ pub struct RuntimeOptions {
     /// How deep subagents may nest (`max_subagent_depth` in config.toml): 1 lets a session start subagents that
     /// cannot start their own; 0 turns subagents off.
     pub max_subagent_depth: u32,
-    /// Count every model call's tokens against its session's tenant, and stop a turn whose tenant passes its daily
-    /// tokens (`serve`; local commands keep only the session's own count).
+    /// Stop a turn whose tenant passes its daily tokens (`serve`). Every runtime counts what turns spend in the
+    /// store's usage ledger.
     pub tenant_ledger: bool,
     /// When the files store flushes a turn's end to disk (`turn_flush` in config.toml; `serve` hands it to the
     /// PostgreSQL store too).
@@ -407,11 +407,9 @@ impl ServiceRuntime {
         Ok(session)
     }
 
-    /// Keeps `session` among the live ones, its turns counted in the tenants' ledger where this runtime keeps it.
+    /// Keeps `session` among the live ones, its turns counted in the store's usage ledger.
     fn keep_live(&self, session: &Arc<Session>) {
-        if self.inner.options.tenant_ledger {
-            let _ = session.ledger.set(self.inner.tenancy.clone());
-        }
+        let _ = session.ledger.set(self.inner.tenancy.clone());
         self.sessions().insert(session.id.clone(), session.clone());
     }
 

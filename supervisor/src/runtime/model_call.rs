@@ -234,7 +234,11 @@ impl Ahead {
 
     /// The call's chunks, now that `session` runs its turn: retries heard so far are journaled as the stream
     /// reaches them, as [`stream`] journals them. Dropping the stream abandons the call.
-    pub(super) fn stream(self, session: &Arc<Session>) -> BoxStream<'static, ModelChunk> {
+    pub(super) fn stream(
+        self,
+        rt: &Arc<Inner>,
+        session: &Arc<Session>,
+    ) -> BoxStream<'static, ModelChunk> {
         let Ahead {
             turn_id,
             began,
@@ -242,7 +246,7 @@ impl Ahead {
             heard,
             call,
         } = self;
-        let session = session.clone();
+        let (session, rt) = (session.clone(), rt.clone());
         // Made now that the turn's own span exists, dated from when the call went out.
         let mut traced = crate::telemetry::traces()
             .map(|t| t.chat(&turn_id, &model.provider, &model.name, began));
@@ -253,6 +257,9 @@ impl Ahead {
                 futures::future::ready(match heard {
                     Heard::Chunk(chunk) => {
                         count(&session, &turn_id, &chunk);
+                        if let ModelChunk::Done { usage } = &chunk {
+                            super::quota::count(&rt, &session, &model, usage);
+                        }
                         if let Some(span) = traced.as_mut() {
                             span.saw(&chunk);
                         }

@@ -1,8 +1,9 @@
 //! Tenants' daily tokens, as model calls finish: each call's tokens go to its tenant's ledger, and a turn whose
 //! tenant has passed `tokens_per_day` stops once the call that passed it has finished, with `quota_exceeded`.
 //!
-//! Only a runtime with `RuntimeOptions::tenant_ledger` (`serve`) counts. A turn's tool calls and times are counted
-//! as it ends (`Session::finish_turn`). The limit is checked before each call and
+//! Every runtime counts, so `service-rs usage` sees the turns of every front end (`run`, the TUI, ACP, `mcp serve`,
+//! `serve`) in one ledger per store; only one with `RuntimeOptions::tenant_ledger` (`serve`) enforces the quota. A
+//! turn's tool calls and times are counted as it ends (`Session::finish_turn`). The limit is checked before each call and
 //! as each call ends: the call's end then reaches the turn as a failure, so the tools it asked for do not run.
 
 use service_ipc::{ModelChunk, Usage};
@@ -37,15 +38,13 @@ fn message(tenant: &str, (limit, spent): (u64, u64)) -> String {
     )
 }
 
-/// Counts a finished call of `model` against the session's tenant, in a runtime that keeps the ledger.
+/// Counts a finished call of `model` against the session's tenant.
 pub(super) fn count(rt: &Inner, session: &Session, model: &service_ipc::ModelRef, usage: &Usage) {
-    if rt.options.tenant_ledger {
-        let tenant = session.tenant();
-        let name = crate::tenancy::usage::model_name(model);
-        rt.tenancy
-            .count(&tenant, &name, &session.bundle.reference(), usage);
-        rt.metrics.count_tokens(&tenant, model, usage);
-    }
+    let tenant = session.tenant();
+    let name = crate::tenancy::usage::model_name(model);
+    rt.tenancy
+        .count(&tenant, &name, &session.bundle.reference(), usage);
+    rt.metrics.count_tokens(&tenant, model, usage);
 }
 
 /// The chunk that refuses a call of `session`'s turn when its tenant has spent its day; None: the call may go.

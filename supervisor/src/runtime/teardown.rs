@@ -94,6 +94,8 @@ impl ServiceRuntime {
             self.inner.store.release(&session.id).await;
         }
         settle_checkpoints(&sessions).await;
+        // What the turns spent is in the ledger before the process ends.
+        self.inner.tenancy.flush().await;
         cgroups
     }
 
@@ -105,6 +107,7 @@ impl ServiceRuntime {
             self.stop_session(s, reason).await;
         }
         settle_checkpoints(&sessions).await;
+        self.inner.tenancy.flush().await;
     }
 }
 

@@ -71,3 +71,34 @@ fn a_turn_reports_the_tokens_calls_and_context_the_supervisor_counted() {
         lines[0]
     );
 }
+
+#[test]
+fn usage_counts_the_turns_of_local_runs_by_bundle_and_day() {
+    let env = Env::new();
+    super::support::write_bundle(
+        &env.path("b"),
+        r#"{turns: [{replies: [{text: "counted"}]}]}"#,
+        "",
+        "read_only",
+    );
+    env.run(&["build", "b"]).ok();
+    for prompt in ["one", "two"] {
+        assert!(env
+            .run(&["run", "fixture", prompt])
+            .ok()
+            .contains("counted"));
+    }
+    let report = env
+        .run(&["usage", "--group-by", "bundle,day", "--json"])
+        .json();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(rows[0]["bundle"], "local/fixture:1.0.0", "{report}");
+    assert_eq!(rows[0]["turns"], 2, "{report}");
+    assert_eq!(rows[0]["model_calls"], 2, "{report}");
+    let created = env.run(&["sessions", "--json"]).json()[0]["created_at"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(rows[0]["day"], &created[..10], "{report}");
+}

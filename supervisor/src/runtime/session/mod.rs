@@ -107,7 +107,7 @@ pub struct Session {
     pub(crate) checkpoints: std::sync::OnceLock<Option<Arc<crate::checkpoint::Checkpoints>>>,
     /// Its subagents that may run at once (see `runtime::subagents`).
     pub(crate) subagent_slots: Arc<tokio::sync::Semaphore>,
-    /// The tenants' ledger its ended turns are counted in, in a runtime that keeps one.
+    /// The usage ledger its ended turns are counted in.
     pub(crate) ledger: std::sync::OnceLock<Arc<crate::tenancy::Tenancy>>,
     /// Where its worker's cgroups count CPU time, and what of it a turn already counted.
     sandbox_cpu: Mutex<(
