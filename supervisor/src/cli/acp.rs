@@ -138,6 +138,19 @@ impl Sessions for RemoteSessions {
         self.0.interrupt(id).await.map_err(remote_error)
     }
 
+    async fn discard_unused(&self, made: &[String]) {
+        for id in made {
+            let unused = self
+                .0
+                .find_session(id)
+                .await
+                .is_ok_and(|r| r.turn_count == 0 && r.active_turn.is_none());
+            if unused {
+                let _ = self.0.delete(id).await;
+            }
+        }
+    }
+
     /// The sessions stay on the server; their workers are the server's to stop when idle.
     async fn shutdown(&self, _reason: &str) {}
 }

@@ -75,6 +75,10 @@ pub struct ServeArgs {
     /// away from its workspace. `0` leaves it to --idle-timeout.
     #[arg(long, value_parser = humantime::parse_duration)]
     empty_idle_timeout: Option<Duration>,
+    /// Delete a session that has waited this long for its first turn (made by a console "Create" or a client that
+    /// gave up). `0` keeps them.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    unused_session_timeout: Duration,
     /// Run every session worker on the host with no confinement, and accept danger_full_access bundles.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
@@ -272,6 +276,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
             .or((!clustered).then_some(server::DEFAULT_EMPTY_IDLE_TIMEOUT))
             .filter(|t| !t.is_zero()),
     };
+    options.unused_sessions = Some(args.unused_session_timeout).filter(|t| !t.is_zero());
     let token_file = home.token_file();
     let keeps_token = matches!(options.auth, Auth::Generated { .. });
     // One server per files store: a second would share its sessions without knowing of the first's workers.

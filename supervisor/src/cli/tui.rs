@@ -90,6 +90,8 @@ pub fn run(home: ServiceHome, args: TuiArgs) -> anyhow::Result<ExitCode> {
     )?;
     super::tokio()?.block_on(async move {
         let result = session_loop(Backend::Local(rt.clone()), &args, defaults).await;
+        // A session opened and left without a prompt is not kept.
+        rt.delete_unused_made_here().await;
         rt.shutdown("the TUI closed").await;
         result
     })

@@ -70,6 +70,8 @@ pub trait Sessions: Send + Sync + 'static {
     async fn resolve(&self, request_id: &str, decision: ApprovalDecision) -> Result<()>;
     /// Interrupts the session's running turn.
     async fn interrupt(&self, id: &str) -> Result<()>;
+    /// Deletes those of `made` (sessions this facade made) that never ran a turn: the client has gone.
+    async fn discard_unused(&self, made: &[String]);
     /// Stops every worker this facade started (the client has gone).
     async fn shutdown(&self, reason: &str);
 }
@@ -127,6 +129,14 @@ impl Sessions for ServiceRuntime {
     async fn interrupt(&self, id: &str) -> Result<()> {
         ServiceRuntime::interrupt(self, id).await.map(drop)?;
         Ok(())
+    }
+
+    async fn discard_unused(&self, made: &[String]) {
+        for id in made {
+            if let Err(e) = self.delete_if_unused(id).await {
+                tracing::debug!(session = %id, "not deleted at exit: {e}");
+            }
+        }
     }
 
     async fn shutdown(&self, reason: &str) {

@@ -46,6 +46,8 @@ pub mod store;
 pub(crate) mod subagents;
 mod sweep;
 mod teardown;
+mod tidy;
+pub use tidy::UNUSED_AFTER as UNUSED_SESSIONS_AFTER;
 mod turns;
 pub mod worker;
 mod worker_process;

@@ -366,6 +366,9 @@ pub struct ServeOptions {
     pub limits: listener::ConnLimits,
     /// When idle workers and spares are stopped (`--idle-timeout`, `--empty-idle-timeout`).
     pub idle: crate::runtime::IdleTimeouts,
+    /// How long a session may wait for its first turn before it is deleted (`--unused-session-timeout`); None
+    /// keeps them.
+    pub unused_sessions: Option<Duration>,
     /// This node's id and the cluster token, when nodes share a store.
     pub cluster: Option<forward::Cluster>,
     /// The base URL clients reach this server at, when it is not `http://` and the bound address.
@@ -388,6 +391,7 @@ impl ServeOptions {
                 max_connections: 1024,
                 header_read_timeout: Duration::from_secs(10),
             },
+            unused_sessions: Some(crate::runtime::UNUSED_SESSIONS_AFTER),
             idle: crate::runtime::IdleTimeouts {
                 any: Some(DEFAULT_IDLE_TIMEOUT),
                 empty: Some(DEFAULT_EMPTY_IDLE_TIMEOUT),
@@ -398,10 +402,11 @@ impl ServeOptions {
     }
 }
 
-/// Stops idle workers every `tick` until `shutdown`.
+/// Stops idle workers and deletes sessions left unused for `unused` every `tick` until `shutdown`.
 async fn reap_idle(
     rt: ServiceRuntime,
     idle: crate::runtime::IdleTimeouts,
+    unused: Option<Duration>,
     tick: Duration,
     shutdown: CancellationToken,
 ) {
@@ -411,6 +416,9 @@ async fn reap_idle(
         tokio::select! {
             _ = tick.tick() => {
                 rt.reap_idle(idle).await;
+                if let Some(after) = unused {
+                    rt.delete_unused(after).await;
+                }
             }
             _ = shutdown.cancelled() => return,
         }
@@ -478,8 +486,21 @@ pub async fn serve(
         "service-rs serving"
     );
     ready(bound, token.as_deref().filter(|_| generated));
-    if let Some(tick) = options.idle.tick() {
-        tokio::spawn(reap_idle(rt.clone(), options.idle, tick, shutdown.clone()));
+    let unused_tick = options
+        .unused_sessions
+        .map(|after| (after / 10).clamp(Duration::from_millis(100), Duration::from_secs(60)));
+    let tick = match (options.idle.tick(), unused_tick) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(tick) = tick {
+        tokio::spawn(reap_idle(
+            rt.clone(),
+            options.idle,
+            options.unused_sessions,
+            tick,
+            shutdown.clone(),
+        ));
     }
     let app = router(state);
     let graceful = async move {

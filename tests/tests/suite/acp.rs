@@ -713,3 +713,28 @@ fn a_taken_over_worker_cannot_write_frames_to_the_editor() {
         "a worker's frame reached the editor: {stdout}"
     );
 }
+
+#[test]
+fn a_session_made_on_a_connection_and_never_prompted_goes_with_the_connection() {
+    let Some(python) = sdk_python() else { return };
+    let p = project();
+    let out = p.local(
+        &python,
+        json!([
+            {"op": "initialize"},
+            {"op": "new", "cwd": p.cwd()},
+            {"op": "new", "cwd": p.cwd()}, {"op": "prompt", "text": "look at the notes"},
+        ]),
+    );
+    let used = out[2]["result"]["sessionId"].as_str().unwrap();
+    let left: Vec<String> = p
+        .env
+        .run(&["sessions", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left, [used], "only the prompted session stays");
+}

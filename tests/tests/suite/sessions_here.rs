@@ -158,3 +158,57 @@ fn show_diff_and_rewind_take_the_last_session_of_this_directory() {
     let neither = run_in(&env, &one, &["sessions", "show"]);
     assert!(String::from_utf8_lossy(&neither.stderr).contains("--last"));
 }
+
+#[test]
+fn a_tui_session_left_without_a_prompt_is_not_kept_and_one_with_a_turn_is() {
+    let (env, one, _) = setup();
+    let tmux = super::tmux::Tmux::start(&format!(
+        "cd {} && env SERVICE_HOME={} {} tui --bundle fixture; echo TUI-EXITED-$?; sleep 30",
+        one.display(),
+        env.home.path().display(),
+        super::support::binary().display()
+    ));
+    tmux.wait_for("new session");
+    tmux.type_line("/quit");
+    tmux.wait_for("TUI-EXITED-0");
+    assert!(listed(&env, &one, &["sessions", "--json"]).is_empty());
+
+    let tmux = super::tmux::Tmux::start(&format!(
+        "cd {} && env SERVICE_HOME={} {} tui --bundle fixture; echo TUI-EXITED-$?; sleep 30",
+        one.display(),
+        env.home.path().display(),
+        super::support::binary().display()
+    ));
+    tmux.wait_for("new session");
+    tmux.type_line("kept");
+    tmux.wait_for("you said kept");
+    tmux.type_line("/quit");
+    tmux.wait_for("TUI-EXITED-0");
+    assert_eq!(listed(&env, &one, &["sessions", "--json"]).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_deletes_a_session_that_waited_too_long_for_its_first_turn() {
+    let (env, _, _) = setup();
+    let api = super::http_client::Api::new(super::support::Server::start(
+        env.home.path(),
+        &["--unused-session-timeout", "1s"],
+        &[],
+    ));
+    let bundle = env.path("b");
+    let unused = api.session(bundle.to_str().unwrap()).await;
+    let used = api.session(bundle.to_str().unwrap()).await;
+    assert_eq!(api.answer(&used, "hi").await, "you said hi");
+    super::support::wait_until(
+        std::time::Duration::from_secs(15),
+        || !env.home.path().join("sessions").join(&unused).exists(),
+        || "the unused session is still there".to_string(),
+    );
+    let (status, _) = api.get(&format!("/sessions/{unused}")).await;
+    assert_eq!(status, 404);
+    let (status, record) = api.get(&format!("/sessions/{used}")).await;
+    assert_eq!(
+        (status, &record["turn_count"]),
+        (200, &serde_json::json!(1))
+    );
+}

@@ -104,6 +104,8 @@ struct Acp {
     sessions: Arc<dyn Sessions>,
     options: AcpOptions,
     open: Mutex<HashMap<String, Arc<Open>>>,
+    /// The sessions `session/new` made on this connection: those that never ran a turn go with it.
+    made: Mutex<Vec<String>>,
 }
 
 impl Acp {
@@ -149,6 +151,7 @@ pub async fn serve(
         sessions: sessions.clone(),
         options,
         open: Mutex::new(HashMap::new()),
+        made: Mutex::new(Vec::new()),
     });
     // Each handler holds its own handle on the state.
     let on = || acp.clone();
@@ -261,6 +264,8 @@ pub async fn serve(
             tracing::debug!(session = %id, "interrupt at exit: {e}");
         }
     }
+    let made = std::mem::take(&mut *lock(&acp.made));
+    sessions.discard_unused(&made).await;
     sessions.shutdown("acp client gone").await;
     served
 }

@@ -49,6 +49,7 @@ impl Acp {
         };
         let mode = Mode::from(self.options.approvals);
         self.keep_open(&record, mode);
+        super::lock(&self.made).push(record.id.clone());
         responder.respond(NewSessionResponse::new(record.id.clone()).modes(modes(mode)))?;
         self.announce_commands(&record, &cx).await
     }

@@ -109,6 +109,8 @@ pub struct Session {
     pub(crate) subagent_slots: Arc<tokio::sync::Semaphore>,
     /// The usage ledger its ended turns are counted in.
     pub(crate) ledger: std::sync::OnceLock<Arc<crate::tenancy::Tenancy>>,
+    /// This process made it (rather than loading it): its front end may delete it unused (see `runtime::tidy`).
+    pub(crate) made_here: std::sync::atomic::AtomicBool,
     /// Where its worker's cgroups count CPU time, and what of it a turn already counted.
     sandbox_cpu: Mutex<(
         Option<crate::sandbox::limits::CpuCounter>,
@@ -205,6 +207,11 @@ impl Session {
             Ok(()) => Self::assemble(store, dir.clone(), bundle, record, metrics).await,
             Err(e) => Err(e),
         };
+        if let Ok(session) = &made {
+            session
+                .made_here
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if made.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -301,6 +308,7 @@ impl Session {
                 crate::runtime::subagents::MAX_RUNNING,
             )),
             ledger: std::sync::OnceLock::new(),
+            made_here: std::sync::atomic::AtomicBool::new(false),
             sandbox_cpu: Mutex::default(),
             synced: std::sync::atomic::AtomicBool::new(false),
         }))
