@@ -7,7 +7,7 @@ use service_ipc::EventPayload;
 use super::backend::Backend;
 use super::term_text::Output;
 
-/// The session `prefix` names, with its turns' prompts in order.
+/// The session `prefix` names, with its turns' prompts in order: every turn the journal holds.
 async fn turns(
     backend: &Backend,
     prefix: &str,
@@ -22,6 +22,20 @@ async fn turns(
         })
         .collect();
     Ok((record.id, events, prompts))
+}
+
+/// How many turns the conversation of `events` holds now: a rewind of the conversation cut those after it (the
+/// turns `rewind` and `fork` number).
+fn in_conversation(events: &[service_ipc::EventMsg]) -> usize {
+    events.iter().fold(0, |turns, e| match &e.payload {
+        EventPayload::TurnStarted { .. } => turns + 1,
+        EventPayload::SessionRewound {
+            to_turn,
+            conversation: true,
+            ..
+        } => (*to_turn as usize).saturating_sub(1).min(turns),
+        _ => turns,
+    })
 }
 
 /// `--turn N` checked against a session of `count` turns; negative counts from the end (-1 is the last).
@@ -124,8 +138,8 @@ pub async fn rewind(
     scope: (bool, bool),
     force: bool,
 ) -> anyhow::Result<ExitCode> {
-    let (id, _, prompts) = turns(backend, prefix).await?;
-    let n = turn_number(&id, turn, prompts.len())?;
+    let (id, events, _) = turns(backend, prefix).await?;
+    let n = turn_number(&id, turn, in_conversation(&events))?;
     let (files, conversation) = match scope {
         (false, false) => (true, true),
         other => other,
@@ -155,9 +169,9 @@ pub async fn rewind(
 
 /// `sessions fork`.
 pub async fn fork(backend: &Backend, prefix: &str, turn: Option<i64>) -> anyhow::Result<ExitCode> {
-    let (id, _, prompts) = turns(backend, prefix).await?;
+    let (id, events, _) = turns(backend, prefix).await?;
     let n = turn
-        .map(|t| turn_number(&id, t, prompts.len()))
+        .map(|t| turn_number(&id, t, in_conversation(&events)))
         .transpose()?;
     let done = backend.fork(&id, n).await?;
     let child = done["session"]["id"].as_str().unwrap_or_default();

@@ -153,9 +153,8 @@ enum SessionsCommand {
     /// session with its own workspace gives the fork a copy of its files as they were then; one working in a host
     /// directory shares it.
     Fork {
-        /// Session id, or the start of one.
-        #[arg(add = super::complete::sessions())]
-        id: String,
+        #[command(flatten)]
+        which: Which,
         /// The turn to fork before: 1 is the first, -1 the last.
         #[arg(long, allow_hyphen_values = true)]
         turn: Option<i64>,
@@ -220,7 +219,8 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
                 let id = which.id(&backend).await?;
                 super::history::rewind(&backend, &id, turn, scope, force).await
             }
-            Some(SessionsCommand::Fork { id, turn }) => {
+            Some(SessionsCommand::Fork { which, turn }) => {
+                let id = which.id(&backend).await?;
                 super::history::fork(&backend, &id, turn).await
             }
             Some(SessionsCommand::Delete { ids }) => delete(&backend, &ids).await,

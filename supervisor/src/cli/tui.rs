@@ -133,6 +133,8 @@ struct Ui {
     approvals: service_supervisor::config_file::Approvals,
     /// The model of every session's turns unless /model says otherwise (`default_model`).
     default_model: Option<String>,
+    /// Model prices from config.toml, for /cost.
+    prices: std::collections::BTreeMap<String, service_supervisor::tenancy::usage::Price>,
     /// The turn a Ctrl-C interrupted: another Ctrl-C while it runs quits.
     interrupted: Option<String>,
 }
@@ -476,6 +478,7 @@ async fn session_loop(
         cwd: None,
         approvals: defaults.approvals,
         default_model: defaults.default_model.clone(),
+        prices: defaults.prices.clone(),
         workspace: match &backend {
             // Attaching, a directory that cannot be a workspace (the home directory) only leaves /new a fresh one.
             Backend::Local(_) if args.session.is_some() || args.resume => {

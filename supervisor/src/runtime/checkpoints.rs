@@ -246,27 +246,35 @@ pub(crate) fn after_turn(
 }
 
 impl ServiceRuntime {
-    /// The session's turns in journal order.
+    /// The turns of the session's conversation as it is now, in journal order.
     async fn turns_of(&self, session: &Session) -> Result<Vec<TurnMark>> {
         let events = session
             .journal
             .read_range(0, session.journal.last_seq())
             .await?;
-        Ok(events
-            .iter()
-            .filter_map(|p| match &p.msg.payload {
+        // The turns of the conversation as it is: a rewind of the conversation cut the ones after it (the journal
+        // keeps them, but they are no longer what the model sees).
+        let mut turns = Vec::new();
+        for p in &events {
+            match &p.msg.payload {
                 EventPayload::TurnStarted {
                     turn_id,
                     history_mark,
                     ..
-                } => Some(TurnMark {
+                } => turns.push(TurnMark {
                     seq: p.seq,
                     turn_id: turn_id.clone(),
                     history_mark: *history_mark,
                 }),
-                _ => None,
-            })
-            .collect())
+                EventPayload::SessionRewound {
+                    to_turn,
+                    conversation: true,
+                    ..
+                } => turns.truncate((*to_turn as usize).saturating_sub(1)),
+                _ => {}
+            }
+        }
+        Ok(turns)
     }
 
     /// The turn numbered `turn` (from 1) of `turns`.

@@ -158,7 +158,7 @@ pub struct Price {
 
 impl Price {
     /// What `spent`'s tokens cost.
-    fn cost(&self, spent: &Spent) -> f64 {
+    pub fn cost(&self, spent: &Spent) -> f64 {
         let cached = spent.cached_tokens.min(spent.input_tokens);
         let fresh = spent.input_tokens - cached;
         (fresh as f64 * self.input

@@ -36,6 +36,8 @@ pub enum Slash {
     Rewind(Option<u64>),
     /// `/fork [N]`: a new session as this one was before turn N (now without N), opened.
     Fork(Option<u64>),
+    /// `/cost`: what this session has spent.
+    Cost,
     /// `/clear`: clear the transcript view.
     Clear,
     /// `/quit`.
@@ -75,6 +77,10 @@ pub const HELP: &[(&str, &str)] = &[
     (
         "/compact [focus]",
         "summarise the older turns now, keeping the last ones; the focus says what to keep above all",
+    ),
+    (
+        "/cost",
+        "what this session has spent: tokens, steps, tool calls, and cost at config.toml's price",
     ),
     ("/clear", "clear the transcript view"),
     (
@@ -116,6 +122,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "model" => Slash::Model(needs("provider/name")?),
         "cwd" => Slash::Cwd(needs("a directory")?),
         "clear" => Slash::Clear,
+        "cost" => Slash::Cost,
         "diff" => Slash::Diff,
         "compact" => Slash::Compact(Some(arg.to_string()).filter(|a| !a.is_empty())),
         "rewind" | "fork" => {

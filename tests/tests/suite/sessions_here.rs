@@ -212,3 +212,61 @@ async fn serve_deletes_a_session_that_waited_too_long_for_its_first_turn() {
         (200, &serde_json::json!(1))
     );
 }
+
+#[test]
+fn after_a_rewind_of_the_conversation_fork_and_rewind_count_the_turns_that_are_there() {
+    let (env, one, _) = setup();
+    assert!(run_in(&env, &one, &["run", "fixture", "first"])
+        .status
+        .success());
+    for prompt in ["second", "third"] {
+        let next = run_in(&env, &one, &["run", "--continue", "fixture", prompt]);
+        assert!(
+            next.status.success(),
+            "{}",
+            String::from_utf8_lossy(&next.stderr)
+        );
+    }
+    let cut = run_in(
+        &env,
+        &one,
+        &[
+            "sessions",
+            "rewind",
+            "--last",
+            "--turn",
+            "2",
+            "--conversation",
+        ],
+    );
+    assert!(
+        cut.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cut.stderr)
+    );
+    let forked = run_in(&env, &one, &["sessions", "fork", "--last"]);
+    let said = String::from_utf8_lossy(&forked.stdout);
+    assert!(
+        said.contains(": 1 turns inherited"),
+        "{said}{}",
+        String::from_utf8_lossy(&forked.stderr)
+    );
+    // Turn 2 is no longer there to go back to.
+    let again = run_in(
+        &env,
+        &one,
+        &[
+            "sessions",
+            "rewind",
+            "--last",
+            "--turn",
+            "2",
+            "--conversation",
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("valid turns are 1..1"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}

@@ -313,3 +313,33 @@ fn rewind_in_the_tui_picks_a_turn_and_fork_opens_the_session_as_it_was() {
     tmux.type_line("/fork 1");
     tmux.wait_for("0 turns inherited");
 }
+
+#[test]
+fn cost_says_what_the_session_spent_at_the_configured_price() {
+    let env = Env::new();
+    write_bundle(&env.path("b"), SCRIPT, "", "read_only");
+    std::fs::write(
+        env.home.path().join("config.toml"),
+        "[prices.\"scripted/fixture\"]\ninput = 1000.0\noutput = 1000.0\n",
+    )
+    .unwrap();
+    let tmux = Tmux::service_rs(&env, "tui --bundle ./b");
+    tmux.wait_for("sandbox read_only");
+    tmux.type_line("hello");
+    tmux.wait_for("seen 2");
+    tmux.type_line("/cost");
+    let screen = tmux.wait_for("at scripted/fixture's price");
+    let line = screen
+        .lines()
+        .find(|l| l.contains("this session:"))
+        .unwrap_or_default()
+        .to_string();
+    // The scripted model reports its tokens; at $1000 per million each costs a tenth of a cent.
+    let record = &env.run(&["sessions", "--json"]).json()[0]["usage"];
+    let tokens =
+        record["input_tokens"].as_u64().unwrap() + record["output_tokens"].as_u64().unwrap();
+    assert!(
+        line.contains(&format!("${:.4}", tokens as f64 / 1000.0)),
+        "{line} ({tokens} tokens)"
+    );
+}

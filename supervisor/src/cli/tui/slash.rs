@@ -153,9 +153,45 @@ impl Ui {
                     Ok(None)
                 });
             }
+            Slash::Cost => {
+                let record = self.backend.find_session(&self.app.session_id).await?;
+                self.app
+                    .info(cost_line(&record, &self.app.model, &self.prices));
+            }
             Slash::Clear => self.app.entries.clear(),
             Slash::Quit => self.app.quit = true,
         }
         Ok(())
     }
+}
+
+/// What `/cost` says of `record`: its tokens, steps and tool calls, and their cost at the price config.toml gives
+/// `model` (the session's current one), when it gives one.
+fn cost_line(
+    record: &service_supervisor::runtime::SessionRecord,
+    model: &str,
+    prices: &std::collections::BTreeMap<String, service_supervisor::tenancy::usage::Price>,
+) -> String {
+    let mut line = format!(
+        "this session: {} · {} tool call{}",
+        service_supervisor::usage_line::describe(&record.usage, None),
+        record.activity.tool_calls,
+        if record.activity.tool_calls == 1 {
+            ""
+        } else {
+            "s"
+        }
+    );
+    match prices.get(model) {
+        Some(price) => {
+            let mut spent = service_supervisor::tenancy::usage::Spent::default();
+            spent.count(&record.usage);
+            line.push_str(&format!(" · ${:.4} at {model}'s price", price.cost(&spent)));
+        }
+        None => line.push_str(&format!(
+            " · no price for {model}: add [prices.\"{model}\"] input and output (dollars per million tokens) to \
+             config.toml"
+        )),
+    }
+    line
 }
