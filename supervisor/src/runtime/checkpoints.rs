@@ -246,8 +246,9 @@ pub(crate) fn after_turn(
 }
 
 impl ServiceRuntime {
-    /// The turns of the session's conversation as it is now, in journal order.
-    async fn turns_of(&self, session: &Session) -> Result<Vec<TurnMark>> {
+    /// The session's turns in journal order: every one the journal holds, or with `in_conversation` those of the
+    /// conversation as it is now (the ones `rewind` and `fork` number).
+    async fn turns_of(&self, session: &Session, in_conversation: bool) -> Result<Vec<TurnMark>> {
         let events = session
             .journal
             .read_range(0, session.journal.last_seq())
@@ -270,7 +271,7 @@ impl ServiceRuntime {
                     to_turn,
                     conversation: true,
                     ..
-                } => turns.truncate((*to_turn as usize).saturating_sub(1)),
+                } if in_conversation => turns.truncate((*to_turn as usize).saturating_sub(1)),
                 _ => {}
             }
         }
@@ -326,7 +327,7 @@ impl ServiceRuntime {
         let session = self.session(id).await?;
         self.claim(&session).await?;
         Self::idle(&session)?;
-        let turns = self.turns_of(&session).await?;
+        let turns = self.turns_of(&session, true).await?;
         let mark = Self::nth(&session, &turns, turn)?;
         let history = match (conversation, mark.history_mark) {
             (false, _) => None,
@@ -394,7 +395,7 @@ impl ServiceRuntime {
         let parent = self.session(id).await?;
         self.claim(&parent).await?;
         Self::idle(&parent)?;
-        let turns = self.turns_of(&parent).await?;
+        let turns = self.turns_of(&parent, true).await?;
         let (upto_seq, mark, at) = match turn {
             Some(n) => {
                 let t = Self::nth(&parent, &turns, n)?;
@@ -511,7 +512,7 @@ impl ServiceRuntime {
     /// of text files; None when the session takes no checkpoints or they are not on this node.
     pub async fn turn_changes(&self, id: &str, turn: u64) -> Result<Option<Vec<FileChange>>> {
         let session = self.session(id).await?;
-        let turns = self.turns_of(&session).await?;
+        let turns = self.turns_of(&session, false).await?;
         let mark = Self::nth(&session, &turns, turn)?;
         let Some(checkpoints) = of(&self.inner, &session) else {
             return Ok(None);

@@ -82,7 +82,7 @@ async fn the_openai_sdk_lists_bundles_and_chats_streamed_plain_and_continued() {
         String::from_utf8_lossy(&out.stderr)
     );
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["models"], json!(["fixture"]));
+    assert_eq!(r["models"], json!(["fixture", "builtin/coder"]));
     assert_eq!(r["plain"]["text"], "bonjour tout le monde");
     assert_eq!(r["plain"]["finish"], "stop");
     let usage = &r["plain"]["usage"];

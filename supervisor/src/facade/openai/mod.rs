@@ -160,6 +160,8 @@ fn model_ids(home: &crate::ServiceHome) -> Vec<(String, String)> {
             let short = installed.iter().filter(|o| o.id == b.id).count() == 1;
             let id = if b.namespace == "local" && short {
                 b.id.clone()
+            } else if b.namespace == bundle::builtin::NAMESPACE {
+                format!("{}/{}", b.namespace, b.id)
             } else {
                 b.reference()
             };
