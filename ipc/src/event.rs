@@ -266,6 +266,10 @@ pub enum EventPayload {
         /// it from the file it sees; omitted for other tools.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         diff: Option<String>,
+        /// The rule `allow_project` would keep for the session's project directory (`Bash(npm test:*)`,
+        /// `Edit(/workspace/src/**)`); omitted where none is offered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        project_rule: Option<String>,
         /// On a parent's stream, the subagent's session that asks (`call_id` is then the parent's `Agent` call);
         /// absent for the session's own calls.
         #[serde(default, skip_serializing_if = "Option::is_none")]

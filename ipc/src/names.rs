@@ -165,6 +165,8 @@ name_enum! {
         AllowOnce => "allow_once",
         /// Run it, and the same tool with the same key argument for the rest of the session.
         AllowAlways => "allow_always",
+        /// Run it, and keep the rule the question offered (`project_rule`) for the session's project directory.
+        AllowProject => "allow_project",
         /// Refuse it; the model sees a denial result.
         Deny => "deny",
     }

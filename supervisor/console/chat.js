@@ -234,7 +234,10 @@ export class Chat {
     why.maxLength = 2000;
     why.placeholder = "Why deny? (optional, the model reads it)";
     why.setAttribute("aria-label", "Reason for denying");
-    for (const [decision, label, cls] of [["allow_once", "Allow once", ""], ["allow_always", "Allow always", "secondary"], ["deny", "Deny", "danger"]]) {
+    const choices = [["allow_once", "Allow once", ""], ["allow_always", "Allow always", "secondary"]];
+    if (p.project_rule) choices.push(["allow_project", `Always ${p.project_rule} in this project`, "secondary"]);
+    choices.push(["deny", "Deny", "danger"]);
+    for (const [decision, label, cls] of choices) {
       const b = el("button", cls, label);
       b.type = "button";
       b.dataset.decision = decision;
@@ -295,7 +298,7 @@ export class Chat {
     if (!card) return;
     card.classList.add("resolved");
     card.querySelector(".actions")?.remove();
-    const said = { allow_once: "Allowed once", allow_always: "Allowed always", deny: "Denied" }[p.decision] || "Answered";
+    const said = { allow_once: "Allowed once", allow_always: "Allowed always", allow_project: "Allowed in this project", deny: "Denied" }[p.decision] || "Answered";
     card.querySelector("strong").textContent = said;
     card.setAttribute("aria-label", said);
     card.append(badge(p.decision.replace("_", " "), p.decision === "deny" ? "bad" : "ok"));

@@ -198,11 +198,28 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 summary: "rm -rf x".into(),
                 rule: Some("Bash rm*: ask".into()),
                 diff: None,
+                project_rule: None,
                 child_session_id: None,
             },
             json!({"type": "permission_requested", "payload": {
                 "turn_id": "t1", "request_id": "r1", "call_id": "c1", "tool": "Bash",
                 "summary": "rm -rf x", "rule": "Bash rm*: ask"}}),
+        ),
+        (
+            EventPayload::PermissionRequested {
+                turn_id: t(),
+                request_id: "r2".into(),
+                call_id: "c2".into(),
+                tool: "Bash".into(),
+                summary: "npm test".into(),
+                rule: None,
+                diff: None,
+                project_rule: Some("Bash(npm test:*)".into()),
+                child_session_id: None,
+            },
+            json!({"type": "permission_requested", "payload": {
+                "turn_id": "t1", "request_id": "r2", "call_id": "c2", "tool": "Bash",
+                "summary": "npm test", "rule": null, "project_rule": "Bash(npm test:*)"}}),
         ),
         (
             EventPayload::ApprovalResolved {

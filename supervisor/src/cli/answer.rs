@@ -60,12 +60,18 @@ impl Answer {
                 if let Some(diff) = &asked.diff {
                     eprint!("{}", diff_for_terminal(diff));
                 }
+                let project = asked
+                    .project_rule
+                    .as_deref()
+                    .map(|rule| format!(", [p] always `{}` in this project", safe(rule)))
+                    .unwrap_or_default();
                 let question = format!(
-                    "Allow {} `{}`{scope}? [o]nce, [a]lways in this session, [d]eny, [r] deny and say why: ",
+                    "Allow {} `{}`{scope}? [o]nce, [a]lways in this session{project}, [d]eny, [r] deny and say why: ",
                     safe(tool),
                     safe(summary)
                 );
-                tokio::task::spawn_blocking(move || ask(&question))
+                let offered = asked.project_rule.is_some();
+                tokio::task::spawn_blocking(move || ask(&question, offered))
                     .await
                     .unwrap_or((ApprovalDecision::Deny, None))
             }
@@ -94,8 +100,9 @@ pub(super) fn diff_for_terminal(diff: &str) -> String {
     out
 }
 
-/// Asks on the terminal until the answer is one of the four (`r` then asks for the reason); end of input denies.
-fn ask(question: &str) -> (ApprovalDecision, Option<String>) {
+/// Asks on the terminal until the answer is one of those offered (`p` when a project rule is; `r` then asks for the
+/// reason); end of input denies.
+fn ask(question: &str, project: bool) -> (ApprovalDecision, Option<String>) {
     use std::io::Write;
     let read = |prompt: &str| {
         eprint!("{prompt}");
@@ -113,6 +120,7 @@ fn ask(question: &str) -> (ApprovalDecision, Option<String>) {
         match line.trim().to_lowercase().as_str() {
             "o" | "once" | "y" | "yes" => return (ApprovalDecision::AllowOnce, None),
             "a" | "always" => return (ApprovalDecision::AllowAlways, None),
+            "p" | "project" if project => return (ApprovalDecision::AllowProject, None),
             "d" | "deny" | "n" | "no" => return (ApprovalDecision::Deny, None),
             "r" | "reason" => {
                 let why = read("Why (the model reads this): ").unwrap_or_default();
@@ -122,6 +130,7 @@ fn ask(question: &str) -> (ApprovalDecision, Option<String>) {
                     (!why.is_empty()).then(|| why.to_string()),
                 );
             }
+            _ if project => eprintln!("please answer o, a, p, d or r"),
             _ => eprintln!("please answer o, a, d or r"),
         }
     }

@@ -2,6 +2,7 @@
 
 mod acp;
 mod answer;
+mod approvals;
 mod backend;
 mod bundles;
 pub(crate) mod complete;
@@ -143,6 +144,8 @@ enum Command {
     /// What tenants spent: tokens, turns, tool calls, wall and sandbox CPU time, and cost where config.toml prices
     /// the models (from the local store, or over --remote).
     Usage(usage::UsageArgs),
+    /// The approvals kept "always in this project": list and remove them, per project directory.
+    Approvals(approvals::ApprovalsArgs),
     /// Read and set your defaults in $SERVICE_HOME/config.toml: default_bundle, default_model, approvals.
     #[command(subcommand)]
     Config(config::ConfigCommand),
@@ -318,6 +321,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tui(args) => tui::run(home()?, args),
         Command::Doctor(args) => doctor::run(home()?, args),
         Command::Config(command) => config::run(&home()?, command),
+        Command::Approvals(args) => approvals::run(&home()?, args),
         Command::Tokens(args) => tokens::run(home()?, args),
         Command::Usage(args) => usage::run(home()?, args),
     }
@@ -361,6 +365,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Completions { .. } => Err(local_only("completions")),
         Command::Doctor(_) => Err(local_only("doctor")),
         Command::Config(_) => Err(local_only("config")),
+        Command::Approvals(_) => Err(local_only("approvals")),
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Tokens(args) => tokens::run_remote(remote, args),
         Command::Usage(args) => usage::run_remote(remote, args),

@@ -411,6 +411,9 @@ impl Ui {
                 _ if self.app.denying => None,
                 KeyCode::Char('o') => Some((ApprovalDecision::AllowOnce, None)),
                 KeyCode::Char('a') => Some((ApprovalDecision::AllowAlways, None)),
+                KeyCode::Char('p') if a.project_rule.is_some() => {
+                    Some((ApprovalDecision::AllowProject, None))
+                }
                 KeyCode::Char('d') => Some((ApprovalDecision::Deny, None)),
                 KeyCode::Char('r') => {
                     self.app.denying = true;

@@ -186,6 +186,8 @@ pub struct Asked {
     pub summary: String,
     /// For Write and Edit: what would change, as a unified diff.
     pub diff: Option<String>,
+    /// The rule `allow_project` would keep for the session's project, when one is offered.
+    pub project_rule: Option<String>,
 }
 
 /// The request a `permission_requested` or `network_permission_requested` event asks about; None for others.
@@ -196,6 +198,7 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             tool,
             summary,
             diff,
+            project_rule,
             child_session_id,
             ..
         } => Some(Asked {
@@ -207,6 +210,8 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             },
             summary: summary.clone(),
             diff: diff.clone(),
+            // A subagent's project is its parent's to keep rules for, from the parent's own questions.
+            project_rule: project_rule.clone().filter(|_| child_session_id.is_none()),
         }),
         EventPayload::NetworkPermissionRequested {
             request_id,
@@ -220,6 +225,7 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             tool: "network".into(),
             summary: network_summary(host, *port, addresses, *internal),
             diff: None,
+            project_rule: None,
         }),
         _ => None,
     }

@@ -125,9 +125,12 @@ impl Sink for SessionSink {
             });
             drop(session);
             match rx.recv().await {
-                Some(ApprovalDecision::AllowOnce | ApprovalDecision::AllowAlways) => {
-                    Answer::Allow("approval")
-                }
+                // A host has no project rule to keep: allow_project allows it as allow_always does.
+                Some(
+                    ApprovalDecision::AllowOnce
+                    | ApprovalDecision::AllowAlways
+                    | ApprovalDecision::AllowProject,
+                ) => Answer::Allow("approval"),
                 Some(ApprovalDecision::Deny) => Answer::Deny("the operator denied it".into()),
                 None => Answer::Deny("its turn ended before anyone decided".into()),
             }

@@ -38,6 +38,7 @@ pub mod operations;
 mod ownership;
 mod prestart;
 pub mod process_spawn;
+pub mod project_rules;
 pub mod quota;
 pub mod record;
 pub mod session;
@@ -684,7 +685,14 @@ impl ServiceRuntime {
             .session(&pending.session_id)
             .await
             .map_err(|_| RuntimeError::ApprovalSessionGone(request_id.to_string()))?;
-        if decision == ApprovalDecision::AllowAlways && session.grant_always(pending.grant.clone())
+        let decision = match decision {
+            ApprovalDecision::AllowProject => self.keep_for_project(&session, &pending.grant),
+            other => other,
+        };
+        if matches!(
+            decision,
+            ApprovalDecision::AllowAlways | ApprovalDecision::AllowProject
+        ) && session.grant_always(pending.grant.clone())
         {
             if let Err(e) = self.inner.store.grant(&session.id, &pending.grant).await {
                 tracing::warn!(session = %session.id, "the allow_always grant holds on this node only: {e}");
@@ -717,6 +725,30 @@ impl ServiceRuntime {
             Err(RuntimeError::WorkerUnavailable(
                 "the worker or connection waiting for this decision has gone".into(),
             ))
+        }
+    }
+
+    /// Keeps the rule offered for `grant` for the session's project; `allow_always` where none can be kept (no
+    /// rule for this request, a session in a workspace of the store's, a store that cannot be written).
+    fn keep_for_project(&self, session: &Session, grant: &approvals::Grant) -> ApprovalDecision {
+        let dir = session.cwd();
+        let approvals::Grant::Tool { tool, key } = grant else {
+            return ApprovalDecision::AllowAlways;
+        };
+        let rule =
+            project_rules::suggest(tool, key).filter(|_| !dir.starts_with(self.inner.home.root()));
+        let Some(rule) = rule else {
+            return ApprovalDecision::AllowAlways;
+        };
+        match project_rules::keep(&self.inner.home, &dir, &rule) {
+            Ok(()) => {
+                tracing::info!(session = %session.id, rule, dir = %dir.display(), "approval kept for the project");
+                ApprovalDecision::AllowProject
+            }
+            Err(e) => {
+                tracing::warn!(session = %session.id, "the project approval was not kept, only this session's: {e}");
+                ApprovalDecision::AllowAlways
+            }
         }
     }
 

@@ -383,7 +383,13 @@ impl Actor {
                     tool: tool.clone(),
                     key: key.clone(),
                 };
-                if self.session.allowed_always(&grant) {
+                // A session in a project (not a workspace of the store's) has the rules kept for it.
+                let project =
+                    Some(self.session.cwd()).filter(|d| !d.starts_with(self.rt.home.root()));
+                let kept = project.as_deref().is_some_and(|dir| {
+                    super::project_rules::kept_for(&self.rt.home, dir, &tool, &key)
+                });
+                if self.session.allowed_always(&grant) || kept {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
                         request_id,
                         decision: service_ipc::ApprovalDecision::AllowAlways,
@@ -391,6 +397,9 @@ impl Actor {
                     });
                     return Ok(());
                 }
+                let project_rule = project
+                    .as_ref()
+                    .and_then(|_| super::project_rules::suggest(&tool, &key));
                 if !self.rt.approvals.insert(
                     request_id.clone(),
                     Pending {
@@ -410,6 +419,7 @@ impl Actor {
                     summary: key,
                     rule,
                     diff,
+                    project_rule,
                     child_session_id: None,
                 });
             }

@@ -396,6 +396,7 @@ impl App {
                 let word = match (decision, reason) {
                     (ApprovalDecision::AllowOnce, _) => "allowed once".to_string(),
                     (ApprovalDecision::AllowAlways, _) => "allowed for this session".to_string(),
+                    (ApprovalDecision::AllowProject, _) => "allowed in this project".to_string(),
                     (ApprovalDecision::Deny, None) => "denied".to_string(),
                     (ApprovalDecision::Deny, Some(why)) => format!("denied: {why}"),
                 };

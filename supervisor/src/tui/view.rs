@@ -28,7 +28,8 @@ pub fn render(frame: &mut Frame, app: &App) {
                 n.min(APPROVAL_DIFF_LINES) + usize::from(n > APPROVAL_DIFF_LINES)
             });
             let place = usize::from(a.tool != "network" && !app.workspace.is_empty());
-            (3 + place + diff).min(usize::from(area.height / 2).max(3)) as u16
+            // The question, the keys on a line of their own, where, and the diff.
+            (4 + place + diff).min(usize::from(area.height / 2).max(4)) as u16
         }
         None => 0,
     };
@@ -335,20 +336,20 @@ const APPROVAL_DIFF_LINES: usize = 12;
 fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     let Some(a) = &app.approval else { return };
     let question = match a.tool.as_str() {
-        "network" => format!("Allow network access to `{}`?  ", a.summary),
-        tool => format!("Allow {tool} `{}`?  ", a.summary),
+        "network" => format!("Allow network access to `{}`?", a.summary),
+        tool => format!("Allow {tool} `{}`?", a.summary),
     };
-    let mut lines = vec![Line::from(vec![
-        Span::styled(question, Style::default().add_modifier(Modifier::BOLD)),
-        Span::styled(
-            if app.denying {
-                "type why, then Enter to deny (Esc: back)"
-            } else {
-                "[o] once  [a] always  [d] deny  [r] deny, saying why"
-            },
-            Style::default().fg(Color::Yellow),
+    let keys = match (&a.project_rule, app.denying) {
+        (_, true) => "type why, then Enter to deny (Esc: back)".to_string(),
+        (Some(rule), false) => format!(
+            "[o] once  [a] always  [p] always `{rule}` in this project  [d] deny  [r] deny, saying why"
         ),
-    ])];
+        (None, false) => "[o] once  [a] always  [d] deny  [r] deny, saying why".to_string(),
+    };
+    let mut lines = vec![
+        Line::styled(question, Style::default().add_modifier(Modifier::BOLD)),
+        Line::styled(keys, Style::default().fg(Color::Yellow)),
+    ];
     if a.tool != "network" && !app.workspace.is_empty() {
         lines.push(Line::styled(format!("in {}", app.workspace), dim()));
     }
@@ -606,6 +607,7 @@ mod tests {
             summary: "/workspace/out.txt".into(),
             rule: None,
             diff: Some("--- out.txt\n+++ out.txt\n@@ -0,0 +1 @@\n+new line\n".into()),
+            project_rule: None,
             child_session_id: None,
         }));
         let s = screen(&app);
@@ -615,11 +617,17 @@ mod tests {
             .unwrap_or_else(|| panic!("no approval box:\n{}", s.join("\n")));
         assert_eq!(
             s[top + 1],
-            "│Allow Write `/workspace/out.txt`?  [o] once  [a] always  [│"
+            "│Allow Write `/workspace/out.txt`?                         │"
+        );
+        assert!(
+            s[top + 2].starts_with("│[o] once  [a] always  [d] deny"),
+            "{}",
+            s[top + 2]
         );
         // The diff of what the Write would change, under the question.
-        assert!(s[top + 2].starts_with("│--- out.txt"), "{}", s.join("\n"));
-        assert!(s[top + 5].starts_with("│+new line"), "{}", s.join("\n"));
+        assert!(s[top + 3].starts_with("│--- out.txt"), "{}", s.join("\n"));
+        // The box takes at most half the screen; this one is 14 lines high.
+        assert!(s[top + 5].starts_with("│@@ -0,0 +1 @@"), "{}", s.join("\n"));
         assert!(s[13].starts_with(" waiting for approval │"), "{}", s[13]);
         app.apply(&ev(EventPayload::ApprovalResolved {
             turn_id: "t".into(),
@@ -676,6 +684,7 @@ mod tests {
             summary: "false".into(),
             rule: None,
             diff: None,
+            project_rule: None,
             child_session_id: None,
         }));
         app.apply(&ev(EventPayload::ApprovalResolved {

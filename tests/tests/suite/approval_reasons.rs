@@ -101,3 +101,58 @@ fn in_the_tui_r_takes_the_input_line_as_the_reason() {
     tmux.wait_for("permission denied: use pytest instead");
     tmux.wait_for("who said: use pytest instead");
 }
+
+const PROJECT_SCRIPT: &str = r#"{turns: [
+  {when: "chain", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo hello; id"}}]}, {text: "got: {{last_tool_output}}"}]},
+  {when: "again", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo hello again"}}]}, {text: "got: {{last_tool_output}}"}]},
+  {replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo hello world"}}]}, {text: "got: {{last_tool_output}}"}]},
+]}"#;
+
+#[test]
+fn always_in_this_project_keeps_a_command_prefix_that_later_sessions_use_and_a_chain_does_not() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        PROJECT_SCRIPT,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Bash, action: ask }\n",
+        "read_only",
+    );
+    env.run(&["build", "b"]).ok();
+    let tmux = Tmux::service_rs(&env, "run fixture 'say it'; echo RUN-EXITED-$?; sleep 30");
+    tmux.wait_for("[p] always `Bash(echo he");
+    tmux.type_line("p");
+    tmux.wait_for("got: hello world");
+    tmux.wait_for("RUN-EXITED-0");
+    let listed = env.run(&["approvals"]).ok().to_string();
+    assert!(listed.contains("1  Bash(echo hello:*)"), "{listed}");
+
+    // Another session in the project: no question (none could be asked here, with no terminal), and it runs.
+    let again = env.run(&["run", "fixture", "again"]);
+    assert!(again.ok().contains("got: hello again"), "{}", again.stderr);
+    // A chain is not a command of that prefix: asked, so denied here.
+    let chained = env.run(&["run", "fixture", "chain"]);
+    assert!(
+        chained.stderr.contains("denied Bash `echo hello; id`"),
+        "{}",
+        chained.stderr
+    );
+    // Elsewhere the rule does not hold.
+    let other = super::support::sandbox_tempdir();
+    let elsewhere = env
+        .command(&["run", "fixture", "again"])
+        .current_dir(other.path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&elsewhere.stderr).contains("denied Bash `echo hello again`"));
+
+    assert!(env
+        .run(&["approvals", "remove", "1"])
+        .ok()
+        .contains("removed Bash(echo hello:*)"));
+    let removed = env.run(&["run", "fixture", "again"]);
+    assert!(
+        removed.stderr.contains("denied Bash `echo hello again`"),
+        "{}",
+        removed.stderr
+    );
+}

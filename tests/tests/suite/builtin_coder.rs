@@ -235,7 +235,7 @@ fn service_rs_alone_opens_the_tui_on_the_builtin_agent_which_edits_after_one_app
     tmux.wait_for("sandbox workspace_write");
     tmux.type_line("fix the failing test");
     // The Read went through without a question; the Edit asks once.
-    tmux.wait_for("[o] once  [a] always  [d] deny");
+    tmux.wait_for("[o] once  [a] always");
     tmux.keys(&["o"]);
     tmux.wait_for("Fixed calc.sh.");
     assert_eq!(

@@ -45,7 +45,7 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
 
     tmux.type_line("please write");
     tmux.wait_for("permission needed");
-    tmux.wait_for("[o] once  [a] always  [d] deny");
+    tmux.wait_for("[o] once  [a] always");
     tmux.keys(&["o"]);
     tmux.wait_for("permission allowed once");
     tmux.wait_for("wrote: wrote 12 bytes");
@@ -112,7 +112,7 @@ fn the_tui_works_against_a_server_with_remote() {
     tmux.type_line("!echo remote-$((6*7))");
     tmux.wait_for("remote-42");
     tmux.type_line("write it");
-    tmux.wait_for("[o] once  [a] always  [d] deny");
+    tmux.wait_for("[o] once  [a] always");
     tmux.keys(&["d"]);
     tmux.wait_for("permission denied");
     tmux.wait_for("was denied by the operator");

@@ -307,6 +307,7 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
             summary,
             rule,
             diff,
+            project_rule,
             child_session_id,
             ..
         } => Some(EventPayload::PermissionRequested {
@@ -317,6 +318,7 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
             summary,
             rule,
             diff,
+            project_rule,
             child_session_id: asker(child_session_id),
         }),
         EventPayload::NetworkPermissionRequested {

@@ -59,6 +59,7 @@ pub(super) async fn decide(
         summary: name.clone(),
         rule,
         diff: None,
+        project_rule: None,
         child_session_id: None,
     });
     let decision = tokio::select! {
@@ -66,7 +67,11 @@ pub(super) async fn decide(
         _ = ended.cancelled() => None,
     };
     match decision {
-        Some(ApprovalDecision::AllowOnce | ApprovalDecision::AllowAlways) => Ok(()),
+        Some(
+            ApprovalDecision::AllowOnce
+            | ApprovalDecision::AllowAlways
+            | ApprovalDecision::AllowProject,
+        ) => Ok(()),
         Some(ApprovalDecision::Deny) => Err(format!(
             "subagent \"{name}\" was not started: the operator denied it"
         )),
