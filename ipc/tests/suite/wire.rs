@@ -295,8 +295,9 @@ fn every_event_kind_has_its_pinned_json_form() {
     let cases = every_event_kind();
     assert_eq!(
         cases.len(),
-        22,
-        "one case per kind of event, plus exec_command_output_truncated and a program's tool call"
+        24,
+        "one case per kind of event, plus exec_command_output_truncated, a program's tool call, a question's project \
+         rule and a denial's reason"
     );
     for (payload, expected) in cases {
         assert_eq!(serde_json::to_value(&payload).unwrap(), expected);
