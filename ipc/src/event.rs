@@ -270,6 +270,10 @@ pub enum EventPayload {
         /// `Edit(/workspace/src/**)`); omitted where none is offered.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         project_rule: Option<String>,
+        /// What would make the call fail if allowed, as the supervisor sees the host (a file the sandbox's user may
+        /// not write); omitted when nothing is known to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        warning: Option<String>,
         /// On a parent's stream, the subagent's session that asks (`call_id` is then the parent's `Agent` call);
         /// absent for the session's own calls.
         #[serde(default, skip_serializing_if = "Option::is_none")]

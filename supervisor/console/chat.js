@@ -226,6 +226,7 @@ export class Chat {
       dl.append(el("dt", null, k), el("dd", null, v));
     }
     card.append(dl);
+    if (p.warning) card.append(el("p", "error", `warning: ${p.warning}`));
     if (p.diff) card.append(diffBlock(p.diff));
     const actions = el("div", "actions");
     // A denial may say why: the model reads it in the call's result ("use pytest instead").

@@ -199,6 +199,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 rule: Some("Bash rm*: ask".into()),
                 diff: None,
                 project_rule: None,
+                warning: None,
                 child_session_id: None,
             },
             json!({"type": "permission_requested", "payload": {
@@ -215,6 +216,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 rule: None,
                 diff: None,
                 project_rule: Some("Bash(npm test:*)".into()),
+                warning: None,
                 child_session_id: None,
             },
             json!({"type": "permission_requested", "payload": {

@@ -60,6 +60,9 @@ impl Answer {
                 if let Some(diff) = &asked.diff {
                     eprint!("{}", diff_for_terminal(diff));
                 }
+                if let Some(warning) = &asked.warning {
+                    eprintln!("warning: {}", safe(warning));
+                }
                 let project = asked
                     .project_rule
                     .as_deref()

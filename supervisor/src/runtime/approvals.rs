@@ -188,6 +188,8 @@ pub struct Asked {
     pub diff: Option<String>,
     /// The rule `allow_project` would keep for the session's project, when one is offered.
     pub project_rule: Option<String>,
+    /// What would make the call fail if allowed (a file the sandbox may not write).
+    pub warning: Option<String>,
 }
 
 /// The request a `permission_requested` or `network_permission_requested` event asks about; None for others.
@@ -199,6 +201,7 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             summary,
             diff,
             project_rule,
+            warning,
             child_session_id,
             ..
         } => Some(Asked {
@@ -212,6 +215,7 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             diff: diff.clone(),
             // A subagent's project is its parent's to keep rules for, from the parent's own questions.
             project_rule: project_rule.clone().filter(|_| child_session_id.is_none()),
+            warning: warning.clone(),
         }),
         EventPayload::NetworkPermissionRequested {
             request_id,
@@ -226,6 +230,7 @@ pub fn asked(payload: &EventPayload) -> Option<Asked> {
             summary: network_summary(host, *port, addresses, *internal),
             diff: None,
             project_rule: None,
+            warning: None,
         }),
         _ => None,
     }

@@ -400,6 +400,7 @@ impl Actor {
                 let project_rule = project
                     .as_ref()
                     .and_then(|_| super::project_rules::suggest(&tool, &key));
+                let warning = self.unwritable(&tool, &key);
                 if !self.rt.approvals.insert(
                     request_id.clone(),
                     Pending {
@@ -420,6 +421,7 @@ impl Actor {
                     rule,
                     diff,
                     project_rule,
+                    warning,
                     child_session_id: None,
                 });
             }
@@ -491,6 +493,29 @@ impl Actor {
     }
 
     /// Streams the reply to `query` to the worker.
+    /// For a Write or Edit of an existing file the sandbox's user may not write: why, for the question, so that no
+    /// one approves a call that cannot succeed. The path is the worker's; only one under its workspace, with no
+    /// `..`, is looked up on the host (without following a link).
+    fn unwritable(&self, tool: &str, key: &str) -> Option<String> {
+        if !matches!(tool, "Write" | "Edit") {
+            return None;
+        }
+        let rel = std::path::Path::new(key)
+            .strip_prefix(crate::sandbox::bwrap::WORKSPACE_DIR)
+            .ok()?;
+        if rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return None;
+        }
+        let dir = self.session.cwd();
+        self.rt
+            .options
+            .sandbox_user
+            .cannot_write(&dir, &dir.join(rel))
+    }
+
     fn serve_model(&mut self, model: service_ipc::ModelRef, query: service_ipc::ModelQuery) {
         self.model_tasks.retain(|_, t| !t.is_finished());
         let request_id = query.request_id.clone();

@@ -190,6 +190,51 @@ impl SandboxUser {
         Ok(Some(*id))
     }
 
+    /// Why a sandbox over the directory `dir` could not write its existing file `file` (both host paths), for the
+    /// question of a Write or Edit to it; None when it could, or when that cannot be told (no such file, a link).
+    /// The sandbox is the user [`Self::over`] picks, with no supplementary groups.
+    pub fn cannot_write(&self, dir: &Path, file: &Path) -> Option<String> {
+        let (uid, gid) = match self {
+            SandboxUser::Own if nix::unistd::geteuid().is_root() => return None,
+            SandboxUser::Own => (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            ),
+            SandboxUser::Other { id, .. } => {
+                let owner = std::fs::metadata(dir).ok()?;
+                match owner.uid() {
+                    0 => (id.uid, id.gid),
+                    uid => (
+                        uid,
+                        if owner.gid() == 0 {
+                            id.gid
+                        } else {
+                            owner.gid()
+                        },
+                    ),
+                }
+            }
+        };
+        let meta = std::fs::symlink_metadata(file).ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let mode = meta.mode();
+        let may = (meta.uid() == uid && mode & 0o200 != 0)
+            || (meta.uid() != uid && meta.gid() == gid && mode & 0o020 != 0)
+            || (meta.uid() != uid && meta.gid() != gid && mode & 0o002 != 0);
+        (!may).then(|| {
+            format!(
+                "{} belongs to uid {} (mode {:o}), and the sandbox runs as uid {uid}, which may not write it: the \
+                 call would fail; give the file back (chown {uid} {}) first",
+                file.display(),
+                meta.uid(),
+                mode & 0o7777,
+                file.display()
+            )
+        })
+    }
+
     /// What `doctor` says of it.
     pub fn describe(&self) -> String {
         match self {

@@ -27,7 +27,8 @@ pub fn render(frame: &mut Frame, app: &App) {
                 let n = d.lines().count();
                 n.min(APPROVAL_DIFF_LINES) + usize::from(n > APPROVAL_DIFF_LINES)
             });
-            let place = usize::from(a.tool != "network" && !app.workspace.is_empty());
+            let place = usize::from(a.tool != "network" && !app.workspace.is_empty())
+                + usize::from(a.warning.is_some());
             // The question, the keys on a line of their own, where, and the diff.
             (4 + place + diff).min(usize::from(area.height / 2).max(4)) as u16
         }
@@ -353,6 +354,12 @@ fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     if a.tool != "network" && !app.workspace.is_empty() {
         lines.push(Line::styled(format!("in {}", app.workspace), dim()));
     }
+    if let Some(warning) = &a.warning {
+        lines.push(Line::styled(
+            format!("warning: {warning}"),
+            Style::default().fg(Color::Red),
+        ));
+    }
     if let Some(diff) = &a.diff {
         lines.extend(diff_lines(diff, APPROVAL_DIFF_LINES));
     }
@@ -608,6 +615,7 @@ mod tests {
             rule: None,
             diff: Some("--- out.txt\n+++ out.txt\n@@ -0,0 +1 @@\n+new line\n".into()),
             project_rule: None,
+            warning: None,
             child_session_id: None,
         }));
         let s = screen(&app);
@@ -685,6 +693,7 @@ mod tests {
             rule: None,
             diff: None,
             project_rule: None,
+            warning: None,
             child_session_id: None,
         }));
         app.apply(&ev(EventPayload::ApprovalResolved {

@@ -319,3 +319,41 @@ fn as_root_a_writable_session_in_a_root_owned_project_is_refused_before_any_mode
         String::from_utf8_lossy(&fixed.stderr)
     );
 }
+
+#[test]
+fn as_root_the_question_of_an_edit_names_a_file_the_sandbox_may_not_write() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!(
+            "skipped: files the sandbox user may not write arise for a supervisor running as root"
+        );
+        return;
+    }
+    let env = Env::new();
+    super::support::write_bundle(
+        &env.path("b"),
+        r#"{turns: [
+          {when: "locked", replies: [{tool_calls: [{name: "Edit", arguments: {file_path: "locked.txt", old_string: "a", new_string: "b"}}]}, {text: "done"}]},
+          {replies: [{tool_calls: [{name: "Edit", arguments: {file_path: "mine.txt", old_string: "a", new_string: "b"}}]}, {text: "done"}]},
+        ]}"#,
+        "permissions:\n  default: allow\n  rules:\n    - { tool: Edit, action: ask }\n",
+        "workspace_write",
+    );
+    // The project is the user's (the sandbox's); root rewrote one file in it.
+    std::fs::write(env.path("mine.txt"), "a\n").unwrap();
+    give_to_sandbox(&env.path("mine.txt"));
+    std::fs::write(env.path("locked.txt"), "a\n").unwrap();
+    let asked = |prompt: &str| {
+        let out = env
+            .command(&["run", "./b", prompt, "--json"])
+            .output()
+            .unwrap();
+        of_type(&events(&out), "permission_requested")[0].clone()
+    };
+    let locked = asked("locked");
+    let warning = locked["warning"].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("locked.txt") && warning.contains("may not write it"),
+        "{locked}"
+    );
+    assert!(asked("mine")["warning"].is_null());
+}

@@ -308,6 +308,7 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
             rule,
             diff,
             project_rule,
+            warning,
             child_session_id,
             ..
         } => Some(EventPayload::PermissionRequested {
@@ -319,6 +320,7 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
             rule,
             diff,
             project_rule,
+            warning,
             child_session_id: asker(child_session_id),
         }),
         EventPayload::NetworkPermissionRequested {

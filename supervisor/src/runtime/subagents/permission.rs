@@ -60,6 +60,7 @@ pub(super) async fn decide(
         rule,
         diff: None,
         project_rule: None,
+        warning: None,
         child_session_id: None,
     });
     let decision = tokio::select! {
