@@ -51,8 +51,14 @@ fn install_as(home: &ServiceHome, project: &Path, namespace: &str) -> Result<Bun
 }
 
 /// Installs each built-in bundle (`builtin/<name>`) this binary carries that the store lacks, or holds with other
-/// contents (a binary of another version ran before). Reading a few small files is all it costs once they are in.
+/// contents (a binary of another version ran before). Once per process and store: a one-shot command resolves a
+/// bundle several times.
 pub fn install_builtins(home: &ServiceHome) -> Result<()> {
+    static DONE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let done = || DONE.lock().unwrap_or_else(|p| p.into_inner());
+    if done().iter().any(|h| h == home.root()) {
+        return Ok(());
+    }
     for builtin in builtin::ALL {
         let Some(version) = builtin.version() else {
             continue;
@@ -70,6 +76,7 @@ pub fn install_builtins(home: &ServiceHome) -> Result<()> {
         builtin.write_to(tmp.path())?;
         install_as(home, tmp.path(), builtin::NAMESPACE)?;
     }
+    done().push(home.root().to_path_buf());
     Ok(())
 }
 

@@ -93,9 +93,8 @@ impl ServiceRuntime {
             }
             self.inner.store.release(&session.id).await;
         }
-        settle_checkpoints(&sessions).await;
-        // What the turns spent is in the ledger before the process ends.
-        self.inner.tenancy.flush().await;
+        // What the turns spent is in the ledger before the process ends; written while the checkpoints settle.
+        tokio::join!(settle_checkpoints(&sessions), self.inner.tenancy.flush());
         cgroups
     }
 
