@@ -27,6 +27,17 @@ fn run_in(env: &Env, dir: &std::path::Path, args: &[&str]) -> std::process::Outp
     env.command(args).current_dir(dir).output().unwrap()
 }
 
+/// Runs `args` in `dir`, asserting success; its stdout.
+fn ok_in(env: &Env, dir: &std::path::Path, args: &[&str]) -> String {
+    let out = run_in(env, dir, args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn listed(env: &Env, dir: &std::path::Path, args: &[&str]) -> Vec<serde_json::Value> {
     let out = run_in(env, dir, args);
     assert!(
@@ -122,13 +133,8 @@ fn show_diff_and_rewind_take_the_last_session_of_this_directory() {
         text.contains("> in one") && !text.contains("in two"),
         "{text}"
     );
-    let diff = run_in(&env, &one, &["sessions", "diff", "--last"]);
-    assert!(
-        diff.status.success(),
-        "{}",
-        String::from_utf8_lossy(&diff.stderr)
-    );
-    let rewound = run_in(
+    ok_in(&env, &one, &["sessions", "diff", "--last"]);
+    let rewound = ok_in(
         &env,
         &one,
         &[
@@ -140,17 +146,11 @@ fn show_diff_and_rewind_take_the_last_session_of_this_directory() {
             "--conversation",
         ],
     );
-    assert!(
-        rewound.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rewound.stderr)
-    );
     let ones = listed(&env, &one, &["sessions", "--here", "--json"]);
     let one_id = ones[0]["id"].as_str().unwrap();
     assert!(
-        String::from_utf8_lossy(&rewound.stdout).starts_with(&format!("rewound {one_id}")),
-        "{}",
-        String::from_utf8_lossy(&rewound.stdout)
+        rewound.starts_with(&format!("rewound {one_id}")),
+        "{rewound}"
     );
     // Elsewhere, the latest of all.
     let elsewhere = run_in(&env, env.home.path(), &["sessions", "show", "--last"]);
@@ -220,14 +220,9 @@ fn after_a_rewind_of_the_conversation_fork_and_rewind_count_the_turns_that_are_t
         .status
         .success());
     for prompt in ["second", "third"] {
-        let next = run_in(&env, &one, &["run", "--continue", "fixture", prompt]);
-        assert!(
-            next.status.success(),
-            "{}",
-            String::from_utf8_lossy(&next.stderr)
-        );
+        ok_in(&env, &one, &["run", "--continue", "fixture", prompt]);
     }
-    let cut = run_in(
+    ok_in(
         &env,
         &one,
         &[
@@ -238,11 +233,6 @@ fn after_a_rewind_of_the_conversation_fork_and_rewind_count_the_turns_that_are_t
             "2",
             "--conversation",
         ],
-    );
-    assert!(
-        cut.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cut.stderr)
     );
     let forked = run_in(&env, &one, &["sessions", "fork", "--last"]);
     let said = String::from_utf8_lossy(&forked.stdout);
