@@ -17,6 +17,7 @@ mod registry;
 mod remote;
 mod run;
 mod serve;
+mod session_pick;
 mod sessions;
 mod suggest;
 mod term_text;
