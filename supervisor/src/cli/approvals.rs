@@ -1,10 +1,11 @@
 //! `service-rs approvals`: the approvals kept "always in this project" (see `runtime::project_rules`), listed and
-//! removed per project directory.
+//! removed per project directory, for the local commands (the default tenant).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use service_supervisor::runtime::project_rules;
+use service_supervisor::tenancy::DEFAULT_TENANT;
 use service_supervisor::ServiceHome;
 
 /// Arguments of `approvals`; without a subcommand it lists them.
@@ -42,7 +43,7 @@ pub fn run(home: &ServiceHome, args: ApprovalsArgs) -> anyhow::Result<ExitCode> 
         .map_err(|e| anyhow::anyhow!("--cwd {}: not a directory ({e})", dir.display()))?;
     match args.command.unwrap_or(ApprovalsCommand::List) {
         ApprovalsCommand::List => {
-            let kept = project_rules::load(home, &dir)?;
+            let kept = project_rules::load(home, DEFAULT_TENANT, &dir)?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&kept.rules)?);
             } else if kept.rules.is_empty() {
@@ -57,7 +58,7 @@ pub fn run(home: &ServiceHome, args: ApprovalsArgs) -> anyhow::Result<ExitCode> 
             }
         }
         ApprovalsCommand::Remove { n } => {
-            let removed = project_rules::change(home, &dir, |rules| {
+            let removed = project_rules::change(home, DEFAULT_TENANT, &dir, |rules| {
                 (n >= 1 && n <= rules.len()).then(|| rules.remove(n - 1))
             })?;
             match removed {
@@ -69,7 +70,9 @@ pub fn run(home: &ServiceHome, args: ApprovalsArgs) -> anyhow::Result<ExitCode> 
             }
         }
         ApprovalsCommand::Clear => {
-            let count = project_rules::change(home, &dir, |rules| std::mem::take(rules).len())?;
+            let count = project_rules::change(home, DEFAULT_TENANT, &dir, |rules| {
+                std::mem::take(rules).len()
+            })?;
             println!("removed {count} approvals kept for {}", dir.display());
         }
     }

@@ -61,10 +61,13 @@ pub enum Reply {
 /// The longest denial reason passed on to the model, in characters.
 pub const MAX_REASON_CHARS: usize = 2000;
 
-/// The reason a denial carries to the model: trimmed, cut at [`MAX_REASON_CHARS`], none when empty or with an
-/// allow.
+/// The reason a denial carries to the model: on one line, with no control character (it is journaled and shown
+/// on every client's terminal), trimmed, cut at [`MAX_REASON_CHARS`]; none when empty or with an allow.
 pub fn reason(decision: ApprovalDecision, reason: Option<String>) -> Option<String> {
-    let text = reason?;
+    let text: String = reason?
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     let text = text.trim();
     (decision == ApprovalDecision::Deny && !text.is_empty())
         .then(|| text.chars().take(MAX_REASON_CHARS).collect())

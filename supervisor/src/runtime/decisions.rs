@@ -92,7 +92,7 @@ impl ServiceRuntime {
         let Some(rule) = rule else {
             return ApprovalDecision::AllowAlways;
         };
-        match project_rules::keep(&self.inner.home, &dir, &rule) {
+        match project_rules::keep(&self.inner.home, &session.tenant(), &dir, &rule) {
             Ok(()) => {
                 tracing::info!(session = %session.id, rule, dir = %dir.display(), "approval kept for the project");
                 ApprovalDecision::AllowProject

@@ -2,8 +2,10 @@
 //! ends (`allow_always` stays per session and in memory). A rule is offered with the question, made from what is
 //! asked: a command prefix for Bash (`Bash(npm test:*)`, which matches one simple command, never a chain; see
 //! `service_worker::permissions`), the file's directory for Write and Edit (`Edit(/workspace/src/**)`). Other tools
-//! get none. The rules of a project live in `$SERVICE_HOME/approvals/<sha256 of the directory>.json`, changed
-//! under an exclusive lock; `service-rs approvals` lists and removes them.
+//! get none. Rules belong to a tenant as well as a directory: what one tenant of `serve` kept never answers another's
+//! questions in the same directory. They live in `$SERVICE_HOME/approvals/<sha256 of the directory, and of the
+//! tenant unless it is the default one>.json`, changed under an exclusive lock; `service-rs approvals` lists and
+//! removes the default tenant's (the local commands').
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -81,8 +83,14 @@ pub fn allows(rule: &str, tool: &str, key: &str) -> bool {
         == service_ipc::PermissionAction::Allow
 }
 
-fn file_of(home: &crate::ServiceHome, dir: &Path) -> PathBuf {
-    let digest = sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes());
+fn file_of(home: &crate::ServiceHome, tenant: &str, dir: &Path) -> PathBuf {
+    let mut hash = sha2::Sha256::new();
+    if tenant != crate::tenancy::DEFAULT_TENANT {
+        hash.update(tenant.as_bytes());
+        hash.update([0]);
+    }
+    hash.update(dir.as_os_str().as_encoded_bytes());
+    let digest = hash.finalize();
     home.root()
         .join("approvals")
         .join(format!("{}.json", hex::encode(digest)))
@@ -92,9 +100,9 @@ fn io(what: &'static str, path: &Path, e: std::io::Error) -> RuntimeError {
     RuntimeError::io(what, path, e)
 }
 
-/// The rules kept for the project `dir`.
-pub fn load(home: &crate::ServiceHome, dir: &Path) -> Result<ProjectRules> {
-    let path = file_of(home, dir);
+/// The rules `tenant` kept for the project `dir`.
+pub fn load(home: &crate::ServiceHome, tenant: &str, dir: &Path) -> Result<ProjectRules> {
+    let path = file_of(home, tenant, dir);
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
             RuntimeError::InvalidRequest(format!(
@@ -110,18 +118,25 @@ pub fn load(home: &crate::ServiceHome, dir: &Path) -> Result<ProjectRules> {
     }
 }
 
-/// Whether a rule kept for `dir` allows a call of `tool` with `key`.
-pub fn kept_for(home: &crate::ServiceHome, dir: &Path, tool: &str, key: &str) -> bool {
-    load(home, dir).is_ok_and(|p| p.rules.iter().any(|r| allows(&r.rule, tool, key)))
+/// Whether a rule `tenant` kept for `dir` allows a call of `tool` with `key`.
+pub fn kept_for(
+    home: &crate::ServiceHome,
+    tenant: &str,
+    dir: &Path,
+    tool: &str,
+    key: &str,
+) -> bool {
+    load(home, tenant, dir).is_ok_and(|p| p.rules.iter().any(|r| allows(&r.rule, tool, key)))
 }
 
-/// Changes the rules of `dir` under the file's lock, atomically; what `change` returned.
+/// Changes the rules `tenant` kept for `dir` under the file's lock, atomically; what `change` returned.
 pub fn change<T>(
     home: &crate::ServiceHome,
+    tenant: &str,
     dir: &Path,
     change: impl FnOnce(&mut Vec<ProjectRule>) -> T,
 ) -> Result<T> {
-    let path = file_of(home, dir);
+    let path = file_of(home, tenant, dir);
     let parent = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
     let lock_path = path.with_extension("lock");
@@ -134,7 +149,7 @@ pub fn change<T>(
         .map_err(|e| io("cannot open", &lock_path, e))?;
     let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| io("cannot lock", &lock_path, e.into()))?;
-    let mut rules = load(home, dir)?;
+    let mut rules = load(home, tenant, dir)?;
     let out = change(&mut rules.rules);
     let mut tmp =
         tempfile::NamedTempFile::new_in(parent).map_err(|e| io("cannot write in", parent, e))?;
@@ -146,9 +161,9 @@ pub fn change<T>(
     Ok(out)
 }
 
-/// Keeps `rule` for `dir` (once).
-pub fn keep(home: &crate::ServiceHome, dir: &Path, rule: &str) -> Result<()> {
-    change(home, dir, |rules| {
+/// Keeps `rule` for `tenant` in `dir` (once).
+pub fn keep(home: &crate::ServiceHome, tenant: &str, dir: &Path, rule: &str) -> Result<()> {
+    change(home, tenant, dir, |rules| {
         if !rules.iter().any(|r| r.rule == rule) {
             rules.push(ProjectRule {
                 rule: rule.to_string(),

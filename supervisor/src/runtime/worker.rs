@@ -387,7 +387,8 @@ impl Actor {
                 let project =
                     Some(self.session.cwd()).filter(|d| !d.starts_with(self.rt.home.root()));
                 let kept = project.as_deref().is_some_and(|dir| {
-                    super::project_rules::kept_for(&self.rt.home, dir, &tool, &key)
+                    let tenant = self.session.tenant();
+                    super::project_rules::kept_for(&self.rt.home, &tenant, dir, &tool, &key)
                 });
                 if self.session.allowed_always(&grant) || kept {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
@@ -509,11 +510,10 @@ impl Actor {
         {
             return None;
         }
-        let dir = self.session.cwd();
         self.rt
             .options
             .sandbox_user
-            .cannot_write(&dir, &dir.join(rel))
+            .cannot_write(&self.session.cwd(), rel)
     }
 
     fn serve_model(&mut self, model: service_ipc::ModelRef, query: service_ipc::ModelQuery) {

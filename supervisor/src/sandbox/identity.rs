@@ -190,10 +190,11 @@ impl SandboxUser {
         Ok(Some(*id))
     }
 
-    /// Why a sandbox over the directory `dir` could not write its existing file `file` (both host paths), for the
-    /// question of a Write or Edit to it; None when it could, or when that cannot be told (no such file, a link).
-    /// The sandbox is the user [`Self::over`] picks, with no supplementary groups.
-    pub fn cannot_write(&self, dir: &Path, file: &Path) -> Option<String> {
+    /// Why a sandbox over the directory `dir` (a host path) could not write its existing file `rel` (relative, of
+    /// plain components), for the question of a Write or Edit to it; None when it could, or when that cannot be told
+    /// (no such file, a link anywhere on the way: the sandbox may have made one to learn of a file outside). The
+    /// sandbox is the user [`Self::over`] picks, with no supplementary groups.
+    pub fn cannot_write(&self, dir: &Path, rel: &Path) -> Option<String> {
         let (uid, gid) = match self {
             SandboxUser::Own if nix::unistd::geteuid().is_root() => return None,
             SandboxUser::Own => (
@@ -215,20 +216,36 @@ impl SandboxUser {
                 }
             }
         };
-        let meta = std::fs::symlink_metadata(file).ok()?;
-        if !meta.is_file() {
+        let file = dir.join(rel);
+        let parent = super::host_dir::open_no_links(file.parent()?).ok()?;
+        let stat = nix::sys::stat::fstatat(
+            &parent,
+            file.file_name()?,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .ok()?;
+        let kind = nix::sys::stat::SFlag::from_bits_truncate(
+            stat.st_mode & nix::sys::stat::SFlag::S_IFMT.bits(),
+        );
+        if kind != nix::sys::stat::SFlag::S_IFREG {
             return None;
         }
-        let mode = meta.mode();
-        let may = (meta.uid() == uid && mode & 0o200 != 0)
-            || (meta.uid() != uid && meta.gid() == gid && mode & 0o020 != 0)
-            || (meta.uid() != uid && meta.gid() != gid && mode & 0o002 != 0);
+        let (owner, group, mode) = (stat.st_uid, stat.st_gid, stat.st_mode);
+        // The owner's bits, else the group's, else the others': the first class the user is in decides.
+        let bit = if owner == uid {
+            0o200
+        } else if group == gid {
+            0o020
+        } else {
+            0o002
+        };
+        let may = mode & bit != 0;
         (!may).then(|| {
             format!(
                 "{} belongs to uid {} (mode {:o}), and the sandbox runs as uid {uid}, which may not write it: the \
                  call would fail; give the file back (chown {uid} {}) first",
                 file.display(),
-                meta.uid(),
+                owner,
                 mode & 0o7777,
                 file.display()
             )

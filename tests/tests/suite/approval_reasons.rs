@@ -35,6 +35,11 @@ async fn over_http_a_denial_carries_its_reason_to_the_model_cut_at_its_bound() {
             "use pytest instead".to_string(),
         ),
         ("x".repeat(5000), "x".repeat(2000)),
+        // Attack: a client's reason that would drive the terminals the journal is shown on.
+        (
+            "\u{1b}[2J\u{1b}]0;owned\u{7}\nuse pytest".to_string(),
+            "[2J ]0;owned  use pytest".to_string(),
+        ),
     ] {
         let mut events = api.events(&id, None).await;
         let (status, _) = api

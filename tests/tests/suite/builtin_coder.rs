@@ -332,6 +332,11 @@ fn as_root_the_question_of_an_edit_names_a_file_the_sandbox_may_not_write() {
     super::support::write_bundle(
         &env.path("b"),
         r#"{turns: [
+          {when: "link", replies: [
+            {tool_calls: [{name: "Bash", arguments: {command: "ln -s /etc etclink"}}]},
+            {tool_calls: [{name: "Edit", arguments: {file_path: "etclink/shadow", old_string: "a", new_string: "b"}}]},
+            {text: "done"},
+          ]},
           {when: "locked", replies: [{tool_calls: [{name: "Edit", arguments: {file_path: "locked.txt", old_string: "a", new_string: "b"}}]}, {text: "done"}]},
           {replies: [{tool_calls: [{name: "Edit", arguments: {file_path: "mine.txt", old_string: "a", new_string: "b"}}]}, {text: "done"}]},
         ]}"#,
@@ -356,4 +361,51 @@ fn as_root_the_question_of_an_edit_names_a_file_the_sandbox_may_not_write() {
         "{locked}"
     );
     assert!(asked("mine")["warning"].is_null());
+    // Attack: a link the sandbox made to a host directory; the question tells nothing of the file behind it
+    // (root's /etc/shadow, which no sandbox user may write).
+    let linked = asked("link");
+    assert_eq!(linked["summary"], "/workspace/etclink/shadow", "{linked}");
+    assert!(linked["warning"].is_null(), "{linked}");
+}
+
+/// Attack: a model chains a write behind a command the built-in agent lets through without asking (`ls`), in the
+/// four ways a shell allows. Each chain is asked about (and, with no terminal to ask on, denied), and nothing it
+/// would have written exists; the plain `ls` ran unasked.
+#[test]
+fn a_command_chained_behind_a_read_only_one_is_asked_about_and_never_runs_unasked() {
+    let env = Env::new();
+    let chains = [
+        "ls; touch pwned-1",
+        "ls && touch pwned-2",
+        "ls $(touch pwned-3)",
+        "ls `touch pwned-4`",
+        "ls\ntouch pwned-5",
+    ];
+    let mut replies = vec![tool_call("c0", "Bash", json!({"command": "ls"}))];
+    for (i, chain) in chains.iter().enumerate() {
+        replies.push(tool_call(
+            &format!("c{}", i + 1),
+            "Bash",
+            json!({"command": chain}),
+        ));
+    }
+    replies.push(openai_text("done"));
+    let server = ProviderServer::start(replies);
+    let out = env
+        .command(&["fix the failing test", "--json"])
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &server.base)
+        .output()
+        .unwrap();
+    let evs = events(&out);
+    let asked: Vec<String> = of_type(&evs, "permission_requested")
+        .iter()
+        .map(|p| p["summary"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(asked, chains, "{}", String::from_utf8_lossy(&out.stderr));
+    for i in 1..=chains.len() {
+        assert!(!env.path(&format!("pwned-{i}")).exists(), "pwned-{i}");
+    }
+    let first = &of_type(&evs, "tool_call_finished")[0];
+    assert_ne!(first["status"], "error", "{first}");
 }

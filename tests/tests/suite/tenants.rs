@@ -688,3 +688,67 @@ async fn the_openai_and_a2a_routes_keep_each_tenant_to_its_own_sessions() {
         "beta's ctx-1 is a session of its own"
     );
 }
+
+/// A session of `bundle` for `api`'s tenant working in `dir`.
+async fn session_in(api: &Api, bundle: &Path, dir: &str) -> String {
+    let body = json!({"bundle_ref": bundle.to_str().unwrap(), "cwd": dir});
+    let (status, made) = api.post("/sessions", body).await;
+    assert_eq!(status, 201, "{made}");
+    made["id"].as_str().unwrap().to_string()
+}
+
+/// Runs a Write turn in `id` and answers its question with `decision` if one is asked; the question, if one was.
+async fn write_answering(api: &Api, id: &str, decision: &str) -> Option<Value> {
+    let mut sse = api.events(id, None).await;
+    let (status, _) = api
+        .post(
+            &format!("/sessions/{id}/run"),
+            json!({"input": task("write")}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let asked = loop {
+        let (_, e) = sse.next().await;
+        match e["payload"]["type"].as_str() {
+            Some("permission_requested") => break Some(e["payload"]["payload"].clone()),
+            Some("turn_completed") => break None,
+            _ => {}
+        }
+    };
+    if let Some(asked) = &asked {
+        let request = asked["request_id"].as_str().unwrap();
+        let (status, body) = api
+            .post(
+                &format!("/approvals/{request}"),
+                json!({"decision": decision}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        sse.until("turn_completed").await;
+    }
+    asked
+}
+
+/// Attack: a tenant answers its own question with `allow_project` in a directory another tenant works in too. The
+/// rule it keeps answers its own later questions there, never the other tenant's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_project_approval_never_answers_another_tenants_question_in_the_same_directory() {
+    let home = TempDir::new().unwrap();
+    let project = super::support::sandbox_tempdir();
+    let root = project.path().to_str().unwrap().to_string();
+    let t = tenants(home.path(), &["--workspace-root", &root]);
+    let bundle = bundle();
+    let b = bundle.path();
+    let first = session_in(&t.acme, b, &root).await;
+    let asked = write_answering(&t.acme, &first, "allow_project").await;
+    assert_eq!(
+        asked.unwrap()["project_rule"],
+        "Write(/workspace/**)",
+        "the question offered the rule"
+    );
+    // acme's own next session there is not asked; beta's is.
+    let again = session_in(&t.acme, b, &root).await;
+    assert!(write_answering(&t.acme, &again, "deny").await.is_none());
+    let other = session_in(&t.beta, b, &root).await;
+    assert!(write_answering(&t.beta, &other, "deny").await.is_some());
+}
