@@ -57,7 +57,7 @@ fn matches(rule: &PermissionRule, key: &str) -> bool {
 }
 
 /// What makes a command more than one simple command: separators, pipes, redirections, substitutions, groups.
-const SHELL_CONTROL: &[char] = &[
+pub const SHELL_CONTROL: &[char] = &[
     ';', '&', '|', '<', '>', '`', '$', '(', ')', '{', '}', '\n', '\r',
 ];
 

@@ -39,7 +39,7 @@ pub struct ProjectRules {
 pub fn suggest(tool: &str, key: &str) -> Option<String> {
     match tool {
         "Bash" => {
-            if key.contains(['\n', ';', '&', '|', '<', '>', '`', '$', '(', ')', '{', '}']) {
+            if key.contains(service_worker::permissions::SHELL_CONTROL) {
                 return None;
             }
             let words = shlex::split(key)?;

@@ -39,6 +39,14 @@ fn repository(env: &Env) {
     give_to_sandbox(env.work.path());
 }
 
+/// `service-rs ARGS` in `env` with only an OpenAI key, for `server` (as `OPENAI_BASE_URL`).
+fn with_openai_key(env: &Env, server: &ProviderServer, args: &[&str]) -> std::process::Command {
+    let mut cmd = env.command(args);
+    cmd.env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &server.base);
+    cmd
+}
+
 fn events(out: &std::process::Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -63,12 +71,13 @@ fn with_only_an_openai_key_the_builtin_agent_reads_freely_and_asks_only_before_i
         openai_text("Fixed calc.sh: it subtracted. ./test.sh passes."),
     ]);
     // `service-rs "PROMPT"` with no bundle and no default: the built-in agent, in the current directory.
-    let out = env
-        .command(&["fix the failing test", "--json", "--approve"])
-        .env("OPENAI_API_KEY", "sk-test")
-        .env("OPENAI_BASE_URL", &server.base)
-        .output()
-        .unwrap();
+    let out = with_openai_key(
+        &env,
+        &server,
+        &["fix the failing test", "--json", "--approve"],
+    )
+    .output()
+    .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -272,10 +281,8 @@ fn as_root_a_writable_session_in_a_root_owned_project_is_refused_before_any_mode
         openai_text("Fixed."),
     ]);
     let run = || {
-        env.command(&["fix the failing test", "--approve"])
+        with_openai_key(&env, &server, &["fix the failing test", "--approve"])
             .current_dir(project.path())
-            .env("OPENAI_API_KEY", "sk-test")
-            .env("OPENAI_BASE_URL", &server.base)
             .env_remove("SERVICE_SANDBOX_USER")
             .output()
             .unwrap()
@@ -391,10 +398,7 @@ fn a_command_chained_behind_a_read_only_one_is_asked_about_and_never_runs_unaske
     }
     replies.push(openai_text("done"));
     let server = ProviderServer::start(replies);
-    let out = env
-        .command(&["fix the failing test", "--json"])
-        .env("OPENAI_API_KEY", "sk-test")
-        .env("OPENAI_BASE_URL", &server.base)
+    let out = with_openai_key(&env, &server, &["fix the failing test", "--json"])
         .output()
         .unwrap();
     let evs = events(&out);

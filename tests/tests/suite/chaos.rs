@@ -287,23 +287,18 @@ fn start(home: &TempDir) -> Api {
 
 /// Every path under `root`, directories too, relative to it.
 fn walkdir(root: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            out.push(
-                path.strip_prefix(root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                todo.push(path);
-            }
-        }
-    }
-    out
+    walkdir::WalkDir::new(root)
+        .min_depth(1)
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|e| {
+            e.path()
+                .strip_prefix(root)
+                .unwrap_or(e.path())
+                .display()
+                .to_string()
+        })
+        .collect()
 }
 
 /// The journal of `id` with its sequence numbers dense from 1.

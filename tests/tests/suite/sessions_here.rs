@@ -159,26 +159,26 @@ fn show_diff_and_rewind_take_the_last_session_of_this_directory() {
     assert!(String::from_utf8_lossy(&neither.stderr).contains("--last"));
 }
 
+/// The TUI on `fixture` in `dir`, saying when it has exited.
+fn tui_in(env: &Env, dir: &std::path::Path) -> super::tmux::Tmux {
+    super::tmux::Tmux::start(&format!(
+        "cd {} && env SERVICE_HOME={} {} tui --bundle fixture; echo TUI-EXITED-$?; sleep 30",
+        dir.display(),
+        env.home.path().display(),
+        super::support::binary().display()
+    ))
+}
+
 #[test]
 fn a_tui_session_left_without_a_prompt_is_not_kept_and_one_with_a_turn_is() {
     let (env, one, _) = setup();
-    let tmux = super::tmux::Tmux::start(&format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle fixture; echo TUI-EXITED-$?; sleep 30",
-        one.display(),
-        env.home.path().display(),
-        super::support::binary().display()
-    ));
+    let tmux = tui_in(&env, &one);
     tmux.wait_for("new session");
     tmux.type_line("/quit");
     tmux.wait_for("TUI-EXITED-0");
     assert!(listed(&env, &one, &["sessions", "--json"]).is_empty());
 
-    let tmux = super::tmux::Tmux::start(&format!(
-        "cd {} && env SERVICE_HOME={} {} tui --bundle fixture; echo TUI-EXITED-$?; sleep 30",
-        one.display(),
-        env.home.path().display(),
-        super::support::binary().display()
-    ));
+    let tmux = tui_in(&env, &one);
     tmux.wait_for("new session");
     tmux.type_line("kept");
     tmux.wait_for("you said kept");
