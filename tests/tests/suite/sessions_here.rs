@@ -222,18 +222,15 @@ fn after_a_rewind_of_the_conversation_fork_and_rewind_count_the_turns_that_are_t
     for prompt in ["second", "third"] {
         ok_in(&env, &one, &["run", "--continue", "fixture", prompt]);
     }
-    ok_in(
-        &env,
-        &one,
-        &[
-            "sessions",
-            "rewind",
-            "--last",
-            "--turn",
-            "2",
-            "--conversation",
-        ],
-    );
+    let cut = [
+        "sessions",
+        "rewind",
+        "--last",
+        "--turn",
+        "2",
+        "--conversation",
+    ];
+    ok_in(&env, &one, &cut);
     let forked = run_in(&env, &one, &["sessions", "fork", "--last"]);
     let said = String::from_utf8_lossy(&forked.stdout);
     assert!(
@@ -242,18 +239,7 @@ fn after_a_rewind_of_the_conversation_fork_and_rewind_count_the_turns_that_are_t
         String::from_utf8_lossy(&forked.stderr)
     );
     // Turn 2 is no longer there to go back to.
-    let again = run_in(
-        &env,
-        &one,
-        &[
-            "sessions",
-            "rewind",
-            "--last",
-            "--turn",
-            "2",
-            "--conversation",
-        ],
-    );
+    let again = run_in(&env, &one, &cut);
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("valid turns are 1..1"),
         "{}",
