@@ -60,7 +60,8 @@ pub enum TurnStatus {
     Completed,
     /// Ended with an `error` event.
     Failed,
-    /// Stopped by an interrupt; ends with an `error` event of code `interrupted`.
+    /// Stopped by an interrupt (an `error` event of code `interrupted`), or cut short when the process running it
+    /// died (`supervisor_restarted`, `node_lost`).
     Interrupted,
 }
 

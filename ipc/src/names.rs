@@ -123,6 +123,8 @@ name_enum! {
         Skill => "Skill",
         /// Publish the current plan.
         UpdatePlan => "UpdatePlan",
+        /// Fetch a URL through the session's egress proxy, as markdown.
+        WebFetch => "WebFetch",
     }
 }
 

@@ -60,6 +60,13 @@ async fn forward(mut client: TcpStream, socket: String) {
 /// without hosts has no route out at all. TLS uses the ring provider and the webpki roots, so it needs nothing from
 /// the sandbox's `/etc`.
 pub fn http_client() -> Result<reqwest::Client, String> {
+    http_client_builder()?
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))
+}
+
+/// [`http_client`]'s builder, for a caller that sets its own timeouts and redirect policy.
+pub fn http_client_builder() -> Result<reqwest::ClientBuilder, String> {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
@@ -73,9 +80,8 @@ pub fn http_client() -> Result<reqwest::Client, String> {
     let builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .user_agent(concat!("service-rs/", env!("CARGO_PKG_VERSION")));
-    let builder = match proxy_url() {
+    Ok(match proxy_url() {
         Some(proxy) => builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| e.to_string())?),
         None => builder.no_proxy(),
-    };
-    builder.build().map_err(|e| format!("HTTP client: {e}"))
+    })
 }

@@ -21,6 +21,14 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Who a local sandbox over `dir` runs as, for a person (None for a server's, which this process cannot tell).
+    pub fn sandbox_user_over(&self, dir: &std::path::Path) -> Option<String> {
+        match self {
+            Backend::Local(rt) => rt.sandbox_user_over(dir),
+            Backend::Remote(_) => None,
+        }
+    }
+
     pub async fn create_session(
         &self,
         bundle_ref: &str,

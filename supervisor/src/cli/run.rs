@@ -368,7 +368,8 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
     let shown = args.verbose || std::io::stderr().is_terminal();
     let workspace = if shown {
         let bundle = backend.bundle(&record.bundle.reference).await?;
-        let workspace = super::workspace::describe(&record.cwd, bundle.sandbox.mode);
+        let who = backend.sandbox_user_over(std::path::Path::new(&record.cwd));
+        let workspace = super::workspace::describe(&record.cwd, bundle.sandbox.mode, who);
         eprintln!("session: {}", record.id);
         eprintln!("workspace: {workspace}");
         workspace

@@ -150,7 +150,10 @@ impl Ui {
         let model = format!("{}/{}", bundle.model.provider, bundle.model.name);
         let mode = bundle.sandbox.mode;
         let mut app = App::new(id, &label, &model, &mode.to_string());
-        app.workspace = super::workspace::describe(&record.cwd, mode);
+        let who = self
+            .backend
+            .sandbox_user_over(std::path::Path::new(&record.cwd));
+        app.workspace = super::workspace::describe(&record.cwd, mode, who);
         self.session_workspace = (
             record.cwd.clone().into(),
             mode != service_ipc::SandboxMode::DangerFullAccess,

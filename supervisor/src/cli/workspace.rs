@@ -42,12 +42,16 @@ pub(super) fn for_new_session(
     Ok(Some(here))
 }
 
-/// How a session of a bundle in `mode` sees its workspace `dir`, for the terminal and the TUI.
-pub(super) fn describe(dir: &str, mode: SandboxMode) -> String {
+/// How a session of a bundle in `mode` sees its workspace `dir`, for the terminal and the TUI; `who` is the host
+/// user its sandbox runs as when that is not the person running service-rs (see `SandboxUser::who_over`).
+pub(super) fn describe(dir: &str, mode: SandboxMode, who: Option<String>) -> String {
     let access = match mode {
         SandboxMode::ReadOnly => "read-only",
         SandboxMode::WorkspaceWrite => "writable",
         SandboxMode::DangerFullAccess => "unconfined: the whole host",
     };
-    format!("{} ({access})", super::term_text::safe(dir))
+    match who.filter(|_| mode != SandboxMode::DangerFullAccess) {
+        Some(who) => format!("{} ({access}, {who})", super::term_text::safe(dir)),
+        None => format!("{} ({access})", super::term_text::safe(dir)),
+    }
 }

@@ -96,6 +96,11 @@ pub fn view(tool: &str, args: &Value, cwd: &str) -> ToolView {
             Vec::new(),
         ),
         "UpdatePlan" => (ToolKind::Think, "Update the plan".to_string(), Vec::new()),
+        "WebFetch" => (
+            ToolKind::Fetch,
+            format!("Fetch {}", field("url")),
+            Vec::new(),
+        ),
         other => match other.strip_prefix("mcp__").and_then(|r| r.split_once("__")) {
             Some((server, name)) => (ToolKind::Other, format!("{server}: {name}"), Vec::new()),
             None => (ToolKind::Other, other.to_string(), Vec::new()),

@@ -585,6 +585,11 @@ impl ServiceRuntime {
         Ok(self.followed(id).await?.journal.clone())
     }
 
+    /// Who a sandbox over the host directory `dir` runs as, for a person (see `SandboxUser::who_over`).
+    pub fn sandbox_user_over(&self, dir: &std::path::Path) -> Option<String> {
+        self.inner.options.sandbox_user.who_over(dir)
+    }
+
     /// Whether every worker runs on the host (`--dangerous-sandbox-mode`).
     pub fn dangerous_sandbox_mode(&self) -> bool {
         self.inner.options.dangerous_sandbox_mode

@@ -190,6 +190,39 @@ impl SandboxUser {
         Ok(Some(*id))
     }
 
+    /// Who a sandbox over `dir` is on the host, for a person to read: None for the supervisor's own unprivileged
+    /// user (the person running it), `root` with a warning for a root supervisor that keeps root, else the name of
+    /// the user it runs as (the directory's owner, or the sandbox user where root owns it).
+    pub fn who_over(&self, dir: &Path) -> Option<String> {
+        match self {
+            SandboxUser::Own if nix::unistd::geteuid().is_root() => {
+                Some("as root, with root's rights over what it sees".into())
+            }
+            SandboxUser::Own => None,
+            SandboxUser::Other { id, name } => {
+                let uid = std::fs::metadata(dir)
+                    .ok()
+                    .map(|m| m.uid())
+                    .filter(|u| *u != 0)
+                    .unwrap_or(id.uid);
+                let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                    .ok()
+                    .flatten()
+                    .map_or_else(
+                        || {
+                            if uid == id.uid {
+                                name.clone()
+                            } else {
+                                uid.to_string()
+                            }
+                        },
+                        |u| u.name,
+                    );
+                Some(format!("as the user {user}"))
+            }
+        }
+    }
+
     /// Why a sandbox over the directory `dir` (a host path) could not write its existing file `rel` (relative, of
     /// plain components), for the question of a Write or Edit to it; None when it could, or when that cannot be told
     /// (no such file, a link anywhere on the way: the sandbox may have made one to learn of a file outside). The

@@ -281,11 +281,15 @@ fn as_root_a_writable_session_in_a_root_owned_project_is_refused_before_any_mode
         openai_text("Fixed."),
     ]);
     let run = || {
-        with_openai_key(&env, &server, &["fix the failing test", "--approve"])
-            .current_dir(project.path())
-            .env_remove("SERVICE_SANDBOX_USER")
-            .output()
-            .unwrap()
+        with_openai_key(
+            &env,
+            &server,
+            &["fix the failing test", "--approve", "--verbose"],
+        )
+        .current_dir(project.path())
+        .env_remove("SERVICE_SANDBOX_USER")
+        .output()
+        .unwrap()
     };
     let refused = run();
     let err = String::from_utf8_lossy(&refused.stderr);
@@ -324,6 +328,12 @@ fn as_root_a_writable_session_in_a_root_owned_project_is_refused_before_any_mode
         "echo $(( $1 + $2 ))\n",
         "{}",
         String::from_utf8_lossy(&fixed.stderr)
+    );
+    // What the sandbox may really do is said before the turn.
+    let said = String::from_utf8_lossy(&fixed.stderr);
+    assert!(
+        said.contains("(writable, as root, with root's rights over what it sees)"),
+        "{said}"
     );
 }
 

@@ -89,7 +89,7 @@ async fn a_supervisor_killed_mid_turn_leaves_a_consistent_session_that_continues
     assert_eq!(record["status"], "idle", "{record}");
     assert_eq!(record["active_turn"], Value::Null);
     assert_eq!(record["last_turn"]["turn_id"], turn_id.as_str());
-    assert_eq!(record["last_turn"]["status"], "failed");
+    assert_eq!(record["last_turn"]["status"], "interrupted");
 
     let lines: Vec<Value> = std::fs::read_to_string(&journal)
         .unwrap()

@@ -70,3 +70,4 @@ mod traces;
 mod tui;
 mod turns;
 mod usage;
+mod web_fetch;

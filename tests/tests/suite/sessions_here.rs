@@ -246,3 +246,44 @@ fn after_a_rewind_of_the_conversation_fork_and_rewind_count_the_turns_that_are_t
         String::from_utf8_lossy(&again.stderr)
     );
 }
+
+#[test]
+fn a_run_killed_mid_turn_is_listed_interrupted_at_once() {
+    let (env, one, _) = setup();
+    let script = r#"{turns: [{replies: [
+        {tool_calls: [{name: "Bash", arguments: {command: "sleep 30"}}]},
+        {text: "never"}]}]}"#;
+    std::fs::write(env.path("b/resources/script.json5"), script).unwrap();
+    env.run(&["build", "b"]).ok();
+    let mut child = env
+        .command(&["run", "fixture", "--approve", "go"])
+        .current_dir(&one)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = || {
+        std::fs::read_dir(env.home.path().join("sessions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|d| {
+                std::fs::read_to_string(d.path().join("events.jsonl"))
+                    .is_ok_and(|j| j.contains("tool_call_started"))
+            })
+    };
+    super::support::wait_until(std::time::Duration::from_secs(20), started, || {
+        "the command never started".into()
+    });
+    child.kill().unwrap(); // SIGKILL: the run cleans nothing up
+    child.wait().unwrap();
+    let sessions = listed(&env, &one, &["sessions", "--json"]);
+    assert_eq!(sessions[0]["status"], "idle", "{:?}", sessions[0]);
+    assert_eq!(
+        sessions[0]["last_turn"]["status"], "interrupted",
+        "{:?}",
+        sessions[0]
+    );
+    let table = ok_in(&env, &one, &["sessions"]);
+    assert!(table.contains("interrupted"), "{table}");
+}

@@ -284,6 +284,7 @@ fn signature(tool: BuiltinTool) -> &'static str {
         BuiltinTool::UpdatePlan => {
             "update_plan(plan, explanation=None): publishes the plan, a list of {\"step\", \"status\"}."
         }
+        BuiltinTool::WebFetch => "web_fetch(url, prompt=None): the page at url as markdown.",
     }
 }
 

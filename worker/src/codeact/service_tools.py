@@ -19,8 +19,8 @@ import sys
 import time
 
 __all__ = [
-    "Denied", "ToolError", "call", "read", "write", "edit", "bash", "glob", "grep", "skill", "update_plan", "agent",
-    "final_answer",
+    "Denied", "ToolError", "call", "read", "write", "edit", "bash", "glob", "grep", "skill", "update_plan", "web_fetch",
+    "agent", "final_answer",
 ]
 
 
@@ -151,6 +151,11 @@ def skill(name):
 def update_plan(plan, explanation=None):
     """Publishes the plan: a list of {"step": ..., "status": "pending"|"in_progress"|"completed"}."""
     return _call("UpdatePlan", _given(plan=plan, explanation=explanation))
+
+
+def web_fetch(url, prompt=None):
+    """The page at `url` as markdown (text and JSON as they are), fetched through the sandbox's egress proxy."""
+    return _call("WebFetch", _given(url=url, prompt=prompt))
 
 
 def agent(subagent, prompt):

@@ -5,6 +5,7 @@
 //! - [`search`]: Glob, Grep.
 //! - [`exec`]: Bash, and the subprocess runner shared with operator commands.
 //! - [`skill`], [`plan`]: Skill, UpdatePlan.
+//! - [`web`]: the WebFetch tool.
 
 pub mod exec;
 pub mod fs;
@@ -12,6 +13,7 @@ pub mod plan;
 pub mod search;
 pub mod skill;
 pub mod spare_shell;
+pub mod web;
 
 use std::path::{Component, Path, PathBuf};
 
@@ -131,6 +133,14 @@ fn spec(tool: BuiltinTool) -> ToolSpec {
                 "explanation": {"type": "string"}},
                 "required": ["plan"]}),
         ),
+        BuiltinTool::WebFetch => (
+            "Fetch a web page (http or https) and return it as markdown; text and JSON come back as they are. \
+             Goes through the sandbox's network rules, which may refuse the host or ask the user.",
+            json!({"type": "object", "properties": {
+                "url": {"type": "string", "description": "The URL to fetch"},
+                "prompt": {"type": "string", "description": "What you want from the page"}},
+                "required": ["url"]}),
+        ),
     };
     ToolSpec {
         name: tool.as_str().to_string(),
@@ -155,6 +165,7 @@ pub fn key_argument(tool: BuiltinTool, args: &Value, cwd: &Path) -> String {
         BuiltinTool::Glob | BuiltinTool::Grep => field("pattern"),
         BuiltinTool::Skill => field("name"),
         BuiltinTool::UpdatePlan => String::new(),
+        BuiltinTool::WebFetch => field("url"),
     }
 }
 
@@ -169,6 +180,7 @@ pub fn describe(tool: BuiltinTool, _args: &Value, key: &str) -> String {
         BuiltinTool::Grep => format!("searching for {key}"),
         BuiltinTool::Skill => format!("loading skill {key}"),
         BuiltinTool::UpdatePlan => "updating the plan".to_string(),
+        BuiltinTool::WebFetch => format!("fetching {key}"),
     }
 }
 
@@ -198,6 +210,10 @@ pub async fn run(tool: BuiltinTool, args: Value, ctx: &ToolCtx<'_>) -> ToolResul
         },
         BuiltinTool::UpdatePlan => match parse_args(tool, args) {
             Ok(a) => plan::update(a, ctx).await,
+            Err(e) => e,
+        },
+        BuiltinTool::WebFetch => match parse_args(tool, args) {
+            Ok(a) => web::fetch(a, ctx).await,
             Err(e) => e,
         },
     }

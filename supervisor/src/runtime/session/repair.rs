@@ -6,7 +6,7 @@
 //! three states, each repaired from what the record, the history and the journal hold, so that every
 //! `turn_started` ends exactly once and no end is journaled for a turn that never started:
 //! - the record says `running` and the journal has the turn's start: it ends as `error` with the given code
-//!   (`supervisor_restarted`, or `node_lost` when another node ran it);
+//!   (`supervisor_restarted`, or `node_lost` when another node ran it), and the record says `interrupted`;
 //! - the record says `running` but the journal never started the turn: the record goes back to `idle`, and
 //!   nothing is journaled;
 //! - the record says the turn ended but the journal has no end: the end is journaled from the record and the
@@ -49,7 +49,8 @@ impl Session {
                     code: code.into(),
                     message: message.into(),
                 });
-                return self.mark_ended(&turn_id, TurnStatus::Failed);
+                // The turn did not fail: the process running it died, as if interrupted.
+                return self.mark_ended(&turn_id, TurnStatus::Interrupted);
             }
             // Killed before the turn was journaled: it never started.
             return self.update(|r| {
