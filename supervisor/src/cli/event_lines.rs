@@ -1,6 +1,13 @@
-//! What `run` says of a turn's events on stderr: a line each with `--verbose`, JSON lines with `--json`.
+//! What `run` says of a turn's events besides the answer: JSON lines on stdout with `--json`; on stderr, what the
+//! agent did (commands with their exit code and time, edits with `+N -M` and their hunks, plan updates; the shared
+//! renderer of `facade::tool_text`) when stderr is a terminal, plus an event log with `--verbose`, whose streamed
+//! deltas are joined into lines; nothing but the answer with `-q`.
+
+use std::collections::HashMap;
+use std::io::Write;
 
 use service_ipc::{EventMsg, EventPayload};
+use service_supervisor::facade::tool_text::{Activity, StepKind, ToolText};
 
 use super::progress::Progress;
 use super::term_text::safe;
@@ -28,97 +35,209 @@ pub(super) fn mcp_failure(payload: &EventPayload) -> Option<String> {
     Some(line)
 }
 
-/// Prints an event as a JSON line (`--json`) or a description on stderr (`--verbose`).
-pub(super) fn show(msg: &EventMsg, json: bool, verbose: bool, progress: &mut Progress) {
-    if json {
-        println!("{}", serde_json::to_string(msg).unwrap_or_default());
-    } else if verbose {
-        describe(msg, progress);
-    } else if let (EventPayload::ModelRetry { .. }, false) = (&msg.payload, progress.spinning()) {
-        // A wait the user would otherwise sit through in silence (the spinner says it on a terminal).
-        describe(msg, progress);
-    }
+/// How much `run` says on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Detail {
+    /// Events as JSON lines on stdout, nothing on stderr.
+    Json,
+    /// Nothing but errors (`-q`).
+    Quiet,
+    /// What the agent did (a terminal).
+    Steps,
+    /// What the agent did and every event (`--verbose`).
+    Verbose,
 }
 
-/// One line on stderr per event, for --verbose.
-fn describe(msg: &EventMsg, progress: &mut Progress) {
-    let line = match &msg.payload {
-        EventPayload::TurnStarted { context, .. } => {
-            let mut line = format!(
-                "turn started: model {}/{}, sandbox {}, cwd {}",
-                context.model.provider, context.model.name, context.sandbox_mode, context.cwd
-            );
-            if !context.instructions.is_empty() {
-                line.push_str(&format!(
-                    ", project instructions {}",
-                    context.instructions.join(", ")
-                ));
+/// What `run` writes of one turn's events.
+pub(super) struct RunLog {
+    detail: Detail,
+    activity: Activity,
+    /// The session's directory on the host, named where the sandbox would say `/workspace`.
+    host_dir: String,
+    /// Reasoning not yet ended by a newline (`--verbose` prints whole lines).
+    thinking: String,
+    /// Command output not yet ended by a newline, by exec id.
+    output: HashMap<String, String>,
+}
+
+impl RunLog {
+    pub(super) fn new(detail: Detail, host_dir: &str) -> RunLog {
+        RunLog {
+            detail,
+            activity: Activity::default(),
+            host_dir: host_dir.to_string(),
+            thinking: String::new(),
+            output: HashMap::new(),
+        }
+    }
+
+    /// How paths of the running turn are shown.
+    pub(super) fn paths(&self) -> &ToolText {
+        self.activity.paths()
+    }
+
+    /// Writes what `msg` adds. Err only when stdout is closed (a reader such as `head` went away).
+    pub(super) fn event(&mut self, msg: &EventMsg, progress: &mut Progress) -> std::io::Result<()> {
+        let steps = self.activity.event(&msg.payload);
+        match self.detail {
+            Detail::Json => {
+                let line = serde_json::to_string(msg).unwrap_or_default();
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{line}")?;
+                return out.flush();
             }
-            line
+            Detail::Quiet => return Ok(()),
+            Detail::Verbose => self.describe(msg, progress),
+            Detail::Steps => {
+                if let (EventPayload::ModelRetry { .. }, false) = (&msg.payload, progress.spinning()) {
+                    // A wait the user would otherwise sit through in silence (the spinner says it on a terminal).
+                    self.describe(msg, progress);
+                }
+            }
         }
-        EventPayload::ReasoningDelta { delta, .. } => format!("thinking: {delta}"),
-        EventPayload::ToolCallStarted {
-            tool, arguments, ..
-        } => format!("tool {tool} {arguments}"),
-        EventPayload::ToolCallFinished { tool, status, .. } => {
-            format!("tool {tool} finished: {status:?}")
+        for step in steps {
+            progress.interject();
+            let colour = super::answer::colour();
+            let code = match step.kind {
+                StepKind::Command | StepKind::Other => "2",
+                StepKind::Edit => "1",
+                StepKind::CommandFailed | StepKind::Failed => "31",
+                StepKind::Plan => "36",
+            };
+            let line = safe(&step.line);
+            if colour {
+                eprintln!("\x1b[{code}m{line}\x1b[0m");
+            } else {
+                eprintln!("{line}");
+            }
+            if let Some(hunks) = step.hunks {
+                eprint!("{}", super::answer::diff_for_terminal(&hunks));
+            }
         }
-        EventPayload::ExecCommandOutputDelta { chunk, .. } => format!("  | {}", chunk.trim_end()),
-        EventPayload::PermissionRequested { tool, summary, .. } => {
-            format!("permission needed: {tool} {summary}")
+        Ok(())
+    }
+
+    /// `--verbose`: one line on stderr per event, deltas joined into lines.
+    fn describe(&mut self, msg: &EventMsg, progress: &mut Progress) {
+        let mut lines = Vec::new();
+        if !matches!(msg.payload, EventPayload::ReasoningDelta { .. }) && !self.thinking.is_empty() {
+            lines.push(format!("thinking: {}", std::mem::take(&mut self.thinking)));
         }
-        EventPayload::NetworkPermissionRequested {
-            host,
-            port,
-            addresses,
-            internal,
-            ..
-        } => format!(
-            "permission needed: network {}",
-            service_supervisor::runtime::approvals::network_summary(
-                host, *port, addresses, *internal
-            )
-        ),
-        EventPayload::NetworkAccess {
-            host,
-            port,
-            decision: service_ipc::NetworkDecision::Allow,
-            rule,
-            ..
-        } => format!(
-            "network: {host}:{port} allowed by {}",
-            rule.as_deref().unwrap_or("?")
-        ),
-        EventPayload::NetworkAccess {
-            host, port, reason, ..
-        } => format!(
-            "network: {host}:{port} refused: {}",
-            reason.as_deref().unwrap_or("?")
-        ),
-        EventPayload::NetworkClosed {
-            host,
-            port,
-            bytes_sent,
-            bytes_received,
-            ..
-        } => format!(
-            "network: {host}:{port} closed ({bytes_sent} B sent, {bytes_received} B received)"
-        ),
-        EventPayload::PlanUpdate { plan, .. } => format!("plan: {} steps", plan.len()),
-        EventPayload::ModelRetry {
-            attempt,
-            max_attempts,
-            delay_ms,
-            reason,
-            ..
-        } => service_supervisor::providers::retry_line(*attempt, *max_attempts, *delay_ms, reason),
-        EventPayload::Error { code, message, .. } => format!("error ({code}): {message}"),
-        failed @ EventPayload::McpServerFailed { .. } => mcp_failure(failed).unwrap_or_default(),
-        EventPayload::A2aAgentFailed { agent, message } => {
-            format!("A2A agent {agent} is not offered: {message}")
+        let paths = self.activity.paths().clone();
+        let line = match &msg.payload {
+            EventPayload::TurnStarted { context, .. } => {
+                let mut line = format!(
+                    "turn started: model {}/{}, sandbox {}, in {}",
+                    context.model.provider, context.model.name, context.sandbox_mode, self.host_dir
+                );
+                if !context.instructions.is_empty() {
+                    line.push_str(&format!(
+                        ", project instructions {}",
+                        context.instructions.join(", ")
+                    ));
+                }
+                Some(line)
+            }
+            EventPayload::ReasoningDelta { delta, .. } => {
+                self.thinking.push_str(delta);
+                while let Some(at) = self.thinking.find('\n') {
+                    let rest = self.thinking.split_off(at + 1);
+                    let done = std::mem::replace(&mut self.thinking, rest);
+                    if !done.trim().is_empty() {
+                        lines.push(format!("thinking: {}", done.trim_end()));
+                    }
+                }
+                None
+            }
+            EventPayload::ToolCallStarted {
+                tool, arguments, ..
+            } => Some(format!("tool: {}", paths.title(tool, arguments))),
+            EventPayload::ToolCallFinished { tool, status, .. } => {
+                Some(format!("tool {tool} finished: {status:?}"))
+            }
+            EventPayload::ExecCommandOutputDelta { exec_id, chunk, .. } => {
+                let pending = self.output.entry(exec_id.clone()).or_default();
+                pending.push_str(chunk);
+                while let Some(at) = pending.find('\n') {
+                    let rest = pending.split_off(at + 1);
+                    let done = std::mem::replace(pending, rest);
+                    lines.push(format!("  | {}", done.trim_end()));
+                }
+                None
+            }
+            EventPayload::ExecCommandEnd { exec_id, .. } => {
+                let rest = self.output.remove(exec_id).unwrap_or_default();
+                (!rest.is_empty()).then(|| format!("  | {}", rest.trim_end()))
+            }
+            EventPayload::PermissionRequested { tool, summary, .. } => Some(format!(
+                "permission needed: {tool} {}",
+                paths.text(summary)
+            )),
+            EventPayload::NetworkPermissionRequested {
+                host,
+                port,
+                addresses,
+                internal,
+                ..
+            } => Some(format!(
+                "permission needed: network {}",
+                service_supervisor::runtime::approvals::network_summary(
+                    host, *port, addresses, *internal
+                )
+            )),
+            EventPayload::NetworkAccess {
+                host,
+                port,
+                decision: service_ipc::NetworkDecision::Allow,
+                rule,
+                ..
+            } => Some(format!(
+                "network: {host}:{port} allowed by {}",
+                rule.as_deref().unwrap_or("?")
+            )),
+            EventPayload::NetworkAccess {
+                host, port, reason, ..
+            } => Some(format!(
+                "network: {host}:{port} refused: {}",
+                reason.as_deref().unwrap_or("?")
+            )),
+            EventPayload::NetworkClosed {
+                host,
+                port,
+                bytes_sent,
+                bytes_received,
+                ..
+            } => Some(format!(
+                "network: {host}:{port} closed ({bytes_sent} B sent, {bytes_received} B received)"
+            )),
+            EventPayload::ModelRetry {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+                ..
+            } => Some(service_supervisor::providers::retry_line(
+                *attempt,
+                *max_attempts,
+                *delay_ms,
+                reason,
+            )),
+            EventPayload::Error { code, message, .. } => {
+                Some(format!("error ({code}): {}", paths.text(message)))
+            }
+            failed @ EventPayload::McpServerFailed { .. } => mcp_failure(failed),
+            EventPayload::A2aAgentFailed { agent, message } => {
+                Some(format!("A2A agent {agent} is not offered: {message}"))
+            }
+            _ => None,
+        };
+        lines.extend(line);
+        if lines.is_empty() {
+            return;
         }
-        _ => return,
-    };
-    progress.interject();
-    eprintln!("[{}] {}", msg.id, safe(&line));
+        progress.interject();
+        for line in lines {
+            eprintln!("[{}] {}", msg.id, safe(&line));
+        }
+    }
 }

@@ -9,6 +9,7 @@ pub(crate) mod complete;
 mod config;
 mod doctor;
 mod event_lines;
+mod follow;
 mod history;
 mod logging;
 mod mcp;
@@ -222,6 +223,7 @@ fn bundle_hint(word: &str) -> Option<String> {
 
 /// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    quiet_when_a_reader_goes_away();
     // `mcp serve` talks on stdio to a client that shows its stderr: it logs only when RUST_LOG asks.
     let server = matches!(cli.command, Command::Serve(_));
     logging::init(cli.log_format, if server { "info" } else { "off" });
@@ -460,6 +462,25 @@ fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
 /// command as it ends `cat`, by SIGPIPE (status 141 in a shell), with nothing on stderr. The Rust runtime ignores
 /// SIGPIPE, which turns the write into an error that `println!` panics on. Socket writes are not affected: they
 /// are sent with `MSG_NOSIGNAL`. The commands that serve or run sessions keep ignoring it.
+/// For every other command: a print to a closed stdout or stderr (`println!` panics on it, since SIGPIPE is
+/// ignored) ends the process quietly with the status SIGPIPE would give, instead of a panic message. `run` handles
+/// a closed stdout itself, so that its turn is recorded as interrupted first.
+fn quiet_when_a_reader_goes_away() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if text.starts_with("failed printing to std") && text.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
+}
+
 fn end_quietly_on_a_closed_pipe() {
     use nix::sys::signal::{signal, SigHandler, Signal};
     // SAFETY: restoring the default disposition installs no handler, so no code runs in signal context.

@@ -24,6 +24,8 @@ pub struct Progress {
     text_open: bool,
     /// The text of the current model step was streamed, so the final answer need not be printed again.
     step_streamed: bool,
+    /// A write to stdout failed: its reader went away (`| head`).
+    closed: bool,
 }
 
 impl Progress {
@@ -39,6 +41,23 @@ impl Progress {
             drawn: false,
             text_open: false,
             step_streamed: false,
+            closed: false,
+        }
+    }
+
+    /// Whether stdout was closed under the run (a reader such as `head` went away).
+    pub fn closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Writes answer text to stdout; a failed write marks stdout closed instead of panicking as `print!` would.
+    fn write_out(&mut self, text: &str) {
+        if self.closed {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+            self.closed = true;
         }
     }
 
@@ -54,8 +73,8 @@ impl Progress {
             EventPayload::AgentMessageDelta { delta, .. } => {
                 if self.stream {
                     self.clear();
-                    print!("{}", self.out.stdout(delta));
-                    let _ = std::io::stdout().flush();
+                    let text = self.out.stdout(delta).into_owned();
+                    self.write_out(&text);
                     self.text_open = !delta.ends_with('\n');
                     self.step_streamed = true;
                 }
@@ -154,14 +173,15 @@ impl Progress {
     pub fn finish(&mut self, final_message: &str) {
         self.pause();
         if !(self.stream && self.step_streamed) {
-            println!("{}", self.out.stdout(final_message));
+            let text = format!("{}\n", self.out.stdout(final_message));
+            self.write_out(&text);
         }
     }
 
     fn end_text(&mut self) {
         if self.text_open {
             self.clear();
-            println!();
+            self.write_out("\n");
             self.text_open = false;
         }
     }

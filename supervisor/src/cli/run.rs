@@ -4,18 +4,12 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use futures::StreamExt;
-use service_ipc::{ApprovalDecision, EventPayload, ModelRef, Task, TurnOverrides};
-use service_supervisor::config_file::Approvals;
-use service_supervisor::runtime::{approvals, EventStream, SessionRecord};
+use service_ipc::{ModelRef, Task, TurnOverrides};
+use service_supervisor::runtime::{EventStream, SessionRecord};
 use service_supervisor::ServiceHome;
 
-use super::answer::Answer;
 use super::backend::Backend;
-use super::event_lines::show;
-use super::progress::Progress;
 use super::remote::Remote;
-use super::term_text::safe;
 
 impl RunArgs {
     /// The prompt: `--prompt TEXT`, or stdin for `--prompt -` and for a piped run without `--prompt`.
@@ -145,9 +139,12 @@ pub struct RunArgs {
     /// default they are shown as escapes such as `^[`, so that no answer can drive the terminal).
     #[arg(long)]
     pub(super) raw: bool,
-    /// Describe events on stderr as they happen.
-    #[arg(long, short)]
+    /// Describe every event on stderr as it happens, besides what the agent did.
+    #[arg(long, short, conflicts_with = "quiet")]
     pub(super) verbose: bool,
+    /// Print nothing but the answer: no progress, no list of what the agent did, no usage line.
+    #[arg(long, short, conflicts_with = "json")]
+    pub(super) quiet: bool,
     /// Working directory of a new session (default: the current directory); of this turn only when continuing
     /// one. With --remote, a directory of the server's under one of its --workspace-root.
     #[arg(long)]
@@ -365,7 +362,7 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
         None => start_new(backend, args, prompt).await?,
     };
     // Said where someone reads it: on a terminal (where approval questions are asked too) or with --verbose.
-    let shown = args.verbose || std::io::stderr().is_terminal();
+    let shown = args.verbose || (std::io::stderr().is_terminal() && !args.quiet && !args.json);
     let workspace = if shown {
         let bundle = backend.bundle(&record.bundle.reference).await?;
         let who = backend.sandbox_user_over(std::path::Path::new(&record.cwd));
@@ -376,10 +373,10 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
     } else {
         String::new()
     };
-    follow(
+    super::follow::follow(
         backend,
         args,
-        &record.id,
+        &record,
         events,
         &turn_id,
         &workspace,
@@ -471,128 +468,3 @@ async fn start(
     Ok((events, turn_id))
 }
 
-/// Shows the turn's events until it ends; answers permission requests; Ctrl-C interrupts, twice quits.
-async fn follow(
-    backend: &Backend,
-    args: &RunArgs,
-    session_id: &str,
-    mut events: EventStream,
-    turn_id: &str,
-    workspace: &str,
-    sigint: &mut tokio::signal::unix::Signal,
-) -> anyhow::Result<ExitCode> {
-    let answer = Answer::from_args(args);
-    let began = std::time::Instant::now();
-    let auto_edit = args.approvals == Approvals::AutoEdit && !args.approve && !args.deny;
-    // Where the worker sees the workspace, for auto-edit: known from the turn's context.
-    let mut root = service_supervisor::sandbox::bwrap::WORKSPACE_DIR.to_string();
-    let mut progress = Progress::new(args.json, super::term_text::Output::new(args.raw));
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
-    let mut interrupted = false;
-    // Said on the usage line: the conversation the model sees was summarised during the turn.
-    let mut compacted = false;
-    let end = loop {
-        let msg = tokio::select! {
-            msg = events.next() => msg,
-            _ = sigint.recv() => {
-                progress.interject();
-                if interrupted {
-                    eprintln!("stopped");
-                    return Ok(ExitCode::from(130));
-                }
-                interrupted = true;
-                eprintln!("interrupting… (Ctrl-C again quits now)");
-                if let Err(e) = backend.interrupt(session_id).await {
-                    eprintln!("warning: could not interrupt the turn: {e:#}");
-                }
-                continue;
-            }
-            _ = tick.tick(), if progress.spinning() => {
-                progress.tick();
-                continue;
-            }
-        };
-        let Some(msg) = msg else {
-            progress.interject();
-            anyhow::bail!("the event stream ended before the turn did (session {session_id})");
-        };
-        progress.event(&msg.payload);
-        show(&msg, args.json, args.verbose, &mut progress);
-        if let EventPayload::ContextCompacted { .. } = &msg.payload {
-            compacted |= msg.payload.turn_id() == Some(turn_id);
-        }
-        if let EventPayload::TurnStarted { context, .. } = &msg.payload {
-            if context.sandbox_mode == service_ipc::SandboxMode::DangerFullAccess {
-                root = context.cwd.clone();
-            }
-        }
-        let asked = service_supervisor::runtime::approvals::asked(&msg.payload);
-        if let Some(asked) = asked.filter(|a| auto_edit && approvals::auto_edit_allows(a, &root)) {
-            if let Err(e) = backend
-                .resolve(&asked.request_id, ApprovalDecision::AllowOnce)
-                .await
-            {
-                progress.interject();
-                eprintln!("warning: could not answer the permission request: {e:#}");
-            }
-        } else if let Some(asked) = service_supervisor::runtime::approvals::asked(&msg.payload) {
-            progress.pause();
-            let (decision, reason) = tokio::select! {
-                d = answer.decide(&asked, workspace) => d,
-                _ = sigint.recv() => {
-                    // Nothing more will be asked: end the turn and leave with the conventional code.
-                    eprintln!();
-                    let _ = backend.interrupt(session_id).await;
-                    return Ok(ExitCode::from(130));
-                }
-            };
-            progress.resume();
-            if let Err(e) = backend
-                .resolve_with(&asked.request_id, decision, reason)
-                .await
-            {
-                progress.interject();
-                eprintln!("warning: could not answer the permission request: {e:#}");
-            }
-        }
-        if msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id) {
-            break msg.payload;
-        }
-    };
-    progress.pause();
-    match end {
-        EventPayload::TurnCompleted {
-            final_message,
-            usage,
-            ..
-        } => {
-            if !args.json {
-                progress.finish(&final_message);
-                if args.verbose || std::io::stderr().is_terminal() {
-                    let line =
-                        service_supervisor::usage_line::describe(&usage, Some(began.elapsed()));
-                    let note = if compacted {
-                        " · context compacted"
-                    } else {
-                        ""
-                    };
-                    eprintln!("{line}{note}");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        EventPayload::Error { code, message, .. } => {
-            eprintln!(
-                "error: turn {turn_id} failed ({}): {}",
-                safe(&code),
-                safe(&message)
-            );
-            Ok(if interrupted || code == "interrupted" {
-                ExitCode::from(130)
-            } else {
-                ExitCode::FAILURE
-            })
-        }
-        _ => Ok(ExitCode::FAILURE),
-    }
-}

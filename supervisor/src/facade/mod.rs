@@ -4,6 +4,7 @@
 //! - [`bundles`]: the bundle a client names, held to the server's sandbox policy;
 //! - [`sessions`]: what a facade may do with sessions ([`Sessions`]), over the local runtime or a remote server;
 //! - [`tool_view`]: what a tool call is about (its kind, a title, the files it touches), from its name and arguments;
+//! - [`tool_text`]: what the agent did, as lines a person reads, shared by every front end;
 //! - [`turn_end`]: how a turn ended, in terms every protocol maps to its own stop reasons;
 //! - [`sse`]: server-sent events a task feeds while a response streams;
 //! - [`acp`]: the Agent Client Protocol, for editors (`service-rs acp`);
@@ -20,6 +21,7 @@ pub mod bundles;
 pub mod openai;
 pub mod sessions;
 pub mod sse;
+pub mod tool_text;
 pub mod tool_view;
 pub mod turn_end;
 

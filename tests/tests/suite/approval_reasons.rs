@@ -85,8 +85,8 @@ fn on_runs_terminal_r_asks_why_and_the_model_reads_it() {
     bundle(&env.path("b"));
     let tmux = Tmux::service_rs(&env, "run ./b 'test it'; echo RUN-EXITED-$?; sleep 30");
     tmux.wait_for("[r] deny and s");
-    tmux.type_line("r");
-    tmux.wait_for("Why (the model reads this):");
+    tmux.keys(&["r"]);
+    tmux.wait_for("Why (the model reads this");
     tmux.type_line("use pytest instead");
     tmux.wait_for("who said: use pytest instead");
     tmux.wait_for("RUN-EXITED-0");
@@ -124,8 +124,8 @@ fn always_in_this_project_keeps_a_command_prefix_that_later_sessions_use_and_a_c
     );
     env.run(&["build", "b"]).ok();
     let tmux = Tmux::service_rs(&env, "run fixture 'say it'; echo RUN-EXITED-$?; sleep 30");
-    tmux.wait_for("[p] always `Bash(echo he");
-    tmux.type_line("p");
+    tmux.wait_for("always `Bash(echo he");
+    tmux.keys(&["p"]);
     tmux.wait_for("got: hello world");
     tmux.wait_for("RUN-EXITED-0");
     let listed = env.run(&["approvals"]).ok().to_string();

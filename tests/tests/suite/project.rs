@@ -259,7 +259,7 @@ fn tui_cwd_sets_the_workspace_and_slash_cwd_is_checked_when_typed() {
         &format!("tui --bundle ./tb --cwd {}", project.path().display()),
     );
     let real = project.path().canonicalize().unwrap();
-    tmux.wait_for(&format!("workspace {} (read-only)", real.display()));
+    tmux.wait_for(&format!("workspace {} (read-only", real.display()));
     tmux.type_line("/cwd /etc");
     tmux.wait_for("/cwd: /etc is outside the session's workspace");
     tmux.type_line("/cwd nowhere");

@@ -75,7 +75,7 @@ fn on_a_terminal_run_names_the_session_shows_what_it_waits_for_and_streams_the_a
     // It says where the session works, and ends with what the turn cost.
     assert!(
         done.contains(&format!(
-            "workspace: {} (writable)",
+            "workspace: {} (writable",
             env.work.path().display()
         )),
         "{done}"

@@ -23,7 +23,7 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
     tmux.wait_for("sandbox workspace_write");
     // The header says which host directory the session sees, and that it may write there.
     tmux.wait_for(&format!(
-        "workspace {} (writable)",
+        "workspace {} (writable",
         env.work.path().display()
     ));
 

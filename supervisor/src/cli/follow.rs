@@ -1,0 +1,189 @@
+//! `run` following its turn: events as the run's detail says (see `event_lines`), permission requests answered,
+//! Ctrl-C interrupting (twice quits), and a closed stdout (`run --json | head -1`) ending the turn as interrupted
+//! and the process quietly, with status 141 as SIGPIPE would.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use futures::StreamExt;
+use service_ipc::{ApprovalDecision, EventPayload};
+use service_supervisor::config_file::Approvals;
+use service_supervisor::runtime::{approvals, EventStream, SessionRecord};
+
+use super::answer::Answer;
+use super::backend::Backend;
+use super::event_lines::{Detail, RunLog};
+use super::progress::Progress;
+use super::run::RunArgs;
+use super::term_text::safe;
+
+/// The status of a process a closed pipe ended (128 + SIGPIPE).
+const CLOSED_PIPE: u8 = 141;
+/// How long a run whose stdout closed waits for its interrupted turn to be recorded as such.
+const INTERRUPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Shows the turn's events until it ends; answers permission requests; Ctrl-C interrupts, twice quits.
+pub(super) async fn follow(
+    backend: &Backend,
+    args: &RunArgs,
+    record: &SessionRecord,
+    mut events: EventStream,
+    turn_id: &str,
+    workspace: &str,
+    sigint: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<ExitCode> {
+    let session_id = record.id.as_str();
+    let answer = Answer::from_args(args);
+    let began = std::time::Instant::now();
+    let auto_edit = args.approvals == Approvals::AutoEdit && !args.approve && !args.deny;
+    // Where the worker sees the workspace, for auto-edit: known from the turn's context.
+    let mut root = service_supervisor::sandbox::bwrap::WORKSPACE_DIR.to_string();
+    let detail = match (args.json, args.quiet, args.verbose) {
+        (true, _, _) => Detail::Json,
+        (_, true, _) => Detail::Quiet,
+        (_, _, true) => Detail::Verbose,
+        _ if std::io::stderr().is_terminal() => Detail::Steps,
+        _ => Detail::Quiet,
+    };
+    let mut log = RunLog::new(detail, &record.cwd);
+    let mut progress = Progress::new(
+        args.json || args.quiet,
+        super::term_text::Output::new(args.raw),
+    );
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    let mut interrupted = false;
+    // Said on the usage line: the conversation the model sees was summarised during the turn.
+    let mut compacted = false;
+    let end = loop {
+        let msg = tokio::select! {
+            msg = events.next() => msg,
+            _ = sigint.recv() => {
+                progress.interject();
+                if interrupted {
+                    eprintln!("stopped");
+                    return Ok(ExitCode::from(130));
+                }
+                interrupted = true;
+                eprintln!("interrupting… (Ctrl-C again quits now)");
+                if let Err(e) = backend.interrupt(session_id).await {
+                    eprintln!("warning: could not interrupt the turn: {e:#}");
+                }
+                continue;
+            }
+            _ = tick.tick(), if progress.spinning() => {
+                progress.tick();
+                continue;
+            }
+        };
+        let Some(msg) = msg else {
+            progress.interject();
+            anyhow::bail!("the event stream ended before the turn did (session {session_id})");
+        };
+        progress.event(&msg.payload);
+        let written = log.event(&msg, &mut progress);
+        if written.is_err() || progress.closed() {
+            return Ok(stdout_closed(backend, session_id, turn_id, &mut events).await);
+        }
+        if let EventPayload::ContextCompacted { .. } = &msg.payload {
+            compacted |= msg.payload.turn_id() == Some(turn_id);
+        }
+        if let EventPayload::TurnStarted { context, .. } = &msg.payload {
+            if context.sandbox_mode == service_ipc::SandboxMode::DangerFullAccess {
+                root = context.cwd.clone();
+            }
+        }
+        let asked = approvals::asked(&msg.payload);
+        if let Some(asked) = asked.filter(|a| auto_edit && approvals::auto_edit_allows(a, &root)) {
+            if let Err(e) = backend
+                .resolve(&asked.request_id, ApprovalDecision::AllowOnce)
+                .await
+            {
+                progress.interject();
+                eprintln!("warning: could not answer the permission request: {e:#}");
+            }
+        } else if let Some(asked) = approvals::asked(&msg.payload) {
+            progress.pause();
+            let decided = tokio::select! {
+                d = answer.decide(&asked, workspace, log.paths()) => d,
+                _ = sigint.recv() => None,
+            };
+            let Some((decision, reason)) = decided else {
+                // Ctrl-C at the question: nothing more will be asked; end the turn, leave with the usual code.
+                eprintln!();
+                let _ = backend.interrupt(session_id).await;
+                return Ok(ExitCode::from(130));
+            };
+            progress.resume();
+            if let Err(e) = backend
+                .resolve_with(&asked.request_id, decision, reason)
+                .await
+            {
+                progress.interject();
+                eprintln!("warning: could not answer the permission request: {e:#}");
+            }
+        }
+        if msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id) {
+            break msg.payload;
+        }
+    };
+    progress.pause();
+    match end {
+        EventPayload::TurnCompleted {
+            final_message,
+            usage,
+            ..
+        } => {
+            if !args.json {
+                progress.finish(&final_message);
+                if progress.closed() {
+                    return Ok(ExitCode::from(CLOSED_PIPE));
+                }
+                if !args.quiet && (args.verbose || std::io::stderr().is_terminal()) {
+                    let line =
+                        service_supervisor::usage_line::describe(&usage, Some(began.elapsed()));
+                    let note = if compacted {
+                        " · context compacted"
+                    } else {
+                        ""
+                    };
+                    eprintln!("{line}{note}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        EventPayload::Error { code, message, .. } => {
+            eprintln!(
+                "error: turn {turn_id} failed ({}): {}",
+                safe(&code),
+                safe(&log.paths().text(&message))
+            );
+            Ok(if interrupted || code == "interrupted" {
+                ExitCode::from(130)
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        _ => Ok(ExitCode::FAILURE),
+    }
+}
+
+/// The reader of stdout went away: the turn is interrupted (what it started is stopped) and recorded so before the
+/// process ends, quietly.
+async fn stdout_closed(
+    backend: &Backend,
+    session_id: &str,
+    turn_id: &str,
+    events: &mut EventStream,
+) -> ExitCode {
+    if backend.interrupt(session_id).await.is_ok() {
+        let _ = tokio::time::timeout(INTERRUPT_WAIT, async {
+            while let Some(msg) = events.next().await {
+                if msg.payload.ends_turn() && msg.payload.turn_id() == Some(turn_id) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+    ExitCode::from(CLOSED_PIPE)
+}
