@@ -70,7 +70,9 @@ impl Answer {
                 let project = asked
                     .project_rule
                     .as_deref()
-                    .map(|rule| format!(", [p] always `{}` in this project", safe(&paths.text(rule))))
+                    .map(|rule| {
+                        format!(", [p] always `{}` in this project", safe(&paths.text(rule)))
+                    })
                     .unwrap_or_default();
                 let question = format!(
                     "Allow {} `{}`{scope}? [o]nce, [a]lways in this session{project}, [d]eny, [r] deny and say why \
@@ -149,11 +151,17 @@ fn ask(question: &str, project: bool) -> Option<(ApprovalDecision, Option<String
             };
             let _ = terminal::disable_raw_mode();
             match key {
-                Some(k) if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL) => {
+                Some(k)
+                    if k.code == KeyCode::Char('c')
+                        && k.modifiers.contains(KeyModifiers::CONTROL) =>
+                {
                     eprintln!("^C");
                     return None;
                 }
-                Some(k) if k.code == KeyCode::Char('d') && k.modifiers.contains(KeyModifiers::CONTROL) => {
+                Some(k)
+                    if k.code == KeyCode::Char('d')
+                        && k.modifiers.contains(KeyModifiers::CONTROL) =>
+                {
                     eprintln!();
                     return Some((ApprovalDecision::Deny, None));
                 }

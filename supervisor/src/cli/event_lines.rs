@@ -89,7 +89,9 @@ impl RunLog {
             Detail::Quiet => return Ok(()),
             Detail::Verbose => self.describe(msg, progress),
             Detail::Steps => {
-                if let (EventPayload::ModelRetry { .. }, false) = (&msg.payload, progress.spinning()) {
+                if let (EventPayload::ModelRetry { .. }, false) =
+                    (&msg.payload, progress.spinning())
+                {
                     // A wait the user would otherwise sit through in silence (the spinner says it on a terminal).
                     self.describe(msg, progress);
                 }
@@ -120,7 +122,8 @@ impl RunLog {
     /// `--verbose`: one line on stderr per event, deltas joined into lines.
     fn describe(&mut self, msg: &EventMsg, progress: &mut Progress) {
         let mut lines = Vec::new();
-        if !matches!(msg.payload, EventPayload::ReasoningDelta { .. }) && !self.thinking.is_empty() {
+        if !matches!(msg.payload, EventPayload::ReasoningDelta { .. }) && !self.thinking.is_empty()
+        {
             lines.push(format!("thinking: {}", std::mem::take(&mut self.thinking)));
         }
         let paths = self.activity.paths().clone();
@@ -169,10 +172,9 @@ impl RunLog {
                 let rest = self.output.remove(exec_id).unwrap_or_default();
                 (!rest.is_empty()).then(|| format!("  | {}", rest.trim_end()))
             }
-            EventPayload::PermissionRequested { tool, summary, .. } => Some(format!(
-                "permission needed: {tool} {}",
-                paths.text(summary)
-            )),
+            EventPayload::PermissionRequested { tool, summary, .. } => {
+                Some(format!("permission needed: {tool} {}", paths.text(summary)))
+            }
             EventPayload::NetworkPermissionRequested {
                 host,
                 port,

@@ -56,7 +56,11 @@ impl Progress {
             return;
         }
         let mut out = std::io::stdout().lock();
-        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             self.closed = true;
         }
     }

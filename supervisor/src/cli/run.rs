@@ -467,4 +467,3 @@ async fn start(
         .await?;
     Ok((events, turn_id))
 }
-

@@ -54,25 +54,40 @@ impl ToolText {
 
     /// Free text (a summary, an error) with the workspace's sandbox paths made relative.
     pub fn text(&self, text: &str) -> String {
+        self.replace_root(text, None)
+    }
+
+    /// Free text with the workspace's sandbox paths given as paths under `host`, for clients that know the files
+    /// by their host paths (ACP).
+    pub fn text_on_host(&self, text: &str, host: &Path) -> String {
+        self.replace_root(text, Some(host))
+    }
+
+    fn replace_root(&self, text: &str, host: Option<&Path>) -> String {
         if self.root.is_empty() || self.root == "/" {
             return text.to_string();
         }
+        let host = host.map(|h| h.display().to_string());
         let mut out = String::with_capacity(text.len());
         let mut rest = text;
         while let Some(at) = rest.find(&self.root) {
             let after = &rest[at + self.root.len()..];
             out.push_str(&rest[..at]);
-            match after.chars().next() {
-                Some('/') => rest = &after[1..],
-                Some(c) if c.is_alphanumeric() || c == '_' || c == '-' || c == '.' => {
-                    out.push_str(&self.root);
-                    rest = after;
+            // Only the root as a whole path component: `/workspacex` is another name.
+            let whole = !after
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.');
+            match (&host, after.strip_prefix('/')) {
+                _ if !whole => out.push_str(&self.root),
+                (Some(host), _) => out.push_str(host),
+                (None, Some(tail)) => {
+                    rest = tail;
+                    continue;
                 }
-                _ => {
-                    out.push('.');
-                    rest = after;
-                }
+                (None, None) => out.push('.'),
             }
+            rest = after;
         }
         out.push_str(rest);
         out
@@ -138,7 +153,11 @@ impl ToolText {
             }
             "Read" => {
                 let n = output.lines().count();
-                format!("Read {} ({n} line{})", path(), if n == 1 { "" } else { "s" })
+                format!(
+                    "Read {} ({n} line{})",
+                    path(),
+                    if n == 1 { "" } else { "s" }
+                )
             }
             "Glob" => count("file"),
             "Grep" => count("match"),
@@ -189,7 +208,12 @@ pub fn hunks(diff: &str) -> String {
 }
 
 /// `$ cargo test` with how it ended: `exit 0, 1.2 s`.
-pub fn command_end(command: &str, exit_code: Option<i32>, duration_ms: u64, timed_out: bool) -> String {
+pub fn command_end(
+    command: &str,
+    exit_code: Option<i32>,
+    duration_ms: u64,
+    timed_out: bool,
+) -> String {
     let end = match (exit_code, timed_out) {
         (_, true) => "timed out".to_string(),
         (Some(code), _) => format!("exit {code}"),
@@ -387,32 +411,70 @@ mod tests {
             "Edit src/a.rs"
         );
         assert_eq!(t.title("Read", &json!({"file_path": "b.rs"})), "Read b.rs");
-        assert_eq!(t.title("Read", &json!({"file_path": "/tmp/x"})), "Read /tmp/x");
-        assert_eq!(t.title("Glob", &json!({"pattern": "**/*.rs", "path": "/workspace"})), "Find **/*.rs in .");
+        assert_eq!(
+            t.title("Read", &json!({"file_path": "/tmp/x"})),
+            "Read /tmp/x"
+        );
+        assert_eq!(
+            t.title("Glob", &json!({"pattern": "**/*.rs", "path": "/workspace"})),
+            "Find **/*.rs in ."
+        );
         assert_eq!(t.title("mcp__git__log", &json!({})), "git: log");
         let diff = "--- /workspace/calc.py\n+++ /workspace/calc.py\n@@ -1 +1 @@\n-a - b\n+a + b\n";
         assert_eq!(
-            t.outcome("Edit", &json!({"file_path": "calc.py"}), ToolCallStatus::Ok, "ok", Some(diff)),
+            t.outcome(
+                "Edit",
+                &json!({"file_path": "calc.py"}),
+                ToolCallStatus::Ok,
+                "ok",
+                Some(diff)
+            ),
             "Edited calc.py (+1 -1)"
         );
         assert_eq!(t.diff(diff).lines().next(), Some("--- calc.py"));
         assert_eq!(hunks(diff), "@@ -1 +1 @@\n-a - b\n+a + b\n");
         assert_eq!(
-            t.outcome("Read", &json!({"file_path": "a"}), ToolCallStatus::Ok, "1\tx\n2\ty\n", None),
+            t.outcome(
+                "Read",
+                &json!({"file_path": "a"}),
+                ToolCallStatus::Ok,
+                "1\tx\n2\ty\n",
+                None
+            ),
             "Read a (2 lines)"
         );
         assert_eq!(
-            t.outcome("Edit", &json!({"file_path": "a"}), ToolCallStatus::Error, "/workspace/a: not found", None),
+            t.outcome(
+                "Edit",
+                &json!({"file_path": "a"}),
+                ToolCallStatus::Error,
+                "/workspace/a: not found",
+                None
+            ),
             "failed: Edit a: a: not found"
         );
-        assert_eq!(command_end("make", Some(2), 1500, false), "$ make (exit 2, 1.5 s)");
+        assert_eq!(
+            command_end("make", Some(2), 1500, false),
+            "$ make (exit 2, 1.5 s)"
+        );
     }
 
     #[test]
     fn a_path_that_climbs_out_is_shown_as_given() {
         let t = ToolText::new("/workspace");
-        assert_eq!(t.path("/workspace/../etc/passwd"), "/workspace/../etc/passwd");
+        assert_eq!(
+            t.path("/workspace/../etc/passwd"),
+            "/workspace/../etc/passwd"
+        );
         assert_eq!(t.path("/workspace"), ".");
         assert_eq!(t.path("/workspacex/a"), "/workspacex/a");
+        assert_eq!(
+            t.text("cannot open /workspace/a.rs in /workspace; /workspacex stays"),
+            "cannot open a.rs in .; /workspacex stays"
+        );
+        assert_eq!(
+            t.text_on_host("/workspace/a.rs and /workspace", Path::new("/home/me/p")),
+            "/home/me/p/a.rs and /home/me/p"
+        );
     }
 }

@@ -29,6 +29,7 @@ const SCRIPT: &str = r#"{turns: [
   {when: "plan", replies: [{tool_calls: [{name: "UpdatePlan", arguments: {plan: [{step: "read", status: "completed"}, {step: "write", status: "in_progress"}]}}]}, {text: "planned"}]},
   {when: "echo", replies: [{text: "{{prompt}}"}]},
   {when: "short", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 2"}}]}, {text: "slept a little"}]},
+  {when: "many", replies: [{tool_calls: [{name: "Bash", arguments: {command: "seq 1 2000; ls /workspace/notes.txt"}}]}, {text: "counted"}]},
 ]}"#;
 
 /// The SDK's Python, from the environment `.ci/acp-sdk` builds; None (the test says it is skipped) without it.
@@ -185,6 +186,50 @@ fn a_prompt_streams_tool_calls_with_kinds_and_host_locations_then_the_answer() {
                 && u["availableCommands"][0]["name"] == "greeting"),
         "the bundle's skill is offered as a slash command"
     );
+}
+
+#[test]
+fn a_long_commands_output_is_sent_once_not_again_with_every_line_and_names_host_paths() {
+    let Some(python) = sdk_python() else { return };
+    let p = project();
+    let t = p.local(
+        &python,
+        json!([{"op": "initialize"}, {"op": "new", "cwd": p.cwd()}, {"op": "prompt", "text": "many lines"}]),
+    );
+    let updates = t[2]["updates"].as_array().unwrap();
+    let text = |u: &Value| -> String {
+        u["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                c["content"]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let live: Vec<String> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"].is_null())
+        .map(text)
+        .collect();
+    let printed: usize = (1..=2000).map(|n| n.to_string().len() + 1).sum();
+    let sent: usize = live.iter().map(String::len).sum();
+    assert!(!live.is_empty(), "the output was streamed: {updates:?}");
+    assert!(
+        sent <= printed + 200,
+        "live updates carried {sent} bytes for {printed} bytes of output"
+    );
+    let finished = updates
+        .iter()
+        .rfind(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .map(text)
+        .unwrap();
+    let host = p.dir.path().join("notes.txt");
+    assert!(finished.contains(host.to_str().unwrap()), "{finished}");
+    assert!(!finished.contains("/workspace"), "{finished}");
 }
 
 #[test]

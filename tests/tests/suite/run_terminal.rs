@@ -64,7 +64,10 @@ fn the_approval_question_takes_a_single_key_and_names_paths_as_the_project_does(
     let env = setup(SCRIPT);
     let tmux = on_terminal(&env, "run fixture go");
     let screen = tmux.wait_for("(one key)");
-    assert!(screen.contains("Allow Bash `cat calc.py; false`"), "{screen}");
+    assert!(
+        screen.contains("Allow Bash `cat calc.py; false`"),
+        "{screen}"
+    );
     tmux.keys(&["o"]);
     let screen = tmux.wait_for("Allow Edit `calc.py`");
     assert!(screen.contains("--- calc.py"), "{screen}");
@@ -75,7 +78,10 @@ fn the_approval_question_takes_a_single_key_and_names_paths_as_the_project_does(
     assert!(!screen.contains("/workspace"), "{screen}");
     // (The question wraps at the pane's width.)
     let joined = screen.replace('\n', "");
-    assert!(joined.contains("[p] always `Edit(**)` in this project"), "{screen}");
+    assert!(
+        joined.contains("[p] always `Edit(**)` in this project"),
+        "{screen}"
+    );
     assert_eq!(
         std::fs::read_to_string(env.path("proj/calc.py")).unwrap(),
         "def add(a, b):\n    return a + b\n"
@@ -97,7 +103,11 @@ fn quiet_prints_only_the_answer_and_verbose_prints_whole_lines_without_sandbox_p
     );
     assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
 
-    std::fs::write(env.path("proj/calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
+    std::fs::write(
+        env.path("proj/calc.py"),
+        "def add(a, b):\n    return a - b\n",
+    )
+    .unwrap();
     let verbose = env
         .command(&["run", "fixture", "go", "--approve", "--verbose"])
         .current_dir(env.path("proj"))
@@ -106,8 +116,14 @@ fn quiet_prints_only_the_answer_and_verbose_prints_whole_lines_without_sandbox_p
     let log = String::from_utf8_lossy(&verbose.stderr);
     let thinking: Vec<&str> = log.lines().filter(|l| l.contains("thinking:")).collect();
     assert_eq!(thinking.len(), 2, "{log}");
-    assert!(thinking[0].ends_with("thinking: First line of thought."), "{log}");
-    assert!(thinking[1].ends_with("thinking: Second line of thought."), "{log}");
+    assert!(
+        thinking[0].ends_with("thinking: First line of thought."),
+        "{log}"
+    );
+    assert!(
+        thinking[1].ends_with("thinking: Second line of thought."),
+        "{log}"
+    );
     assert!(log.contains("Edited calc.py (+1 -1)"), "{log}");
     assert!(!log.contains("/workspace"), "{log}");
 }
@@ -152,6 +168,7 @@ fn a_reader_that_goes_away_ends_the_run_quietly_and_its_turn_interrupted() {
     // Recorded by the run itself, as an interrupt, not repaired later as a lost process.
     let id = listed[0]["id"].as_str().unwrap();
     let journal =
-        std::fs::read_to_string(env.home.path().join(format!("sessions/{id}/events.jsonl"))).unwrap();
+        std::fs::read_to_string(env.home.path().join(format!("sessions/{id}/events.jsonl")))
+            .unwrap();
     assert!(journal.contains("\"code\":\"interrupted\""), "{journal}");
 }

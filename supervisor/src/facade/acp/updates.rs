@@ -11,9 +11,10 @@ use agent_client_protocol::v1::schema::{
 };
 use service_ipc::{EventPayload, PlanStatus, ToolCallStatus};
 
+use crate::facade::tool_text;
 use crate::facade::tool_view::{self, PathMap, ToolKind, ToolView};
 
-/// Most command output kept in a tool call's live content; the final result carries the tool's own output.
+/// Most command output sent live for one call; the final result carries the tool's own output.
 const LIVE_OUTPUT_CAP: usize = 64 * 1024;
 
 /// A started tool call, remembered for its updates.
@@ -21,8 +22,8 @@ struct Call {
     tool: String,
     /// The file a Write or Edit changes, as the sandbox names it.
     path: Option<String>,
-    /// Command output so far.
-    output: String,
+    /// Command output sent live so far, in bytes.
+    sent: usize,
 }
 
 /// Turns a session's events into updates, one event at a time.
@@ -53,6 +54,15 @@ impl Replay {
         Replay {
             echo_prompts: false,
             ..Replay::new(host_cwd)
+        }
+    }
+
+    /// Text from the sandbox (output, errors) with the workspace named by its host path, as `locations` name it.
+    fn host_text(&self, text: &str) -> String {
+        match &self.map {
+            Some(map) => tool_text::ToolText::new(&map.sandbox.display().to_string())
+                .text_on_host(text, &map.host),
+            None => text.to_string(),
         }
     }
 
@@ -126,7 +136,7 @@ impl Replay {
                     Call {
                         tool: tool.clone(),
                         path,
-                        output: String::new(),
+                        sent: 0,
                     },
                 );
                 return vec![SessionUpdate::ToolCall(
@@ -151,13 +161,17 @@ impl Replay {
                 let Some(call) = self.calls.get_mut(call_id) else {
                     return Vec::new();
                 };
-                if call.output.len() >= LIVE_OUTPUT_CAP {
+                if call.sent >= LIVE_OUTPUT_CAP {
                     return Vec::new();
                 }
-                call.output.push_str(chunk);
+                // Content replaces what a call showed: each update carries only the new output (what the
+                // command prints now), so a long command costs its output once, not once per line; the
+                // finished call carries the whole result.
+                call.sent += chunk.len();
+                let chunk = self.host_text(chunk);
                 return vec![update(
                     call_id,
-                    ToolCallUpdateFields::new().content(vec![content(&call.output)]),
+                    ToolCallUpdateFields::new().content(vec![content(&chunk)]),
                 )];
             }
             EventPayload::ToolCallFinished {
@@ -179,8 +193,9 @@ impl Replay {
                         Diff::new(self.host(path), new).old_text((!is_new_file).then_some(old)),
                     ));
                 }
+                let output = self.host_text(output);
                 if !output.is_empty() {
-                    contents.push(content(output));
+                    contents.push(content(&output));
                 }
                 let status = match status {
                     ToolCallStatus::Ok => AcpStatus::Completed,
