@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::{FutureExt, StreamExt};
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{self, DisableBracketedPaste, EnableBracketedPaste, Event};
 use ratatui::crossterm::execute;
 use ratatui::crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
@@ -20,18 +20,24 @@ use service_ipc::{ApprovalDecision, ModelRef, Task, TurnOverrides};
 use service_supervisor::runtime::EventStream;
 use service_supervisor::tui::app::{App, TurnState};
 use service_supervisor::tui::commands::{self, Input};
-use service_supervisor::tui::picker::Purpose;
 use service_supervisor::ServiceHome;
 use tokio::sync::mpsc;
 
 use super::backend::Backend;
 
+mod keys;
 mod slash;
 
 /// Arguments of `tui`.
 #[derive(Debug, clap::Args)]
 pub struct TuiArgs {
     /// Bundle of a new session (default: the default_bundle of `service-rs config`, else builtin/coder).
+    #[arg(value_name = "BUNDLE", conflicts_with_all = ["bundle", "session", "resume"], add = super::complete::bundles())]
+    bundle_arg: Option<String>,
+    /// A first prompt, sent as soon as the session is open.
+    #[arg(value_name = "PROMPT")]
+    prompt: Option<String>,
+    /// Bundle of a new session (the same as BUNDLE).
     #[arg(long, add = super::complete::bundles())]
     bundle: Option<String>,
     /// Attach to an existing session instead.
@@ -74,8 +80,24 @@ fn restore() {
     let _ = disable_raw_mode();
     let _ = execute!(
         std::io::stdout(),
+        DisableBracketedPaste,
         LeaveAlternateScreen,
         ratatui::crossterm::cursor::Show
+    );
+}
+
+/// Gives the terminal to another program (the editor of Ctrl-G) until [`resume_screen`].
+fn suspend() {
+    restore();
+}
+
+/// Takes the terminal back after [`suspend`].
+fn resume_screen() {
+    let _ = enable_raw_mode();
+    let _ = execute!(
+        std::io::stdout(),
+        EnterAlternateScreen,
+        EnableBracketedPaste
     );
 }
 
@@ -137,6 +159,8 @@ struct Ui {
     prices: std::collections::BTreeMap<String, service_supervisor::tenancy::usage::Price>,
     /// The turn a Ctrl-C interrupted: another Ctrl-C while it runs quits.
     interrupted: Option<String>,
+    /// The screen must be drawn anew (another program used the terminal).
+    redraw: bool,
 }
 
 impl Ui {
@@ -150,6 +174,7 @@ impl Ui {
         let model = format!("{}/{}", bundle.model.provider, bundle.model.name);
         let mode = bundle.sandbox.mode;
         let mut app = App::new(id, &label, &model, &mode.to_string());
+        app.skills = bundle.skills.clone();
         let who = self
             .backend
             .sandbox_user_over(std::path::Path::new(&record.cwd));
@@ -237,46 +262,6 @@ impl Ui {
         Ok(())
     }
 
-    /// A key while the picker is open: type to filter, ↑↓ to choose, Enter to open, Esc (or Ctrl-C) to close; with
-    /// no session open yet (`tui --resume`), closing quits.
-    async fn picker_key(&mut self, key: KeyEvent) {
-        let Some(picker) = self.app.picker.as_mut() else {
-            return;
-        };
-        let purpose = picker.purpose;
-        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-        let close = key.code == KeyCode::Esc || (ctrl && key.code == KeyCode::Char('c'));
-        match key.code {
-            _ if close => {
-                self.app.picker = None;
-                if self.app.session_id.is_empty() && purpose == Purpose::Resume {
-                    self.app.quit = true;
-                }
-            }
-            KeyCode::Up => picker.step(-1),
-            KeyCode::Down => picker.step(1),
-            KeyCode::Backspace => picker.pop(),
-            KeyCode::Enter => {
-                let Some(id) = picker.chosen().map(|c| c.id.clone()) else {
-                    return;
-                };
-                self.app.picker = None;
-                let done = match purpose {
-                    Purpose::Resume => self.resume(&id).await,
-                    Purpose::Rewind => match id.parse() {
-                        Ok(turn) => self.rewind(turn).await,
-                        Err(_) => Ok(()),
-                    },
-                };
-                if let Err(e) = done {
-                    self.app.error(format!("{e:#}"));
-                }
-            }
-            KeyCode::Char(c) if !ctrl => picker.push(c),
-            _ => {}
-        }
-    }
-
     /// Makes the next turns use the model `spec` (provider/name).
     fn use_model(&mut self, spec: &str) -> anyhow::Result<()> {
         let (provider, name) = spec
@@ -344,9 +329,18 @@ impl Ui {
             Err(e) => self.app.error(e),
             Ok(Input::Prompt(prompt)) => {
                 if let TurnState::Running(_) = self.app.turn {
+                    // Nothing typed is lost: it goes back to the input, to send once the turn ends.
+                    self.app.input = prompt;
                     self.app
                         .error("a turn is running; wait for it or press Esc to interrupt it");
                     return;
+                }
+                let (prompt, notes) = service_supervisor::tui::input::attach_mentions(
+                    &prompt,
+                    &self.session_workspace.0,
+                );
+                for note in notes {
+                    self.app.info(note);
                 }
                 let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
                 let overrides = TurnOverrides {
@@ -369,102 +363,6 @@ impl Ui {
                     self.app.error(format!("{e:#}"));
                 }
             }
-        }
-    }
-
-    /// Ctrl-C: the first interrupts a running turn and a second quits; when idle it clears the input, or quits
-    /// when there is none.
-    fn ctrl_c(&mut self) {
-        match &self.app.turn {
-            TurnState::Running(turn) if self.interrupted.as_ref() != Some(turn) => {
-                self.interrupted = Some(turn.clone());
-                let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
-                self.background(async move {
-                    backend
-                        .interrupt(&id)
-                        .await
-                        .map(|()| Some("interrupting… (Ctrl-C again quits)".into()))
-                });
-            }
-            TurnState::Running(_) => self.app.quit = true,
-            TurnState::Idle if !self.app.input.is_empty() => self.app.input.clear(),
-            TurnState::Idle => self.app.quit = true,
-        }
-    }
-
-    async fn key(&mut self, key: KeyEvent) {
-        if key.kind != KeyEventKind::Press {
-            return;
-        }
-        if self.app.picker.is_some() {
-            self.picker_key(key).await;
-            return;
-        }
-        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-        if let Some(a) = self.app.approval.clone() {
-            let decision = match key.code {
-                // With `r`, the input line is the reason, until Enter sends it or Esc goes back.
-                KeyCode::Enter if self.app.denying => {
-                    Some((ApprovalDecision::Deny, self.app.take_input()))
-                }
-                KeyCode::Esc if self.app.denying => {
-                    self.app.denying = false;
-                    return;
-                }
-                _ if self.app.denying => None,
-                KeyCode::Char('o') => Some((ApprovalDecision::AllowOnce, None)),
-                KeyCode::Char('a') => Some((ApprovalDecision::AllowAlways, None)),
-                KeyCode::Char('p') if a.project_rule.is_some() => {
-                    Some((ApprovalDecision::AllowProject, None))
-                }
-                KeyCode::Char('d') => Some((ApprovalDecision::Deny, None)),
-                KeyCode::Char('r') => {
-                    self.app.denying = true;
-                    return;
-                }
-                _ => None,
-            };
-            if let Some((decision, reason)) = decision {
-                self.app.denying = false;
-                let backend = self.backend.clone();
-                self.background(async move {
-                    backend
-                        .resolve_with(&a.request_id, decision, reason)
-                        .await
-                        .map(|()| None)
-                });
-                return;
-            }
-        }
-        match key.code {
-            KeyCode::Char('c') if ctrl => self.ctrl_c(),
-            KeyCode::Char('r') if ctrl => self.app.show_reasoning = !self.app.show_reasoning,
-            KeyCode::Char('j') if ctrl => self.app.input.push('\n'),
-            KeyCode::Enter => {
-                if let Some(line) = self.app.take_input() {
-                    self.submit(line).await;
-                }
-            }
-            KeyCode::Esc => {
-                if let TurnState::Running(_) = self.app.turn {
-                    let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
-                    self.background(async move {
-                        backend
-                            .interrupt(&id)
-                            .await
-                            .map(|()| Some("interrupting…".into()))
-                    });
-                }
-            }
-            KeyCode::Backspace => {
-                self.app.input.pop();
-            }
-            KeyCode::Up => self.app.browse_history(true),
-            KeyCode::Down => self.app.browse_history(false),
-            KeyCode::PageUp => self.app.scroll = self.app.scroll.saturating_add(10),
-            KeyCode::PageDown => self.app.scroll = self.app.scroll.saturating_sub(10),
-            KeyCode::Char(c) => self.app.input.push(c),
-            _ => {}
         }
     }
 }
@@ -501,10 +399,12 @@ async fn session_loop(
         session_workspace: Default::default(),
         bundle_ref: String::new(),
         interrupted: None,
+        redraw: false,
     };
     let bundle = args
-        .bundle
+        .bundle_arg
         .clone()
+        .or(args.bundle.clone())
         .or(defaults.default_bundle.clone())
         .unwrap_or_else(|| service_supervisor::bundle::builtin::DEFAULT.to_string());
     match &args.session {
@@ -512,12 +412,16 @@ async fn session_loop(
         Some(id) => ui.attach(id).await?,
         None => ui.new_session(&bundle).await?,
     }
+    if let Some(prompt) = args.prompt.clone().filter(|p| !p.trim().is_empty()) {
+        ui.app.history.push(prompt.clone());
+        ui.submit(prompt).await;
+    }
 
-    // Keys come from a blocking reader thread; it ends with the process.
-    let (keys_tx, mut keys) = mpsc::channel::<Option<KeyEvent>>(64);
+    // Keys and pastes come from a blocking reader thread; it ends with the process.
+    let (keys_tx, mut keys) = mpsc::channel::<Option<Event>>(64);
     std::thread::spawn(move || loop {
         let item = match event::read() {
-            Ok(Event::Key(k)) => Some(k),
+            Ok(e @ (Event::Key(_) | Event::Paste(_))) => Some(e),
             Ok(_) => None, // resize and the like: just redraw
             Err(_) => return,
         };
@@ -528,8 +432,12 @@ async fn session_loop(
 
     enable_raw_mode().context("cannot switch the terminal to raw mode")?;
     let _guard = TerminalGuard;
-    execute!(std::io::stdout(), EnterAlternateScreen)
-        .context("cannot open the alternate screen")?;
+    execute!(
+        std::io::stdout(),
+        EnterAlternateScreen,
+        EnableBracketedPaste
+    )
+    .context("cannot open the alternate screen")?;
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         restore();
@@ -540,11 +448,15 @@ async fn session_loop(
     let mut tick = tokio::time::interval(Duration::from_millis(250));
 
     while !ui.app.quit {
+        if std::mem::take(&mut ui.redraw) {
+            terminal.clear()?;
+        }
         terminal.draw(|f| service_supervisor::tui::view::render(f, &ui.app))?;
         tokio::select! {
             key = keys.recv() => match key {
-                Some(Some(k)) => ui.key(k).await,
-                Some(None) => {}
+                Some(Some(Event::Key(k))) => ui.key(k).await,
+                Some(Some(Event::Paste(text))) => ui.paste(&text),
+                Some(_) => {}
                 None => break,
             },
             msg = ui.events.next() => {
@@ -568,6 +480,24 @@ async fn session_loop(
     }
     if let TurnState::Running(_) = ui.app.turn {
         let _ = backend.interrupt(&ui.app.session_id).await;
+    }
+    // The conversation stays in the terminal's scrollback, with how to come back to it.
+    drop(_guard);
+    let ran = ui
+        .app
+        .entries
+        .iter()
+        .any(|e| matches!(e, service_supervisor::tui::app::Entry::User(_)));
+    if ran {
+        use std::io::Write;
+        let text = service_supervisor::tui::transcript::plain(&ui.app);
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{}", super::term_text::safe(&text));
+        let _ = writeln!(
+            out,
+            "\nresume: service-rs tui --session {}",
+            ui.app.session_id
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -134,6 +134,8 @@ impl ToolText {
         let title = self.title(tool, args);
         match status {
             ToolCallStatus::Denied => return format!("denied: {title}"),
+            // A command's own output says why; it is shown with it.
+            ToolCallStatus::Error if tool == "Bash" => return format!("failed: {title}"),
             ToolCallStatus::Error => {
                 let why = first_line(&self.text(output));
                 return clip(&format!("failed: {title}: {why}"));

@@ -15,18 +15,24 @@ pub enum Entry {
     Assistant(String),
     /// Reasoning text (shown dimmed, collapsed unless expanded).
     Reasoning(String),
-    /// A tool call with its arguments, and its result once finished.
+    /// A tool call as a person reads it (see `facade::tool_text`), and its result once finished.
     Tool {
         /// Call id.
         call_id: String,
         /// Tool name.
         name: String,
-        /// Arguments as JSON text.
-        args: String,
+        /// Arguments as the model sent them.
+        args: serde_json::Value,
+        /// What it is about to do: `$ cargo test`, `Edit src/a.rs`.
+        title: String,
+        /// How it went, once finished: `Edited src/a.rs (+1 -1)`.
+        outcome: Option<String>,
         /// Status once finished.
         status: Option<ToolCallStatus>,
         /// Result text once finished.
         output: String,
+        /// For a Write or an Edit that changed a file: its diff, paths relative to the project.
+        diff: Option<String>,
         /// How the operator answered its permission request, if it asked.
         approval: Option<String>,
     },
@@ -110,6 +116,24 @@ pub struct App {
     pub picker: Option<crate::tui::picker::Picker>,
     /// Draw without colours (`NO_COLOR` is set); emphasis such as bold and reverse stays.
     pub no_color: bool,
+    /// How the running session's paths read (relative to its directory).
+    pub paths: crate::facade::tool_text::ToolText,
+    /// The texts of long pastes folded in the input as `[Pasted N lines]`, expanded when it is sent.
+    pub pastes: Vec<String>,
+    /// The `/` or `@` popup over the input, while it is open.
+    pub popup: Option<super::editing::Popup>,
+    /// The bundle's skills, offered as `/name` in the popup.
+    pub skills: Vec<String>,
+    /// The project's files for `@`, walked when first asked for.
+    pub files: Option<super::files::FileIndex>,
+    /// MCP servers of the session and their tools, for `/mcp`.
+    pub mcp: std::collections::BTreeMap<String, Vec<String>>,
+    /// The project instructions the last turn read (AGENTS.md and the like), for `/status`.
+    pub instructions: Vec<String>,
+    /// Context tokens the last model call used, and the model's window when known, for `/status`.
+    pub context: (Option<u64>, Option<u64>),
+    /// A question the TUI asks before acting (`/rewind`), answered with one key.
+    pub confirm: Option<super::editing::Confirm>,
 }
 
 impl App {
@@ -140,6 +164,15 @@ impl App {
             picker: None,
             // https://no-color.org: any non-empty value.
             no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+            paths: Default::default(),
+            pastes: Vec::new(),
+            popup: None,
+            skills: Vec::new(),
+            files: None,
+            mcp: Default::default(),
+            instructions: Vec::new(),
+            context: (None, None),
+            confirm: None,
         }
     }
 
@@ -171,6 +204,8 @@ impl App {
                 self.plan.clear();
                 self.model = format!("{}/{}", context.model.provider, context.model.name);
                 self.sandbox = context.sandbox_mode.to_string();
+                self.paths = crate::facade::tool_text::ToolText::new(&context.cwd);
+                self.instructions = context.instructions.clone();
                 self.entries.push(Entry::User(prompt.clone()));
             }
             EventPayload::ReasoningDelta { delta, .. } => match self.entries.last_mut() {
@@ -192,30 +227,40 @@ impl App {
             } => self.entries.push(Entry::Tool {
                 call_id: call_id.clone(),
                 name: tool.clone(),
-                args: arguments.to_string(),
+                args: arguments.clone(),
+                title: self.paths.title(tool, arguments),
+                outcome: None,
                 status: None,
                 output: String::new(),
+                diff: None,
                 approval: None,
             }),
             EventPayload::ToolCallFinished {
                 call_id,
                 status: s,
                 output: o,
-                diff,
+                diff: d,
                 ..
             } => {
-                self.turn_diffs.extend(diff.clone());
+                self.turn_diffs.extend(d.clone());
+                let paths = self.paths.clone();
                 for e in self.entries.iter_mut().rev() {
                     if let Entry::Tool {
                         call_id: c,
+                        name,
+                        args,
+                        outcome,
                         status,
                         output,
+                        diff,
                         ..
                     } = e
                     {
                         if c == call_id {
                             *status = Some(*s);
                             *output = o.clone();
+                            *outcome = Some(paths.outcome(name, args, *s, o, d.as_deref()));
+                            *diff = d.as_deref().map(|d| paths.diff(d));
                             break;
                         }
                     }
@@ -305,12 +350,16 @@ impl App {
             EventPayload::NetworkClosed { .. } | EventPayload::NetworkRefusalsSuppressed { .. } => {
             }
             EventPayload::McpServerStarted { server, tools, .. } => {
+                self.mcp.insert(server.clone(), tools.iter().map(|t| t.name.clone()).collect());
                 self.info(format!("MCP server {server}: {} tools", tools.len()))
             }
-            EventPayload::McpToolsChanged { server, tools } => self.info(format!(
-                "MCP server {server} changed its tools: {} now",
-                tools.len()
-            )),
+            EventPayload::McpToolsChanged { server, tools } => {
+                self.mcp.insert(server.clone(), tools.iter().map(|t| t.name.clone()).collect());
+                self.info(format!(
+                    "MCP server {server} changed its tools: {} now",
+                    tools.len()
+                ))
+            }
             EventPayload::McpServerFailed {
                 server, message, ..
             } => self.error(format!("MCP server {server}: {message}")),
@@ -422,6 +471,7 @@ impl App {
                     let to = chrono::DateTime::parse_from_rfc3339(&msg.created_at).ok()?;
                     (to - from).to_std().ok()
                 });
+                self.context = (usage.context_tokens, usage.context_window);
                 self.usage = format!("so far: {}", crate::usage_line::describe(usage, elapsed));
             }
             EventPayload::TurnCompleted { usage, turn_id, .. } => {
@@ -445,6 +495,11 @@ impl App {
                 if turn_id.is_some() {
                     self.turn = TurnState::Idle;
                     self.approval = None;
+                    self.turn_started_at = None;
+                    // What the turn used is no longer "so far": it ended.
+                    if let Some(rest) = self.usage.strip_prefix("so far: ") {
+                        self.usage = rest.to_string();
+                    }
                 }
                 self.error(format!("{code}: {message}"));
             }
@@ -459,9 +514,11 @@ impl App {
             .find(|e| matches!(e, Entry::Exec { exec_id: x, .. } if x == exec_id))
     }
 
-    /// Takes the input line for submission and records it in the history.
+    /// Takes the input line for submission, folded pastes expanded, and records it in the history.
     pub fn take_input(&mut self) -> Option<String> {
-        let line = std::mem::take(&mut self.input);
+        let typed = std::mem::take(&mut self.input);
+        let line = super::input::expand(&typed, &std::mem::take(&mut self.pastes));
+        self.popup = None;
         self.history_pos = None;
         if line.trim().is_empty() {
             return None;

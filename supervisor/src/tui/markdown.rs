@@ -1,6 +1,7 @@
 //! Assistant text as terminal lines: the markdown a model writes (headings, lists, emphasis, inline code, fenced
-//! code blocks, quotes, links), parsed by `pulldown-cmark` and drawn with styles. Raw HTML stays text: nothing in a
-//! model's answer becomes anything but characters on the screen.
+//! code blocks, quotes, links, tables), parsed by `pulldown-cmark` and drawn with styles. A line break the model
+//! wrote stays a line break (models write `Tests output:\nok` meaning two lines, not markdown's one paragraph). Raw
+//! HTML stays text: nothing in a model's answer becomes anything but characters on the screen.
 
 use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 use ratatui::style::{Color, Modifier, Style};
@@ -9,7 +10,8 @@ use ratatui::text::{Line, Span};
 /// The lines `text` draws as.
 pub fn lines(text: &str) -> Vec<Line<'static>> {
     let mut r = Renderer::default();
-    let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+    let options =
+        Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS | Options::ENABLE_TABLES;
     for event in Parser::new_ext(text, options) {
         r.event(event);
     }
@@ -38,6 +40,64 @@ struct Renderer {
     bullet: Option<String>,
     /// Where an open link points, shown after its text.
     link: Option<String>,
+    /// The table being read, drawn at its end.
+    table: Option<Table>,
+}
+
+/// A table's cells as read, and its columns' alignment.
+#[derive(Default)]
+struct Table {
+    aligns: Vec<pulldown_cmark::Alignment>,
+    rows: Vec<Vec<String>>,
+    /// Rows of the header.
+    head: usize,
+    cell: String,
+}
+
+impl Table {
+    /// The table as lines: columns as wide as their widest cell, `│` between them, a rule under the header.
+    fn lines(&self) -> Vec<Line<'static>> {
+        use unicode_width::UnicodeWidthStr;
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut widths = vec![0usize; columns];
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate() {
+                widths[i] = widths[i].max(cell.width());
+            }
+        }
+        let border = Style::default().fg(Color::DarkGray);
+        let mut out = Vec::new();
+        for (r, row) in self.rows.iter().enumerate() {
+            let mut spans = Vec::new();
+            for (i, width) in widths.iter().enumerate() {
+                let cell = row.get(i).map_or("", String::as_str);
+                let pad = width.saturating_sub(cell.width());
+                let (left, right) = match self.aligns.get(i) {
+                    Some(pulldown_cmark::Alignment::Right) => (pad, 0),
+                    Some(pulldown_cmark::Alignment::Center) => (pad / 2, pad - pad / 2),
+                    _ => (0, pad),
+                };
+                if i > 0 {
+                    spans.push(Span::styled(" │ ", border));
+                }
+                let style = if r < self.head {
+                    Style::default().add_modifier(Modifier::BOLD)
+                } else {
+                    Style::default()
+                };
+                spans.push(Span::styled(
+                    format!("{}{cell}{}", " ".repeat(left), " ".repeat(right)),
+                    style,
+                ));
+            }
+            out.push(Line::from(spans));
+            if r + 1 == self.head {
+                let rule: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
+                out.push(Line::styled(rule.join("─┼─"), border));
+            }
+        }
+        out
+    }
 }
 
 impl Renderer {
@@ -104,6 +164,19 @@ impl Renderer {
     }
 
     fn event(&mut self, event: Event<'_>) {
+        if let Some(table) = &mut self.table {
+            match &event {
+                Event::Text(t) | Event::Code(t) | Event::Html(t) | Event::InlineHtml(t) => {
+                    table.cell.push_str(t);
+                    return;
+                }
+                Event::SoftBreak | Event::HardBreak => {
+                    table.cell.push(' ');
+                    return;
+                }
+                _ => {}
+            }
+        }
         match event {
             Event::Start(tag) => self.start(tag),
             Event::End(tag) => self.end(tag),
@@ -129,10 +202,8 @@ impl Renderer {
                 let style = self.style();
                 self.push_text(&html, style);
             }
-            Event::SoftBreak => {
-                self.start_line();
-                self.spans.push(Span::raw(" "));
-            }
+            // The model's own line break.
+            Event::SoftBreak => self.flush(),
             Event::HardBreak => self.flush(),
             Event::Rule => {
                 self.blank();
@@ -207,6 +278,18 @@ impl Renderer {
                 self.quotes += 1;
             }
             Tag::HtmlBlock => self.blank(),
+            Tag::Table(aligns) => {
+                self.blank();
+                self.table = Some(Table {
+                    aligns,
+                    ..Table::default()
+                });
+            }
+            Tag::TableHead | Tag::TableRow => {
+                if let Some(t) = &mut self.table {
+                    t.rows.push(Vec::new());
+                }
+            }
             Tag::Emphasis => self
                 .styles
                 .push(Style::default().add_modifier(Modifier::ITALIC)),
@@ -255,6 +338,29 @@ impl Renderer {
             TagEnd::BlockQuote(_) => {
                 self.flush();
                 self.quotes = self.quotes.saturating_sub(1);
+            }
+            TagEnd::TableCell => {
+                if let Some(t) = &mut self.table {
+                    let cell = std::mem::take(&mut t.cell).trim().to_string();
+                    if let Some(row) = t.rows.last_mut() {
+                        row.push(cell);
+                    }
+                }
+            }
+            TagEnd::TableHead => {
+                if let Some(t) = &mut self.table {
+                    t.head = t.rows.len();
+                }
+            }
+            TagEnd::Table => {
+                if let Some(t) = self.table.take() {
+                    let indent = self.indent();
+                    for mut line in t.lines() {
+                        let mut spans = indent.clone();
+                        spans.append(&mut line.spans);
+                        self.out.push(Line::from(spans));
+                    }
+                }
             }
             _ => {}
         }
@@ -309,5 +415,24 @@ mod tests {
             .find(|s| s.content == "ls -la")
             .unwrap();
         assert_eq!(code.style.fg, Some(Color::Cyan));
+    }
+
+    #[test]
+    fn line_breaks_the_model_wrote_stay_and_a_table_is_drawn_with_aligned_columns() {
+        let shown = text(&lines(
+            "Tests output:\nok\n\n| a | bb |\n|---|---:|\n| 10 | 2 |\n| 3 | 4 |",
+        ));
+        assert_eq!(
+            shown,
+            [
+                "Tests output:",
+                "ok",
+                "",
+                "a  │ bb",
+                "───┼───",
+                "10 │  2",
+                "3  │  4"
+            ]
+        );
     }
 }

@@ -5,9 +5,16 @@
 //! - [`view`]: drawing the state with ratatui.
 //! - [`markdown`]: assistant text as styled lines.
 //! - [`picker`]: the resume picker over sessions.
+//! - [`transcript`]: the transcript as lines, tool calls in the shared tool view.
+//! - [`editing`], [`input`]: pastes, the `/` and `@` popups, mentions attached to the prompt.
+//! - [`files`]: the project's files for `@`, as `.gitignore` leaves them.
 
 pub mod app;
 pub mod commands;
+pub mod editing;
+pub mod files;
+pub mod input;
 pub mod markdown;
 pub mod picker;
+pub mod transcript;
 pub mod view;

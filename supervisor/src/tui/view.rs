@@ -6,12 +6,10 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Paragraph, Wrap};
 use ratatui::Frame;
-use service_ipc::{PlanStatus, ToolCallStatus};
+use service_ipc::PlanStatus;
 
-use super::app::{App, Entry, TurnState};
-
-/// Lines of a tool result or command output shown under it.
-const OUTPUT_LINES: usize = 8;
+use super::app::{App, TurnState};
+use super::editing::{PopupKind, POPUP_ROWS};
 
 /// Draws the whole screen.
 pub fn render(frame: &mut Frame, app: &App) {
@@ -62,6 +60,7 @@ pub fn render(frame: &mut Frame, app: &App) {
         approval_box(frame, approval, app);
     }
     input_box(frame, input, app);
+    popup_box(frame, main, app);
     status_line(frame, status, app);
     if app.no_color {
         for cell in frame.buffer_mut().content.iter_mut() {
@@ -75,161 +74,8 @@ fn dim() -> Style {
 }
 
 /// The transcript as styled lines.
-pub fn transcript_lines(app: &App) -> Vec<Line<'static>> {
-    let mut lines: Vec<Line<'static>> = Vec::new();
-    for (i, entry) in app.entries.iter().enumerate() {
-        match entry {
-            Entry::User(text) => {
-                let style = Style::default()
-                    .fg(Color::Cyan)
-                    .add_modifier(Modifier::BOLD);
-                for (i, l) in text.lines().enumerate() {
-                    let mark = if i == 0 { "› " } else { "  " };
-                    lines.push(Line::from(Span::styled(format!("{mark}{l}"), style)));
-                }
-            }
-            Entry::Assistant(text) => lines.extend(super::markdown::lines(text)),
-            Entry::Reasoning(text) if text.trim().is_empty() => {}
-            Entry::Reasoning(text) => {
-                let style = dim().add_modifier(Modifier::ITALIC);
-                if app.show_reasoning {
-                    lines.extend(
-                        text.lines()
-                            .map(|l| Line::from(Span::styled(format!("  {l}"), style))),
-                    );
-                } else {
-                    let first: String =
-                        text.lines().next().unwrap_or("").chars().take(70).collect();
-                    lines.push(Line::from(Span::styled(
-                        format!("  thinking: {first}… (Ctrl-R shows all)"),
-                        style,
-                    )));
-                }
-            }
-            Entry::Tool {
-                name,
-                args,
-                status,
-                output,
-                approval,
-                ..
-            } => {
-                let args: String = args.chars().take(120).collect();
-                lines.push(Line::from(vec![
-                    Span::styled(
-                        format!("⚙ {name} "),
-                        Style::default()
-                            .fg(Color::Yellow)
-                            .add_modifier(Modifier::BOLD),
-                    ),
-                    Span::styled(args, Style::default().fg(Color::Yellow)),
-                ]));
-                if let Some(approval) = approval {
-                    lines.push(Line::from(Span::styled(
-                        format!("· {approval}"),
-                        Style::default().fg(Color::Blue),
-                    )));
-                }
-                if let Some(s) = status {
-                    let (word, color) = match s {
-                        ToolCallStatus::Ok => ("ok", Color::Green),
-                        ToolCallStatus::Error => ("error", Color::Red),
-                        ToolCallStatus::Denied => ("denied", Color::Red),
-                    };
-                    lines.push(Line::from(Span::styled(
-                        format!("  ↳ {word}"),
-                        Style::default().fg(color),
-                    )));
-                    // A command's output is shown live under it (the next entries, up to the next call): not again.
-                    let shown_live = name == "Bash"
-                        && app.entries[i + 1..]
-                            .iter()
-                            .take_while(|e| !matches!(e, Entry::Tool { .. }))
-                            .any(|e| matches!(e, Entry::Exec { .. }));
-                    if !shown_live {
-                        lines.extend(
-                            tail(output, OUTPUT_LINES)
-                                .into_iter()
-                                .map(|l| Line::from(Span::styled(format!("    {l}"), dim()))),
-                        );
-                    }
-                }
-            }
-            Entry::Exec {
-                command,
-                output,
-                exit,
-                ..
-            } => {
-                lines.push(Line::from(Span::styled(
-                    format!("$ {command}"),
-                    Style::default().fg(Color::Magenta),
-                )));
-                lines.extend(
-                    tail(output, OUTPUT_LINES)
-                        .into_iter()
-                        .map(|l| Line::from(Span::raw(format!("  {l}")))),
-                );
-                match exit {
-                    Some(Some(0)) | None => {}
-                    Some(Some(code)) => lines.push(Line::from(Span::styled(
-                        format!("  [exit {code}]"),
-                        Style::default().fg(Color::Red),
-                    ))),
-                    Some(None) => lines.push(Line::from(Span::styled(
-                        "  [killed]".to_string(),
-                        Style::default().fg(Color::Red),
-                    ))),
-                }
-            }
-            Entry::Error(text) => lines.push(Line::from(Span::styled(
-                format!("✗ {text}"),
-                Style::default().fg(Color::Red),
-            ))),
-            Entry::Info(text) => lines.extend(text.lines().map(|l| {
-                Line::from(Span::styled(
-                    format!("· {l}"),
-                    Style::default().fg(Color::Blue),
-                ))
-            })),
-            Entry::Diff(text) => lines.extend(diff_lines(text, usize::MAX)),
-        }
-        lines.push(Line::default());
-    }
-    lines
-}
-
-/// The last `n` lines of `text`, with a marker when lines were left out.
-fn tail(text: &str, n: usize) -> Vec<String> {
-    let all: Vec<&str> = text.trim_end().lines().collect();
-    let mut out = Vec::new();
-    if all.len() > n {
-        out.push(format!("… {} more lines", all.len() - n));
-    }
-    out.extend(
-        all[all.len().saturating_sub(n)..]
-            .iter()
-            .map(|l| expand_tabs(l)),
-    );
-    out
-}
-
-/// Tabs as spaces to the next multiple of 8: the terminal backend does not draw tab characters.
-fn expand_tabs(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    for c in line.chars() {
-        if c == '\t' {
-            let pad = 8 - out.chars().count() % 8;
-            out.extend(std::iter::repeat_n(' ', pad));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn transcript(frame: &mut Frame, area: Rect, app: &App) {
-    let lines = transcript_lines(app);
+    let lines = super::transcript::transcript_lines(app);
     let width = area.width.max(1) as usize;
     let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(width)).sum();
     let top = rows
@@ -266,8 +112,12 @@ fn picker_box(frame: &mut Frame, area: Rect, picker: &super::picker::Picker) {
         };
         lines.push(Line::styled(choice.label.clone(), style));
     }
+    let what = match picker.purpose {
+        super::picker::Purpose::Resume => "resume",
+        super::picker::Purpose::Rewind => "rewind",
+    };
     let title = format!(
-        " resume: {} · type to filter · ↑↓ choose · Enter opens · Esc closes ",
+        " {what}: {} · type to filter · ↑↓ choose · Enter picks · Esc closes ",
         picker.title
     );
     frame.render_widget(
@@ -300,35 +150,51 @@ fn plan_box(frame: &mut Frame, area: Rect, app: &App) {
     );
 }
 
-/// Up to `max` lines of a unified diff, `-` red and `+` green, with a marker when lines were left out.
-fn diff_lines(diff: &str, max: usize) -> Vec<Line<'static>> {
-    let all: Vec<&str> = diff.lines().collect();
-    let mut lines: Vec<Line<'static>> = all
+/// The `/` or `@` popup, drawn at the bottom of the transcript, just above the input.
+fn popup_box(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(popup) = &app.popup else { return };
+    let rows = popup.items.len().min(POPUP_ROWS);
+    let height = (rows as u16 + 2).min(area.height);
+    let rect = Rect {
+        x: area.x,
+        y: area.y + area.height - height,
+        width: area.width,
+        height,
+    };
+    let first = popup.selected.saturating_sub(rows.saturating_sub(1));
+    let width = popup
+        .items
         .iter()
-        .take(max)
-        .map(|l| {
-            let style = match l.chars().next() {
-                _ if l.starts_with("---") || l.starts_with("+++") => {
-                    Style::default().add_modifier(Modifier::BOLD)
-                }
-                Some('-') => Style::default().fg(Color::Red),
-                Some('+') => Style::default().fg(Color::Green),
-                Some('@') => Style::default().fg(Color::Cyan),
-                _ => Style::default(),
+        .map(|(name, _)| name.chars().count())
+        .max()
+        .unwrap_or(0);
+    let lines: Vec<Line> = popup
+        .items
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(rows)
+        .map(|(i, (name, note))| {
+            let style = if i == popup.selected {
+                Style::default().add_modifier(Modifier::REVERSED)
+            } else {
+                Style::default()
             };
-            Line::styled(l.to_string(), style)
+            Line::from(vec![
+                Span::styled(format!("{name:width$}"), style),
+                Span::styled(format!("  {note}"), dim()),
+            ])
         })
         .collect();
-    if all.len() > max {
-        lines.push(Line::styled(
-            format!(
-                "… {} more lines (/diff after the turn shows them)",
-                all.len() - max
-            ),
-            dim(),
-        ));
-    }
-    lines
+    let title = match popup.kind {
+        PopupKind::Slash => " commands · Tab completes · ↑↓ choose · Esc closes ",
+        PopupKind::File => " files · Tab inserts · ↑↓ choose · Esc closes ",
+    };
+    frame.render_widget(ratatui::widgets::Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(title)),
+        rect,
+    );
 }
 
 /// Diff lines the approval box shows at most.
@@ -338,12 +204,13 @@ fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     let Some(a) = &app.approval else { return };
     let question = match a.tool.as_str() {
         "network" => format!("Allow network access to `{}`?", a.summary),
-        tool => format!("Allow {tool} `{}`?", a.summary),
+        tool => format!("Allow {tool} `{}`?", app.paths.text(&a.summary)),
     };
     let keys = match (&a.project_rule, app.denying) {
         (_, true) => "type why, then Enter to deny (Esc: back)".to_string(),
         (Some(rule), false) => format!(
-            "[o] once  [a] always  [p] always `{rule}` in this project  [d] deny  [r] deny, saying why"
+            "[o] once  [a] always  [p] always `{}` in this project  [d] deny  [r] deny, saying why",
+            app.paths.text(rule)
         ),
         (None, false) => "[o] once  [a] always  [d] deny  [r] deny, saying why".to_string(),
     };
@@ -356,12 +223,15 @@ fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
     }
     if let Some(warning) = &a.warning {
         lines.push(Line::styled(
-            format!("warning: {warning}"),
+            format!("warning: {}", app.paths.text(warning)),
             Style::default().fg(Color::Red),
         ));
     }
     if let Some(diff) = &a.diff {
-        lines.extend(diff_lines(diff, APPROVAL_DIFF_LINES));
+        lines.extend(super::transcript::diff_lines(
+            &app.paths.diff(diff),
+            APPROVAL_DIFF_LINES,
+        ));
     }
     let block = Block::bordered()
         .title(" permission needed ")
@@ -370,7 +240,14 @@ fn approval_box(frame: &mut Frame, area: Rect, app: &App) {
 }
 
 fn input_box(frame: &mut Frame, area: Rect, app: &App) {
-    let title = " message · Enter sends · Ctrl-J new line · ↑↓ history · Esc interrupts · /help ";
+    let title = match &app.confirm {
+        Some(super::editing::Confirm::Rewind(turn)) => format!(
+            " rewind to before turn {turn}? [b] files and conversation · [f] files only · [c] conversation only \
+             · Esc cancels "
+        ),
+        None => " message · Enter sends · Alt-Enter or Ctrl-J new line · Ctrl-G editor · @ file · / commands "
+            .to_string(),
+    };
     let text: Vec<Line> = app
         .input
         .split('\n')
@@ -421,11 +298,14 @@ fn status_line(frame: &mut Frame, area: Rect, app: &App) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tui::transcript::transcript_lines;
     use pretty_assertions::assert_eq;
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
     use serde_json::json;
-    use service_ipc::{EventMsg, EventPayload, ModelRef, PlanItem, SandboxMode, TurnContext};
+    use service_ipc::{
+        EventMsg, EventPayload, ModelRef, PlanItem, SandboxMode, ToolCallStatus, TurnContext,
+    };
 
     fn ev(payload: EventPayload) -> EventMsg {
         EventMsg {
@@ -536,7 +416,7 @@ mod tests {
                 "",
                 "",
                 "",
-                "┌ message · Enter sends · Ctrl-J new line · ↑↓ history · Es┐",
+                "┌ message · Enter sends · Alt-Enter or Ctrl-J new line · Ct┐",
                 "│next question                                             │",
                 "└──────────────────────────────────────────────────────────┘",
                 " running │ session 01234567 │ hello@0.1.0 │ scripted/demo │",
@@ -580,14 +460,7 @@ mod tests {
         let s = screen(&app);
         assert_eq!(
             &s[..5],
-            [
-                "› read it",
-                "",
-                "⚙ Read {\"file_path\":\"a.txt\"}",
-                "  ↳ ok",
-                "         1  hello"
-            ]
-            .map(String::from)
+            ["› read it", "", "✓ Read a.txt (1 line)", "", ""].map(String::from)
         );
         assert_eq!(
             &s[6..10],
@@ -625,7 +498,7 @@ mod tests {
             .unwrap_or_else(|| panic!("no approval box:\n{}", s.join("\n")));
         assert_eq!(
             s[top + 1],
-            "│Allow Write `/workspace/out.txt`?                         │"
+            "│Allow Write `out.txt`?                                    │"
         );
         assert!(
             s[top + 2].starts_with("│[o] once  [a] always  [d] deny"),
@@ -737,12 +610,13 @@ mod tests {
             .collect();
         let count = lines.iter().filter(|l| l.contains("boom-once")).count();
         assert_eq!(count, 1, "{lines:#?}");
+        // The answer to its question sits under the call, which says how it went.
         let answered = lines
             .iter()
-            .position(|l| l == "· permission allowed once")
+            .position(|l| l == "  · permission allowed once")
             .unwrap();
-        let result = lines.iter().position(|l| l.contains("↳ error")).unwrap();
-        assert!(answered < result, "{lines:#?}");
+        let result = lines.iter().position(|l| l == "✗ failed: $ false").unwrap();
+        assert_eq!(result + 1, answered, "{lines:#?}");
         assert_eq!(app.plan.len(), 1);
         app.apply(&started("next"));
         assert!(

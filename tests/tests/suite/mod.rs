@@ -69,6 +69,7 @@ mod terminal;
 mod tmux;
 mod traces;
 mod tui;
+mod tui_input;
 mod turns;
 mod usage;
 mod web_fetch;

@@ -305,6 +305,9 @@ fn rewind_in_the_tui_picks_a_turn_and_fork_opens_the_session_as_it_was() {
     tmux.type_line("/rewind");
     tmux.wait_for("turn 2: make a file");
     tmux.keys(&["Down", "Enter"]);
+    // Asked first: files, conversation or both.
+    tmux.wait_for("rewind to before turn 1? [b] files and conversation");
+    tmux.keys(&["b"]);
     tmux.wait_for("rewound to before turn 1: 1 files restored");
     assert!(!env.path("made.txt").exists());
     tmux.type_line("again");

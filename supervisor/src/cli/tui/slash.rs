@@ -17,16 +17,17 @@ impl Ui {
             .collect())
     }
 
-    /// Rewinds the session on screen, files and conversation, to before `turn`.
-    pub(super) async fn rewind(&mut self, turn: u64) -> anyhow::Result<()> {
-        let done = self
-            .backend
-            .rewind(&self.app.session_id, turn, true, true, false)
+    /// Rewinds the session on screen to before `turn`: its files, its conversation, or both. The session's
+    /// `session_rewound` event says what was done.
+    pub(super) async fn rewind(
+        &mut self,
+        turn: u64,
+        files: bool,
+        conversation: bool,
+    ) -> anyhow::Result<()> {
+        self.backend
+            .rewind(&self.app.session_id, turn, files, conversation, false)
             .await?;
-        let restored = done["restored"].as_array().map_or(0, Vec::len);
-        self.app.info(format!(
-            "rewound to before turn {turn}: {restored} files restored, conversation cut (the journal keeps it all)"
-        ));
         Ok(())
     }
 
@@ -116,7 +117,9 @@ impl Ui {
                 self.cwd = Some(dir);
             }
             Slash::Diff => self.show_diff().await?,
-            Slash::Rewind(Some(turn)) => self.rewind(turn).await?,
+            Slash::Rewind(Some(turn)) => {
+                self.app.confirm = Some(service_supervisor::tui::editing::Confirm::Rewind(turn))
+            }
             Slash::Rewind(None) => {
                 let prompts = self.prompts().await?;
                 if prompts.is_empty() {
