@@ -7,6 +7,7 @@
 //! approvals = "auto-edit"           # ask (default), auto-edit or deny
 //! turn_flush = "background"         # turn (default) or background: when a turn's end is flushed to disk
 //! sandbox_user = "root"             # a root supervisor's sandbox user where root owns the directory (containers)
+//! notify = "osc9"                   # bell (default), osc9 or off: how the TUI calls you back
 //!
 //! [providers.gpu-box]
 //! type = "openai"
@@ -56,6 +57,19 @@ pub enum Approvals {
     Deny,
 }
 
+/// How the TUI calls the user back when an approval waits or a long turn ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Notify {
+    /// The terminal bell.
+    #[default]
+    Bell,
+    /// A desktop notification through OSC 9 (iTerm2, kitty, WezTerm, Ghostty, Windows Terminal).
+    Osc9,
+    /// Nothing.
+    Off,
+}
+
 /// The parsed file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +105,9 @@ pub struct ConfigFile {
     /// Model prices by `provider/name`, in US dollars per million tokens: usage reports gain a cost.
     #[serde(default)]
     pub prices: BTreeMap<String, crate::tenancy::usage::Price>,
+    /// How the TUI calls the user back.
+    #[serde(default)]
+    pub notify: Notify,
 }
 
 /// Why `config.toml` could not be read or changed.
@@ -114,6 +131,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "provider/name, e.g. anthropic/claude-sonnet-4-5",
     ),
     ("approvals", "ask, auto-edit or deny"),
+    (
+        "notify",
+        "bell (default), osc9 or off: how the TUI says an approval waits or a long turn ended",
+    ),
     (
         "pass_env",
         "host variables MCP servers may receive, comma-separated",
@@ -188,6 +209,14 @@ pub fn get(home: &Path, key: &str) -> Result<Option<String>, ConfigError> {
         "max_subagent_depth" => file.max_subagent_depth.map(|m| m.to_string()),
         "turn_flush" => Some(file.turn_flush.as_str().to_string()),
         "sandbox_user" => file.sandbox_user,
+        "notify" => Some(
+            match file.notify {
+                Notify::Bell => "bell",
+                Notify::Osc9 => "osc9",
+                Notify::Off => "off",
+            }
+            .to_string(),
+        ),
         _ => Some(file.pass_env.join(",")).filter(|v| !v.is_empty()),
     })
 }
@@ -226,6 +255,11 @@ pub fn set(home: &Path, key: &str, value: Option<&str>) -> Result<(), ConfigErro
                 "approvals" if !["ask", "auto-edit", "deny"].contains(&v) => {
                     return Err(err(format!(
                         "approvals: \"{v}\" is not one of ask, auto-edit, deny"
+                    )))
+                }
+                "notify" if !["bell", "osc9", "off"].contains(&v) => {
+                    return Err(err(format!(
+                        "notify: \"{v}\" is not one of bell, osc9, off"
                     )))
                 }
                 "turn_flush" if !["turn", "background"].contains(&v) => {

@@ -69,3 +69,12 @@ mod tests {
         );
     }
 }
+
+/// `n` and `word`, plural unless `n` is 1: `1 turn`, `3 turns`.
+pub fn count(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}

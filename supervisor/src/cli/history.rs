@@ -183,8 +183,8 @@ pub async fn fork(backend: &Backend, prefix: &str, turn: Option<i64>) -> anyhow:
         _ => "with its own copy of the workspace".into(),
     };
     println!(
-        "forked {id} into {child}: {} turns inherited, {workspace}",
-        done["turns"]
+        "forked {id} into {child}: {} inherited, {workspace}",
+        service_supervisor::usage_line::count(done["turns"].as_u64().unwrap_or(0), "turn")
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -487,8 +487,13 @@ async fn compact(backend: &Backend, prefix: &str, focus: Option<&str>) -> anyhow
     let done = backend.compact(&id, focus).await?;
     if done["compacted"] == true {
         println!(
-            "compacted {id}: {} turns summarised, about {} -> {} tokens",
-            done["summarised_turns"], done["before_tokens"], done["after_tokens"]
+            "compacted {id}: {} summarised, about {} -> {} tokens",
+            service_supervisor::usage_line::count(
+                done["summarised_turns"].as_u64().unwrap_or(0),
+                "turn"
+            ),
+            done["before_tokens"],
+            done["after_tokens"]
         );
     } else {
         println!("nothing to compact in {id}: it has no turns older than the ones kept");

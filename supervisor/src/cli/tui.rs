@@ -86,6 +86,22 @@ fn restore() {
     );
 }
 
+/// A turn that takes this long calls the user back when it ends.
+const LONG_TURN: Duration = Duration::from_secs(10);
+
+/// Calls the user back: the bell, or a desktop notification (OSC 9) that terminals show when unfocused.
+fn notify(how: service_supervisor::config_file::Notify, message: &str) {
+    use service_supervisor::config_file::Notify;
+    use std::io::Write;
+    let seq = match how {
+        Notify::Off => return,
+        Notify::Bell => "\x07".to_string(),
+        Notify::Osc9 => format!("\x1b]9;{message}\x07"),
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(seq.as_bytes()).and_then(|()| out.flush());
+}
+
 /// Gives the terminal to another program (the editor of Ctrl-G) until [`resume_screen`].
 fn suspend() {
     restore();
@@ -161,6 +177,8 @@ struct Ui {
     interrupted: Option<String>,
     /// The screen must be drawn anew (another program used the terminal).
     redraw: bool,
+    /// How to call the user back (`notify` in config.toml).
+    notify: service_supervisor::config_file::Notify,
 }
 
 impl Ui {
@@ -324,36 +342,37 @@ impl Ui {
         });
     }
 
+    /// Starts a turn with `prompt`, its `@` files attached; refused, and kept in the input, while a turn runs.
+    fn prompt(&mut self, prompt: String) {
+        if let TurnState::Running(_) = self.app.turn {
+            // Nothing typed is lost: it goes back to the input, to send once the turn ends.
+            self.app.input = prompt;
+            self.app
+                .error("a turn is running; wait for it or press Esc to interrupt it");
+            return;
+        }
+        let (prompt, notes) =
+            service_supervisor::tui::input::attach_mentions(&prompt, &self.session_workspace.0);
+        for note in notes {
+            self.app.info(note);
+        }
+        let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
+        let overrides = TurnOverrides {
+            cwd: self.cwd.clone(),
+            model: self.model.clone(),
+        };
+        self.background(async move {
+            backend
+                .start_turn(&id, Task::new(prompt), overrides)
+                .await
+                .map(|_| None)
+        });
+    }
+
     async fn submit(&mut self, line: String) {
         match commands::parse(&line) {
             Err(e) => self.app.error(e),
-            Ok(Input::Prompt(prompt)) => {
-                if let TurnState::Running(_) = self.app.turn {
-                    // Nothing typed is lost: it goes back to the input, to send once the turn ends.
-                    self.app.input = prompt;
-                    self.app
-                        .error("a turn is running; wait for it or press Esc to interrupt it");
-                    return;
-                }
-                let (prompt, notes) = service_supervisor::tui::input::attach_mentions(
-                    &prompt,
-                    &self.session_workspace.0,
-                );
-                for note in notes {
-                    self.app.info(note);
-                }
-                let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
-                let overrides = TurnOverrides {
-                    cwd: self.cwd.clone(),
-                    model: self.model.clone(),
-                };
-                self.background(async move {
-                    backend
-                        .start_turn(&id, Task::new(prompt), overrides)
-                        .await
-                        .map(|_| None)
-                });
-            }
+            Ok(Input::Prompt(prompt)) => self.prompt(prompt),
             Ok(Input::Operator(command)) => {
                 let (backend, id) = (self.backend.clone(), self.app.session_id.clone());
                 self.background(async move { backend.command(&id, &command).await.map(|()| None) });
@@ -381,6 +400,7 @@ async fn session_loop(
         model: None,
         cwd: None,
         approvals: defaults.approvals,
+        notify: defaults.notify,
         default_model: defaults.default_model.clone(),
         prices: defaults.prices.clone(),
         workspace: match &backend {
@@ -446,6 +466,8 @@ async fn session_loop(
     let mut terminal: Terminal<CrosstermBackend<Stdout>> =
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    // When the running turn began, to call the user back when a long one ends.
+    let mut turn_began: Option<std::time::Instant> = None;
 
     while !ui.app.quit {
         if std::mem::take(&mut ui.redraw) {
@@ -461,12 +483,24 @@ async fn session_loop(
             },
             msg = ui.events.next() => {
                 if let Some(msg) = msg {
+                    let (asking, running) = (ui.app.approval.is_some(), ui.app.turn != TurnState::Idle);
                     ui.app.apply(&msg);
                     // Apply what else has arrived before redrawing, so fast streams do not redraw per delta.
                     while let Some(Some(more)) = ui.events.next().now_or_never() {
                         ui.app.apply(&more);
                     }
                     ui.auto_answer();
+                    if !asking && ui.app.approval.is_some() {
+                        notify(ui.notify, "service-rs: an approval is waiting");
+                        turn_began.get_or_insert_with(std::time::Instant::now);
+                    }
+                    if running && ui.app.turn == TurnState::Idle {
+                        if turn_began.take().is_some_and(|t| t.elapsed() >= LONG_TURN) {
+                            notify(ui.notify, "service-rs: the turn ended");
+                        }
+                    } else if !running && ui.app.turn != TurnState::Idle {
+                        turn_began = Some(std::time::Instant::now());
+                    }
                 }
             }
             note = notes.recv() => match note {

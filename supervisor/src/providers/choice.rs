@@ -86,6 +86,39 @@ async fn choose_now(home: &Path) -> Option<ModelRef> {
     None
 }
 
+/// The models a user may switch to on this machine without configuring more: `default_model`, then each provider
+/// whose key is set with its default model (as `provider/name`).
+pub fn offered(home: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(m) = crate::config_file::load(home)
+        .ok()
+        .and_then(|c| c.default_model)
+    {
+        out.push(m);
+    }
+    for (var, model) in [
+        ("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"),
+        ("OPENAI_API_KEY", "openai/gpt-4.1"),
+    ] {
+        if std::env::var(var).is_ok_and(|v| !v.trim().is_empty()) && !out.iter().any(|m| m == model)
+        {
+            out.push(model.to_string());
+        }
+    }
+    out
+}
+
+/// Why a model of `provider` at its official endpoint cannot be called from this process: the key variable it
+/// needs, when unset. None for providers that need no key (`scripted`) or whose key is set.
+pub fn missing_key(provider: &str) -> Option<&'static str> {
+    let var = match provider {
+        "anthropic" => "ANTHROPIC_API_KEY",
+        "openai" => "OPENAI_API_KEY",
+        _ => return None,
+    };
+    (!std::env::var(var).is_ok_and(|v| !v.trim().is_empty())).then_some(var)
+}
+
 fn plain(provider: &str, name: &str) -> ModelRef {
     ModelRef {
         provider: provider.into(),

@@ -373,8 +373,8 @@ impl App {
             } => {
                 self.compacted_in = turn_id.clone();
                 self.info(format!(
-                    "context compacted ({reason}): {summarised_turns} turns summarised, ~{before_tokens} -> \
-                     ~{after_tokens} tokens"
+                    "context compacted ({reason}): {} summarised, ~{before_tokens} -> ~{after_tokens} tokens",
+                    crate::usage_line::count(u64::from(*summarised_turns), "turn")
                 ))
             }
             EventPayload::A2aAgentFailed { agent, message } => {

@@ -24,8 +24,14 @@ pub enum Slash {
     Resume(Option<String>),
     /// `/bundle <ref>`: a fresh session of another bundle.
     Bundle(String),
-    /// `/model <provider/name>`: model for the next turns.
-    Model(String),
+    /// `/model [provider/name]`: model for the next turns; without one, the current model and the choices.
+    Model(Option<String>),
+    /// `/status`: model, directory and what the sandbox may do, instructions read, context used.
+    Status,
+    /// `/mcp`: the session's MCP servers and their tools.
+    Mcp,
+    /// `/init`: asks the agent to write an `AGENTS.md` for the project.
+    Init,
     /// `/cwd <dir>`: working directory for the next turns.
     Cwd(String),
     /// `/diff`: what the last turn's Write and Edit calls changed.
@@ -55,8 +61,17 @@ pub const HELP: &[(&str, &str)] = &[
     ),
     ("/bundle <ref>", "start a new session of another bundle"),
     (
-        "/model <provider/name>",
-        "use this model for the next turns",
+        "/model [provider/name]",
+        "use this model for the next turns; without one, pick from the models this machine offers",
+    ),
+    (
+        "/status",
+        "the model, the directory and what the sandbox may do there, instructions read, context used",
+    ),
+    ("/mcp", "the session's MCP servers and their tools"),
+    (
+        "/init",
+        "ask the agent to write an AGENTS.md that tells agents how to work in this project",
     ),
     (
         "/cwd <dir>",
@@ -119,7 +134,10 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "sessions" => Slash::Sessions,
         "resume" => Slash::Resume(Some(arg.to_string()).filter(|a| !a.is_empty())),
         "bundle" => Slash::Bundle(needs("a bundle reference")?),
-        "model" => Slash::Model(needs("provider/name")?),
+        "model" => Slash::Model(Some(arg.to_string()).filter(|a| !a.is_empty())),
+        "status" => Slash::Status,
+        "mcp" => Slash::Mcp,
+        "init" => Slash::Init,
         "cwd" => Slash::Cwd(needs("a directory")?),
         "clear" => Slash::Clear,
         "cost" => Slash::Cost,
@@ -170,11 +188,11 @@ mod tests {
         );
         assert_eq!(
             parse("/model openai/gpt"),
-            Ok(Input::Slash(Slash::Model("openai/gpt".into())))
+            Ok(Input::Slash(Slash::Model(Some("openai/gpt".into()))))
         );
         assert_eq!(parse("/quit"), Ok(Input::Slash(Slash::Quit)));
         assert_eq!(parse("/resume"), Ok(Input::Slash(Slash::Resume(None))));
-        assert_eq!(parse("/model"), Err("/model needs provider/name".into()));
+        assert_eq!(parse("/model"), Ok(Input::Slash(Slash::Model(None))));
         assert_eq!(parse("/rewind 2"), Ok(Input::Slash(Slash::Rewind(Some(2)))));
         assert_eq!(parse("/fork"), Ok(Input::Slash(Slash::Fork(None))));
         assert!(parse("/rewind two").unwrap_err().contains("turn number"));

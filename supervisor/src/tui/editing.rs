@@ -15,6 +15,8 @@ pub enum PopupKind {
     Slash,
     /// Files of the project, after `@`.
     File,
+    /// Models to switch to (`/model`).
+    Model,
 }
 
 /// The popup over the input: its choices and the highlighted one.
@@ -71,6 +73,24 @@ impl App {
             self.input.push_str(&text);
         }
         self.popup = None;
+    }
+
+    /// Opens the model popup over `models`, the current one highlighted.
+    pub fn pick_model(&mut self, models: Vec<String>) {
+        let selected = models.iter().position(|m| *m == self.model).unwrap_or(0);
+        let current = self.model.clone();
+        let items = models
+            .into_iter()
+            .map(|m| {
+                let note = if m == current { "current" } else { "" };
+                (m, note.to_string())
+            })
+            .collect();
+        self.popup = Some(Popup {
+            kind: PopupKind::Model,
+            items,
+            selected,
+        });
     }
 
     /// Opens, updates or closes the popup for what the input ends with.
@@ -130,6 +150,10 @@ impl App {
             PopupKind::File => {
                 self.input = input::complete_mention(&self.input, choice);
                 false
+            }
+            PopupKind::Model => {
+                self.input = format!("/model {choice}");
+                true
             }
         }
     }

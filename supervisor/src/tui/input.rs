@@ -143,7 +143,10 @@ mod tests {
         assert_eq!(normalize_paste("a\rb\r\nc"), "a\nb\nc");
         let text = "1\n2\n3\n4\n5\n6".to_string();
         let input = format!("look: {}", placeholder(0, 6));
-        assert_eq!(expand(&input, std::slice::from_ref(&text)), format!("look: {text}"));
+        assert_eq!(
+            expand(&input, std::slice::from_ref(&text)),
+            format!("look: {text}")
+        );
     }
 
     #[test]

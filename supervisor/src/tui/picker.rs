@@ -38,6 +38,9 @@ pub enum Purpose {
     Rewind,
 }
 
+/// Widest title shown in the picker.
+const TITLE_WIDTH: usize = 48;
+
 impl Picker {
     /// A picker over `records`, those whose workspace is `dir` when there are some (else all), newest first;
     /// `now` dates them.
@@ -59,18 +62,47 @@ impl Picker {
             (_, None) => (records.iter().collect(), "all sessions".to_string()),
         };
         chosen.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
-        let choices = chosen
+        // Columns: title, bundle, age, outcome, id; each as wide as its widest cell, so they line up.
+        let rows: Vec<(String, [String; 5])> = chosen
             .into_iter()
-            .map(|r| Choice {
-                id: r.id.clone(),
-                label: format!(
-                    "{}  {}  {} ago  {}  {}",
-                    r.title.as_deref().unwrap_or("(no prompt yet)"),
-                    r.bundle.reference,
-                    crate::runtime::record::age(&r.updated_at, now),
-                    outcome(r),
-                    r.id.chars().take(8).collect::<String>()
-                ),
+            .map(|r| {
+                let title: String = r
+                    .title
+                    .as_deref()
+                    .unwrap_or("(no prompt yet)")
+                    .chars()
+                    .take(TITLE_WIDTH)
+                    .collect();
+                (
+                    r.id.clone(),
+                    [
+                        title,
+                        r.bundle.reference.clone(),
+                        format!("{} ago", crate::runtime::record::age(&r.updated_at, now)),
+                        outcome(r),
+                        r.id.chars().take(8).collect(),
+                    ],
+                )
+            })
+            .collect();
+        let mut widths = [0usize; 5];
+        for (_, cells) in &rows {
+            for (w, cell) in widths.iter_mut().zip(cells) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let choices = rows
+            .into_iter()
+            .map(|(id, cells)| {
+                let padded: Vec<String> = cells
+                    .iter()
+                    .zip(widths)
+                    .map(|(cell, w)| format!("{cell:<w$}"))
+                    .collect();
+                Choice {
+                    id,
+                    label: padded.join("  ").trim_end().to_string(),
+                }
             })
             .collect();
         Picker {

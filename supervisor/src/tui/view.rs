@@ -189,6 +189,7 @@ fn popup_box(frame: &mut Frame, area: Rect, app: &App) {
     let title = match popup.kind {
         PopupKind::Slash => " commands · Tab completes · ↑↓ choose · Esc closes ",
         PopupKind::File => " files · Tab inserts · ↑↓ choose · Esc closes ",
+        PopupKind::Model => " models · Enter switches · ↑↓ choose · Esc closes ",
     };
     frame.render_widget(ratatui::widgets::Clear, rect);
     frame.render_widget(

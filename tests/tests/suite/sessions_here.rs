@@ -234,7 +234,7 @@ fn after_a_rewind_of_the_conversation_fork_and_rewind_count_the_turns_that_are_t
     let forked = run_in(&env, &one, &["sessions", "fork", "--last"]);
     let said = String::from_utf8_lossy(&forked.stdout);
     assert!(
-        said.contains(": 1 turns inherited"),
+        said.contains(": 1 turn inherited"),
         "{said}{}",
         String::from_utf8_lossy(&forked.stderr)
     );

@@ -207,3 +207,76 @@ fn tool_calls_read_as_people_say_them_and_quitting_leaves_the_conversation_and_t
         "{history}"
     );
 }
+
+#[test]
+fn model_status_mcp_and_init_answer_in_the_tui() {
+    let env = setup();
+    let tmux = Tmux::start(&format!(
+        "cd {} && env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY SERVICE_HOME={} {} tui fixture; sleep 60",
+        env.path("proj").display(),
+        env.home.path().display(),
+        super::support::binary().display()
+    ));
+    tmux.wait_for("sandbox workspace_write");
+    tmux.type_line("/model openai/gpt-4o");
+    tmux.wait_for("OPENAI_API_KEY is not set");
+    let screen = tmux.screen();
+    assert!(
+        screen.contains("scripted/fixture"),
+        "the model stays:\n{screen}"
+    );
+
+    tmux.type_line("/model");
+    tmux.wait_for("model: scripted/fixture");
+    tmux.wait_for("models · Enter switches");
+    tmux.keys(&["Escape"]);
+    // (A key sent right after Escape would read as Alt and that key.)
+    super::support::wait_until(
+        std::time::Duration::from_secs(5),
+        || !tmux.screen().contains("models · Enter switches"),
+        || "Escape did not close the model popup".into(),
+    );
+
+    tmux.type_line("/status");
+    let screen = tmux.wait_for("instructions");
+    assert!(
+        screen.contains(&format!("directory  {}", env.path("proj").display())),
+        "{screen}"
+    );
+    tmux.type_line("/mcp");
+    tmux.wait_for("no MCP server has started");
+
+    tmux.type_line("/init");
+    tmux.wait_for("got Write an AGENTS.md");
+}
+
+#[test]
+fn an_approval_that_waits_rings_the_terminal_bell() {
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        r#"{turns: [{replies: [{tool_calls: [{name: "Bash", arguments: {command: "true"}}]}, {text: "done"}]}]}"#,
+        "permissions: { default: ask }",
+        "read_only",
+    );
+    env.run(&["build", "b"]).ok();
+    let tmux = Tmux::service_rs(&env, "tui fixture");
+    tmux.wait_for("sandbox read_only");
+    let bell = || {
+        let out = tmux
+            .cmd(&["display-message", "-p", "-t", "main", "#{window_bell_flag}"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(bell(), "0");
+    tmux.type_line("go");
+    tmux.wait_for("permission needed");
+    super::support::wait_until(
+        std::time::Duration::from_secs(5),
+        || bell() == "1",
+        || "no bell rang".into(),
+    );
+    tmux.keys(&["o"]);
+    tmux.wait_for("done");
+}

@@ -190,8 +190,8 @@ impl Ui {
                         return;
                     }
                     let complete = self.app.popup_accept();
-                    // A file is inserted; a command without an argument is run at once.
-                    if kind == Some(PopupKind::Slash) && complete {
+                    // A file is inserted; a command without an argument, or a model chosen, is run at once.
+                    if matches!(kind, Some(PopupKind::Slash | PopupKind::Model)) && complete {
                         self.send().await;
                     }
                     return;

@@ -2,7 +2,14 @@
 
 use service_supervisor::tui::commands::{Slash, HELP};
 
+use super::super::backend::Backend;
 use super::Ui;
+
+/// What `/init` asks of the agent.
+const INIT_PROMPT: &str = "Write an AGENTS.md at the root of this project for coding agents that will work in it: \
+how to build it, how to run its tests (the narrowest first), its layout, and its conventions. Read the project \
+first (README, build files, CI settings, a few source files). If an AGENTS.md exists, improve it instead. Keep it \
+short and factual.";
 
 impl Ui {
     /// The prompts of the session on screen's turns, in order.
@@ -87,10 +94,7 @@ impl Ui {
                     .await?
                     .iter()
                     .map(|r| {
-                        let turns = match r.turn_count {
-                            1 => "1 turn".to_string(),
-                            n => format!("{n} turns"),
-                        };
+                        let turns = service_supervisor::usage_line::count(r.turn_count, "turn");
                         format!(
                             "{}  {}  {turns}  {}",
                             r.id,
@@ -107,9 +111,79 @@ impl Ui {
             }
             Slash::Resume(Some(id)) => self.resume(&id).await?,
             Slash::Resume(None) => self.open_picker().await?,
-            Slash::Model(spec) => {
+            Slash::Model(Some(spec)) => {
+                // Said now, not at the next turn's first model call: a server holds its own keys.
+                if let Backend::Local(_) = self.backend {
+                    let provider = spec.split_once('/').map_or("", |(p, _)| p);
+                    if let Some(var) = service_supervisor::providers::choice::missing_key(provider)
+                    {
+                        anyhow::bail!(
+                            "/model {spec}: {var} is not set in the environment of service-rs; set it and start \
+                             the TUI again, or pick another model (/model shows the ones this machine offers)"
+                        );
+                    }
+                }
                 self.use_model(&spec)?;
                 self.app.info(format!("next turns use {spec}"));
+            }
+            Slash::Model(None) => {
+                let mut models = match &self.backend {
+                    Backend::Local(rt) => {
+                        service_supervisor::providers::choice::offered(rt.home().root())
+                    }
+                    Backend::Remote(_) => Vec::new(),
+                };
+                let bundle = self.backend.bundle(&self.bundle_ref).await?;
+                let own = format!("{}/{}", bundle.model.provider, bundle.model.name);
+                for m in [self.app.model.clone(), own] {
+                    if !m.is_empty() && !models.contains(&m) {
+                        models.insert(0, m);
+                    }
+                }
+                self.app.info(format!(
+                    "model: {} (↑↓ and Enter to switch, Esc keeps it)",
+                    self.app.model
+                ));
+                self.app.pick_model(models);
+            }
+            Slash::Status => {
+                let (used, window) = self.app.context;
+                let context = match (used, window) {
+                    (Some(u), Some(w)) => format!("{u} of {w} tokens ({}%)", u * 100 / w.max(1)),
+                    (Some(u), None) => format!("{u} tokens"),
+                    _ => "no model call yet".to_string(),
+                };
+                let instructions = if self.app.instructions.is_empty() {
+                    "none read".to_string()
+                } else {
+                    self.app.instructions.join(", ")
+                };
+                self.app.info(format!(
+                    "session    {}\nbundle     {}\nmodel      {}\ndirectory  {}\nsandbox    {}\n\
+                     instructions {instructions}\ncontext    {context}",
+                    self.app.session_id,
+                    self.app.bundle,
+                    self.app.model,
+                    self.app.workspace,
+                    self.app.sandbox
+                ));
+            }
+            Slash::Mcp => {
+                let text = if self.app.mcp.is_empty() {
+                    "no MCP server has started in this session (they start with its first turn)"
+                        .to_string()
+                } else {
+                    self.app
+                        .mcp
+                        .iter()
+                        .map(|(server, tools)| format!("{server}: {}", tools.join(", ")))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                };
+                self.app.info(text);
+            }
+            Slash::Init => {
+                self.prompt(INIT_PROMPT.to_string());
             }
             Slash::Cwd(dir) => {
                 let dir = self.checked_cwd(&dir)?;
@@ -138,8 +212,11 @@ impl Ui {
                 let parent = self.app.session_id.clone();
                 self.attach(&child).await?;
                 self.app.info(format!(
-                    "forked {parent} into {child} ({} turns inherited, workspace {})",
-                    done["turns"],
+                    "forked {parent} into {child} ({} inherited, workspace {})",
+                    service_supervisor::usage_line::count(
+                        done["turns"].as_u64().unwrap_or(0),
+                        "turn"
+                    ),
                     done["workspace"].as_str().unwrap_or_default()
                 ));
             }
