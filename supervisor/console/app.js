@@ -86,7 +86,11 @@ async function loadBundles() {
     o.textContent = b.reference;
     return o;
   }));
-  if (chosen) select.value = chosen;
+  // A new session starts on the store's default bundle (`default_bundle` in config.toml) when it has one.
+  const preferred = chosen || state.defaultBundle;
+  const match = preferred && state.bundles.find((b) => b.reference === preferred || b.reference === `local/${preferred}`
+    || b.reference.startsWith(`local/${preferred}:`));
+  if (match) select.value = match.reference;
   renderBundles();
 }
 
@@ -115,7 +119,7 @@ async function loadSessions() {
 function renderSessions() {
   const q = $("filter").value.trim().toLowerCase();
   const rows = state.sessions
-    .filter((s) => !q || [s.id, s.bundle_ref, s.bundle?.id, s.status].some((v) => (v || "").toLowerCase().includes(q)))
+    .filter((s) => !q || [s.id, s.title, s.cwd, s.bundle_ref, s.bundle?.id, s.status].some((v) => (v || "").toLowerCase().includes(q)))
     .sort((a, b) => (b.updated_at || "").localeCompare(a.updated_at || ""));
   const list = $("sessions");
   list.replaceChildren(...rows.map((s) => {
@@ -126,10 +130,12 @@ function renderSessions() {
     a.dataset.session = s.id;
     if (state.open?.id === s.id) a.setAttribute("aria-current", "page");
     const title = document.createElement("strong");
-    title.textContent = s.bundle_ref;
+    title.textContent = s.title || "(no prompt yet)";
     const meta = document.createElement("span");
     meta.className = "muted";
-    meta.textContent = `${s.id.slice(0, 8)} · ${s.active_turn ? "running" : s.status} · ${s.turn_count} turns · ${ago(s.updated_at)}`;
+    const state_ = s.status === "waiting for approval" ? s.status : s.active_turn ? "running" : s.last_turn?.status || s.status;
+    const turns = s.turn_count === 1 ? "1 turn" : `${s.turn_count} turns`;
+    meta.textContent = `${s.bundle?.id || s.bundle_ref} · ${s.cwd || ""} · ${state_} · ${turns} · ${ago(s.updated_at)} · ${s.id.slice(0, 8)}`;
     a.append(title, meta);
     li.append(a);
     return li;
@@ -162,19 +168,50 @@ function setRunning(running) {
   $("session-state").className = "badge " + (running ? "run" : "ok");
 }
 
+/** Keeps the open session's line in the list as its events say, between reloads of the list; true if it changed. */
+function follows(id, msg) {
+  const s = state.sessions.find((x) => x.id === id);
+  const { type, payload: p } = msg.payload;
+  if (!s) return false;
+  switch (type) {
+    case "turn_started":
+      s.active_turn = p.turn_id;
+      if (!s.title) s.title = (p.prompt || "").split("\n")[0].slice(0, 80);
+      return true;
+    case "permission_requested":
+    case "network_permission_requested":
+      s.status = "waiting for approval";
+      return true;
+    case "approval_resolved":
+      s.status = "running";
+      return true;
+    case "turn_completed":
+    case "error":
+      if (!p.turn_id) return false;
+      s.active_turn = null;
+      s.status = "idle";
+      return true;
+    default:
+      return false;
+  }
+}
+
 /** Applies queued events in slices of ~10 ms per frame, so a replay of 10,000 events never freezes the page. */
 function drain() {
   if (state.draining) return;
   state.draining = true;
   const step = () => {
     const open = state.open;
+    let patched = false;
     const until = performance.now() + 10;
     while (open && state.head < state.queue.length && performance.now() < until) {
       const msg = JSON.parse(state.queue[state.head++]);
       if (msg.session_id !== open.id) continue;
       open.chat.apply(msg);
       open.inspector.push(msg);
+      patched = follows(open.id, msg) || patched;
     }
+    if (patched) renderSessions();
     if (open) {
       open.chat.flush();
       const running = !!open.chat.running;
@@ -203,8 +240,10 @@ function openSession(id) {
   state.head = 0;
   const transcript = $("transcript");
   transcript.replaceChildren();
+  const record = state.sessions.find((s) => s.id === id);
   const chat = new Chat(transcript, (requestId, decision, reason) =>
-    guarded(() => call("POST", `/approvals/${encodeURIComponent(requestId)}`, reason ? { decision, reason } : { decision })), (turn) => rewind(id, turn));
+    guarded(() => call("POST", `/approvals/${encodeURIComponent(requestId)}`, reason ? { decision, reason } : { decision })),
+    (turn) => rewind(id, turn), record?.cwd);
   if (!state.inspector) state.inspector = new Inspector($("events"), $("event-detail"), $("events-count"));
   state.inspector.reset();
   const open = { id, chat, inspector: state.inspector, scroller: transcript, stick: true, stop: () => {} };
@@ -212,7 +251,6 @@ function openSession(id) {
     open.stick = transcript.scrollTop + transcript.clientHeight >= transcript.scrollHeight - 40;
   };
   state.open = open;
-  const record = state.sessions.find((s) => s.id === id);
   $("session-title").textContent = record ? `${record.bundle_ref} · ${id.slice(0, 8)}` : id.slice(0, 8);
   show("empty", false);
   show("session", true);
@@ -305,6 +343,7 @@ function navigate(path) {
 
 async function start() {
   const health = await call("GET", "/healthz");
+  state.defaultBundle = health.default_bundle || "";
   // Ask for the token before any call that needs it, rather than after two that fail.
   if (health.token_required && !token()) {
     askToken("");

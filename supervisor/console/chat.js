@@ -34,10 +34,48 @@ function badge(text, cls) {
   return el("span", "badge " + (cls || ""), text);
 }
 
-function argsSummary(tool, args) {
-  if (!args || typeof args !== "object") return "";
-  const key = args.command ?? args.file_path ?? args.path ?? args.pattern ?? args.skill ?? "";
-  return typeof key === "string" ? key : JSON.stringify(key);
+// How a tool call reads, by the rules of the supervisor's shared renderer (`facade::tool_text`, used by the TUI,
+// `run` and ACP): `$ command`, `Edit src/a.rs`, paths relative to the session's directory, MCP calls by server.
+// The sandbox names the session's directory `root` (the turn's cwd); no line here shows that name.
+
+/** `path` relative to `root` inside it, `.` for it, as it is elsewhere. */
+export function relative(path, root) {
+  if (typeof path !== "string" || !root) return path ?? "";
+  const abs = path.startsWith("/") ? path : `${root}/${path}`;
+  if (abs.split("/").includes("..")) return path;
+  if (abs === root) return ".";
+  return abs.startsWith(root + "/") ? abs.slice(root.length + 1) : path;
+}
+
+/** Free text with the sandbox's name for the directory replaced: relative paths, or `host` when given. */
+export function unsandboxed(text, root, host) {
+  if (typeof text !== "string" || !root || root === "/") return text ?? "";
+  const esc = root.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return text.replace(new RegExp(esc + "(/|(?![\\w.-]))", "g"), (_, slash) => (host ? host + slash : slash ? "" : "."));
+}
+
+/** The one line a tool call reads as. */
+export function toolTitle(tool, args, root) {
+  const a = args && typeof args === "object" ? args : {};
+  const first = (t) => {
+    const lines = String(t ?? "").trim().split("\n");
+    return lines.length > 1 ? `${lines[0]} …` : lines[0];
+  };
+  const within = (p) => (p ? ` in ${relative(p, root)}` : "");
+  switch (tool) {
+    case "Bash": return `$ ${first(a.command)}`;
+    case "Read": case "Write": case "Edit": return `${tool} ${relative(a.file_path ?? "", root)}`;
+    case "Glob": return `Find ${a.pattern ?? ""}${within(a.path)}`;
+    case "Grep": return `Search ${a.pattern ?? ""}${within(a.path)}`;
+    case "Skill": return `Load skill ${a.name ?? ""}`;
+    case "UpdatePlan": return "Update the plan";
+    case "WebFetch": return `Fetch ${a.url ?? ""}`;
+    case "Agent": return `Ask subagent ${a.subagent ?? ""}`;
+    default: {
+      const m = /^mcp__(.+?)__(.+)$/.exec(tool ?? "");
+      return m ? `${m[1]}: ${m[2]}` : tool ?? "";
+    }
+  }
 }
 
 /**
@@ -45,8 +83,11 @@ function argsSummary(tool, args) {
  * `onRewind(turn)` rewinds the session to before turn `turn` (from 1).
  */
 export class Chat {
-  constructor(root, onDecision, onRewind) {
+  constructor(root, onDecision, onRewind, hostDir) {
     this.root = root;
+    // The session's directory on the host, named where the sandbox would say /workspace.
+    this.hostDir = hostDir || "";
+    this.cwd = "/workspace";
     this.onDecision = onDecision;
     this.onRewind = onRewind;
     this.count = 0; // turns so far, numbered from 1 as `sessions show` numbers them
@@ -99,6 +140,7 @@ export class Chat {
   on_turn_started(p) {
     const t = this.turn(p.turn_id);
     t.cwd = p.context?.cwd || "";
+    if (t.cwd) this.cwd = t.cwd;
     const n = ++this.count;
     const user = el("div", "msg user");
     const who = el("span", "who", `You · turn ${n}`);
@@ -150,18 +192,18 @@ export class Chat {
     const t = this.turn(p.turn_id);
     const status = badge("running", "run");
     // Open while it runs, so its command's output shows as it streams.
-    const d = block("tool", [el("b", null, p.tool), " ", el("code", null, argsSummary(p.tool, p.arguments)), " ", status], true);
+    const d = block("tool", [el("code", null, toolTitle(p.tool, p.arguments, this.cwd)), " ", status], true);
     const body = el("div", "tool-body");
     body.append(el("pre", "args", JSON.stringify(p.arguments, null, 2)));
     d.append(body);
     t.node.append(d);
     t.answer = null; // text after a tool call starts a new message
-    this.calls.set(p.call_id, { node: d, body, status });
+    this.calls.set(p.call_id, { node: d, body, status, tool: p.tool });
   }
 
   on_tool_call_delta(p) {
     const c = this.calls.get(p.call_id);
-    if (c) c.body.append(el("p", "muted", p.delta ?? ""));
+    if (c) c.body.append(el("p", "muted", unsandboxed(p.delta ?? "", this.cwd)));
   }
 
   on_tool_call_finished(p) {
@@ -169,15 +211,21 @@ export class Chat {
     if (!c) return;
     c.status.textContent = p.status;
     c.status.className = "badge " + (p.status === "ok" ? "ok" : "bad");
-    const out = el("pre", "out result", p.output ?? "");
+    // An edit shows its change, also when a rule let it through without a question.
+    if (p.diff) c.body.append(diffBlock(unsandboxed(p.diff, this.cwd)));
+    // A command's output is already above, as it streamed.
+    if (c.tool === "Bash" && c.ran) return;
+    const out = el("pre", "out result", unsandboxed(p.output ?? "", this.cwd));
     c.body.append(el("span", "label", "Result"), out);
   }
 
   on_exec_command_begin(p) {
-    const parent = (p.call_id && this.calls.get(p.call_id)?.body) || this.home(p.turn_id);
+    const call = p.call_id && this.calls.get(p.call_id);
+    if (call) call.ran = true;
+    const parent = call?.body || this.home(p.turn_id);
     const code = badge("running", "run");
     const d = block("exec", ["$ ", el("code", null, p.command), " ", code], true);
-    d.append(el("p", "muted cwd", "in " + (p.cwd ?? "")));
+    d.append(el("p", "muted cwd", "in " + unsandboxed(p.cwd ?? "", this.cwd, this.hostDir)));
     const out = el("pre", "out");
     d.append(out);
     parent.append(d);
@@ -226,8 +274,8 @@ export class Chat {
       dl.append(el("dt", null, k), el("dd", null, v));
     }
     card.append(dl);
-    if (p.warning) card.append(el("p", "error", `warning: ${p.warning}`));
-    if (p.diff) card.append(diffBlock(p.diff));
+    if (p.warning) card.append(el("p", "error", `warning: ${unsandboxed(p.warning, this.cwd)}`));
+    if (p.diff) card.append(diffBlock(unsandboxed(p.diff, this.cwd)));
     const actions = el("div", "actions");
     // A denial may say why: the model reads it in the call's result ("use pytest instead").
     const why = el("input", "reason");
@@ -236,7 +284,7 @@ export class Chat {
     why.placeholder = "Why deny? (optional, the model reads it)";
     why.setAttribute("aria-label", "Reason for denying");
     const choices = [["allow_once", "Allow once", ""], ["allow_always", "Allow always", "secondary"]];
-    if (p.project_rule) choices.push(["allow_project", `Always ${p.project_rule} in this project`, "secondary"]);
+    if (p.project_rule) choices.push(["allow_project", `Always ${unsandboxed(p.project_rule, this.cwd)} in this project`, "secondary"]);
     choices.push(["deny", "Deny", "danger"]);
     for (const [decision, label, cls] of choices) {
       const b = el("button", cls, label);
@@ -264,7 +312,8 @@ export class Chat {
   on_permission_requested(p) {
     const t = this.turn(p.turn_id);
     this.approvalCard(p, [["Subagent session", p.child_session_id], ["Tool", p.tool],
-      [p.tool === "Bash" ? "Command" : "Argument", p.summary], ["Working directory", t.cwd], ["Rule", p.rule]]);
+      [p.tool === "Bash" ? "Command" : "Argument", p.tool === "Bash" ? p.summary : unsandboxed(p.summary, this.cwd)],
+      ["Directory", unsandboxed(t.cwd || this.cwd, this.cwd, this.hostDir)], ["Rule", unsandboxed(p.rule, this.cwd)]]);
   }
 
   // A subagent shows folded under its Agent call, with its state; its own transcript is its session's.

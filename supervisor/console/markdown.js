@@ -1,5 +1,5 @@
 // Markdown in a model's answer, drawn as DOM nodes: headings, lists, emphasis, inline code, fenced code, quotes,
-// rules and http(s) links. It builds every node with createElement and puts every character in with textContent:
+// tables, rules and http(s) links. It builds every node with createElement and puts every character in with textContent:
 // nothing here parses HTML, so markup in model text (a <script>, an <img onerror>) can only ever be text.
 
 function node(tag, text) {
@@ -38,6 +38,35 @@ const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
 const RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
 const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
 const QUOTE = /^\s{0,3}>\s?(.*)$/;
+const TABLE_ROW = /^\s{0,3}\|.*\|\s*$/;
+const TABLE_SEP = /^\s{0,3}\|(\s*:?-+:?\s*\|)+\s*$/;
+
+/** The cells of a table row `| a | b |`. */
+function cells(line) {
+  return line.trim().replace(/^\|/, "").replace(/\|$/, "").split("|").map((c) => c.trim());
+}
+
+/** A table starting at `lines[i]` (a header row, then its separator); returns the index after it. */
+function table(parent, lines, i) {
+  const t = parent.appendChild(node("table"));
+  const aligns = cells(lines[i + 1]).map((c) => (c.endsWith(":") ? (c.startsWith(":") ? "center" : "right") : ""));
+  const head = t.appendChild(node("thead")).appendChild(node("tr"));
+  cells(lines[i]).forEach((c, n) => {
+    const th = head.appendChild(node("th"));
+    if (aligns[n]) th.style.textAlign = aligns[n];
+    inline(th, c);
+  });
+  const body = t.appendChild(node("tbody"));
+  for (i += 2; i < lines.length && TABLE_ROW.test(lines[i]); i++) {
+    const tr = body.appendChild(node("tr"));
+    cells(lines[i]).forEach((c, n) => {
+      const td = tr.appendChild(node("td"));
+      if (aligns[n]) td.style.textAlign = aligns[n];
+      inline(td, c);
+    });
+  }
+  return i;
+}
 
 /** The blocks of `lines` as nodes appended to `parent`. */
 function blocks(parent, lines) {
@@ -55,6 +84,8 @@ function blocks(parent, lines) {
       for (i++; i < lines.length && !lines[i].trim().startsWith(m[1]); i++) body.push(lines[i]);
       i++;
       code.textContent = body.join("\n");
+    } else if (TABLE_ROW.test(line) && i + 1 < lines.length && TABLE_SEP.test(lines[i + 1])) {
+      i = table(parent, lines, i);
     } else if ((m = line.match(HEADING))) {
       inline(parent.appendChild(node("h" + m[1].length)), m[2]);
       i++;
@@ -70,7 +101,8 @@ function blocks(parent, lines) {
     } else {
       const text = [];
       for (; i < lines.length && lines[i].trim() && !FENCE.test(lines[i]) && !HEADING.test(lines[i])
-        && !QUOTE.test(lines[i]) && !(text.length && ITEM.test(lines[i])); i++) text.push(lines[i].trim());
+        && !QUOTE.test(lines[i]) && !(TABLE_ROW.test(lines[i]) && TABLE_SEP.test(lines[i + 1] ?? ""))
+        && !(text.length && ITEM.test(lines[i])); i++) text.push(lines[i].trim());
       inline(parent.appendChild(node("p")), text.join("\n"));
     }
   }

@@ -28,6 +28,9 @@ pub async fn healthz(State(st): State<AppState>) -> Json<Health> {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         token_required: st.token.is_some(),
+        default_bundle: crate::config_file::load(st.rt.home().root())
+            .ok()
+            .and_then(|c| c.default_bundle),
     })
 }
 

@@ -636,3 +636,80 @@ async fn two_tenants_in_two_browsers_each_see_only_their_own_sessions() {
     first.close().await;
     second.close().await;
 }
+
+/// What the agent did reads as in the terminal: tool lines without the sandbox's `/workspace`, an edit's change, a
+/// command's output once, tables drawn; the list shows each session's title and directory; a new session starts on
+/// `default_bundle`.
+#[tokio::test]
+async fn the_console_shows_tool_lines_without_sandbox_paths_tables_and_starts_on_the_default_bundle(
+) {
+    let env = Env::new();
+    let script = r#"{turns: [{replies: [
+      {tool_calls: [{name: "Write", arguments: {file_path: "notes.md", content: "old\n"}}]},
+      {tool_calls: [{name: "Edit", arguments: {file_path: "notes.md", old_string: "old", new_string: "new"}}]},
+      {tool_calls: [{name: "Bash", arguments: {command: "echo once-only-$((6*7))"}}]},
+      {text: "Done.\n\n| file | change |\n|---|---|\n| notes.md | edited |\n| a | b |\n| c | d |"}]}]}"#;
+    write_bundle(
+        &env.path("fixture"),
+        script,
+        "permissions: { default: allow }",
+        "workspace_write",
+    );
+    env.run(&["build", env.path("fixture").to_str().unwrap()])
+        .ok();
+    // A bundle whose name sorts first: the picker must still start on the configured default.
+    let other = env.path("aaa");
+    write_bundle(&other, script, "", "read_only");
+    let manifest = std::fs::read_to_string(other.join("service.bundle.json5"))
+        .unwrap()
+        .replace("id: \"fixture\"", "id: \"aaa\"");
+    std::fs::write(other.join("service.bundle.json5"), manifest).unwrap();
+    env.run(&["build", other.to_str().unwrap()]).ok();
+    env.run(&["config", "set", "default_bundle", "fixture"])
+        .ok();
+    let server = Server::start(env.home.path(), &[], &[]);
+    let browser = Browser::start(1280).await;
+    sign_in(&browser, &server).await;
+    assert_eq!(
+        browser
+            .js("return document.querySelector('#bundle').value")
+            .await,
+        "local/fixture:1.0.0"
+    );
+    let id = new_session(&browser).await;
+    send(&browser, "show me the change").await;
+    browser.wait_text(".msg.agent .text", "Done.").await;
+    wait_idle(&browser).await;
+    let text = browser
+        .js("return document.querySelector('#transcript').textContent")
+        .await;
+    // The session's own directory on the host (under the store, as the server makes one) may be named.
+    let host = env.home.path().join(format!("sessions/{id}/workspace"));
+    let text = text
+        .as_str()
+        .unwrap()
+        .replace(host.to_str().unwrap(), "HOST");
+    assert!(text.contains("in HOST"), "{text}");
+    assert!(!text.contains("/workspace"), "{text}");
+    assert!(text.contains("Edit notes.md"), "{text}");
+    assert!(text.contains("$ echo once-only-$((6*7))"), "{text}");
+    assert_eq!(
+        text.matches("once-only-42").count(),
+        1,
+        "the output shows once: {text}"
+    );
+    assert_eq!(
+        count(&browser, "#transcript .diff .add").await,
+        2,
+        "the write's and the edit's + lines"
+    );
+    assert_eq!(count(&browser, "#transcript table tbody tr").await, 3);
+    assert_eq!(count(&browser, "#transcript table thead th").await, 2);
+    browser.wait_text("#sessions", "show me the change").await;
+    let listed = browser.wait_text("#sessions", "1 turn").await;
+    assert!(
+        listed.contains("/sessions/"),
+        "the directory is shown: {listed}"
+    );
+    browser.close().await;
+}
