@@ -47,6 +47,15 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// `n` and `word`, plural unless `n` is 1: `1 turn`, `3 turns`.
+pub fn count(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,14 +76,5 @@ mod tests {
             describe(&usage, None),
             "tokens 13,345 in · 76 out · context 12,345 tokens · 2 steps"
         );
-    }
-}
-
-/// `n` and `word`, plural unless `n` is 1: `1 turn`, `3 turns`.
-pub fn count(n: u64, word: &str) -> String {
-    if n == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{n} {word}s")
     }
 }
