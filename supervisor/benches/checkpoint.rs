@@ -10,7 +10,10 @@
 //!   (one file changed before each run), with checkpoints and with `checkpoint_max_mb = 0`, sampled in turn; the
 //!   difference of their medians is what checkpoints add to a turn, start and end together.
 //!
-//! `BENCH_ITERS` sets the number of samples (default 40); `BENCH_EXE` runs another build of `service-rs`.
+//! - a repository's first turn with and without git-ignored build output (`checkpoint/repository.rs`).
+//!
+//! `BENCH_ITERS` sets the number of samples (default 40); `BENCH_EXE` runs another build of `service-rs`;
+//! `BENCH_ONLY=repository` runs the repository rows alone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +23,9 @@ use service_supervisor::checkpoint::Checkpoints;
 
 #[path = "common/stats.rs"]
 mod stats;
+
+#[path = "checkpoint/repository.rs"]
+mod repository;
 use stats::env_or;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -164,6 +170,9 @@ fn main() -> BenchResult<()> {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
     let tmp = tempfile::TempDir::new()?;
     let root = std::fs::canonicalize(tmp.path())?;
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("repository") {
+        return repository::run(&exe, &root, iters.min(20));
+    }
     let ws = root.join("workspace");
     std::fs::create_dir_all(&ws)?;
     make_workspace(&ws)?;
@@ -254,5 +263,5 @@ fn main() -> BenchResult<()> {
         ms(with.median.saturating_sub(without.median)),
         ""
     );
-    Ok(())
+    repository::run(&exe, &root, iters.min(20))
 }

@@ -8,6 +8,7 @@
 //! turn_flush = "background"         # turn (default) or background: when a turn's end is flushed to disk
 //! sandbox_user = "root"             # a root supervisor's sandbox user where root owns the directory (containers)
 //! notify = "osc9"                   # bell (default), osc9 or off: how the TUI calls you back
+//! checkpoint_ignore = ["*.log"]      # left out of checkpoints besides .gitignore and .serviceignore
 //!
 //! [providers.gpu-box]
 //! type = "openai"
@@ -92,6 +93,9 @@ pub struct ConfigFile {
     /// MiB of workspace checkpoints a session keeps (512 when unset); 0 turns checkpoints off.
     #[serde(default)]
     pub checkpoint_max_mb: Option<u64>,
+    /// Patterns (gitignore syntax) checkpoints leave out besides the project's `.gitignore` and `.serviceignore`.
+    #[serde(default)]
+    pub checkpoint_ignore: Vec<String>,
     /// How deep subagents may nest (2 when unset); 0 turns them off.
     #[serde(default)]
     pub max_subagent_depth: Option<u32>,
@@ -142,6 +146,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "checkpoint_max_mb",
         "MiB of workspace checkpoints a session keeps (default 512; 0 turns them off)",
+    ),
+    (
+        "checkpoint_ignore",
+        "patterns checkpoints leave out besides .gitignore and .serviceignore, comma-separated (e.g. *.log,tmp/)",
     ),
     (
         "max_subagent_depth",
@@ -209,6 +217,7 @@ pub fn get(home: &Path, key: &str) -> Result<Option<String>, ConfigError> {
         "max_subagent_depth" => file.max_subagent_depth.map(|m| m.to_string()),
         "turn_flush" => Some(file.turn_flush.as_str().to_string()),
         "sandbox_user" => file.sandbox_user,
+        "checkpoint_ignore" => Some(file.checkpoint_ignore.join(",")).filter(|v| !v.is_empty()),
         "notify" => Some(
             match file.notify {
                 Notify::Bell => "bell",
@@ -242,7 +251,7 @@ pub fn set(home: &Path, key: &str, value: Option<&str>) -> Result<(), ConfigErro
         None => {
             doc.remove(key);
         }
-        Some(v) if key == "pass_env" => {
+        Some(v) if key == "pass_env" || key == "checkpoint_ignore" => {
             let list: toml_edit::Array = v
                 .split(',')
                 .map(str::trim)

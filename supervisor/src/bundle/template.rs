@@ -178,8 +178,10 @@ fn id_from_dir(dir: &Path) -> String {
 }
 
 fn manifest_text(id: &str) -> String {
+    // The spec's starter lists the spec's tools; WebFetch reaches the network, and a bundle adds it by name.
     let tools: Vec<String> = BuiltinTool::ALL
         .iter()
+        .filter(|t| **t != BuiltinTool::WebFetch)
         .map(|t| format!("\"{t}\""))
         .collect();
     format!(

@@ -19,6 +19,10 @@ pub struct FileChange {
     /// session past `checkpoint_max_mb`: a rewind cannot bring this version back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped_bytes: Option<u64>,
+    /// Set for a path the project's ignore rules leave out (build output, dependencies): the turn changed it, the
+    /// checkpoints hold no content of it, and a rewind leaves it as it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_checkpointed: bool,
 }
 
 /// Content larger than this is not diffed.
@@ -45,6 +49,7 @@ impl Checkpoints {
                         tree::Kind::Skipped { size } => Some(size),
                         _ => None,
                     }),
+                    not_checkpointed: after.is_ignored(&path) || before.is_ignored(&path),
                     path: path.display(),
                     change,
                 })

@@ -8,6 +8,9 @@
 //! - A scan stats every path and reads only files whose stat fields changed ([`scan`]), through descriptors, as
 //!   the restore writes ([`restore`]): neither follows a link code in the sandbox made.
 //! - `.git` is left out: rewinding never rewrites the repository's commits, index or stashes.
+//! - What the project's ignore rules leave out (`.gitignore`, `.serviceignore`, build directories outside a
+//!   repository; [`ignores`]) is neither read nor stored: each such path is kept by its own stat, reported as
+//!   "changed, not checkpointed" when that changes, and never touched by a restore.
 //! - Past the session's bound, the oldest checkpoints go, and their content with them when nothing else holds it.
 //!
 //! Layout: `sessions/<id>/checkpoints/{index.jsonl, <n>.manifest, objects/<sha256>}` ([`index`]), the objects hard
@@ -15,6 +18,7 @@
 //! has no manifest: its line in the index names the checkpoint whose manifest it shares (`same_as`).
 
 mod diff;
+pub mod ignores;
 mod index;
 pub use diff::FileChange;
 pub mod objects;
@@ -178,6 +182,8 @@ pub struct Checkpoints {
     /// The turn whose start checkpoint was begun and whose end is not: set before the start's scan, so that a turn
     /// ending meanwhile promises its end checkpoint without waiting for the scan.
     open_turn: Mutex<Option<String>>,
+    /// Patterns left out besides the project's own (config.toml's `checkpoint_ignore`).
+    ignore: Vec<String>,
 }
 
 #[derive(Default)]
@@ -185,6 +191,11 @@ struct State {
     index: Option<Index>,
     /// The latest checkpoint's tree, which the next scan trusts.
     last: Option<(u64, Arc<Tree>)>,
+}
+
+/// Paths a scan of `root` leaves out, with `extra` patterns (config.toml's `checkpoint_ignore`).
+fn rules_for(root: &Path, extra: &[String]) -> ignores::Ignores {
+    ignores::Ignores::at_root(root, extra)
 }
 
 impl Checkpoints {
@@ -199,7 +210,14 @@ impl Checkpoints {
             state: Mutex::new(State::default()),
             ending: (Mutex::new(0), Condvar::new()),
             open_turn: Mutex::new(None),
+            ignore: Vec::new(),
         }
+    }
+
+    /// These checkpoints also leave out what `patterns` (gitignore syntax) match.
+    pub fn ignoring(mut self, patterns: Vec<String>) -> Checkpoints {
+        self.ignore = patterns;
+        self
     }
 
     /// Waits until every promised end checkpoint is taken.
@@ -274,8 +292,16 @@ impl Checkpoints {
         let prev = state.last.clone();
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
         let budget = self.budget(prev.as_ref().map(|(_, t)| &**t));
-        let scanned = scan::scan(fd, prev.as_ref().map(|(_, t)| &**t), &self.objects, budget)
-            .map_err(|e| CheckpointError::io("cannot checkpoint", root, e))?;
+        let rules = rules_for(root, &self.ignore);
+        let scanned = scan::scan(
+            fd,
+            prev.as_ref().map(|(_, t)| &**t),
+            &self.objects,
+            budget,
+            root,
+            rules,
+        )
+        .map_err(|e| CheckpointError::io("cannot checkpoint", root, e))?;
         let index = state.index.get_or_insert_with(Index::default);
         let id = index.next;
         let find = |id: u64| index.points.iter().find(|p| p.id == id);
@@ -503,7 +529,8 @@ impl Checkpoints {
         let prev = state.last.as_ref().map(|(_, t)| t.clone());
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
         let budget = self.budget(prev.as_deref());
-        scan::scan(fd, prev.as_deref(), &self.objects, budget)
+        let rules = rules_for(root, &self.ignore);
+        scan::scan(fd, prev.as_deref(), &self.objects, budget, root, rules)
             .map(|s| s.tree)
             .map_err(|e| CheckpointError::io("cannot read", root, e))
     }
@@ -530,7 +557,12 @@ impl Checkpoints {
         let now = self.scan_now(&mut state, root)?;
         if !force {
             if let Some(last) = last {
-                let outside = now.changes_since(&last);
+                // A build between turns changes ignored paths; a rewind leaves them alone anyway.
+                let outside: Vec<_> = now
+                    .changes_since(&last)
+                    .into_iter()
+                    .filter(|(p, _)| !now.is_ignored(p) && !last.is_ignored(p))
+                    .collect();
                 if !outside.is_empty() {
                     return Err(CheckpointError::ChangedOutside(
                         outside.iter().map(|(p, _)| p.display()).collect(),
@@ -545,10 +577,21 @@ impl Checkpoints {
         if !passed_over.is_empty() && !force {
             return Err(CheckpointError::Incomplete(passed_over));
         }
-        let changed = target.changes_since(&now);
+        // Ignored paths are left as they are: said, not counted as restored.
+        let (unkept, changed): (Vec<_>, Vec<_>) = target
+            .changes_since(&now)
+            .into_iter()
+            .partition(|(p, _)| (now.is_ignored(p) || target.is_ignored(p)) && !target.is_file(p));
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
-        let skipped = restore::restore(fd, &now, &target, &self.objects)
+        let mut skipped = restore::restore(fd, &now, &target, &self.objects)
             .map_err(|e| CheckpointError::io("cannot restore", root, e))?;
+        skipped.extend(unkept.into_iter().map(|(p, _)| {
+            (
+                p,
+                "changed, not checkpointed: the project's ignore rules leave it out, and a rewind leaves it as it is"
+                    .to_string(),
+            )
+        }));
         self.take_locked(&mut state, root, rewind_id, At::Restored)?;
         Ok((changed, skipped))
     }
@@ -572,9 +615,17 @@ impl Checkpoints {
             None => {
                 let prev = state.last.as_ref().map(|(_, t)| t.clone());
                 let fd = crate::sandbox::host_dir::open_for_reading(root)?;
-                scan::scan(fd, prev.as_deref(), &into.objects, into.max_bytes)
-                    .map_err(|e| CheckpointError::io("cannot read", root, e))?
-                    .tree
+                let rules = rules_for(root, &self.ignore);
+                scan::scan(
+                    fd,
+                    prev.as_deref(),
+                    &into.objects,
+                    into.max_bytes,
+                    root,
+                    rules,
+                )
+                .map_err(|e| CheckpointError::io("cannot read", root, e))?
+                .tree
             }
         };
         for hash in tree.hashes() {

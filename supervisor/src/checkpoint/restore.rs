@@ -20,7 +20,9 @@ use super::tree::{Entry, Kind, RelPath, Tree};
 pub type Skipped = Vec<(RelPath, String)>;
 
 /// Makes the directory `root` (opened for reading) hold `target`, given that it holds `current` (scanned just
-/// before). Paths that are `Other` on either side are left alone.
+/// before). Paths that are `Other`, or that the ignore rules left out (`Ignored`), on either side are left alone;
+/// a file the target holds is written back even where the workspace now has an ignored path, so that rules a turn
+/// wrote cannot keep its changes from being undone.
 pub fn restore(
     root: OwnedFd,
     current: &Tree,
@@ -40,7 +42,8 @@ pub fn restore(
     };
     let mut skipped = Skipped::new();
     let kind_changes = |p: &RelPath, e: &Entry| match (target.0.get(p), &e.kind) {
-        (_, Kind::Other | Kind::Skipped { .. }) => false,
+        (_, Kind::Other | Kind::Skipped { .. } | Kind::Ignored { .. }) => false,
+        (Some(t), _) if matches!(t.kind, Kind::Ignored { .. }) => false,
         (None, _) => true,
         (Some(t), _) => std::mem::discriminant(&t.kind) != std::mem::discriminant(&e.kind),
     };
@@ -62,7 +65,7 @@ pub fn restore(
     for (path, entry) in &target.0 {
         let now = current.0.get(path).filter(|e| !kind_changes(path, e));
         let done = match (&entry.kind, now) {
-            (Kind::Other | Kind::Skipped { .. }, _) => continue,
+            (Kind::Other | Kind::Skipped { .. } | Kind::Ignored { .. }, _) => continue,
             (_, Some(e)) if e.same(entry) => continue,
             (Kind::Dir, Some(_)) => {
                 modes.push((path, entry.mode));

@@ -4,7 +4,9 @@
 //! that was read, so a swapped component fails or is recorded as the link it now is.
 //!
 //! A file whose stat fields match the previous tree's is not read again: with ten thousand files the scan costs
-//! one `fstatat` each, and only what changed is hashed.
+//! one `fstatat` each, and only what changed is hashed. A path the project's ignore rules leave out ([`Ignores`])
+//! is recorded by its own stat as [`Kind::Ignored`] and never read or entered: a Rust or Node project's `target/`
+//! and `node_modules/` cost one `fstatat` each.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -16,6 +18,7 @@ use nix::dir::Dir;
 use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 
+use super::ignores::{self, Ignores};
 use super::objects::Objects;
 use super::tree::{Entry, Kind, RelPath, Stamp, Tree};
 
@@ -42,11 +45,15 @@ pub struct Scanned {
 /// are shared out to a thread per core (at most four): most of a scan is the kernel's `fstatat`, which runs on
 /// every core at once. The calling thread reads the root first and is one of them; the others start only when the
 /// root has subdirectories, as starting them costs more than scanning a workspace of a few files.
+/// `rules` are those in force at the root (see [`Ignores::at_root`]); `host_root` is the workspace's host path,
+/// which they match against.
 pub fn scan(
     root: OwnedFd,
     prev: Option<&Tree>,
     objects: &Objects,
     budget: u64,
+    host_root: &std::path::Path,
+    rules: Ignores,
 ) -> std::io::Result<Scanned> {
     let budget = AtomicU64::new(budget);
     let now = std::time::SystemTime::now()
@@ -55,13 +62,14 @@ pub fn scan(
         .unwrap_or(i64::MAX);
     let queue = Queue {
         state: Mutex::new(QueueState {
-            dirs: vec![Pending::Root(root)],
+            dirs: vec![Pending::Root(root, rules)],
             busy: 0,
             failed: false,
         }),
         ready: Condvar::new(),
     };
     let walk = || Walk {
+        host_root,
         prev,
         objects,
         now,
@@ -110,6 +118,23 @@ pub fn scan(
     Ok(out)
 }
 
+/// The text of the small regular file `name` in `dir`, opened without following a link; None for anything else.
+fn read_small(dir: BorrowedFd<'_>, name: &CStr) -> Option<String> {
+    use std::io::Read;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+    let fd = openat(dir, name, flags, Mode::empty()).ok()?;
+    let st = fstat(&fd).ok()?;
+    if kind_of(&st) != SFlag::S_IFREG || st.st_size.max(0) as u64 > ignores::MAX_FILE {
+        return None;
+    }
+    let mut text = String::new();
+    File::from(fd)
+        .take(ignores::MAX_FILE)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
 fn panicked() -> std::io::Error {
     std::io::Error::other("a scan thread panicked")
 }
@@ -132,15 +157,17 @@ struct Queue {
     ready: Condvar,
 }
 
-/// A directory to read: the root, opened already, or one found in a directory still open.
+/// A directory to read: the root, opened already, or one found in a directory still open; with the ignore rules in
+/// force where it is.
 enum Pending {
-    Root(OwnedFd),
+    Root(OwnedFd, Ignores),
     Child {
         /// The directory it is in, held open while children are pending (one descriptor for all of them).
         parent: Arc<OwnedFd>,
         name: CString,
         path: RelPath,
         st: FileStat,
+        rules: Ignores,
     },
 }
 
@@ -191,6 +218,7 @@ impl Queue {
 }
 
 struct Walk<'a> {
+    host_root: &'a std::path::Path,
     prev: Option<&'a Tree>,
     objects: &'a Objects,
     now: i64,
@@ -244,20 +272,21 @@ impl Walk<'_> {
 
     /// Opens a pending directory from its parent, without following a link, and reads it.
     fn open(&mut self, pending: Pending) -> std::io::Result<()> {
-        let (fd, path) = match pending {
-            Pending::Root(fd) => (fd, RelPath(Vec::new())),
+        let (fd, path, rules) = match pending {
+            Pending::Root(fd, rules) => (fd, RelPath(Vec::new()), rules),
             Pending::Child {
                 parent,
                 name,
                 path,
                 st,
+                rules,
             } => {
                 let flags =
                     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
                 match openat(parent.as_fd(), name.as_c_str(), flags, Mode::empty()) {
                     Ok(fd) => {
                         self.put(path.clone(), Kind::Dir, &st, None);
-                        (fd, path)
+                        (fd, path, rules)
                     }
                     // Swapped for a link since the stat, or unreadable: not kept, and never entered.
                     Err(_) => {
@@ -267,10 +296,10 @@ impl Walk<'_> {
                 }
             }
         };
-        self.dir(Arc::new(fd), &path)
+        self.dir(Arc::new(fd), &path, &rules)
     }
 
-    fn dir(&mut self, fd: Arc<OwnedFd>, at: &RelPath) -> std::io::Result<()> {
+    fn dir(&mut self, fd: Arc<OwnedFd>, at: &RelPath, rules: &Ignores) -> std::io::Result<()> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let mut listing = Dir::openat(fd.as_fd(), ".", flags, Mode::empty())?;
         let names: Vec<CString> = listing
@@ -280,9 +309,19 @@ impl Walk<'_> {
             .map(|e| e.file_name().to_owned())
             .collect();
         drop(listing);
+        // This directory's own ignore files add to the rules of what it holds.
+        let texts: Vec<String> = names
+            .iter()
+            .filter(|n| ignores::FILES.iter().any(|f| f.as_bytes() == n.to_bytes()))
+            .filter_map(|n| read_small(fd.as_fd(), n))
+            .collect();
+        let here = match texts.is_empty() {
+            true => rules.clone(),
+            false => rules.with(&self.host_root.join(at.as_path()), &texts),
+        };
         for name in names {
             let path = at.join(name.to_bytes());
-            self.entry(&fd, name, path)?;
+            self.entry(&fd, name, path, &here)?;
         }
         Ok(())
     }
@@ -292,6 +331,7 @@ impl Walk<'_> {
         parent: &Arc<OwnedFd>,
         name: CString,
         path: RelPath,
+        rules: &Ignores,
     ) -> std::io::Result<()> {
         let dir = parent.as_fd();
         let name = name.as_c_str();
@@ -302,12 +342,27 @@ impl Walk<'_> {
             Err(e) => return Err(e.into()),
         };
         let kind = kind_of(&st);
-        if kind == SFlag::S_IFDIR {
+        let is_dir = kind == SFlag::S_IFDIR;
+        if !rules.is_empty()
+            && self.may_ignore(&path, name)
+            && rules.ignored(&self.host_root.join(path.as_path()), is_dir)
+        {
+            // Not the agent's work: its own stat says whether it changed, nothing under it is read.
+            let s = stamp(&st);
+            let ignored = Kind::Ignored {
+                mtime: s.mtime,
+                ctime: s.ctime,
+            };
+            self.put(path, ignored, &st, Some(s));
+            return Ok(());
+        }
+        if is_dir {
             self.queue.push(Pending::Child {
                 parent: parent.clone(),
                 name: name.to_owned(),
                 path,
                 st,
+                rules: rules.clone(),
             });
             Ok(())
         } else if kind == SFlag::S_IFLNK {
@@ -399,6 +454,22 @@ impl Walk<'_> {
         };
         self.put(path, kind, &st, settled.then_some(s));
         Ok(())
+    }
+
+    /// Whether the ignore rules may leave `path` out. Not the ignore files themselves, and not a path the previous
+    /// checkpoint held: code in the sandbox can write rules (`*` in a `.gitignore`), and rules written after a
+    /// file was checkpointed must not hide what later turns do to it.
+    fn may_ignore(&self, path: &RelPath, name: &CStr) -> bool {
+        if ignores::FILES
+            .iter()
+            .any(|f| f.as_bytes() == name.to_bytes())
+        {
+            return false;
+        }
+        !self
+            .prev
+            .and_then(|t| t.0.get(path))
+            .is_some_and(|e| !matches!(e.kind, Kind::Ignored { .. }))
     }
 
     /// Records a file passed over for the bound.

@@ -395,3 +395,108 @@ fn a_pool_copy_whose_bytes_are_not_its_hash_is_never_restored() {
         ),
     }
 }
+
+#[test]
+fn ignored_build_output_is_neither_stored_nor_touched_by_a_rewind_and_is_reported() {
+    let f = fixture(u64::MAX);
+    std::fs::create_dir_all(f.ws.join(".git")).unwrap();
+    std::fs::write(f.ws.join(".gitignore"), "target/\n*.log\n").unwrap();
+    std::fs::write(f.ws.join("main.rs"), "fn main() {}\n").unwrap();
+    std::fs::create_dir_all(f.ws.join("target/debug")).unwrap();
+    std::fs::write(f.ws.join("target/debug/app"), vec![7u8; 64 * 1024]).unwrap();
+    turn(&f, "t1", |ws| {
+        std::fs::write(ws.join("main.rs"), "fn main() { println!(); }\n").unwrap();
+        std::fs::write(ws.join("target/new-output"), "built").unwrap();
+        std::fs::write(ws.join("run.log"), "log").unwrap();
+    });
+    // Nothing under target/ was stored: the pool holds the sources alone.
+    let pool: u64 = walkdir::WalkDir::new(f.root.join("pool"))
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(pool < 1024, "{pool} bytes stored");
+    let changes = f.cp.turn_changes("t1").unwrap().unwrap();
+    let target = changes
+        .iter()
+        .find(|c| c.path == "target")
+        .expect("target/ reported");
+    assert!(target.not_checkpointed, "{changes:?}");
+    assert!(changes
+        .iter()
+        .any(|c| c.path == "run.log" && c.not_checkpointed));
+    let (_, skipped) = f.cp.rewind(&f.ws, "t1", "r1", false).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("main.rs")).unwrap(),
+        "fn main() {}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("target/new-output")).unwrap(),
+        "built"
+    );
+    assert!(
+        f.ws.join("run.log").exists(),
+        "an ignored file the turn made stays"
+    );
+    assert!(
+        skipped
+            .iter()
+            .any(|(p, why)| p.display() == "target" && why.contains("not checkpointed")),
+        "{skipped:?}"
+    );
+}
+
+#[test]
+fn ignore_rules_a_turn_writes_cannot_keep_its_edits_from_being_rewound() {
+    let f = fixture(u64::MAX);
+    std::fs::create_dir_all(f.ws.join(".git")).unwrap();
+    std::fs::write(f.ws.join("main.rs"), "original\n").unwrap();
+    std::fs::create_dir(f.ws.join("src")).unwrap();
+    std::fs::write(f.ws.join("src/lib.rs"), "lib\n").unwrap();
+    // The turn hides everything it did behind new ignore rules.
+    turn(&f, "t1", |ws| {
+        std::fs::write(ws.join(".gitignore"), "*\n").unwrap();
+        std::fs::write(ws.join("main.rs"), "tampered\n").unwrap();
+        std::fs::write(ws.join("src/lib.rs"), "tampered\n").unwrap();
+    });
+    // What the rules would hide is still checkpointed: the turn's change is there to see.
+    let changes = f.cp.turn_changes("t1").unwrap().unwrap();
+    let main = changes
+        .iter()
+        .find(|c| c.path == "main.rs")
+        .expect("main.rs changed");
+    assert!(
+        !main.not_checkpointed
+            && main
+                .diff
+                .as_deref()
+                .is_some_and(|d| d.contains("+tampered"))
+    );
+    f.cp.rewind(&f.ws, "t1", "r1", false).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("main.rs")).unwrap(),
+        "original\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("src/lib.rs")).unwrap(),
+        "lib\n"
+    );
+    assert!(
+        !f.ws.join(".gitignore").exists(),
+        "the rules the turn wrote are undone too"
+    );
+}
+
+#[test]
+fn outside_a_repository_dependency_directories_and_serviceignore_are_left_out() {
+    let f = fixture(u64::MAX);
+    std::fs::create_dir_all(f.ws.join("node_modules/pkg")).unwrap();
+    std::fs::write(f.ws.join("node_modules/pkg/index.js"), "x").unwrap();
+    std::fs::write(f.ws.join(".serviceignore"), "scratch/\n").unwrap();
+    std::fs::create_dir(f.ws.join("scratch")).unwrap();
+    std::fs::write(f.ws.join("scratch/a"), "a").unwrap();
+    std::fs::write(f.ws.join("app.js"), "app").unwrap();
+    let taken = f.cp.start(&f.ws, "t1").unwrap();
+    assert_eq!(taken.files, 2, "app.js and .serviceignore");
+}

@@ -145,6 +145,14 @@ pub enum Kind {
         /// Its size (`st_size`, holes included) when it was passed over.
         size: u64,
     },
+    /// A path the project's ignore rules leave out (build output, dependencies): neither read nor entered, only its
+    /// own stat kept, so that a change to it is reported as "changed, not checkpointed"; a restore leaves it alone.
+    Ignored {
+        /// Modification time, ns.
+        mtime: i64,
+        /// Status change time, ns.
+        ctime: i64,
+    },
 }
 
 /// The stat fields a file was hashed at: the same again means the same content.
@@ -217,6 +225,20 @@ impl Tree {
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
+    }
+
+    /// Whether the tree holds `path` as a path the ignore rules left out.
+    pub fn is_ignored(&self, path: &RelPath) -> bool {
+        self.0
+            .get(path)
+            .is_some_and(|e| matches!(e.kind, Kind::Ignored { .. }))
+    }
+
+    /// Whether the tree holds `path` as a file whose content it keeps.
+    pub fn is_file(&self, path: &RelPath) -> bool {
+        self.0
+            .get(path)
+            .is_some_and(|e| matches!(e.kind, Kind::File { .. }))
     }
 
     /// Files kept in the tree.

@@ -89,6 +89,14 @@ pub async fn diff(
         if changes["checkpointed"] == true {
             for c in changes["changes"].as_array().into_iter().flatten() {
                 shown = true;
+                if c["not_checkpointed"] == true {
+                    println!(
+                        "changed, not checkpointed: {} (the project's ignore rules leave it out; a rewind leaves it as \
+                         it is)",
+                        out.stdout(c["path"].as_str().unwrap_or_default())
+                    );
+                    continue;
+                }
                 if let Some(size) = c["skipped_bytes"].as_u64() {
                     println!(
                         "{} {} ({size} bytes: not checkpointed, past checkpoint_max_mb; a rewind cannot bring it back)",

@@ -422,6 +422,7 @@ fn runtime_options(
     if let Some(mb) = config.checkpoint_max_mb {
         options.checkpoint_max_bytes = mb.saturating_mul(1024 * 1024);
     }
+    options.checkpoint_ignore = config.checkpoint_ignore.clone();
     if let Some(depth) = config.max_subagent_depth {
         options.max_subagent_depth = depth;
     }

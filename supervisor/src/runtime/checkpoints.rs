@@ -65,11 +65,10 @@ pub(super) fn of(inner: &Inner, session: &Session) -> Option<Arc<Checkpoints>> {
         .get_or_init(|| {
             let max = inner.options.checkpoint_max_bytes;
             (writes(inner, session) && max > 0).then(|| {
-                Arc::new(Checkpoints::new(
-                    &session.dir,
-                    &inner.home.root().join("checkpoints"),
-                    max,
-                ))
+                Arc::new(
+                    Checkpoints::new(&session.dir, &inner.home.root().join("checkpoints"), max)
+                        .ignoring(inner.options.checkpoint_ignore.clone()),
+                )
             })
         })
         .clone()

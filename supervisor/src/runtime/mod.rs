@@ -116,6 +116,8 @@ pub struct RuntimeOptions {
     pub workspace_roots: Vec<PathBuf>,
     /// Bytes of workspace checkpoints a session keeps (`checkpoint_max_mb` in config.toml); 0 takes none.
     pub checkpoint_max_bytes: u64,
+    /// Patterns (gitignore syntax) checkpoints leave out besides the project's own (`checkpoint_ignore`).
+    pub checkpoint_ignore: Vec<String>,
     /// How deep subagents may nest (`max_subagent_depth` in config.toml): 1 lets a session start subagents that
     /// cannot start their own; 0 turns subagents off.
     pub max_subagent_depth: u32,
@@ -157,6 +159,7 @@ impl RuntimeOptions {
             pull_registries: Vec::new(),
             workspace_roots: Vec::new(),
             checkpoint_max_bytes: DEFAULT_CHECKPOINT_MAX_MB * 1024 * 1024,
+            checkpoint_ignore: Vec::new(),
             max_subagent_depth: subagents::DEFAULT_MAX_DEPTH,
             tenant_ledger: false,
             turn_flush: Default::default(),

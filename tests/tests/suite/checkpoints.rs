@@ -30,6 +30,9 @@ const SCRIPT: &str = r#"{turns: [
   {when: "plant", replies: [
     {tool_calls: [{name: "Bash", arguments: {command: "echo mine > victim.txt && mkdir sub && echo inside > sub/f.txt && ln -s HOST/secret.txt peek"}}]},
     {text: "planted"}]},
+  {when: "build", replies: [
+    {tool_calls: [{name: "Bash", arguments: {command: "echo fixed >> src.txt && echo rebuilt > target/debug/app && echo fresh > target/fresh.o"}}]},
+    {text: "built"}]},
   {when: "grow", replies: [
     {tool_calls: [{name: "Bash", arguments: {command: "head -c 460000 /dev/urandom > big.bin"}}]},
     {text: "grown"}]},
@@ -458,4 +461,86 @@ async fn a_rewind_over_http_is_refused_while_a_turn_runs_and_works_after() {
     assert_eq!(status, 200);
     assert_eq!(changes["checkpointed"], true);
     assert_eq!(changes["changes"].as_array().unwrap().len(), 3, "{changes}");
+}
+
+#[test]
+fn git_ignored_build_output_is_not_copied_reported_as_not_checkpointed_and_left_alone_by_a_rewind()
+{
+    let env = Env::new();
+    build(&env, env.home.path());
+    let project = env.path("project");
+    std::fs::create_dir_all(project.join("target/debug")).unwrap();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    std::fs::write(project.join(".gitignore"), "target/\n").unwrap();
+    std::fs::write(project.join("src.txt"), "source\n").unwrap();
+    // 20 MB of build output in 40 files, which no checkpoint should copy.
+    for i in 0..40 {
+        std::fs::write(
+            project.join(format!("target/debug/dep{i}.rlib")),
+            vec![b'x'; 512 * 1024],
+        )
+        .unwrap();
+    }
+    std::fs::write(project.join("target/debug/app"), "old build\n").unwrap();
+    give_to_sandbox(&project);
+    let stored = || -> u64 {
+        walkdir::WalkDir::new(env.home.path().join("checkpoints"))
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .map(|e| e.metadata().unwrap().len())
+            .sum()
+    };
+    let out = env
+        .command(&["run", "fixture", "build it"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stored() < 1024 * 1024, "{} bytes of checkpoints", stored());
+
+    let diff = env
+        .command(&["sessions", "diff", "--last"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    let diff = String::from_utf8_lossy(&diff.stdout);
+    assert!(diff.contains("+fixed"), "{diff}");
+    assert!(diff.contains("changed, not checkpointed: target"), "{diff}");
+
+    let rewound = env
+        .command(&["sessions", "rewind", "--last", "--turn", "1"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert!(
+        rewound.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rewound.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("src.txt")).unwrap(),
+        "source\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("target/debug/app")).unwrap(),
+        "rebuilt\n",
+        "the build output is left as the turn left it"
+    );
+    assert!(project.join("target/fresh.o").exists());
+    assert_eq!(
+        std::fs::read_dir(project.join("target/debug"))
+            .unwrap()
+            .count(),
+        41
+    );
 }
