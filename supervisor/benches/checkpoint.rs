@@ -130,6 +130,16 @@ fn manifests_after(dir: &Path, after: u64) -> Vec<u64> {
         .collect()
 }
 
+/// Run as root (a container, a CI machine), the bench's projects are root's: its sandboxes keep root, as such a
+/// machine is configured (`sandbox_user = "root"`), instead of being refused a directory they cannot write.
+fn as_root_sandboxes_keep_root(home: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(home)?;
+    if nix::unistd::geteuid().is_root() {
+        std::fs::write(home.join("config.toml"), "sandbox_user = \"root\"\n")?;
+    }
+    Ok(())
+}
+
 fn write_bundle(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("resources"))?;
     std::fs::write(
@@ -244,7 +254,11 @@ fn main() -> BenchResult<()> {
             return Err(String::from_utf8_lossy(&built.stderr).into_owned().into());
         }
     }
-    std::fs::write(without_home.join("config.toml"), "checkpoint_max_mb = 0\n")?;
+    for home in [&with_home, &without_home] {
+        as_root_sandboxes_keep_root(home)?;
+    }
+    let kept = std::fs::read_to_string(without_home.join("config.toml")).unwrap_or_default();
+    std::fs::write(without_home.join("config.toml"), format!("{kept}checkpoint_max_mb = 0\n"))?;
     run_once(&exe, &with_home, &ws, true)?;
     run_once(&exe, &without_home, &ws, true)?;
     let (mut with, mut without) = (Vec::new(), Vec::new());

@@ -100,6 +100,7 @@ pub fn run(exe: &Path, root: &Path, iters: usize) -> BenchResult<()> {
     let bundle = root.join("bundle-repo");
     write_bundle(&bundle)?;
     let home = root.join("home-repo");
+    super::as_root_sandboxes_keep_root(&home)?;
     let built = Command::new(exe)
         .env("SERVICE_HOME", &home)
         .args(["build", bundle.to_str().unwrap_or_default()])

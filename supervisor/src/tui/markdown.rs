@@ -36,6 +36,8 @@ struct Renderer {
     quotes: usize,
     /// Inside a code block.
     code: bool,
+    /// The language a fenced code block names, for its colours.
+    lang: String,
     /// The prefix of the current list item's first line, still to be written.
     bullet: Option<String>,
     /// Where an open link points, shown after its text.
@@ -181,6 +183,14 @@ impl Renderer {
             Event::Start(tag) => self.start(tag),
             Event::End(tag) => self.end(tag),
             Event::Text(text) if self.code => {
+                if let Some(lines) = super::highlight::lines(&text, &self.lang) {
+                    for spans in lines {
+                        self.start_line();
+                        self.spans.extend(spans);
+                        self.flush();
+                    }
+                    return;
+                }
                 let style = Style::default().fg(Color::Gray);
                 for line in text.lines() {
                     self.start_line();
@@ -242,7 +252,9 @@ impl Renderer {
             Tag::CodeBlock(kind) => {
                 self.blank();
                 self.code = true;
+                self.lang.clear();
                 if let CodeBlockKind::Fenced(lang) = kind {
+                    self.lang = lang.to_string();
                     if !lang.is_empty() {
                         self.start_line();
                         self.spans.push(Span::styled(
