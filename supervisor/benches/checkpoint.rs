@@ -258,7 +258,10 @@ fn main() -> BenchResult<()> {
         as_root_sandboxes_keep_root(home)?;
     }
     let kept = std::fs::read_to_string(without_home.join("config.toml")).unwrap_or_default();
-    std::fs::write(without_home.join("config.toml"), format!("{kept}checkpoint_max_mb = 0\n"))?;
+    std::fs::write(
+        without_home.join("config.toml"),
+        format!("{kept}checkpoint_max_mb = 0\n"),
+    )?;
     run_once(&exe, &with_home, &ws, true)?;
     run_once(&exe, &without_home, &ws, true)?;
     let (mut with, mut without) = (Vec::new(), Vec::new());

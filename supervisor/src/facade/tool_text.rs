@@ -9,6 +9,8 @@ use std::path::{Component, Path};
 use serde_json::Value;
 use service_ipc::{EventPayload, PlanStatus, ToolCallStatus};
 
+use super::tool_view::first_line;
+
 /// Longest command or title shown on one line; a command can be a script.
 const MAX_LINE: usize = 160;
 
@@ -378,21 +380,8 @@ impl Activity {
     }
 }
 
-fn first_line(text: &str) -> String {
-    let mut lines = text.trim().lines();
-    let first = lines.next().unwrap_or("").to_string();
-    if lines.next().is_some() {
-        format!("{first} …")
-    } else {
-        first
-    }
-}
-
 fn clip(text: &str) -> String {
-    match text.char_indices().nth(MAX_LINE) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
+    super::tool_view::clip_at(text, MAX_LINE)
 }
 
 #[cfg(test)]

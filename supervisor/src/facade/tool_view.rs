@@ -121,7 +121,8 @@ fn absolute(cwd: &str, path: &str) -> String {
     }
 }
 
-fn first_line(text: &str) -> String {
+/// The first line of `text`, with `…` when more follow.
+pub(crate) fn first_line(text: &str) -> String {
     let mut lines = text.trim().lines();
     let first = lines.next().unwrap_or("").to_string();
     if lines.next().is_some() {
@@ -132,7 +133,12 @@ fn first_line(text: &str) -> String {
 }
 
 fn clip(text: &str) -> String {
-    match text.char_indices().nth(MAX_TITLE) {
+    clip_at(text, MAX_TITLE)
+}
+
+/// `text` cut at `max` characters, with `…` when cut.
+pub(crate) fn clip_at(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     }

@@ -41,12 +41,16 @@ srv.serve_forever()
 
 impl Upstream {
     pub(super) fn start(tls: Option<(&std::path::Path, &std::path::Path)>) -> Upstream {
-        let mut cmd = Command::new("python3");
-        cmd.arg("-c").arg(UPSTREAM);
-        if let Some((cert, key)) = tls {
-            cmd.arg(cert).arg(key);
-        }
-        let mut child = cmd
+        let args: Vec<&std::path::Path> = tls.map(|(c, k)| vec![c, k]).unwrap_or_default();
+        Upstream::python(UPSTREAM, &args)
+    }
+
+    /// A Python server `script` (run with `args`) that prints its port on its first line.
+    pub(super) fn python(script: &str, args: &[&std::path::Path]) -> Upstream {
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 (install it, as .ci/run does)");
@@ -54,7 +58,7 @@ impl Upstream {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let port = line.trim().parse().expect("the upstream's port");
+        let port = line.trim().parse().expect("the server's port");
         Upstream { child, port }
     }
 }

@@ -1,19 +1,14 @@
 //! WebFetch end to end: a real page server on loopback (Python's http.server), reached from a real bwrap sandbox
 //! through the supervisor's egress proxy only, with provider keys in the supervisor's environment.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use serde_json::{json, Value};
 
+use super::egress::Upstream;
 use super::support::Env;
 
 /// A page server: `/page` is HTML that shows every request header it received, `/data` is JSON, `/bin` is an
 /// image. It exits by itself after two minutes and is killed when dropped.
-struct Pages {
-    child: Child,
-    port: u16,
-}
+struct Pages;
 
 const PAGES: &str = r#"
 import http.server, threading, os, html
@@ -43,26 +38,8 @@ srv.serve_forever()
 "#;
 
 impl Pages {
-    fn start() -> Pages {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(PAGES)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 (install it, as .ci/run does)");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line.trim().parse().expect("the page server's port");
-        Pages { child, port }
-    }
-}
-
-impl Drop for Pages {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn start() -> Upstream {
+        Upstream::python(PAGES, &[])
     }
 }
 
@@ -107,10 +84,7 @@ fn run(env: &Env, resolve: &[String]) -> (Vec<(String, String)>, Vec<Value>) {
         .env("OPENAI_API_KEY", KEY)
         .output()
         .unwrap();
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let events = json_lines(&out);
     let results = events
         .iter()
         .filter(|e| e["payload"]["type"] == "tool_call_finished")
@@ -123,6 +97,14 @@ fn run(env: &Env, resolve: &[String]) -> (Vec<(String, String)>, Vec<Value>) {
         })
         .collect();
     (results, events)
+}
+
+/// The events `run --json` printed.
+fn json_lines(out: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 #[test]
@@ -250,10 +232,7 @@ fn under_ask_a_fetch_waits_for_the_host_and_a_denial_refuses_it() {
         ])
         .output()
         .unwrap();
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let events = json_lines(&out);
     let asked = events
         .iter()
         .any(|e| e["payload"]["type"] == "network_permission_requested");
