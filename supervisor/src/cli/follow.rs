@@ -19,6 +19,10 @@ use super::term_text::safe;
 
 /// The status of a process a closed pipe ended (128 + SIGPIPE).
 const CLOSED_PIPE: u8 = 141;
+/// `--timeout` passed, as `timeout(1)` says it.
+const TIMED_OUT: u8 = 124;
+/// The turn reached the bundle's `max_steps`.
+const MAX_STEPS: u8 = 3;
 /// How long a run whose stdout closed waits for its interrupted turn to be recorded as such.
 const INTERRUPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -52,6 +56,8 @@ pub(super) async fn follow(
     );
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     let mut interrupted = false;
+    let deadline = tokio::time::sleep(args.timeout.unwrap_or(std::time::Duration::MAX / 4));
+    tokio::pin!(deadline);
     // Said on the usage line: the conversation the model sees was summarised during the turn.
     let mut compacted = false;
     let end = loop {
@@ -73,6 +79,13 @@ pub(super) async fn follow(
             _ = tick.tick(), if progress.spinning() => {
                 progress.tick();
                 continue;
+            }
+            () = &mut deadline, if args.timeout.is_some() => {
+                progress.pause();
+                let limit = humantime::format_duration(args.timeout.unwrap_or_default());
+                eprintln!("error: the turn took longer than --timeout {limit}; it was stopped with what it started");
+                let _ = finish_interrupted(backend, session_id, turn_id, &mut events).await;
+                return Ok(ExitCode::from(TIMED_OUT));
             }
         };
         let Some(msg) = msg else {
@@ -133,6 +146,14 @@ pub(super) async fn follow(
             usage,
             ..
         } => {
+            if let Some(file) = &args.output_last_message {
+                std::fs::write(file, &final_message).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot write the answer to {} (--output-last-message): {e}",
+                        file.display()
+                    )
+                })?;
+            }
             if !args.json {
                 progress.finish(&final_message);
                 if progress.closed() {
@@ -159,6 +180,8 @@ pub(super) async fn follow(
             );
             Ok(if interrupted || code == "interrupted" {
                 ExitCode::from(130)
+            } else if code == "max_steps_exceeded" {
+                ExitCode::from(MAX_STEPS)
             } else {
                 ExitCode::FAILURE
             })
@@ -175,6 +198,17 @@ async fn stdout_closed(
     turn_id: &str,
     events: &mut EventStream,
 ) -> ExitCode {
+    finish_interrupted(backend, session_id, turn_id, events).await;
+    ExitCode::from(CLOSED_PIPE)
+}
+
+/// Interrupts the turn and waits, a bounded time, for its end to be recorded.
+async fn finish_interrupted(
+    backend: &Backend,
+    session_id: &str,
+    turn_id: &str,
+    events: &mut EventStream,
+) {
     if backend.interrupt(session_id).await.is_ok() {
         let _ = tokio::time::timeout(INTERRUPT_WAIT, async {
             while let Some(msg) = events.next().await {
@@ -185,5 +219,4 @@ async fn stdout_closed(
         })
         .await;
     }
-    ExitCode::from(CLOSED_PIPE)
 }

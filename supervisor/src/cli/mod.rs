@@ -127,6 +127,7 @@ enum Command {
         archive: PathBuf,
     },
     /// Run one prompt in a new session (or a continued one) and print the answer.
+    #[command(after_help = run::EXIT_CODES)]
     Run(run::RunArgs),
     /// Chat with a bundle in the terminal.
     Tui(tui::TuiArgs),
@@ -180,10 +181,13 @@ impl Cli {
             }
         }
         // Building clap's command tree to look the word up would cost a one-shot run about as much again as parsing.
-        let prompt = args
-            .get(i)
-            .and_then(|a| a.to_str())
-            .is_some_and(|w| !w.starts_with('-') && w.trim().contains(char::is_whitespace));
+        // `service-rs -p "prompt"` is a headless run of the default bundle, as `claude -p` is.
+        let prompt = args.get(i).and_then(|a| a.to_str()).is_some_and(|w| {
+            (!w.starts_with('-') && w.trim().contains(char::is_whitespace))
+                || w == "-p"
+                || w == "--print"
+                || w.starts_with("--print=")
+        });
         if prompt {
             args.insert(i, "run".into());
         } else if args.len() == i

@@ -51,6 +51,11 @@ impl RunArgs {
             self.model = defaults.default_model.clone();
         }
         self.approvals = defaults.approvals;
+        match self.decide {
+            Some(Decide::Allow) => self.approve = true,
+            Some(Decide::Deny) => self.deny = true,
+            None => {}
+        }
         if self.session.is_some()
             && self.bundle_ref.is_some()
             && (self.prompt_arg.is_some() || self.prompt.is_some())
@@ -111,6 +116,24 @@ async fn names_a_bundle(backend: &Backend, word: &str) -> bool {
     registry || std::path::Path::new(word).is_dir() || backend.bundle(word).await.is_ok()
 }
 
+/// How `run` exits, for scripts: said in `run --help` and the README.
+pub(super) const EXIT_CODES: &str = "Exit codes:
+  0    the turn completed
+  1    the turn failed (or the run could not start it)
+  3    the turn reached the bundle's max_steps
+  124  --timeout passed; what the turn started was stopped
+  130  interrupted (Ctrl-C, or an interrupt from elsewhere)
+  141  stdout was closed under the run (a reader such as `head` went away); the turn was interrupted";
+
+/// `--approvals`: every permission request of a run decided up front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Decide {
+    /// Allow every request once.
+    Allow,
+    /// Deny every request.
+    Deny,
+}
+
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -129,9 +152,18 @@ pub struct RunArgs {
     #[arg(long = "continue", short = 'c')]
     pub(super) continue_last: bool,
     /// The prompt; `-` reads it from stdin, which is also where it comes from when no prompt is given and stdin is
-    /// not a terminal (`echo hi | service-rs run b`).
-    #[arg(long)]
+    /// not a terminal (`echo hi | service-rs run b`). `-p`/`--print` is the same (`service-rs -p "prompt"`).
+    #[arg(long, short = 'p', visible_alias = "print")]
     pub(super) prompt: Option<String>,
+    /// Also write the final answer to FILE (created or replaced) when the turn completes.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub(super) output_last_message: Option<PathBuf>,
+    /// End the turn after this long (`90s`, `10m`), stopping what it started; the run exits 124.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(super) timeout: Option<std::time::Duration>,
+    /// Decide every permission request of this run up front: `allow` or `deny` (each decision is journaled).
+    #[arg(long = "approvals", value_enum, value_name = "DECISION", conflicts_with_all = ["approve", "deny"])]
+    pub(super) decide: Option<Decide>,
     /// Stream every event as a JSON line on stdout instead of printing the answer.
     #[arg(long)]
     pub(super) json: bool,

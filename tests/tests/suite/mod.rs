@@ -53,6 +53,7 @@ mod registry_http;
 mod registry_server;
 mod responses_provider;
 mod run_cli;
+mod run_headless;
 mod run_terminal;
 mod sandbox;
 mod sessions_cli;

@@ -1,0 +1,151 @@
+//! `run` as scripts use it (`codex exec`, `claude -p`): `service-rs -p`, the answer written to a file, a time-out
+//! that stops what the turn started, approvals decided up front and journaled, and each documented exit code
+//! produced by a real case.
+
+use std::time::{Duration, Instant};
+
+use super::support::{give_to_sandbox, write_bundle, Env};
+
+const SCRIPT: &str = r#"{turns: [
+  {when: "slow", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 60"}}]}, {text: "never"}]},
+  {when: "ask", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo ran"}}]}, {text: "said: {{last_tool_output}}"}]},
+  {when: "loop", replies: [
+    {tool_calls: [{name: "Bash", arguments: {command: "true"}}]},
+    {tool_calls: [{name: "Bash", arguments: {command: "true"}}]},
+    {tool_calls: [{name: "Bash", arguments: {command: "true"}}]},
+    {text: "never"}]},
+  {replies: [{text: "you said {{prompt}}"}]},
+]}"#;
+
+fn setup() -> Env {
+    let env = Env::new();
+    write_bundle(
+        &env.path("b"),
+        SCRIPT,
+        "max_steps: 2\npermissions: { default: ask }",
+        "read_only",
+    );
+    env.run(&["build", "b"]).ok();
+    env.run(&["config", "set", "default_bundle", "fixture"])
+        .ok();
+    give_to_sandbox(env.work.path());
+    env
+}
+
+fn journal(env: &Env) -> String {
+    let id = env.run(&["sessions", "--json"]).json()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::read_to_string(env.home.path().join(format!("sessions/{id}/events.jsonl"))).unwrap()
+}
+
+#[test]
+fn print_runs_the_default_bundle_headless_and_writes_the_answer_to_a_file() {
+    let env = setup();
+    let file = env.path("answer.txt");
+    let out = env
+        .command(&["-p", "hello there", "-o", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "you said hello there\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "you said hello there"
+    );
+}
+
+#[test]
+fn a_timeout_stops_the_turn_and_its_command_and_exits_124() {
+    let env = setup();
+    let began = Instant::now();
+    let out = env
+        .command(&[
+            "run",
+            "fixture",
+            "slow",
+            "--approvals",
+            "allow",
+            "--timeout",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        began.elapsed()
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("longer than --timeout 1s"), "{err}");
+    let listed = env.run(&["sessions", "--json"]).json();
+    assert_eq!(listed[0]["last_turn"]["status"], "interrupted", "{listed}");
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 60"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "the command the turn started is gone"
+    );
+}
+
+#[test]
+fn approvals_decided_up_front_never_wait_and_are_journaled() {
+    let env = setup();
+    let allowed = env
+        .command(&["run", "fixture", "ask", "--approvals", "allow"])
+        .output()
+        .unwrap();
+    assert_eq!(allowed.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&allowed.stdout), "said: ran\n");
+    assert!(journal(&env).contains("\"decision\":\"allow_once\""));
+
+    let denied = env
+        .command(&["run", "fixture", "ask", "--approvals", "deny"])
+        .output()
+        .unwrap();
+    assert_eq!(denied.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&denied.stdout).contains("said: ran"));
+    assert!(journal(&env).contains("\"decision\":\"deny\""));
+}
+
+#[test]
+fn reaching_max_steps_exits_3_and_a_failed_turn_exits_1() {
+    let env = setup();
+    let out = env
+        .command(&["run", "fixture", "loop", "--approvals", "allow"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed = env
+        .command(&["run", "fixture", "hi", "--model", "openai/gpt-4o"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        failed.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+}
