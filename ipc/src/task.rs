@@ -58,6 +58,10 @@ pub struct TurnOverrides {
     /// Model for this turn.
     #[serde(default)]
     pub model: Option<ModelRef>,
+    /// Input plus output tokens, as the provider reports them, the turn may spend: no model call is made once its
+    /// calls have reached it, and the turn ends with `budget_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// The values that were resolved for a turn and actually ran.

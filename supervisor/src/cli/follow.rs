@@ -23,6 +23,8 @@ const CLOSED_PIPE: u8 = 141;
 const TIMED_OUT: u8 = 124;
 /// The turn reached the bundle's `max_steps`.
 const MAX_STEPS: u8 = 3;
+/// The turn spent its `--max-tokens`.
+const BUDGET_EXCEEDED: u8 = 4;
 /// How long a run whose stdout closed waits for its interrupted turn to be recorded as such.
 const INTERRUPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -182,6 +184,8 @@ pub(super) async fn follow(
                 ExitCode::from(130)
             } else if code == "max_steps_exceeded" {
                 ExitCode::from(MAX_STEPS)
+            } else if code == service_supervisor::runtime::BUDGET_EXCEEDED {
+                ExitCode::from(BUDGET_EXCEEDED)
             } else {
                 ExitCode::FAILURE
             })

@@ -121,6 +121,7 @@ pub(super) const EXIT_CODES: &str = "Exit codes:
   0    the turn completed
   1    the turn failed (or the run could not start it)
   3    the turn reached the bundle's max_steps
+  4    the turn spent its --max-tokens; no further model call was made
   124  --timeout passed; what the turn started was stopped
   130  interrupted (Ctrl-C, or an interrupt from elsewhere)
   141  stdout was closed under the run (a reader such as `head` went away); the turn was interrupted";
@@ -161,6 +162,10 @@ pub struct RunArgs {
     /// End the turn after this long (`90s`, `10m`), stopping what it started; the run exits 124.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(super) timeout: Option<std::time::Duration>,
+    /// Tokens (input plus output, as the provider reports them) the turn may spend: no model call is made once
+    /// they are spent, and the run exits 4.
+    #[arg(long, value_name = "N")]
+    pub(super) max_tokens: Option<u64>,
     /// Decide every permission request of this run up front: `allow` or `deny` (each decision is journaled).
     #[arg(long = "approvals", value_enum, value_name = "DECISION", conflicts_with_all = ["approve", "deny"])]
     pub(super) decide: Option<Decide>,
@@ -454,6 +459,7 @@ async fn start_new(
         // The session runs in --cwd already.
         cwd: None,
         model: model_override(args.model.as_deref(), Some(bundle.agent.model.to_ref()))?,
+        max_tokens: args.max_tokens,
     };
     // Its first model call goes out while the session is made (`create_session_with_turn`).
     let first = rt
@@ -491,6 +497,7 @@ async fn start(
             _ => args.cwd.as_ref().map(|c| c.display().to_string()),
         },
         model: model_override(args.model.as_deref(), default)?,
+        max_tokens: args.max_tokens,
     };
     // Subscribe before starting the turn, so no event is missed.
     let events = backend.events_after(&record.id, None).await?;

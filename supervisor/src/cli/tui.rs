@@ -360,6 +360,7 @@ impl Ui {
         let overrides = TurnOverrides {
             cwd: self.cwd.clone(),
             model: self.model.clone(),
+            max_tokens: None,
         };
         self.background(async move {
             backend

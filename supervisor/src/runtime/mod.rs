@@ -34,6 +34,7 @@ pub mod journal;
 pub mod launcher;
 mod lead;
 mod model_call;
+pub use model_call::BUDGET_EXCEEDED;
 mod names;
 pub mod operations;
 mod ownership;

@@ -18,6 +18,9 @@ use super::Inner;
 use crate::bundle::Bundle;
 use crate::providers;
 
+/// The code of a turn stopped by its own token budget.
+pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
+
 /// Streams `request` for `session`; dropping the stream abandons the call. A call whose context the provider
 /// refuses as too long, before any output, is compacted away and made again, once per turn (see `compaction`). A
 /// call of a tenant that has spent its day's tokens is refused (see `quota`).
@@ -26,6 +29,17 @@ pub(super) fn stream(
     session: &Arc<Session>,
     request: ModelRequest,
 ) -> BoxStream<'static, ModelChunk> {
+    // The turn's own cap comes first: once its calls have spent it, no call is made.
+    if let Some((spent, max)) = session.over_budget(&request.turn_id) {
+        return futures::stream::iter([ModelChunk::Failed {
+            code: BUDGET_EXCEEDED.into(),
+            message: format!(
+                "the turn has spent {spent} tokens of its budget of {max} (--max-tokens); no further model call was \
+                 made. Raise the budget, or continue the session with a new turn"
+            ),
+        }])
+        .boxed();
+    }
     if !rt.options.tenant_ledger {
         return compacting(rt, session, request);
     }

@@ -160,6 +160,7 @@ impl ServiceRuntime {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }
         let outcome = session.begin_turn(&turn_id, model.clone(), &task.prompt)?;
+        session.set_turn_budget(&turn_id, overrides.max_tokens);
         if ahead.is_none() {
             // A turn made ahead is a new session's first: nothing to compact.
             super::compaction::before_turn(&self.inner, session, &turn_id, &model).await;

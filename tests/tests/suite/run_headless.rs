@@ -9,6 +9,9 @@ use super::support::{give_to_sandbox, write_bundle, Env};
 const SCRIPT: &str = r#"{turns: [
   {when: "slow", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 60"}}]}, {text: "never"}]},
   {when: "ask", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo ran"}}]}, {text: "said: {{last_tool_output}}"}]},
+  {when: "spend", replies: [
+    {tool_calls: [{name: "Bash", arguments: {command: "echo first call"}}]},
+    {text: "second call made"}]},
   {when: "loop", replies: [
     {tool_calls: [{name: "Bash", arguments: {command: "true"}}]},
     {tool_calls: [{name: "Bash", arguments: {command: "true"}}]},
@@ -148,4 +151,54 @@ fn reaching_max_steps_exits_3_and_a_failed_turn_exits_1() {
         "{}",
         String::from_utf8_lossy(&failed.stderr)
     );
+}
+
+#[test]
+fn a_turn_past_its_max_tokens_makes_no_further_model_call_and_exits_4() {
+    let env = setup();
+    let out = env
+        .command(&[
+            "run",
+            "fixture",
+            "spend",
+            "--approvals",
+            "allow",
+            "--max-tokens",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("second call made"), "{stdout}");
+    assert!(stdout.contains("\"code\":\"budget_exceeded\""), "{stdout}");
+    // One model call, the one that spent the budget; its tool still ran.
+    let calls: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["payload"]["type"] == "usage_update")
+        .filter_map(|e| e["payload"]["payload"]["usage"]["model_calls"].as_u64())
+        .collect();
+    assert_eq!(calls.last(), Some(&1), "{stdout}");
+
+    let enough = env
+        .command(&[
+            "run",
+            "fixture",
+            "spend",
+            "--approvals",
+            "allow",
+            "--max-tokens",
+            "100000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(enough.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&enough.stdout).contains("second call made"));
 }

@@ -63,6 +63,8 @@ struct ActiveTurn {
     lead: Option<DropGuard>,
     /// The turn's model calls as the supervisor made them: what its end reports, whatever the worker says.
     usage: service_ipc::Usage,
+    /// Tokens the turn may spend (`TurnOverrides::max_tokens`).
+    max_tokens: Option<u64>,
     /// The turn's prompt: where its own messages start in a model request.
     prompt: String,
     /// Whether an overflow was compacted away in this turn already (a second one fails the turn).

@@ -139,6 +139,7 @@ impl Session {
                 stop_reason: None,
                 lead: None,
                 usage,
+                max_tokens: None,
                 prompt: prompt.to_string(),
                 overflow_compacted: false,
                 history_mark: self.journal.log().history_mark(),
@@ -201,6 +202,22 @@ impl Session {
         if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
             a.usage.count_call(call);
         }
+    }
+
+    /// Caps the tokens `turn_id` may spend (see `TurnOverrides::max_tokens`).
+    pub fn set_turn_budget(&self, turn_id: &str, max_tokens: Option<u64>) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.max_tokens = max_tokens;
+        }
+    }
+
+    /// When `turn_id` has spent its tokens: what it spent and its cap. None while it may call the model.
+    pub fn over_budget(&self, turn_id: &str) -> Option<(u64, u64)> {
+        let active = lock(&self.active);
+        let a = active.as_ref().filter(|a| a.turn_id == turn_id)?;
+        let max = a.max_tokens?;
+        let spent = a.usage.input_tokens.unwrap_or(0) + a.usage.output_tokens.unwrap_or(0);
+        (spent >= max).then_some((spent, max))
     }
 
     /// Counts a tool call a model call of `turn_id` asked for, if the turn still runs.
