@@ -53,13 +53,19 @@ impl Ignores {
     /// The rules at the root of the workspace whose host path is `root`: the repository's and the user's when it
     /// is in a git repository (else [`DEFAULTS`]), and `extra` (config.toml's patterns). The workspace's own
     /// `.gitignore` and `.serviceignore` are added as the scan reads its root, with [`Self::with`].
-    pub fn at_root(root: &Path, extra: &[String]) -> Ignores {
+    /// A workspace of the session's own (under the store) is not taken for part of a repository above it: only a
+    /// `.git` in the workspace itself makes it one (`search_up` false).
+    pub fn at_root(root: &Path, extra: &[String], search_up: bool) -> Ignores {
         let mut rules = Ignores::default();
         let mut base = GitignoreBuilder::new(root);
         for pattern in extra {
             let _ = base.add_line(None, pattern);
         }
-        match repository_of(root) {
+        let repository = match search_up {
+            true => repository_of(root),
+            false => root.join(".git").exists().then(|| root.to_path_buf()),
+        };
+        match repository {
             Some(repo) => {
                 if let Some(global) = ignore::gitignore::gitconfig_excludes_path() {
                     rules = rules.with_file(&repo, &global);
@@ -156,8 +162,8 @@ mod tests {
         let root = dir.path();
         std::fs::create_dir_all(root.join(".git/info")).unwrap();
         std::fs::write(root.join(".git/info/exclude"), "*.local\n").unwrap();
-        let rules =
-            Ignores::at_root(root, &["*.tmp".into()]).with(root, &["target/\n*.log\n".into()]);
+        let rules = Ignores::at_root(root, &["*.tmp".into()], true)
+            .with(root, &["target/\n*.log\n".into()]);
         let sub = rules.with(&root.join("logs"), &["!keep.log\n".into()]);
         assert!(rules.ignored(&root.join("target"), true));
         assert!(
@@ -178,7 +184,7 @@ mod tests {
     #[test]
     fn outside_a_repository_build_and_dependency_directories_are_left_out() {
         let dir = tempfile::TempDir::new().unwrap();
-        let rules = Ignores::at_root(dir.path(), &[]);
+        let rules = Ignores::at_root(dir.path(), &[], true);
         assert!(rules.ignored(&dir.path().join("node_modules"), true));
         assert!(rules.ignored(&dir.path().join("pkg/target"), true));
         assert!(!rules.ignored(&dir.path().join("src"), true));

@@ -194,9 +194,11 @@ struct State {
     last: Option<(u64, Arc<Tree>)>,
 }
 
-/// Paths a scan of `root` leaves out, with `extra` patterns (config.toml's `checkpoint_ignore`).
-fn rules_for(root: &Path, extra: &[String]) -> ignores::Ignores {
-    ignores::Ignores::at_root(root, extra)
+/// Paths a scan of `root` leaves out, with `extra` patterns (config.toml's `checkpoint_ignore`); `session_dir` is the
+/// session's own directory, whose workspace belongs to no repository above it.
+fn rules_for(root: &Path, extra: &[String], session_dir: Option<&Path>) -> ignores::Ignores {
+    let own = session_dir.is_some_and(|d| root.starts_with(d));
+    ignores::Ignores::at_root(root, extra, !own)
 }
 
 impl Checkpoints {
@@ -293,7 +295,7 @@ impl Checkpoints {
         let prev = state.last.clone();
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
         let budget = self.budget(prev.as_ref().map(|(_, t)| &**t));
-        let rules = rules_for(root, &self.ignore);
+        let rules = rules_for(root, &self.ignore, self.dir.parent());
         let scanned = scan::scan(
             fd,
             prev.as_ref().map(|(_, t)| &**t),
@@ -530,7 +532,7 @@ impl Checkpoints {
         let prev = state.last.as_ref().map(|(_, t)| t.clone());
         let fd = crate::sandbox::host_dir::open_for_reading(root)?;
         let budget = self.budget(prev.as_deref());
-        let rules = rules_for(root, &self.ignore);
+        let rules = rules_for(root, &self.ignore, self.dir.parent());
         scan::scan(fd, prev.as_deref(), &self.objects, budget, root, rules)
             .map(|s| s.tree)
             .map_err(|e| CheckpointError::io("cannot read", root, e))

@@ -86,7 +86,7 @@ impl Checkpoints {
             None => {
                 let prev = state.last.as_ref().map(|(_, t)| t.clone());
                 let fd = crate::sandbox::host_dir::open_for_reading(root)?;
-                let rules = rules_for(root, &self.ignore);
+                let rules = rules_for(root, &self.ignore, self.dir.parent());
                 scan::scan(
                     fd,
                     prev.as_deref(),

@@ -500,3 +500,17 @@ fn outside_a_repository_dependency_directories_and_serviceignore_are_left_out() 
     let taken = f.cp.start(&f.ws, "t1").unwrap();
     assert_eq!(taken.files, 2, "app.js and .serviceignore");
 }
+
+#[test]
+fn a_sessions_own_workspace_takes_no_rules_from_a_repository_the_store_sits_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outer = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::create_dir_all(outer.join(".git")).unwrap();
+    std::fs::write(outer.join(".gitignore"), "*.txt\n").unwrap();
+    let session = outer.join("store/sessions/s1");
+    let ws = session.join("workspace");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("notes.txt"), "mine").unwrap();
+    let cp = Checkpoints::new(&session, &outer.join("store/checkpoints"), u64::MAX);
+    assert_eq!(cp.start(&ws, "t1").unwrap().files, 1, "notes.txt is kept");
+}
