@@ -35,7 +35,7 @@ fn the_tui_chats_runs_operator_commands_answers_approvals_and_quits_cleanly() {
     tmux.wait_for("bang-42");
 
     tmux.type_line("/help");
-    tmux.wait_for("/resume [id]");
+    tmux.wait_for("show or hide reasoning");
     tmux.type_line("/fly");
     tmux.wait_for("unknown command /fly; known commands:");
 
