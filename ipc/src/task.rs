@@ -60,8 +60,29 @@ pub struct TurnOverrides {
     pub model: Option<ModelRef>,
     /// Input plus output tokens, as the provider reports them, the turn may spend: no model call is made once its
     /// calls have reached it, and the turn ends with `budget_exceeded`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole_number"
+    )]
     pub max_tokens: Option<u64>,
+}
+
+/// A count as JSON may write it: `3`, or `3.0` (JSON Schema's integers include it); null for none.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    match Option::<serde_json::Number>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => match (n.as_u64(), n.as_f64()) {
+            (Some(v), _) => Ok(Some(v)),
+            (None, Some(f)) if f.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(&f) => {
+                Ok(Some(f as u64))
+            }
+            _ => Err(D::Error::custom(format!(
+                "{n} is not a whole number of tokens"
+            ))),
+        },
+    }
 }
 
 /// The values that were resolved for a turn and actually ran.
@@ -128,5 +149,22 @@ mod tests {
                 "approval_policy": null,
             })
         );
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::TurnOverrides;
+
+    #[test]
+    fn a_token_budget_may_be_written_as_a_whole_float_but_not_a_fraction_or_a_negative() {
+        let whole: TurnOverrides = serde_json::from_str(r#"{"max_tokens": 28083.0}"#).unwrap();
+        assert_eq!(whole.max_tokens, Some(28083));
+        let int: TurnOverrides = serde_json::from_str(r#"{"max_tokens": 7}"#).unwrap();
+        assert_eq!(int.max_tokens, Some(7));
+        assert!(serde_json::from_str::<TurnOverrides>(r#"{"max_tokens": 1.5}"#).is_err());
+        assert!(serde_json::from_str::<TurnOverrides>(r#"{"max_tokens": -1}"#).is_err());
+        let none: TurnOverrides = serde_json::from_str(r#"{"max_tokens": null}"#).unwrap();
+        assert_eq!(none.max_tokens, None);
     }
 }

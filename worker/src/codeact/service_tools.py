@@ -84,7 +84,11 @@ def _reply():
 
 def _ask(request):
     body = _encode(request).encode()
-    _channel.sendall(_HEAD.pack(len(body)) + body)
+    try:
+        _channel.sendall(_HEAD.pack(len(body)) + body)
+    except (BrokenPipeError, ConnectionResetError):
+        # The worker closed the channel (the turn is ending, or a request broke its bounds): said as a reply would.
+        raise ToolError("the tool channel closed: the turn is ending") from None
     frame = _reply()
     if frame is None:
         raise ToolError("the tool channel closed: the turn is ending")
