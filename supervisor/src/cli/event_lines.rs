@@ -42,6 +42,8 @@ pub(super) enum Detail {
     Json,
     /// Nothing but errors (`-q`).
     Quiet,
+    /// No terminal: the answer, and on stderr only what the user would otherwise wait through in silence (retries).
+    Plain,
     /// What the agent did (a terminal).
     Steps,
     /// What the agent did and every event (`--verbose`).
@@ -88,6 +90,12 @@ impl RunLog {
             }
             Detail::Quiet => return Ok(()),
             Detail::Verbose => self.describe(msg, progress),
+            Detail::Plain => {
+                if let EventPayload::ModelRetry { .. } = &msg.payload {
+                    self.describe(msg, progress);
+                }
+                return Ok(());
+            }
             Detail::Steps => {
                 if let (EventPayload::ModelRetry { .. }, false) =
                     (&msg.payload, progress.spinning())

@@ -49,7 +49,7 @@ pub(super) async fn follow(
         (_, true, _) => Detail::Quiet,
         (_, _, true) => Detail::Verbose,
         _ if std::io::stderr().is_terminal() => Detail::Steps,
-        _ => Detail::Quiet,
+        _ => Detail::Plain,
     };
     let mut log = RunLog::new(detail, &record.cwd);
     let mut progress = Progress::new(

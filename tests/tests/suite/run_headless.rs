@@ -202,3 +202,29 @@ fn a_turn_past_its_max_tokens_makes_no_further_model_call_and_exits_4() {
     assert_eq!(enough.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&enough.stdout).contains("second call made"));
 }
+
+#[test]
+fn without_a_terminal_only_the_answer_is_printed_and_a_retry_is_said_on_stderr() {
+    use super::provider_server::{ProviderServer, Reply};
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        Reply::status(429, r#"{"error": {"message": "slow down"}}"#, Some("0")),
+        super::providers::openai_text("the answer"),
+    ]);
+    let out = env
+        .command(&["run", "builtin/coder", "hi", "--model", "openai/gpt-4.1"])
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", &server.base)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "the answer\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("model call failed (attempt 1 of"), "{err}");
+    assert!(!err.contains("tokens "), "no usage line on a pipe: {err}");
+}
