@@ -35,6 +35,11 @@ fn setup() -> Env {
     env
 }
 
+/// `service-rs ARGS` in `env`, to its end.
+fn run(env: &Env, args: &[&str]) -> std::process::Output {
+    env.command(args).output().unwrap()
+}
+
 fn journal(env: &Env) -> String {
     let id = env.run(&["sessions", "--json"]).json()[0]["id"]
         .as_str()
@@ -47,10 +52,7 @@ fn journal(env: &Env) -> String {
 fn print_runs_the_default_bundle_headless_and_writes_the_answer_to_a_file() {
     let env = setup();
     let file = env.path("answer.txt");
-    let out = env
-        .command(&["-p", "hello there", "-o", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run(&env, &["-p", "hello there", "-o", file.to_str().unwrap()]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -71,8 +73,9 @@ fn print_runs_the_default_bundle_headless_and_writes_the_answer_to_a_file() {
 fn a_timeout_stops_the_turn_and_its_command_and_exits_124() {
     let env = setup();
     let began = Instant::now();
-    let out = env
-        .command(&[
+    let out = run(
+        &env,
+        &[
             "run",
             "fixture",
             "slow",
@@ -80,9 +83,8 @@ fn a_timeout_stops_the_turn_and_its_command_and_exits_124() {
             "allow",
             "--timeout",
             "1s",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert_eq!(
         out.status.code(),
         Some(124),
@@ -111,18 +113,12 @@ fn a_timeout_stops_the_turn_and_its_command_and_exits_124() {
 #[test]
 fn approvals_decided_up_front_never_wait_and_are_journaled() {
     let env = setup();
-    let allowed = env
-        .command(&["run", "fixture", "ask", "--approvals", "allow"])
-        .output()
-        .unwrap();
+    let allowed = run(&env, &["run", "fixture", "ask", "--approvals", "allow"]);
     assert_eq!(allowed.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&allowed.stdout), "said: ran\n");
     assert!(journal(&env).contains("\"decision\":\"allow_once\""));
 
-    let denied = env
-        .command(&["run", "fixture", "ask", "--approvals", "deny"])
-        .output()
-        .unwrap();
+    let denied = run(&env, &["run", "fixture", "ask", "--approvals", "deny"]);
     assert_eq!(denied.status.code(), Some(0));
     assert!(!String::from_utf8_lossy(&denied.stdout).contains("said: ran"));
     assert!(journal(&env).contains("\"decision\":\"deny\""));
@@ -131,20 +127,14 @@ fn approvals_decided_up_front_never_wait_and_are_journaled() {
 #[test]
 fn reaching_max_steps_exits_3_and_a_failed_turn_exits_1() {
     let env = setup();
-    let out = env
-        .command(&["run", "fixture", "loop", "--approvals", "allow"])
-        .output()
-        .unwrap();
+    let out = run(&env, &["run", "fixture", "loop", "--approvals", "allow"]);
     assert_eq!(
         out.status.code(),
         Some(3),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let failed = env
-        .command(&["run", "fixture", "hi", "--model", "openai/gpt-4o"])
-        .output()
-        .unwrap();
+    let failed = run(&env, &["run", "fixture", "hi", "--model", "openai/gpt-4o"]);
     assert_eq!(
         failed.status.code(),
         Some(1),
@@ -156,8 +146,9 @@ fn reaching_max_steps_exits_3_and_a_failed_turn_exits_1() {
 #[test]
 fn a_turn_past_its_max_tokens_makes_no_further_model_call_and_exits_4() {
     let env = setup();
-    let out = env
-        .command(&[
+    let out = run(
+        &env,
+        &[
             "run",
             "fixture",
             "spend",
@@ -166,9 +157,8 @@ fn a_turn_past_its_max_tokens_makes_no_further_model_call_and_exits_4() {
             "--max-tokens",
             "1",
             "--json",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert_eq!(
         out.status.code(),
         Some(4),
@@ -187,8 +177,9 @@ fn a_turn_past_its_max_tokens_makes_no_further_model_call_and_exits_4() {
         .collect();
     assert_eq!(calls.last(), Some(&1), "{stdout}");
 
-    let enough = env
-        .command(&[
+    let enough = run(
+        &env,
+        &[
             "run",
             "fixture",
             "spend",
@@ -196,9 +187,8 @@ fn a_turn_past_its_max_tokens_makes_no_further_model_call_and_exits_4() {
             "allow",
             "--max-tokens",
             "100000",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert_eq!(enough.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&enough.stdout).contains("second call made"));
 }
