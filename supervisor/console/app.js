@@ -86,10 +86,8 @@ async function loadBundles() {
     o.textContent = b.reference;
     return o;
   }));
-  // A new session starts on the store's default bundle (`default_bundle` in config.toml) when it has one.
-  const preferred = chosen || state.defaultBundle;
-  const match = preferred && state.bundles.find((b) => b.reference === preferred || b.reference === `local/${preferred}`
-    || b.reference.startsWith(`local/${preferred}:`));
+  // A new session starts on the store's default bundle (`default_bundle` in config.toml), which the list marks.
+  const match = state.bundles.find((b) => b.reference === chosen) || state.bundles.find((b) => b.default);
   if (match) select.value = match.reference;
   renderBundles();
 }
@@ -343,7 +341,6 @@ function navigate(path) {
 
 async function start() {
   const health = await call("GET", "/healthz");
-  state.defaultBundle = health.default_bundle || "";
   // Ask for the token before any call that needs it, rather than after two that fail.
   if (health.token_required && !token()) {
     askToken("");

@@ -178,6 +178,9 @@ pub struct BundleInfo {
     /// Subagents the `Agent` tool may call, as agent.yaml declares them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<subagents::SubagentEntry>,
+    /// Set on the store's `default_bundle` (config.toml) in `GET /bundles`, which a new-session picker starts on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default: bool,
 }
 
 impl BundleInfo {
@@ -229,6 +232,7 @@ impl Bundle {
             mcp_servers: self.agent.mcp_servers.clone(),
             a2a_agents: self.agent.a2a_agents.clone(),
             subagents: self.agent.subagents.clone(),
+            default: false,
         }
     }
 }

@@ -67,10 +67,10 @@ impl Ignores {
         };
         match repository {
             Some(repo) => {
-                if let Some(global) = ignore::gitignore::gitconfig_excludes_path() {
-                    rules = rules.with_file(&repo, &global);
+                if let Some(global) = global_excludes() {
+                    rules = rules.with_user_file(&repo, global);
                 }
-                rules = rules.with_file(&repo, &repo.join(".git/info/exclude"));
+                rules = rules.with_text(&repo, read_no_links(&repo.join(".git/info"), "exclude"));
                 // The `.gitignore` files between the repository's root and the workspace apply to it as well.
                 let mut dir = repo.clone();
                 for part in root
@@ -78,7 +78,7 @@ impl Ignores {
                     .into_iter()
                     .flat_map(Path::components)
                 {
-                    rules = rules.with_file(&dir, &dir.join(".gitignore"));
+                    rules = rules.with_text(&dir, read_no_links(&dir, ".gitignore"));
                     dir.push(part);
                 }
             }
@@ -121,17 +121,20 @@ impl Ignores {
         self.0.is_none()
     }
 
-    fn with_file(&self, dir: &Path, file: &Path) -> Ignores {
-        let Ok(meta) = std::fs::metadata(file) else {
-            return self.clone();
-        };
-        if !meta.is_file() || meta.len() > MAX_FILE {
-            return self.clone();
+    fn with_text(&self, dir: &Path, text: Option<String>) -> Ignores {
+        match text {
+            Some(text) => self.with(dir, &[text]),
+            None => self.clone(),
         }
-        match std::fs::read_to_string(file) {
-            Ok(text) => self.with(dir, &[text]),
-            Err(_) => self.clone(),
-        }
+    }
+
+    /// The user's own file (their global excludes, which a dotfiles manager may well link): read as they name it.
+    fn with_user_file(&self, dir: &Path, file: &Path) -> Ignores {
+        let small = std::fs::metadata(file).is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE);
+        self.with_text(
+            dir,
+            small.then(|| std::fs::read_to_string(file).ok()).flatten(),
+        )
     }
 
     fn push(&self, matcher: Option<Gitignore>) -> Ignores {
@@ -143,6 +146,23 @@ impl Ignores {
             None => self.clone(),
         }
     }
+}
+
+/// The text of the small regular file `name` in the directory `dir`, reached without following a link anywhere on the
+/// way: `.git/info/exclude` and a `.gitignore` may be in the workspace, where code in the sandbox could make them
+/// links to host files or fifos.
+fn read_no_links(dir: &Path, name: &str) -> Option<String> {
+    let fd = crate::sandbox::host_dir::open_for_reading(dir).ok()?;
+    let name = std::ffi::CString::new(name).ok()?;
+    super::scan::read_small(std::os::fd::AsFd::as_fd(&fd), &name)
+}
+
+/// The user's global excludes file (git's `core.excludesFile`), looked up once: it is in git's config files, which
+/// a checkpoint, taken twice a turn, need not read again.
+fn global_excludes() -> Option<&'static Path> {
+    static PATH: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    PATH.get_or_init(ignore::gitignore::gitconfig_excludes_path)
+        .as_deref()
 }
 
 /// The root of the git repository `dir` is in (the directory holding `.git`), if any.

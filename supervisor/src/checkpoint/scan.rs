@@ -119,7 +119,7 @@ pub fn scan(
 }
 
 /// The text of the small regular file `name` in `dir`, opened without following a link; None for anything else.
-fn read_small(dir: BorrowedFd<'_>, name: &CStr) -> Option<String> {
+pub(super) fn read_small(dir: BorrowedFd<'_>, name: &CStr) -> Option<String> {
     use std::io::Read;
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
     let fd = openat(dir, name, flags, Mode::empty()).ok()?;

@@ -160,9 +160,6 @@ pub struct Health {
     pub version: String,
     /// Whether the other endpoints need a bearer token, so that a client asks for one before it calls them.
     pub token_required: bool,
-    /// The store's `default_bundle` (config.toml), which a client's new-session picker starts on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_bundle: Option<String>,
 }
 
 /// The error body.

@@ -28,9 +28,6 @@ pub async fn healthz(State(st): State<AppState>) -> Json<Health> {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         token_required: st.token.is_some(),
-        default_bundle: crate::config_file::load(st.rt.home().root())
-            .ok()
-            .and_then(|c| c.default_bundle),
     })
 }
 
@@ -58,9 +55,16 @@ pub async fn list_bundles(
                 "listing bundles failed",
             )
         })??;
+    // The store's default, marked on the caller's list only: a tenant never learns of a bundle it may not use.
+    let default = crate::config_file::load(st.rt.home().root())
+        .ok()
+        .and_then(|c| c.default_bundle)
+        .and_then(|d| bundle::resolve(st.rt.home(), &d).ok())
+        .map(|b| b.reference());
     let mut out = Vec::new();
-    for info in loaded.into_iter().filter_map(Result::ok).map(|b| b.info()) {
+    for mut info in loaded.into_iter().filter_map(Result::ok).map(|b| b.info()) {
         if super::tenants::may_use_bundle(&st, &caller, &info.reference).await? {
+            info.default = default.as_deref() == Some(info.reference.as_str());
             out.push(info.for_caller(caller.admin));
         }
     }

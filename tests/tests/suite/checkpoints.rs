@@ -30,6 +30,12 @@ const SCRIPT: &str = r#"{turns: [
   {when: "plant", replies: [
     {tool_calls: [{name: "Bash", arguments: {command: "echo mine > victim.txt && mkdir sub && echo inside > sub/f.txt && ln -s HOST/secret.txt peek"}}]},
     {text: "planted"}]},
+  {when: "hide", replies: [
+    {tool_calls: [{name: "Bash", arguments: {command: "mkdir -p .git/info && rm -f .git/info/exclude && ln -s HOST/rules .git/info/exclude && echo mine > new.txt"}}]},
+    {text: "hidden"}]},
+  {when: "cover", replies: [
+    {tool_calls: [{name: "Bash", arguments: {command: "echo '*' > .gitignore && echo tampered > src.txt"}}]},
+    {text: "covered"}]},
   {when: "build", replies: [
     {tool_calls: [{name: "Bash", arguments: {command: "echo fixed >> src.txt && echo rebuilt > target/debug/app && echo fresh > target/fresh.o"}}]},
     {text: "built"}]},
@@ -543,4 +549,61 @@ fn git_ignored_build_output_is_not_copied_reported_as_not_checkpointed_and_left_
             .count(),
         41
     );
+}
+
+/// The sandbox writes ignore rules to hide its work from checkpoints: a `.git/info/exclude` that is a link to a host
+/// file saying `*`, then a `.gitignore` saying `*`. Neither hides anything: the link is not followed, and a file an
+/// earlier checkpoint held stays held, so the rewind undoes the turn.
+#[test]
+fn ignore_rules_the_sandbox_writes_or_links_hide_nothing_from_checkpoints_and_the_rewind() {
+    let env = Env::new();
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("rules"), "*\n").unwrap();
+    build(&env, host.path());
+    let project = env.path("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    std::fs::write(project.join("src.txt"), "source\n").unwrap();
+    give_to_sandbox(&project);
+    let in_project = |args: &[&str]| {
+        let out = env.command(args).current_dir(&project).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(in_project(&["run", "fixture", "hide"]).trim(), "hidden");
+    assert!(
+        std::fs::symlink_metadata(project.join(".git/info/exclude"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the sandbox made the link"
+    );
+    let diff = in_project(&["sessions", "diff", "--last"]);
+    assert!(
+        diff.contains("+mine"),
+        "the new file was checkpointed: {diff}"
+    );
+    assert!(!diff.contains("not checkpointed"), "{diff}");
+
+    assert_eq!(
+        in_project(&["run", "--continue", "fixture", "cover"]).trim(),
+        "covered"
+    );
+    let diff = in_project(&["sessions", "diff", "--last", "--turn", "2"]);
+    assert!(diff.contains("+tampered"), "{diff}");
+    in_project(&["sessions", "rewind", "--last", "--turn", "2"]);
+    assert_eq!(
+        std::fs::read_to_string(project.join("src.txt")).unwrap(),
+        "source\n"
+    );
+    assert!(!project.join(".gitignore").exists());
 }
