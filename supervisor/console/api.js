@@ -67,7 +67,7 @@ export function follow(sessionId, seq, onEvent, onState) {
   const run = async () => {
     while (!stop.signal.aborted) {
       try {
-        const resp = await fetch(`/sessions/${encodeURIComponent(sessionId)}/events?after=${last}`, {
+        const resp = await fetch(`/sessions/${encodeURIComponent(sessionId)}/events?after=${last}&view=true`, {
           headers: headers({ Accept: "text/event-stream", "Last-Event-ID": String(last) }),
           signal: stop.signal,
           cache: "no-store",

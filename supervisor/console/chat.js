@@ -34,48 +34,16 @@ function badge(text, cls) {
   return el("span", "badge " + (cls || ""), text);
 }
 
-// How a tool call reads, by the rules of the supervisor's shared renderer (`facade::tool_text`, used by the TUI,
-// `run` and ACP): `$ command`, `Edit src/a.rs`, paths relative to the session's directory, MCP calls by server.
-// The sandbox names the session's directory `root` (the turn's cwd); no line here shows that name.
-
-/** `path` relative to `root` inside it, `.` for it, as it is elsewhere. */
-export function relative(path, root) {
-  if (typeof path !== "string" || !root) return path ?? "";
-  const abs = path.startsWith("/") ? path : `${root}/${path}`;
-  if (abs.split("/").includes("..")) return path;
-  if (abs === root) return ".";
-  return abs.startsWith(root + "/") ? abs.slice(root.length + 1) : path;
-}
+// How a tool call reads comes from the supervisor's shared renderer (`facade::tool_text`, used by the TUI, `run`
+// and ACP too): the event stream is opened with `view=true`, and each tool event carries its line as `view.title`.
+// Free text keeps its own words; only the sandbox's name for the session's directory (`root`, the turn's cwd) is
+// replaced, so no line here shows it.
 
 /** Free text with the sandbox's name for the directory replaced: relative paths, or `host` when given. */
 export function unsandboxed(text, root, host) {
   if (typeof text !== "string" || !root || root === "/") return text ?? "";
   const esc = root.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
   return text.replace(new RegExp(esc + "(/|(?![\\w.-]))", "g"), (_, slash) => (host ? host + slash : slash ? "" : "."));
-}
-
-/** The one line a tool call reads as. */
-export function toolTitle(tool, args, root) {
-  const a = args && typeof args === "object" ? args : {};
-  const first = (t) => {
-    const lines = String(t ?? "").trim().split("\n");
-    return lines.length > 1 ? `${lines[0]} …` : lines[0];
-  };
-  const within = (p) => (p ? ` in ${relative(p, root)}` : "");
-  switch (tool) {
-    case "Bash": return `$ ${first(a.command)}`;
-    case "Read": case "Write": case "Edit": return `${tool} ${relative(a.file_path ?? "", root)}`;
-    case "Glob": return `Find ${a.pattern ?? ""}${within(a.path)}`;
-    case "Grep": return `Search ${a.pattern ?? ""}${within(a.path)}`;
-    case "Skill": return `Load skill ${a.name ?? ""}`;
-    case "UpdatePlan": return "Update the plan";
-    case "WebFetch": return `Fetch ${a.url ?? ""}`;
-    case "Agent": return `Ask subagent ${a.subagent ?? ""}`;
-    default: {
-      const m = /^mcp__(.+?)__(.+)$/.exec(tool ?? "");
-      return m ? `${m[1]}: ${m[2]}` : tool ?? "";
-    }
-  }
 }
 
 /**
@@ -188,17 +156,18 @@ export class Chat {
     if (t.reasoning) t.reasoning.append("\n\n");
   }
 
-  on_tool_call_started(p) {
+  on_tool_call_started(p, msg) {
     const t = this.turn(p.turn_id);
     const status = badge("running", "run");
+    const title = el("code", null, msg.view?.title ?? p.tool ?? "");
     // Open while it runs, so its command's output shows as it streams.
-    const d = block("tool", [el("code", null, toolTitle(p.tool, p.arguments, this.cwd)), " ", status], true);
+    const d = block("tool", [title, " ", status], true);
     const body = el("div", "tool-body");
     body.append(el("pre", "args", JSON.stringify(p.arguments, null, 2)));
     d.append(body);
     t.node.append(d);
     t.answer = null; // text after a tool call starts a new message
-    this.calls.set(p.call_id, { node: d, body, status, tool: p.tool });
+    this.calls.set(p.call_id, { node: d, body, status, title, tool: p.tool });
   }
 
   on_tool_call_delta(p) {
@@ -206,9 +175,11 @@ export class Chat {
     if (c) c.body.append(el("p", "muted", unsandboxed(p.delta ?? "", this.cwd)));
   }
 
-  on_tool_call_finished(p) {
+  on_tool_call_finished(p, msg) {
     const c = this.calls.get(p.call_id);
     if (!c) return;
+    // The outcome: `Edited calc.py (+1 -1)`, `Read calc.py (40 lines)`, `denied: $ rm -rf build`.
+    if (msg.view?.title) c.title.textContent = msg.view.title;
     c.status.textContent = p.status;
     c.status.className = "badge " + (p.status === "ok" ? "ok" : "bad");
     // An edit shows its change, also when a rule let it through without a question.

@@ -284,7 +284,12 @@ impl Activity {
             hunks: None,
         };
         match payload {
-            EventPayload::TurnStarted { context, .. } => self.text = ToolText::new(&context.cwd),
+            EventPayload::TurnStarted { context, .. } => {
+                // Calls do not outlive their turn; a worker that never finished some cannot grow these.
+                self.calls.clear();
+                self.execs.clear();
+                self.text = ToolText::new(&context.cwd);
+            }
             EventPayload::ToolCallStarted {
                 call_id,
                 tool,
@@ -372,6 +377,41 @@ impl Activity {
             _ => {}
         }
         Vec::new()
+    }
+
+    /// How the renderer reads `payload`, before [`Activity::event`] takes it in: `{"title": ...}` for a call that
+    /// starts, a call that ends (its outcome) and a command that ends (with its exit code and time). The console
+    /// shows these lines rather than rendering calls itself.
+    pub fn view(&self, payload: &EventPayload) -> Option<Value> {
+        let title = match payload {
+            EventPayload::ToolCallStarted {
+                tool, arguments, ..
+            } => self.text.title(tool, arguments),
+            EventPayload::ToolCallFinished {
+                call_id,
+                tool,
+                status,
+                output,
+                diff,
+                ..
+            } => {
+                let args = self.calls.get(call_id).map_or(&Value::Null, |(_, a)| a);
+                self.text
+                    .outcome(tool, args, *status, output, diff.as_deref())
+            }
+            EventPayload::ExecCommandEnd {
+                exec_id,
+                exit_code,
+                duration_ms,
+                timed_out,
+                ..
+            } => {
+                let (_, command) = self.execs.get(exec_id)?;
+                command_end(command, *exit_code, *duration_ms, *timed_out)
+            }
+            _ => return None,
+        };
+        Some(serde_json::json!({ "title": title }))
     }
 
     /// The paths of the turn being followed.

@@ -149,6 +149,10 @@ pub struct SessionsQuery {
 pub struct EventsQuery {
     /// Replay journaled events after this sequence number first (0 replays the whole session).
     pub after: Option<u64>,
+    /// Add to each tool event a `view` object with the line a person reads (`{"title": "$ cargo test"}`), as the
+    /// console shows it.
+    #[serde(default)]
+    pub view: bool,
 }
 
 /// `GET /healthz`.

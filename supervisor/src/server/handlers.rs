@@ -381,6 +381,8 @@ const MAX_SEQ: u64 = i64::MAX as u64;
 #[utoipa::path(get, path = "/sessions/{id}/events",
     params(("id" = String, Path), ("after" = Option<u64>, Query, minimum = 0,
             description = "Replay the journaled events after this sequence number first (0: the whole session)"),
+           ("view" = Option<bool>, Query,
+            description = "Add to each tool event a `view` object: the line a person reads, as the console shows it"),
            ("Last-Event-ID" = Option<u64>, Header, minimum = 0, nullable = false,
             description = "As `after`, an event sequence number; set by EventSource clients on reconnect")),
     responses((status = 200, description = "A text/event-stream: each `data:` line is one EventMsg as JSON, its `id:` the \
@@ -434,7 +436,7 @@ pub async fn events(
     }
     let subscriber = crate::metrics::GaugeGuard::new(&st.rt.counters().sse_subscribers);
     let journal = st.rt.journal(&id).await?;
-    let frames = super::sse::stream(&journal, last_event_id.or(q.after), SSE_KEEP_ALIVE)
+    let frames = super::sse::stream(&journal, last_event_id.or(q.after), SSE_KEEP_ALIVE, q.view)
         .map(move |frame| {
             // The slot and the subscriber count live as long as the stream.
             let _held = (&slot, &subscriber);

@@ -16,6 +16,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
 
+use crate::facade::tool_text::Activity;
 use crate::runtime::journal::{Journal, Published, Run};
 
 /// A `text/event-stream` body: chunks of SSE frames, and a keep-alive comment when the session has been quiet.
@@ -23,22 +24,53 @@ pub type SseStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
 
 /// The journal's events after `after` (None: from now on), then live ones, as SSE frames: each live batch framed
 /// once, in one chunk shared with every subscriber, and a keep-alive comment after `keep_alive` without one.
-pub fn stream(journal: &Arc<Journal>, after: Option<u64>, keep_alive: Duration) -> SseStream {
+///
+/// With `view`, tool events carry the shared renderer's line as a top-level `view` field (see
+/// [`Activity::view`]); those frames are made for this subscriber alone.
+pub fn stream(
+    journal: &Arc<Journal>,
+    after: Option<u64>,
+    keep_alive: Duration,
+    view: bool,
+) -> SseStream {
     let sub = journal.subscription(after);
-    Box::pin(futures::stream::unfold(sub, move |mut sub| async move {
-        // `next_run` is cancel-safe, so the timer may interrupt it.
-        let chunk = tokio::select! {
-            run = sub.next_run() => match run? {
-                Run::Journaled(events) => Frames::new(events.iter().map(|e| &**e)).from_index(0),
-                Run::Live(batch, from) => match batch.shared(|events| Frames::new(events.iter().map(|e| &**e))) {
-                    Some(frames) => frames.from_index(from),
-                    None => Frames::new(batch.events()[from..].iter().map(|e| &**e)).from_index(0),
+    let viewer = view.then(Activity::default);
+    Box::pin(futures::stream::unfold(
+        (sub, viewer),
+        move |(mut sub, mut viewer)| async move {
+            // `next_run` is cancel-safe, so the timer may interrupt it.
+            let chunk = tokio::select! {
+                run = sub.next_run() => match (run?, viewer.as_mut()) {
+                    (Run::Journaled(events), Some(viewer)) => viewed(events.iter().map(|e| &**e), viewer),
+                    (Run::Live(batch, from), Some(viewer)) => viewed(batch.events()[from..].iter().map(|e| &**e), viewer),
+                    (Run::Journaled(events), None) => Frames::new(events.iter().map(|e| &**e)).from_index(0),
+                    (Run::Live(batch, from), None) => match batch.shared(|events| Frames::new(events.iter().map(|e| &**e))) {
+                        Some(frames) => frames.from_index(from),
+                        None => Frames::new(batch.events()[from..].iter().map(|e| &**e)).from_index(0),
+                    },
                 },
-            },
-            () = tokio::time::sleep(keep_alive) => Bytes::from_static(KEEP_ALIVE),
-        };
-        Some((chunk, sub))
-    }))
+                () = tokio::time::sleep(keep_alive) => Bytes::from_static(KEEP_ALIVE),
+            };
+            Some((chunk, (sub, viewer)))
+        },
+    ))
+}
+
+/// Frames `events` for one subscriber, each tool event with the renderer's `view` added to its JSON object.
+fn viewed<'a>(events: impl IntoIterator<Item = &'a Published>, viewer: &mut Activity) -> Bytes {
+    let mut buf = BytesMut::new();
+    for event in events {
+        let view = viewer.view(&event.msg.payload);
+        viewer.event(&event.msg.payload);
+        match (view, event.json.strip_suffix('}')) {
+            (Some(view), Some(open)) => {
+                let json = format!("{open},\"view\":{view}}}");
+                push_json(&mut buf, &event.msg.id, &json);
+            }
+            _ => push(&mut buf, event),
+        }
+    }
+    buf.freeze()
 }
 
 /// The comment sent to an idle stream, so proxies and clients know it is alive.
@@ -78,11 +110,16 @@ impl Frames {
 
 /// Appends the frame of one event.
 fn push(buf: &mut BytesMut, event: &Published) {
-    buf.reserve(event.json.len() + 32);
+    push_json(buf, &event.msg.id, &event.json);
+}
+
+/// Appends a frame of `json` with the `id:` given.
+fn push_json(buf: &mut BytesMut, id: &str, json: &str) {
+    buf.reserve(json.len() + 32);
     buf.put_slice(b"id: ");
-    buf.put_slice(event.msg.id.as_bytes());
+    buf.put_slice(id.as_bytes());
     buf.put_u8(b'\n');
-    for line in event.json.split(['\n', '\r']) {
+    for line in json.split(['\n', '\r']) {
         buf.put_slice(b"data: ");
         buf.put_slice(line.as_bytes());
         buf.put_u8(b'\n');
@@ -110,8 +147,8 @@ mod tests {
         let journal = open(&dir).await;
         journal.emit_all(batch(5)).unwrap();
         let long = std::time::Duration::from_secs(60);
-        let from_two = stream(&journal, Some(2), long);
-        let live = stream(&journal, None, long);
+        let from_two = stream(&journal, Some(2), long, false);
+        let live = stream(&journal, None, long, false);
         journal.emit_all(batch(3)).unwrap();
         journal.emit(delta("x")).unwrap();
         assert_eq!(sse_ids(from_two, 7).await, vec![3, 4, 5, 6, 7, 8, 9]);
@@ -122,7 +159,7 @@ mod tests {
     async fn an_sse_subscriber_lagging_past_the_channel_gets_every_event_once_in_order() {
         let dir = tempfile::TempDir::new().unwrap();
         let journal = open(&dir).await;
-        let live = stream(&journal, None, std::time::Duration::from_secs(60));
+        let live = stream(&journal, None, std::time::Duration::from_secs(60), false);
         let batches = CAPACITY + 10;
         for _ in 0..batches {
             journal.emit_all(batch(3)).unwrap();
@@ -138,7 +175,7 @@ mod tests {
     async fn a_quiet_sse_stream_gets_a_keep_alive_comment() {
         let dir = tempfile::TempDir::new().unwrap();
         let journal = open(&dir).await;
-        let mut live = stream(&journal, None, std::time::Duration::from_millis(20));
+        let mut live = stream(&journal, None, std::time::Duration::from_millis(20), false);
         let first = tokio::time::timeout(std::time::Duration::from_secs(5), live.next()).await;
         assert_eq!(first.unwrap().unwrap(), b": keep-alive\n\n"[..]);
         journal.emit(delta("x")).unwrap();
@@ -174,6 +211,54 @@ mod tests {
             })
             .collect()
             .await
+    }
+
+    #[tokio::test]
+    async fn a_viewed_stream_adds_the_renderers_line_to_tool_events_only() {
+        let event = |seq: u64, payload: EventPayload| {
+            let msg = EventMsg {
+                id: seq.to_string(),
+                session_id: "s".into(),
+                created_at: "t".into(),
+                payload,
+            };
+            let json = serde_json::to_string(&msg).unwrap();
+            Published {
+                msg,
+                json: json.into(),
+                seq,
+            }
+        };
+        let events = [
+            event(
+                1,
+                EventPayload::ToolCallStarted {
+                    turn_id: "t".into(),
+                    call_id: "c".into(),
+                    tool: "Edit".into(),
+                    arguments: serde_json::json!({"file_path": "/workspace/src/a.rs"}),
+                    parent_exec_id: None,
+                },
+            ),
+            event(
+                2,
+                EventPayload::AgentMessageDelta {
+                    turn_id: "t".into(),
+                    delta: "d".into(),
+                },
+            ),
+        ];
+        let frames = parse(viewed(&events, &mut Activity::default())).await;
+        let first: serde_json::Value = serde_json::from_str(&frames[0].1).unwrap();
+        assert_eq!(first["view"]["title"], "Edit src/a.rs");
+        assert_eq!(
+            first["payload"]["payload"]["tool"], "Edit",
+            "the event itself is kept"
+        );
+        assert_eq!(
+            frames[1].1, &*events[1].json,
+            "other events are as journaled"
+        );
     }
 
     #[tokio::test]

@@ -691,7 +691,9 @@ async fn the_console_shows_tool_lines_without_sandbox_paths_tables_and_starts_on
         .replace(host.to_str().unwrap(), "HOST");
     assert!(text.contains("in HOST"), "{text}");
     assert!(!text.contains("/workspace"), "{text}");
-    assert!(text.contains("Edit notes.md"), "{text}");
+    // The supervisor's renderer names each call, then its outcome, as the terminal does.
+    assert!(text.contains("Wrote notes.md (+1 -0)"), "{text}");
+    assert!(text.contains("Edited notes.md (+1 -1)"), "{text}");
     assert!(text.contains("$ echo once-only-$((6*7))"), "{text}");
     assert_eq!(
         text.matches("once-only-42").count(),
