@@ -123,6 +123,29 @@ pub struct WorkerConfig {
     pub executor: crate::ExecutorKind,
     /// `codeact`: the time one program may run before it is killed.
     pub codeact_timeout_ms: u64,
+    /// The hooks the worker runs in its sandbox, in the order they are declared.
+    #[serde(default)]
+    pub hooks: Vec<HookSpec>,
+}
+
+/// One hook command: what starts it, and how it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookSpec {
+    /// The event it runs on.
+    pub event: crate::HookEvent,
+    /// Which tool calls it runs for (a regular expression over tool names, `Bash(PREFIX:*)` for commands); every
+    /// one when absent. Only tool events use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<String>,
+    /// The command line, run by the shell in the session's workspace.
+    pub command: String,
+    /// The time it may run before it is killed.
+    pub timeout_ms: u64,
+    /// Any non-zero exit blocks, not only 2; a time-out or a failed start always blocks a tool's hooks.
+    #[serde(default)]
+    pub fail_closed: bool,
+    /// Where it was declared.
+    pub source: crate::HookSource,
 }
 
 /// A subagent as the model sees it in the `Agent` tool.

@@ -294,6 +294,50 @@ pub enum EventPayload {
         /// On a parent's stream, the subagent's session whose request it answers.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         child_session_id: Option<String>,
+        /// When a `PermissionRequest` hook answered rather than a person: its source and command.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook: Option<HookRef>,
+    },
+    /// A hook started (see agent.yaml's `hooks`).
+    HookStarted {
+        /// The turn it runs in; null outside one (`SessionStart`).
+        turn_id: Option<String>,
+        /// Id of this run, shared with its `hook_finished`.
+        hook_id: String,
+        /// The event it runs on.
+        event: crate::HookEvent,
+        /// Where it was declared, and its command.
+        hook: HookRef,
+        /// The tool call it runs for, on tool events.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+    },
+    /// A hook ended, and what it decided.
+    HookFinished {
+        /// The turn it ran in; null outside one.
+        turn_id: Option<String>,
+        /// Id of this run.
+        hook_id: String,
+        /// The event it ran on.
+        event: crate::HookEvent,
+        /// Where it was declared, and its command.
+        hook: HookRef,
+        /// The matcher that selected it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        matcher: Option<String>,
+        /// Exit code; null when it was killed (time-out) or could not start.
+        exit_code: Option<i32>,
+        /// Its time-out killed it.
+        #[serde(default)]
+        timed_out: bool,
+        /// What it decided: `allow`, `deny`, `ask`, `block`, `context`, `warning`, or null for nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decision: Option<String>,
+        /// The reason or message it gave with its decision (stderr on exit 2), cut at 4 KiB.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// Wall time in milliseconds.
+        duration_ms: u64,
     },
     /// An `Agent` call started a subagent: a child session whose turn runs the call's prompt.
     SubagentStarted {
@@ -525,6 +569,16 @@ pub enum EventPayload {
     },
 }
 
+/// A hook as events name it: where it was declared and its command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct HookRef {
+    /// Where it was declared.
+    pub source: crate::HookSource,
+    /// Its command line.
+    pub command: String,
+}
+
 impl EventPayload {
     /// The snake_case kind name, the same string as the serialised `type`.
     pub fn kind(&self) -> &'static str {
@@ -543,6 +597,8 @@ impl EventPayload {
             EventPayload::ExecCommandEnd { .. } => "exec_command_end",
             EventPayload::PermissionRequested { .. } => "permission_requested",
             EventPayload::ApprovalResolved { .. } => "approval_resolved",
+            EventPayload::HookStarted { .. } => "hook_started",
+            EventPayload::HookFinished { .. } => "hook_finished",
             EventPayload::SubagentStarted { .. } => "subagent_started",
             EventPayload::SubagentFinished { .. } => "subagent_finished",
             EventPayload::NetworkAccess { .. } => "network_access",
@@ -590,6 +646,8 @@ impl EventPayload {
             | EventPayload::ExecCommandOutputDelta { turn_id, .. }
             | EventPayload::ExecCommandOutputTruncated { turn_id, .. }
             | EventPayload::ExecCommandEnd { turn_id, .. }
+            | EventPayload::HookStarted { turn_id, .. }
+            | EventPayload::HookFinished { turn_id, .. }
             | EventPayload::NetworkAccess { turn_id, .. }
             | EventPayload::NetworkClosed { turn_id, .. }
             | EventPayload::ContextCompacted { turn_id, .. }

@@ -26,21 +26,22 @@ pub use chat::{
 };
 pub use codec::{shrink_idle, CodecError, FrameCodec, IDLE_BUFFER, MAX_FRAME_LEN};
 pub use config::{
-    A2aAgent, McpServer, PermissionRule, Permissions, SkillInfo, SubagentInfo, WorkerConfig,
+    A2aAgent, HookSpec, McpServer, PermissionRule, Permissions, SkillInfo, SubagentInfo,
+    WorkerConfig,
 };
 pub use event::{
-    EventMsg, EventPayload, ExecStream, NetworkDecision, PlanItem, PlanStatus, SkippedFile,
-    ToolCallStatus, TurnStatus,
+    EventMsg, EventPayload, ExecStream, HookRef, NetworkDecision, PlanItem, PlanStatus,
+    SkippedFile, ToolCallStatus, TurnStatus,
 };
-pub use message::{ToSupervisor, ToWorker};
+pub use message::{HookAnswer, ToSupervisor, ToWorker};
 pub use names::{
-    ApprovalDecision, BuiltinTool, ExecutorKind, MemoryProvider, PermissionAction, SandboxMode,
-    SystemToolsMode, UnknownName,
+    ApprovalDecision, BuiltinTool, ExecutorKind, HookEvent, HookSource, MemoryProvider,
+    PermissionAction, SandboxMode, SystemToolsMode, UnknownName,
 };
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The worker's command-line flag that asks it to read the cgroup handoff before its `hello`: one byte from the
 /// supervisor carrying, as `SCM_RIGHTS`, a descriptor of the `tasks` file of each cgroup v1 the supervisor made for

@@ -126,6 +126,10 @@ pub enum ToSupervisor {
         /// For Write and Edit: a unified diff of what the call would change.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         diff: Option<String>,
+        /// The answer of a `PermissionRequest` hook, which the supervisor gives in place of a person's when that
+        /// hook is one of the session's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook: Option<HookAnswer>,
     },
     /// An `Agent` call: run `prompt` in a child session of the subagent named `subagent`; answered by
     /// `SubagentResult`. The supervisor decides from its own state whether the subagent exists and may run.
@@ -165,4 +169,16 @@ pub enum ToSupervisor {
         /// Exit code; null when it was killed by a signal or could not start.
         exit_code: Option<i32>,
     },
+}
+
+/// A `PermissionRequest` hook's decision on a tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookAnswer {
+    /// The hook.
+    pub hook: crate::event::HookRef,
+    /// Allow or deny.
+    pub decision: ApprovalDecision,
+    /// Its message: with a denial, what the model is told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }

@@ -93,6 +93,50 @@ name_enum! {
 }
 
 name_enum! {
+    /// A point of a session where hooks run, spelled as Claude Code and codex spell their hook events.
+    pub enum HookEvent {
+        /// A session's worker starts (a new session, a resumed one, a fork, after compaction).
+        SessionStart => "SessionStart",
+        /// A prompt is about to start a turn.
+        UserPromptSubmit => "UserPromptSubmit",
+        /// A tool call is about to run.
+        PreToolUse => "PreToolUse",
+        /// The rules ask for a decision on a tool call.
+        PermissionRequest => "PermissionRequest",
+        /// A tool call ran and succeeded.
+        PostToolUse => "PostToolUse",
+        /// A tool call failed.
+        PostToolUseFailure => "PostToolUseFailure",
+        /// The conversation is about to be compacted.
+        PreCompact => "PreCompact",
+        /// The conversation was compacted.
+        PostCompact => "PostCompact",
+        /// A subagent is about to start.
+        SubagentStart => "SubagentStart",
+        /// A subagent ended.
+        SubagentStop => "SubagentStop",
+        /// The agent is about to end its turn with an answer.
+        Stop => "Stop",
+        /// A turn ended with an error.
+        StopFailure => "StopFailure",
+        /// A session's worker stops.
+        SessionEnd => "SessionEnd",
+    }
+}
+
+name_enum! {
+    /// Where a hook was declared, which decides who may change it and where it runs.
+    pub enum HookSource {
+        /// `hooks` of the bundle's agent.yaml, or its `hooks/hooks.json`: part of the bundle's digest.
+        Bundle => "bundle",
+        /// The project's `.service/hooks.json`, once the user trusted its content.
+        Project => "project",
+        /// The operator's configuration.
+        Operator => "operator",
+    }
+}
+
+name_enum! {
     /// Which host executables the sandbox exposes (`sandbox.system_tools_mode`).
     pub enum SystemToolsMode {
         /// Only executables the manifest lists.

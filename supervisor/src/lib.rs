@@ -33,6 +33,7 @@ pub mod event_source;
 pub mod facade;
 pub use service_worker::hardening;
 pub mod home;
+pub mod hooks;
 pub mod mcp_server;
 pub mod metrics;
 pub mod model_config;

@@ -33,6 +33,7 @@ pub mod entry;
 pub mod error;
 pub mod footprint;
 pub mod hardening;
+pub mod hooks;
 pub mod mcp;
 pub mod memory;
 pub mod orphans;
@@ -43,6 +44,7 @@ pub mod session;
 pub mod state;
 pub mod subagents;
 pub mod tools;
+mod turn_hooks;
 
 pub use error::{Result, WorkerError};
 

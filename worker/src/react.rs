@@ -132,7 +132,28 @@ pub async fn run_turn(
         cwd: PathBuf::from(&context.cwd),
     };
     let mut start = history.len();
-    history.push(ChatMessage::text(ChatRole::User, task.prompt.clone()));
+    let mut prompt = task.prompt.clone();
+    match turn.prompt_hooks(&history, &task.prompt).await {
+        Ok(Some(context)) => prompt = format!("{prompt}\n\n{context}"),
+        Ok(None) => {}
+        Err(reason) => {
+            // A blocked prompt never reaches the model, nor the conversation.
+            out.send(ToSupervisor::TurnFinished {
+                turn_id,
+                status: TurnStatus::Failed,
+                final_message: String::new(),
+                messages: Vec::new(),
+                usage: Usage::default(),
+                error: Some((
+                    "hook_blocked".to_string(),
+                    format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
+                )),
+            })
+            .await;
+            return;
+        }
+    }
+    history.push(ChatMessage::text(ChatRole::User, prompt));
     let mut usage = Usage::default();
     let first = first_reply.map(|r| {
         usage.add(r.usage);
@@ -202,6 +223,7 @@ impl Turn<'_> {
             .iter()
             .map(|s| (s.name.as_str(), s.description.as_str()));
         let system = system_prompt(&config.system_prompt, &config.tools, skills);
+        let mut stop_hook_active = false;
         for _ in 0..config.max_steps {
             let reply = match first.take() {
                 Some(reply) => reply,
@@ -223,7 +245,18 @@ impl Turn<'_> {
                 if reply.text.trim().is_empty() {
                     return Err(Stop::empty());
                 }
-                return Ok(reply.text);
+                // A Stop hook may keep the turn going once more, with its reason as the next instruction.
+                match self
+                    .stop_hooks(history, &reply.text, stop_hook_active)
+                    .await
+                {
+                    Some(reason) => {
+                        stop_hook_active = true;
+                        history.push(ChatMessage::text(ChatRole::User, reason));
+                        continue;
+                    }
+                    None => return Ok(reply.text),
+                }
             }
             let mut i = 0;
             while i < reply.calls.len() {
@@ -370,7 +403,11 @@ impl Turn<'_> {
                 "arguments of {} are not valid JSON: {e}",
                 call.name
             )),
-            (Ok(tool), Ok(args)) => self.permitted_run(tool, call, args).await,
+            (Ok(tool), Ok(args)) => {
+                let mut result = self.permitted_run(tool, call, args.clone()).await;
+                self.post_tool(&call.name, call, &args, &mut result).await;
+                result
+            }
         };
         out.event(EventPayload::ToolCallFinished {
             turn_id: self.turn_id.to_string(),
@@ -391,13 +428,21 @@ impl Turn<'_> {
         args: serde_json::Value,
     ) -> ToolResult {
         let registry = &self.shared.registry;
-        let key = registry.key_argument(&tool, &args, &self.cwd);
         let name = tool.name();
+        let pre = match self.pre_tool(name, call, args).await {
+            Ok(pre) => pre,
+            Err(refused) => return refused,
+        };
+        let args = pre.args;
+        let key = registry.key_argument(&tool, &args, &self.cwd);
         // The supervisor decides subagents' rules itself, asking when they say so: this worker may not be trusted.
-        let (action, rule) = match tool {
+        let (mut action, rule) = match tool {
             Tool::Agent => (PermissionAction::Allow, None),
             _ => permissions::evaluate(&self.shared.config.permissions, name, &key),
         };
+        if pre.ask && action == PermissionAction::Allow {
+            action = PermissionAction::Ask;
+        }
         match action {
             PermissionAction::Allow => {}
             PermissionAction::Deny => {
@@ -406,31 +451,39 @@ impl Turn<'_> {
                     "{name} {key:?} was denied by agent.yaml ({by})"
                 ));
             }
-            PermissionAction::Ask => match self
-                .ask(
-                    name,
-                    call,
-                    &key,
-                    rule,
-                    registry.preview_diff(&tool, &args, &self.cwd),
-                )
-                .await
-            {
-                Some((service_ipc::ApprovalDecision::Deny, reason)) => {
-                    return ToolResult::denied(match reason {
-                        Some(why) => {
-                            format!("{name} {key:?} was denied by the operator, who said: {why}")
-                        }
-                        None => format!("{name} {key:?} was denied by the operator"),
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    return ToolResult::denied(
-                        "not run: the turn was interrupted while waiting for approval",
+            PermissionAction::Ask => {
+                let hook = self.permission_hooks(name, call, &args).await;
+                let by = match &hook {
+                    Some(h) => format!("the {} hook `{}`", h.hook.source, h.hook.command),
+                    None => "the operator".to_string(),
+                };
+                match self
+                    .ask(
+                        name,
+                        call,
+                        &key,
+                        rule,
+                        registry.preview_diff(&tool, &args, &self.cwd),
+                        hook,
                     )
+                    .await
+                {
+                    Some((service_ipc::ApprovalDecision::Deny, reason)) => {
+                        return ToolResult::denied(match reason {
+                            Some(why) => {
+                                format!("{name} {key:?} was denied by {by}, who said: {why}")
+                            }
+                            None => format!("{name} {key:?} was denied by {by}"),
+                        })
+                    }
+                    Some(_) => {}
+                    None => {
+                        return ToolResult::denied(
+                            "not run: the turn was interrupted while waiting for approval",
+                        )
+                    }
                 }
-            },
+            }
         }
         let ctx = ToolCtx {
             config: &self.shared.config,
@@ -452,6 +505,7 @@ impl Turn<'_> {
         key: &str,
         rule: Option<String>,
         diff: Option<String>,
+        hook: Option<service_ipc::HookAnswer>,
     ) -> Option<crate::state::Decided> {
         let request_id = uuid::Uuid::new_v4().to_string();
         let decision = self.shared.open_approval(&request_id);
@@ -466,6 +520,7 @@ impl Turn<'_> {
                 key: key.to_string(),
                 rule,
                 diff,
+                hook,
             })
             .await;
         let answer = if sent {
@@ -526,7 +581,7 @@ pub fn system_prompt<'a>(
 }
 
 impl ToolResult {
-    fn denied(message: impl Into<String>) -> ToolResult {
+    pub(crate) fn denied(message: impl Into<String>) -> ToolResult {
         ToolResult {
             status: ToolCallStatus::Denied,
             ..ToolResult::error(message)

@@ -27,6 +27,10 @@ pub struct Shared {
     pub history: tokio::sync::Mutex<Vec<ChatMessage>>,
     /// The builtin and MCP tools.
     pub registry: Registry,
+    /// The session's hooks.
+    pub hooks: crate::hooks::Hooks,
+    /// Set once this worker's first turn ran its `SessionStart` hooks.
+    pub session_started: std::sync::atomic::AtomicBool,
     model_streams: Mutex<HashMap<String, mpsc::Sender<ModelChunk>>>,
     approvals: Mutex<HashMap<String, oneshot::Sender<Decided>>>,
     /// A compacted conversation that arrived while a turn ran, for it to take.
@@ -38,6 +42,8 @@ impl Shared {
     pub fn new(config: WorkerConfig, outbox: Outbox, registry: Registry) -> Shared {
         Shared {
             history: tokio::sync::Mutex::new(config.history.clone()),
+            hooks: crate::hooks::Hooks::new(&config),
+            session_started: std::sync::atomic::AtomicBool::new(false),
             config,
             outbox,
             registry,

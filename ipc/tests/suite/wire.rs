@@ -230,6 +230,7 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 decision: ApprovalDecision::AllowAlways,
                 reason: None,
                 child_session_id: Some("s2".into()),
+                hook: None,
             },
             json!({"type": "approval_resolved", "payload": {
                 "turn_id": "t1", "request_id": "r1", "decision": "allow_always", "child_session_id": "s2"}}),
@@ -241,9 +242,31 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 decision: ApprovalDecision::Deny,
                 reason: Some("use pytest instead".into()),
                 child_session_id: None,
+                hook: None,
             },
             json!({"type": "approval_resolved", "payload": {
                 "turn_id": "t1", "request_id": "r2", "decision": "deny", "reason": "use pytest instead"}}),
+        ),
+        (
+            EventPayload::HookFinished {
+                turn_id: Some("t1".into()),
+                hook_id: "h".into(),
+                event: service_ipc::HookEvent::PreToolUse,
+                hook: service_ipc::HookRef {
+                    source: service_ipc::HookSource::Bundle,
+                    command: "python3 guard.py".into(),
+                },
+                matcher: Some("Bash".into()),
+                exit_code: Some(2),
+                timed_out: false,
+                decision: Some("deny".into()),
+                reason: Some("no rm -rf".into()),
+                duration_ms: 12,
+            },
+            json!({"type": "hook_finished", "payload": {
+                "turn_id": "t1", "hook_id": "h", "event": "PreToolUse",
+                "hook": {"source": "bundle", "command": "python3 guard.py"}, "matcher": "Bash",
+                "exit_code": 2, "timed_out": false, "decision": "deny", "reason": "no rm -rf", "duration_ms": 12}}),
         ),
         (
             EventPayload::SubagentStarted {
@@ -370,6 +393,7 @@ fn every_to_worker() -> Vec<ToWorker> {
             }],
             executor: service_ipc::ExecutorKind::Codeact,
             codeact_timeout_ms: 5000,
+            hooks: Vec::new(),
             mcp_servers: [(
                 "git".to_string(),
                 service_ipc::McpServer::Stdio {
@@ -472,6 +496,7 @@ fn every_to_supervisor() -> Vec<ToSupervisor> {
             key: "/etc/passwd".into(),
             rule: None,
             diff: Some("--- a\n+++ a\n@@ -1 +1 @@\n-x\n+y\n".into()),
+            hook: None,
         },
         ToSupervisor::TurnFinished {
             turn_id: "t".into(),

@@ -50,6 +50,9 @@ pub struct AgentSpec {
     /// Settings of the `codeact` executor.
     #[serde(default)]
     pub codeact: CodeactSpec,
+    /// Hooks, by event, as Claude Code writes them (see `bundle::hooks`); `hooks/hooks.json` adds to them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub hooks: super::hooks::HookMap,
 }
 
 /// `codeact` of agent.yaml.
@@ -78,7 +81,9 @@ impl AgentSpec {
     /// are known only once the worker runs (MCP servers' lists, A2A agents' cards), nor with subagents, nor for the
     /// codeact executor, whose every step runs a program in the sandbox.
     pub fn supervisor_may_lead(&self) -> bool {
-        self.mcp_servers.is_empty()
+        // Hooks run in the sandbox, on the prompt and at the turn's end too.
+        self.hooks.is_empty()
+            && self.mcp_servers.is_empty()
             && self.a2a_agents.is_empty()
             && self.subagents.is_empty()
             && self.executor == ExecutorKind::React
@@ -219,6 +224,9 @@ impl AgentSpec {
 
     fn validate(&self) -> Result<()> {
         let bad = |key: &str, message: String| Err(BundleError::invalid(AGENT_FILE, key, message));
+        if let Err((key, why)) = super::hooks::validate(&self.hooks) {
+            return bad(&format!("hooks.{key}"), why);
+        }
         if !KNOWN_PROVIDERS.contains(&self.model.provider.as_str()) {
             return bad(
                 "model.provider",

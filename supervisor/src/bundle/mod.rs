@@ -14,6 +14,7 @@ pub mod agent;
 pub mod archive;
 pub mod builtin;
 pub mod error;
+pub mod hooks;
 pub mod manifest;
 pub mod mcp;
 pub mod oci;
@@ -109,6 +110,16 @@ pub fn load_files(root: &Path) -> Result<(Manifest, AgentSpec, Vec<Skill>)> {
             ));
         }
         crate::providers::scripted::Script::load(root, script)?;
+    }
+    let mut agent = agent;
+    let hooks_path = root.join(hooks::BUNDLE_HOOKS_FILE);
+    if hooks_path.is_file() {
+        let file: hooks::HooksFile = serde_json::from_str(&read_text(&hooks_path)?)
+            .map_err(|e| BundleError::invalid(hooks::BUNDLE_HOOKS_FILE, "hooks", e.to_string()))?;
+        hooks::validate(&file.hooks).map_err(|(key, why)| {
+            BundleError::invalid(hooks::BUNDLE_HOOKS_FILE, format!("hooks.{key}"), why)
+        })?;
+        hooks::merge(&mut agent.hooks, file.hooks);
     }
     let skills = skills::scan(root)?;
     Ok((manifest, agent, skills))

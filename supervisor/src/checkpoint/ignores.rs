@@ -152,9 +152,7 @@ impl Ignores {
 /// way: `.git/info/exclude` and a `.gitignore` may be in the workspace, where code in the sandbox could make them
 /// links to host files or fifos.
 fn read_no_links(dir: &Path, name: &str) -> Option<String> {
-    let fd = crate::sandbox::host_dir::open_for_reading(dir).ok()?;
-    let name = std::ffi::CString::new(name).ok()?;
-    super::scan::read_small(std::os::fd::AsFd::as_fd(&fd), &name)
+    crate::sandbox::host_dir::read_small_file(dir, name, MAX_FILE)
 }
 
 /// The user's global excludes file (git's `core.excludesFile`), looked up once: it is in git's config files, which

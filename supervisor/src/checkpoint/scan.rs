@@ -120,19 +120,7 @@ pub fn scan(
 
 /// The text of the small regular file `name` in `dir`, opened without following a link; None for anything else.
 pub(super) fn read_small(dir: BorrowedFd<'_>, name: &CStr) -> Option<String> {
-    use std::io::Read;
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
-    let fd = openat(dir, name, flags, Mode::empty()).ok()?;
-    let st = fstat(&fd).ok()?;
-    if kind_of(&st) != SFlag::S_IFREG || st.st_size.max(0) as u64 > ignores::MAX_FILE {
-        return None;
-    }
-    let mut text = String::new();
-    File::from(fd)
-        .take(ignores::MAX_FILE)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
+    crate::sandbox::host_dir::read_small_at(dir, name, ignores::MAX_FILE)
 }
 
 fn panicked() -> std::io::Error {

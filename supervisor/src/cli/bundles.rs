@@ -137,6 +137,7 @@ pub fn inspect(
         if let Some(read) = &read {
             value["project_instructions"] = serde_json::json!(read.paths());
         }
+        value["hooks"] = serde_json::json!(bundle.agent.hooks);
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -159,6 +160,17 @@ pub fn inspect(
             None => service_supervisor::providers::choice::NO_MODEL.to_string(),
         };
         println!("  {:<12} {now}", "model now");
+    }
+    // A bundle's hooks run in its sessions' sandboxes: a user sees them before running it.
+    let hooks = bundle::hooks::specs(&bundle.agent.hooks, service_ipc::HookSource::Bundle);
+    for (i, h) in hooks.iter().enumerate() {
+        let matcher = h
+            .matcher
+            .as_deref()
+            .map(|m| format!(" [{m}]"))
+            .unwrap_or_default();
+        let label = if i == 0 { "hooks" } else { "" };
+        println!("  {label:<12} {}{matcher}: {}", h.event, h.command);
     }
     if let Some(read) = &read {
         println!(

@@ -11,6 +11,7 @@ mod doctor;
 mod event_lines;
 mod follow;
 mod history;
+mod hooks;
 mod logging;
 mod mcp;
 mod progress;
@@ -149,6 +150,8 @@ enum Command {
     Usage(usage::UsageArgs),
     /// The approvals kept "always in this project": list and remove them, per project directory.
     Approvals(approvals::ApprovalsArgs),
+    /// The hooks a session here would run (the bundle's and the project's), and trusting the project's.
+    Hooks(hooks::HooksArgs),
     /// Read and set your defaults in $SERVICE_HOME/config.toml: default_bundle, default_model, approvals.
     #[command(subcommand)]
     Config(config::ConfigCommand),
@@ -329,6 +332,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(home()?, args),
         Command::Config(command) => config::run(&home()?, command),
         Command::Approvals(args) => approvals::run(&home()?, args),
+        Command::Hooks(args) => hooks::run(&home()?, args),
         Command::Tokens(args) => tokens::run(home()?, args),
         Command::Usage(args) => usage::run(home()?, args),
     }
@@ -373,6 +377,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(_) => Err(local_only("doctor")),
         Command::Config(_) => Err(local_only("config")),
         Command::Approvals(_) => Err(local_only("approvals")),
+        Command::Hooks(_) => Err(local_only("hooks")),
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Tokens(args) => tokens::run_remote(remote, args),
         Command::Usage(args) => usage::run_remote(remote, args),

@@ -187,6 +187,40 @@ impl ToolText {
     }
 }
 
+/// What a hook run said, one line: `hook PreToolUse (bundle) python3 guard.py: deny: no rm -rf`; None for other
+/// events. A hook that decided nothing reads `ok`.
+pub fn hook_line(payload: &EventPayload) -> Option<String> {
+    let EventPayload::HookFinished {
+        event,
+        hook,
+        exit_code,
+        timed_out,
+        decision,
+        reason,
+        duration_ms,
+        ..
+    } = payload
+    else {
+        return None;
+    };
+    let outcome = match (decision.as_deref(), reason.as_deref()) {
+        (Some(d), Some(r)) => format!("{d}: {}", first_line(r)),
+        (Some(d), None) => d.to_string(),
+        (None, _) if *timed_out => "timed out".to_string(),
+        (None, _) => match exit_code {
+            Some(0) => "ok".to_string(),
+            Some(c) => format!("exit {c}"),
+            None => "killed".to_string(),
+        },
+    };
+    Some(clip(&format!(
+        "hook {event} ({}) {}: {outcome} ({})",
+        hook.source,
+        first_line(&hook.command),
+        duration(*duration_ms)
+    )))
+}
+
 /// Lines added and removed by a unified diff.
 pub fn diff_stats(diff: &str) -> (usize, usize) {
     let (mut added, mut removed) = (0, 0);
@@ -360,6 +394,19 @@ impl Activity {
                     .map(hunks);
                 return vec![Step { kind, line, hunks }];
             }
+            EventPayload::HookFinished { decision, .. } => {
+                let kind = match decision.as_deref() {
+                    Some("deny" | "block" | "warning") => StepKind::Failed,
+                    _ => StepKind::Other,
+                };
+                // A hook that had nothing to say is not worth a line of the log.
+                if decision.is_some() {
+                    return hook_line(payload)
+                        .map(|l| step(kind, l))
+                        .into_iter()
+                        .collect();
+                }
+            }
             EventPayload::PlanUpdate { plan, .. } => {
                 let items: Vec<String> = plan
                     .iter()
@@ -409,6 +456,7 @@ impl Activity {
                 let (_, command) = self.execs.get(exec_id)?;
                 command_end(command, *exit_code, *duration_ms, *timed_out)
             }
+            EventPayload::HookFinished { .. } => hook_line(payload)?,
             _ => return None,
         };
         Some(serde_json::json!({ "title": title }))

@@ -57,6 +57,7 @@ impl ServiceRuntime {
             decision,
             reason: reason.clone(),
             child_session_id: None,
+            hook: None,
         });
         let sent = match pending.reply {
             approvals::Reply::Worker(worker) => worker

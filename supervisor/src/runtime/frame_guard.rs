@@ -24,6 +24,8 @@ const MAX_ERROR_MESSAGE: usize = 4096;
 const MAX_PERMISSION_KEY: usize = 64 * 1024;
 /// Largest diff a worker may attach to a Write or an Edit (it cuts its own at 64 KiB, plus a line saying so).
 const MAX_DIFF: usize = 65 * 1024;
+/// Longest reason of a `hook_finished` event (the worker cuts at 4 KiB, plus an ellipsis).
+const MAX_HOOK_REASON: usize = 4 * 1024 + 8;
 /// Longest tool name in a permission request.
 const MAX_TOOL_NAME: usize = 256;
 /// MCP server events journaled per worker (start, failure and tool-list changes); later ones are dropped, so a
@@ -105,6 +107,9 @@ impl Guard {
             | E::ExecCommandOutputDelta { .. }
             | E::ExecCommandOutputTruncated { .. }
             | E::ExecCommandEnd { .. } => {}
+            E::HookStarted { event, hook, .. } | E::HookFinished { event, hook, .. } => {
+                known_hook(session, *event, hook)?;
+            }
             // Checked above.
             E::McpServerStarted { .. }
             | E::McpToolsChanged { .. }
@@ -165,6 +170,15 @@ impl Guard {
                 diff: Some(diff),
                 ..
             } => file_diff(tool, diff)?,
+            E::HookFinished {
+                reason: Some(reason),
+                ..
+            } if reason.len() > MAX_HOOK_REASON => {
+                return Err(format!(
+                "a hook_finished reason of {} bytes, past the {MAX_HOOK_REASON} the worker cuts at",
+                reason.len()
+            ))
+            }
             // The worker says when; the supervisor says how much, from its own count of the calls it made.
             E::UsageUpdate { turn_id, .. } => {
                 let usage = session.turn_usage(turn_id).unwrap_or_default();
@@ -191,6 +205,27 @@ fn exec_id(payload: &EventPayload) -> Option<&str> {
         | EventPayload::ExecCommandOutputTruncated { exec_id, .. }
         | EventPayload::ExecCommandEnd { exec_id, .. } => Some(exec_id),
         _ => None,
+    }
+}
+
+/// A hook event must name one of the hooks the session's worker was given, for its event: a worker cannot put
+/// words in a hook's mouth that the session never had.
+pub fn known_hook(
+    session: &Session,
+    event: service_ipc::HookEvent,
+    hook: &service_ipc::HookRef,
+) -> Result<(), String> {
+    let known = session
+        .hooks_given()
+        .iter()
+        .any(|h| h.event == event && h.source == hook.source && h.command == hook.command);
+    if known {
+        Ok(())
+    } else {
+        Err(format!(
+            "a {event} hook event for the {} hook {:?}, which the session does not have",
+            hook.source, hook.command
+        ))
     }
 }
 

@@ -266,6 +266,8 @@ pub(crate) struct Assignment<'a> {
     pub instructions: Arc<crate::project_instructions::ProjectInstructions>,
     /// Whether its subagents may start (it is not as deep as `max_subagent_depth` allows).
     pub may_delegate: bool,
+    /// The hooks it runs.
+    pub hooks: Arc<Vec<service_ipc::HookSpec>>,
 }
 
 /// Waits until a started worker is inside its limits, connects its egress proxy to `sink`, and gives it
@@ -325,6 +327,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         history,
         instructions,
         may_delegate,
+        hooks,
     } = assignment;
     let skills = bundle
         .skills
@@ -369,6 +372,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         },
         executor: agent.executor,
         codeact_timeout_ms: agent.codeact.timeout_ms,
+        hooks: hooks.to_vec(),
     }
 }
 

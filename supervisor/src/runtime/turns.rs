@@ -99,8 +99,9 @@ impl ServiceRuntime {
         model: &ModelRef,
         instructions: &ProjectInstructions,
     ) -> Option<model_call::Ahead> {
-        // A session directory that is not one fails the start with its own error.
-        if cwd.is_some_and(|c| !c.is_dir()) {
+        // A session directory that is not one fails the start with its own error; a project's hooks run in the
+        // sandbox from the prompt on.
+        if cwd.is_some_and(|c| !c.is_dir() || crate::hooks::project_has_file(c)) {
             return None;
         }
         let workspace = self.inner.home.sessions().join(id).join("workspace");
@@ -193,7 +194,9 @@ impl ServiceRuntime {
         session: &Arc<Session>,
         prompt: &str,
     ) -> Option<(Vec<service_ipc::ChatMessage>, Vec<service_ipc::ToolSpec>)> {
-        if !session.bundle.agent.supervisor_may_lead() {
+        if !session.bundle.agent.supervisor_may_lead()
+            || !session.hooks(&self.inner.home).is_empty()
+        {
             return None;
         }
         // The model sees the memory window only: a long history is not read whole.

@@ -66,6 +66,7 @@ pub(crate) async fn attach(
         instructions: session.instructions(&rt.options.workspace_roots),
         may_delegate: session.record().parent.map_or(0, |p| p.depth)
             < rt.options.max_subagent_depth,
+        hooks: session.hooks(&rt.home),
     };
     let sink = Arc::new(super::egress_sink::SessionSink::new(&rt, &session));
     let started = spawn::configure(&rt, started, assignment, sink).await?;
@@ -370,8 +371,16 @@ impl Actor {
                 key,
                 rule,
                 diff,
+                hook,
             } => {
                 frame_guard::running_turn(&self.session, &turn_id)?;
+                if let Some(answer) = &hook {
+                    frame_guard::known_hook(
+                        &self.session,
+                        service_ipc::HookEvent::PermissionRequest,
+                        &answer.hook,
+                    )?;
+                }
                 frame_guard::permission_request(
                     &self.session,
                     &request_id,
@@ -402,6 +411,41 @@ impl Actor {
                     .as_ref()
                     .and_then(|_| super::project_rules::suggest(&tool, &key));
                 let warning = self.unwritable(&tool, &key);
+                if let Some(answer) = hook {
+                    // One of the session's hooks answered, as a person would have: the request and its answer
+                    // are journaled together, naming the hook.
+                    let decision = match answer.decision {
+                        service_ipc::ApprovalDecision::Deny => service_ipc::ApprovalDecision::Deny,
+                        _ => service_ipc::ApprovalDecision::AllowOnce,
+                    };
+                    let reason = super::approvals::reason(decision, answer.message);
+                    self.session.emit(EventPayload::PermissionRequested {
+                        turn_id: turn_id.clone(),
+                        request_id: request_id.clone(),
+                        call_id,
+                        tool,
+                        summary: key,
+                        rule,
+                        diff,
+                        project_rule: None,
+                        warning,
+                        child_session_id: None,
+                    });
+                    self.session.emit(EventPayload::ApprovalResolved {
+                        turn_id,
+                        request_id: request_id.clone(),
+                        decision,
+                        reason: reason.clone(),
+                        child_session_id: None,
+                        hook: Some(answer.hook),
+                    });
+                    let _ = self.tx.try_send(ToWorker::ApprovalDecision {
+                        request_id,
+                        decision,
+                        reason,
+                    });
+                    return Ok(());
+                }
                 if !self.rt.approvals.insert(
                     request_id.clone(),
                     Pending {

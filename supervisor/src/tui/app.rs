@@ -349,6 +349,14 @@ impl App {
             // The opening line already says where it went.
             EventPayload::NetworkClosed { .. } | EventPayload::NetworkRefusalsSuppressed { .. } => {
             }
+            EventPayload::HookStarted { .. } => {}
+            EventPayload::HookFinished { decision, .. } => {
+                if decision.is_some() {
+                    if let Some(line) = crate::facade::tool_text::hook_line(&msg.payload) {
+                        self.info(line);
+                    }
+                }
+            }
             EventPayload::McpServerStarted { server, tools, .. } => {
                 self.mcp.insert(server.clone(), tools.iter().map(|t| t.name.clone()).collect());
                 self.info(format!("MCP server {server}: {} tools", tools.len()))

@@ -517,6 +517,7 @@ mod tests {
             decision: service_ipc::ApprovalDecision::AllowOnce,
             reason: None,
             child_session_id: None,
+            hook: None,
         }));
         assert!(app.approval.is_none());
         assert!(screen(&app)
@@ -576,6 +577,7 @@ mod tests {
             decision: service_ipc::ApprovalDecision::AllowOnce,
             reason: None,
             child_session_id: None,
+            hook: None,
         }));
         app.apply(&ev(EventPayload::ExecCommandBegin {
             turn_id: Some("t".into()),

@@ -424,6 +424,8 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "unlisted_tool",
         "diff_with_bash",
         "oversized_diff",
+        "forged_hook_answer",
+        "forged_hook_event",
     ] {
         let (outcome, kinds) = hostile_turn(attack).await;
         let (code, message) = outcome

@@ -29,6 +29,7 @@ mod escape;
 mod escape_surfaces;
 mod faults;
 mod full_store;
+mod hooks;
 mod http;
 mod http_client;
 mod lead;

@@ -157,7 +157,7 @@ pub async fn operator_command(
         .await;
 }
 
-fn shell() -> &'static str {
+pub(crate) fn shell() -> &'static str {
     if Path::new("/bin/bash").exists() {
         "/bin/bash"
     } else {

@@ -95,6 +95,8 @@ pub struct Session {
     record: Mutex<SessionRecord>,
     /// The project instructions of its workspace, read at the first turn on this node.
     instructions: std::sync::OnceLock<Arc<ProjectInstructions>>,
+    /// Its hooks (the bundle's, and the project's once trusted), read at the first worker start on this node.
+    hooks: std::sync::OnceLock<Arc<Vec<service_ipc::HookSpec>>>,
     /// The worker, when one is running.
     pub(super) worker: tokio::sync::Mutex<Option<WorkerHandle>>,
     active: Mutex<Option<ActiveTurn>>,
@@ -298,6 +300,7 @@ impl Session {
             journal,
             record: Mutex::new(record),
             instructions: std::sync::OnceLock::new(),
+            hooks: std::sync::OnceLock::new(),
             worker: tokio::sync::Mutex::new(None),
             active: Mutex::new(None),
             commands: Mutex::new(HashMap::new()),
@@ -328,6 +331,19 @@ impl Session {
                 ))
             })
             .clone()
+    }
+
+    /// The hooks its workers run, read once (see `crate::hooks::for_session`): a project file trusted or changed
+    /// later counts from the session's next process.
+    pub fn hooks(&self, home: &crate::home::ServiceHome) -> Arc<Vec<service_ipc::HookSpec>> {
+        self.hooks
+            .get_or_init(|| Arc::new(crate::hooks::for_session(home, &self.bundle, &self.cwd())))
+            .clone()
+    }
+
+    /// The hooks its workers were given; none before the first was started.
+    pub fn hooks_given(&self) -> &[service_ipc::HookSpec] {
+        self.hooks.get().map_or(&[], |h| h.as_slice())
     }
 
     /// Takes `instructions` as the session's, read already for its first call (see [`Self::instructions`]).

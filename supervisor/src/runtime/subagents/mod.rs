@@ -345,6 +345,7 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
             decision,
             reason,
             child_session_id,
+            hook,
             ..
         } => Some(EventPayload::ApprovalResolved {
             turn_id: call.turn_id.clone(),
@@ -352,6 +353,7 @@ fn forwarded(payload: EventPayload, child_id: &str, call: &Call) -> Option<Event
             decision,
             reason,
             child_session_id: asker(child_session_id),
+            hook,
         }),
         _ => None,
     }

@@ -1,0 +1,179 @@
+//! Hook declarations as Claude Code and codex write them: `event → [{matcher, hooks: [{type, command, timeout}]}]`.
+//! A bundle declares them under `hooks` in agent.yaml or in `hooks/hooks.json` (`{"hooks": {...}}`, a plugin's
+//! layout); a project in `.service/hooks.json`. Only `command` hooks run here; `timeout` is in seconds, as the
+//! peers write it; `fail_closed: true` makes any non-zero exit a block.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use service_ipc::{HookEvent, HookSource, HookSpec};
+
+/// A hook's time-out when it gives none, in seconds (Claude Code's default).
+pub const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
+/// The longest time-out a hook may ask for, in seconds.
+pub const MAX_TIMEOUT_SECS: f64 = 600.0;
+/// Where a bundle may keep its hooks besides agent.yaml.
+pub const BUNDLE_HOOKS_FILE: &str = "hooks/hooks.json";
+
+/// Hooks by event.
+pub type HookMap = BTreeMap<HookEvent, Vec<HookGroup>>;
+
+/// The hooks of one matcher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookGroup {
+    /// Tool names it runs for, as a regular expression (`Edit|Write`), or `Bash(PREFIX:*)`; every call when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<String>,
+    /// Its commands.
+    pub hooks: Vec<HookHandler>,
+}
+
+/// One hook command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookHandler {
+    /// `command`, the only kind that runs here.
+    #[serde(rename = "type", default = "command_kind")]
+    pub kind: String,
+    /// The command line, run by the shell in the session's workspace.
+    pub command: String,
+    /// Seconds it may run; 60 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<f64>,
+    /// Any non-zero exit blocks, not only 2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fail_closed: bool,
+}
+
+fn command_kind() -> String {
+    "command".into()
+}
+
+/// A hooks file: `{"hooks": {...}}`, with an optional description.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksFile {
+    /// What the hooks are for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The hooks.
+    #[serde(default)]
+    pub hooks: HookMap,
+}
+
+/// What is wrong with a declaration: the key (`PreToolUse[0].hooks[1].timeout`) and why.
+pub type Invalid = (String, String);
+
+/// Checks every declaration of `hooks`.
+pub fn validate(hooks: &HookMap) -> Result<(), Invalid> {
+    for (event, groups) in hooks {
+        for (i, group) in groups.iter().enumerate() {
+            let at = format!("{event}[{i}]");
+            if let Some(m) = group.matcher.as_deref() {
+                let m = m.trim();
+                let tool_event = matches!(
+                    event,
+                    HookEvent::PreToolUse
+                        | HookEvent::PermissionRequest
+                        | HookEvent::PostToolUse
+                        | HookEvent::PostToolUseFailure
+                );
+                if !m.is_empty() && m != "*" && !tool_event {
+                    return Err((
+                        format!("{at}.matcher"),
+                        format!("{event} runs for no tool call, so it takes no matcher"),
+                    ));
+                }
+                let command = m.starts_with("Bash(") && m.ends_with(')');
+                if !command && regex::Regex::new(&format!("^(?:{m})$")).is_err() && m != "*" {
+                    return Err((
+                        format!("{at}.matcher"),
+                        format!("\"{m}\" is not a regular expression over tool names (e.g. Edit|Write) or Bash(PREFIX:*)"),
+                    ));
+                }
+            }
+            if group.hooks.is_empty() {
+                return Err((format!("{at}.hooks"), "lists no hook".into()));
+            }
+            for (j, h) in group.hooks.iter().enumerate() {
+                let at = format!("{at}.hooks[{j}]");
+                if h.kind != "command" {
+                    return Err((
+                        format!("{at}.type"),
+                        format!(
+                            "\"{}\" hooks do not run in service-rs; only \"command\" hooks do",
+                            h.kind
+                        ),
+                    ));
+                }
+                if h.command.trim().is_empty() {
+                    return Err((format!("{at}.command"), "must not be empty".into()));
+                }
+                if let Some(t) = h.timeout {
+                    if !(t > 0.0 && t <= MAX_TIMEOUT_SECS) {
+                        return Err((
+                            format!("{at}.timeout"),
+                            format!("must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The hooks of `map` as the worker runs them, marked as from `source`, in declaration order.
+pub fn specs(map: &HookMap, source: HookSource) -> Vec<HookSpec> {
+    let mut out = Vec::new();
+    for (event, groups) in map {
+        for group in groups {
+            for h in &group.hooks {
+                out.push(HookSpec {
+                    event: *event,
+                    matcher: group.matcher.clone(),
+                    command: h.command.clone(),
+                    timeout_ms: (h.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS) * 1000.0) as u64,
+                    fail_closed: h.fail_closed,
+                    source,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Adds the groups of `more` after those of `into`.
+pub fn merge(into: &mut HookMap, more: HookMap) {
+    for (event, groups) in more {
+        into.entry(event).or_default().extend(groups);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claude_code_hooks_file_reads_and_unknown_kinds_or_events_are_refused() {
+        let file: HooksFile = serde_json::from_str(
+            r#"{"hooks": {"PreToolUse": [{"matcher": "Edit|Write", "hooks": [{"type": "command",
+                "command": "python3 check.py", "timeout": 5}]}]}}"#,
+        )
+        .unwrap();
+        validate(&file.hooks).unwrap();
+        let specs = specs(&file.hooks, HookSource::Project);
+        assert_eq!(specs[0].timeout_ms, 5000);
+        assert_eq!(specs[0].matcher.as_deref(), Some("Edit|Write"));
+        let prompt: HooksFile = serde_json::from_str(
+            r#"{"hooks": {"Stop": [{"hooks": [{"type": "prompt", "command": "x"}]}]}}"#,
+        )
+        .unwrap();
+        let (key, why) = validate(&prompt.hooks).unwrap_err();
+        assert_eq!(key, "Stop[0].hooks[0].type");
+        assert!(why.contains("only \"command\""), "{why}");
+        let unknown = serde_json::from_str::<HooksFile>(r#"{"hooks": {"OnBoot": []}}"#);
+        assert!(unknown.unwrap_err().to_string().contains("PreToolUse"));
+    }
+}
