@@ -190,6 +190,12 @@ export class Chat {
     c.body.append(el("span", "label", "Result"), out);
   }
 
+  /** A hook that decided something gets a line under its turn, as the terminal says it. */
+  on_hook_finished(p, msg) {
+    if (!p.decision || !msg.view?.title) return;
+    this.home(p.turn_id).append(el("p", "muted hook", msg.view.title));
+  }
+
   on_exec_command_begin(p) {
     const call = p.call_id && this.calls.get(p.call_id);
     if (call) call.ran = true;

@@ -138,18 +138,8 @@ pub async fn run_turn(
         Ok(None) => {}
         Err(reason) => {
             // A blocked prompt never reaches the model, nor the conversation.
-            out.send(ToSupervisor::TurnFinished {
-                turn_id,
-                status: TurnStatus::Failed,
-                final_message: String::new(),
-                messages: Vec::new(),
-                usage: Usage::default(),
-                error: Some((
-                    "hook_blocked".to_string(),
-                    format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
-                )),
-            })
-            .await;
+            let why = format!("a UserPromptSubmit hook blocked the prompt: {reason}");
+            fail_unstarted(out, turn_id, "hook_blocked", why).await;
             return;
         }
     }
@@ -195,6 +185,24 @@ pub async fn run_turn(
         messages: added,
         usage,
         error,
+    })
+    .await;
+}
+
+/// Ends a turn that never began its work: failed with `code`, adding nothing to the conversation.
+pub(crate) async fn fail_unstarted(
+    out: &crate::conn::Outbox,
+    turn_id: String,
+    code: &str,
+    message: String,
+) {
+    out.send(ToSupervisor::TurnFinished {
+        turn_id,
+        status: TurnStatus::Failed,
+        final_message: String::new(),
+        messages: Vec::new(),
+        usage: Usage::default(),
+        error: Some((code.to_string(), message)),
     })
     .await;
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use service_ipc::{ToSupervisor, ToWorker, TurnStatus, Usage};
+use service_ipc::{ToSupervisor, ToWorker};
 use tokio_util::sync::CancellationToken;
 
 use crate::conn::{self, Outbox};
@@ -181,17 +181,11 @@ async fn heartbeat(outbox: Outbox, every: Duration) {
 }
 
 async fn refuse_turn(outbox: &Outbox, turn_id: String) {
-    outbox
-        .send(ToSupervisor::TurnFinished {
-            turn_id,
-            status: TurnStatus::Failed,
-            final_message: String::new(),
-            messages: Vec::new(),
-            usage: Usage::default(),
-            error: Some((
-                "turn_in_progress".into(),
-                "another turn is still running in this session; wait for it or interrupt it".into(),
-            )),
-        })
-        .await;
+    crate::react::fail_unstarted(
+        outbox,
+        turn_id,
+        "turn_in_progress",
+        "another turn is still running in this session; wait for it or interrupt it".into(),
+    )
+    .await;
 }

@@ -248,6 +248,21 @@ fn every_event_kind() -> Vec<(EventPayload, Value)> {
                 "turn_id": "t1", "request_id": "r2", "decision": "deny", "reason": "use pytest instead"}}),
         ),
         (
+            EventPayload::HookStarted {
+                turn_id: Some("t1".into()),
+                hook_id: "h".into(),
+                event: service_ipc::HookEvent::PreToolUse,
+                hook: service_ipc::HookRef {
+                    source: service_ipc::HookSource::Project,
+                    command: "python3 guard.py".into(),
+                },
+                call_id: Some("c1".into()),
+            },
+            json!({"type": "hook_started", "payload": {
+                "turn_id": "t1", "hook_id": "h", "event": "PreToolUse",
+                "hook": {"source": "project", "command": "python3 guard.py"}, "call_id": "c1"}}),
+        ),
+        (
             EventPayload::HookFinished {
                 turn_id: Some("t1".into()),
                 hook_id: "h".into(),
@@ -320,7 +335,7 @@ fn every_event_kind_has_its_pinned_json_form() {
     let cases = every_event_kind();
     assert_eq!(
         cases.len(),
-        24,
+        26,
         "one case per kind of event, plus exec_command_output_truncated, a program's tool call, a question's project \
          rule and a denial's reason"
     );
