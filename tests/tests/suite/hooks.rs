@@ -365,3 +365,40 @@ fn a_hook_that_hangs_is_killed_at_its_timeout_and_a_fail_closed_hook_that_fails_
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("blocked by a PreToolUse hook"), "{out}");
 }
+
+#[test]
+fn a_bundles_hooks_json_runs_like_agent_yaml_hooks_and_inspect_lists_it() {
+    let env = Env::new();
+    bundle(
+        &env,
+        "",
+        "permissions: { default: allow }",
+        &[("block_rm.py", BLOCK_RM)],
+    );
+    let file = format!(
+        r#"{{"description": "guards", "hooks": {{"PreToolUse": [{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{PY}/block_rm.py"}}]}}]}}}}"#
+    );
+    std::fs::write(env.path("b").join("hooks/hooks.json"), file).unwrap();
+    env.run(&["build", "b"]).ok();
+    let shown = env.run(&["inspect", "fixture"]).ok().to_string();
+    assert!(
+        shown.contains(&format!("hooks        PreToolUse [Bash]: {PY}/block_rm.py")),
+        "{shown}"
+    );
+    std::fs::create_dir_all(env.work.path().join("build")).unwrap();
+    give_to_sandbox(env.work.path());
+    let (code, out, err) = run(&env, "remove the build dir");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rm -rf is not allowed here"), "{out}");
+    assert!(env.work.path().join("build").is_dir());
+    // A hooks file that does not follow the format is refused when the bundle is built, naming the key.
+    std::fs::write(
+        env.path("b").join("hooks/hooks.json"),
+        r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "http", "command": "x"}]}]}}"#,
+    )
+    .unwrap();
+    let refused = env.command(&["build", "b"]).output().unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("hooks.PreToolUse[0].hooks[0].type"), "{said}");
+}
