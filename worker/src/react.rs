@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use service_ipc::{
-    BuiltinTool, ChatMessage, ChatRole, EventPayload, ExecutorKind, FirstReply, ModelChunk,
-    ModelQuery, PermissionAction, Task, ToSupervisor, ToolCall, ToolCallStatus, TurnContext,
-    TurnStatus, Usage,
+    BuiltinTool, ChatMessage, ChatRole, EventPayload, ExecutorKind, FirstReply, HookEvent,
+    ModelChunk, ModelQuery, PermissionAction, Task, ToSupervisor, ToolCall, ToolCallStatus,
+    TurnContext, TurnStatus, Usage,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -412,8 +412,15 @@ impl Turn<'_> {
                 call.name
             )),
             (Ok(tool), Ok(args)) => {
-                let mut result = self.permitted_run(tool, call, args.clone()).await;
-                self.post_tool(&call.name, call, &args, &mut result).await;
+                // The input is kept for after the call only when a hook will read it.
+                let hooks = &self.shared.hooks;
+                let after = (hooks.on(HookEvent::PostToolUse)
+                    || hooks.on(HookEvent::PostToolUseFailure))
+                .then(|| args.clone());
+                let mut result = self.permitted_run(tool, call, args).await;
+                if let Some(args) = after {
+                    self.post_tool(&call.name, call, &args, &mut result).await;
+                }
                 result
             }
         };

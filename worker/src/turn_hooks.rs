@@ -54,8 +54,11 @@ impl Turn<'_> {
         let hooks = &self.shared.hooks;
         let mut context = Vec::new();
         let first = !self.shared.session_started.swap(true, Ordering::SeqCst);
-        if first && hooks.on(HookEvent::SessionStart) {
+        let starting = first && hooks.on(HookEvent::SessionStart);
+        if starting || hooks.on(HookEvent::UserPromptSubmit) {
             hooks.write_transcript(before);
+        }
+        if starting {
             // A worker's first turn on a session with a conversation is a later process taking it up.
             let source = if before.is_empty() {
                 "startup"
@@ -67,7 +70,6 @@ impl Turn<'_> {
             context.extend(verdict.context_text(HookEvent::SessionStart));
         }
         if hooks.on(HookEvent::UserPromptSubmit) {
-            hooks.write_transcript(before);
             let fields = fields([("prompt", json!(prompt))]);
             let verdict = self.hooks(HookEvent::UserPromptSubmit, None, fields).await;
             if verdict.decision == Some(Decision::Block) {

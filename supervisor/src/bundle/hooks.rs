@@ -70,28 +70,21 @@ pub fn validate(hooks: &HookMap) -> Result<(), Invalid> {
     for (event, groups) in hooks {
         for (i, group) in groups.iter().enumerate() {
             let at = format!("{event}[{i}]");
-            if let Some(m) = group.matcher.as_deref() {
-                let m = m.trim();
-                let tool_event = matches!(
-                    event,
-                    HookEvent::PreToolUse
-                        | HookEvent::PermissionRequest
-                        | HookEvent::PostToolUse
-                        | HookEvent::PostToolUseFailure
-                );
-                if !m.is_empty() && m != "*" && !tool_event {
-                    return Err((
-                        format!("{at}.matcher"),
-                        format!("{event} runs for no tool call, so it takes no matcher"),
-                    ));
-                }
-                let command = m.starts_with("Bash(") && m.ends_with(')');
-                if !command && regex::Regex::new(&format!("^(?:{m})$")).is_err() && m != "*" {
-                    return Err((
-                        format!("{at}.matcher"),
-                        format!("\"{m}\" is not a regular expression over tool names (e.g. Edit|Write) or Bash(PREFIX:*)"),
-                    ));
-                }
+            // The worker's own reading of a matcher, so that what is accepted here is what runs there.
+            let matcher = service_worker::hooks::Matcher::parse(group.matcher.as_deref())
+                .map_err(|why| (format!("{at}.matcher"), why))?;
+            let tool_event = matches!(
+                event,
+                HookEvent::PreToolUse
+                    | HookEvent::PermissionRequest
+                    | HookEvent::PostToolUse
+                    | HookEvent::PostToolUseFailure
+            );
+            if !matcher.is_any() && !tool_event {
+                return Err((
+                    format!("{at}.matcher"),
+                    format!("{event} runs for no tool call, so it takes no matcher"),
+                ));
             }
             if group.hooks.is_empty() {
                 return Err((format!("{at}.hooks"), "lists no hook".into()));

@@ -170,10 +170,6 @@ fn ask(question: &str, project: bool) -> Option<(ApprovalDecision, Option<String
                         eprintln!("{c}");
                         c.to_ascii_lowercase().to_string()
                     }
-                    KeyCode::Enter => {
-                        eprintln!();
-                        String::new()
-                    }
                     _ => {
                         eprintln!();
                         String::new()

@@ -80,7 +80,7 @@ impl RunLog {
 
     /// Writes what `msg` adds. Err only when stdout is closed (a reader such as `head` went away).
     pub(super) fn event(&mut self, msg: &EventMsg, progress: &mut Progress) -> std::io::Result<()> {
-        let steps = self.activity.event(&msg.payload);
+        let step = self.activity.event(&msg.payload);
         match self.detail {
             Detail::Json => {
                 let line = serde_json::to_string(msg).unwrap_or_default();
@@ -105,7 +105,7 @@ impl RunLog {
                 }
             }
         }
-        for step in steps {
+        if let Some(step) = step {
             progress.interject();
             let colour = super::answer::colour();
             let code = match step.kind {
@@ -134,7 +134,7 @@ impl RunLog {
         {
             lines.push(format!("thinking: {}", std::mem::take(&mut self.thinking)));
         }
-        let paths = self.activity.paths().clone();
+        let paths = self.activity.paths();
         let line = match &msg.payload {
             EventPayload::TurnStarted { context, .. } => {
                 let mut line = format!(
@@ -151,9 +151,7 @@ impl RunLog {
             }
             EventPayload::ReasoningDelta { delta, .. } => {
                 self.thinking.push_str(delta);
-                while let Some(at) = self.thinking.find('\n') {
-                    let rest = self.thinking.split_off(at + 1);
-                    let done = std::mem::replace(&mut self.thinking, rest);
+                for done in whole_lines(&mut self.thinking) {
                     if !done.trim().is_empty() {
                         lines.push(format!("thinking: {}", done.trim_end()));
                     }
@@ -169,9 +167,7 @@ impl RunLog {
             EventPayload::ExecCommandOutputDelta { exec_id, chunk, .. } => {
                 let pending = self.output.entry(exec_id.clone()).or_default();
                 pending.push_str(chunk);
-                while let Some(at) = pending.find('\n') {
-                    let rest = pending.split_off(at + 1);
-                    let done = std::mem::replace(pending, rest);
+                for done in whole_lines(pending) {
                     lines.push(format!("  | {}", done.trim_end()));
                 }
                 None
@@ -249,5 +245,19 @@ impl RunLog {
         for line in lines {
             eprintln!("[{}] {}", msg.id, safe(&line));
         }
+    }
+}
+
+/// Takes the whole lines (each with its line break) from the front of `buffer`, leaving the unfinished rest.
+fn whole_lines(buffer: &mut String) -> Vec<String> {
+    match buffer.rfind('\n') {
+        Some(at) => {
+            let rest = buffer.split_off(at + 1);
+            std::mem::replace(buffer, rest)
+                .split_inclusive('\n')
+                .map(str::to_string)
+                .collect()
+        }
+        None => Vec::new(),
     }
 }

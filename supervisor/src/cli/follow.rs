@@ -108,7 +108,10 @@ pub(super) async fn follow(
             }
         }
         let asked = approvals::asked(&msg.payload);
-        if let Some(asked) = asked.filter(|a| auto_edit && approvals::auto_edit_allows(a, &root)) {
+        if let Some(asked) = asked
+            .as_ref()
+            .filter(|a| auto_edit && approvals::auto_edit_allows(a, &root))
+        {
             if let Err(e) = backend
                 .resolve(&asked.request_id, ApprovalDecision::AllowOnce)
                 .await
@@ -116,7 +119,7 @@ pub(super) async fn follow(
                 progress.interject();
                 eprintln!("warning: could not answer the permission request: {e:#}");
             }
-        } else if let Some(asked) = approvals::asked(&msg.payload) {
+        } else if let Some(asked) = asked {
             progress.pause();
             let decided = tokio::select! {
                 d = answer.decide(&asked, workspace, log.paths()) => d,

@@ -310,13 +310,15 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// The steps one event adds; most add none.
-    pub fn event(&mut self, payload: &EventPayload) -> Vec<Step> {
-        let step = |kind, line: String| Step {
-            kind,
-            line,
-            hunks: None,
-        };
+    /// The step one event adds, if any (most add none).
+    pub fn event(&mut self, payload: &EventPayload) -> Option<Step> {
+        let step = self.step(payload);
+        self.observe(payload);
+        step
+    }
+
+    /// Takes in what `payload` says of the turn's calls and commands, rendering nothing.
+    pub fn observe(&mut self, payload: &EventPayload) {
         match payload {
             EventPayload::TurnStarted { context, .. } => {
                 // Calls do not outlive their turn; a worker that never finished some cannot grow these.
@@ -342,47 +344,45 @@ impl Activity {
                 self.execs
                     .insert(exec_id.clone(), (call_id.clone(), command.clone()));
             }
-            EventPayload::ExecCommandEnd {
-                exec_id,
-                exit_code,
-                duration_ms,
-                timed_out,
-                ..
-            } => {
-                if let Some((_, command)) = self.execs.get(exec_id) {
-                    let kind = if *exit_code == Some(0) {
-                        StepKind::Command
-                    } else {
-                        StepKind::CommandFailed
-                    };
-                    let line = command_end(command, *exit_code, *duration_ms, *timed_out);
-                    return vec![step(kind, line)];
-                }
+            EventPayload::ToolCallFinished { call_id, .. } => {
+                self.calls.remove(call_id);
+                self.execs.retain(|_, (c, _)| c != call_id);
+            }
+            _ => {}
+        }
+    }
+
+    /// The step `payload` adds to the log, from what was observed before it.
+    fn step(&self, payload: &EventPayload) -> Option<Step> {
+        let step = |kind, line: String| Step {
+            kind,
+            line,
+            hunks: None,
+        };
+        match payload {
+            EventPayload::ExecCommandEnd { exit_code, .. } => {
+                let kind = if *exit_code == Some(0) {
+                    StepKind::Command
+                } else {
+                    StepKind::CommandFailed
+                };
+                Some(step(kind, self.line(payload)?))
             }
             EventPayload::ToolCallFinished {
                 call_id,
                 tool,
                 status,
-                output,
                 diff,
                 ..
             } => {
-                let (_, args) = self
-                    .calls
-                    .remove(call_id)
-                    .unwrap_or_else(|| (tool.clone(), Value::Null));
                 let ran = self.execs.values().any(|(c, _)| c == call_id);
-                self.execs.retain(|_, (c, _)| c != call_id);
                 // A command that ran already has its line; one that never started (denied, refused) gets one.
                 if tool == "Bash" && ran && *status != ToolCallStatus::Denied {
-                    return Vec::new();
+                    return None;
                 }
                 if tool == "UpdatePlan" && *status == ToolCallStatus::Ok {
-                    return Vec::new();
+                    return None;
                 }
-                let line = self
-                    .text
-                    .outcome(tool, &args, *status, output, diff.as_deref());
                 let kind = match (status, tool.as_str()) {
                     (ToolCallStatus::Ok, "Edit" | "Write") => StepKind::Edit,
                     (ToolCallStatus::Ok, _) => StepKind::Other,
@@ -392,20 +392,19 @@ impl Activity {
                     .as_deref()
                     .filter(|_| kind == StepKind::Edit)
                     .map(hunks);
-                return vec![Step { kind, line, hunks }];
+                Some(Step {
+                    kind,
+                    line: self.line(payload)?,
+                    hunks,
+                })
             }
+            // A hook that had nothing to say is not worth a line of the log.
             EventPayload::HookFinished { decision, .. } => {
-                let kind = match decision.as_deref() {
-                    Some("deny" | "block" | "warning") => StepKind::Failed,
+                let kind = match decision.as_deref()? {
+                    "deny" | "block" | "warning" => StepKind::Failed,
                     _ => StepKind::Other,
                 };
-                // A hook that had nothing to say is not worth a line of the log.
-                if decision.is_some() {
-                    return hook_line(payload)
-                        .map(|l| step(kind, l))
-                        .into_iter()
-                        .collect();
-                }
+                Some(step(kind, self.line(payload)?))
             }
             EventPayload::PlanUpdate { plan, .. } => {
                 let items: Vec<String> = plan
@@ -419,21 +418,19 @@ impl Activity {
                         format!("{mark} {}", i.step)
                     })
                     .collect();
-                return vec![step(StepKind::Plan, format!("Plan: {}", items.join("  ")))];
+                Some(step(StepKind::Plan, format!("Plan: {}", items.join("  "))))
             }
-            _ => {}
+            _ => None,
         }
-        Vec::new()
     }
 
-    /// How the renderer reads `payload`, before [`Activity::event`] takes it in: `{"title": ...}` for a call that
-    /// starts, a call that ends (its outcome) and a command that ends (with its exit code and time). The console
-    /// shows these lines rather than rendering calls itself.
-    pub fn view(&self, payload: &EventPayload) -> Option<Value> {
-        let title = match payload {
+    /// The line a call that starts, a call that ends (its outcome), a command that ends (with its exit code and
+    /// time) or a hook run reads as, from what was observed before it.
+    fn line(&self, payload: &EventPayload) -> Option<String> {
+        match payload {
             EventPayload::ToolCallStarted {
                 tool, arguments, ..
-            } => self.text.title(tool, arguments),
+            } => Some(self.text.title(tool, arguments)),
             EventPayload::ToolCallFinished {
                 call_id,
                 tool,
@@ -443,8 +440,10 @@ impl Activity {
                 ..
             } => {
                 let args = self.calls.get(call_id).map_or(&Value::Null, |(_, a)| a);
-                self.text
-                    .outcome(tool, args, *status, output, diff.as_deref())
+                Some(
+                    self.text
+                        .outcome(tool, args, *status, output, diff.as_deref()),
+                )
             }
             EventPayload::ExecCommandEnd {
                 exec_id,
@@ -454,12 +453,17 @@ impl Activity {
                 ..
             } => {
                 let (_, command) = self.execs.get(exec_id)?;
-                command_end(command, *exit_code, *duration_ms, *timed_out)
+                Some(command_end(command, *exit_code, *duration_ms, *timed_out))
             }
-            EventPayload::HookFinished { .. } => hook_line(payload)?,
-            _ => return None,
-        };
-        Some(serde_json::json!({ "title": title }))
+            EventPayload::HookFinished { .. } => hook_line(payload),
+            _ => None,
+        }
+    }
+
+    /// How the renderer reads `payload`, before [`Activity::observe`] takes it in: `{"title": ...}` for the events
+    /// [`Activity::line`] reads. The console shows these lines rather than rendering calls itself.
+    pub fn view(&self, payload: &EventPayload) -> Option<Value> {
+        Some(serde_json::json!({ "title": self.line(payload)? }))
     }
 
     /// The paths of the turn being followed.

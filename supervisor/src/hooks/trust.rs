@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use crate::home::ServiceHome;
 
 /// The trust file, in the store's root.
@@ -13,7 +11,7 @@ const FILE: &str = "hooks-trusted.json";
 
 /// The `sha256:` digest of a hooks file's content.
 pub fn digest(content: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(content)))
+    crate::bundle::archive::sha256_digest(content)
 }
 
 fn path(home: &ServiceHome) -> PathBuf {

@@ -407,10 +407,24 @@ impl Actor {
                     });
                     return Ok(());
                 }
+                let warning = self.unwritable(&tool, &key);
+                // A rule to keep is offered to a person, never to a hook.
                 let project_rule = project
                     .as_ref()
+                    .filter(|_| hook.is_none())
                     .and_then(|_| super::project_rules::suggest(&tool, &key));
-                let warning = self.unwritable(&tool, &key);
+                let requested = EventPayload::PermissionRequested {
+                    turn_id: turn_id.clone(),
+                    request_id: request_id.clone(),
+                    call_id,
+                    tool,
+                    summary: key,
+                    rule,
+                    diff,
+                    project_rule,
+                    warning,
+                    child_session_id: None,
+                };
                 if let Some(answer) = hook {
                     // One of the session's hooks answered, as a person would have: the request and its answer
                     // are journaled together, naming the hook.
@@ -419,18 +433,7 @@ impl Actor {
                         _ => service_ipc::ApprovalDecision::AllowOnce,
                     };
                     let reason = super::approvals::reason(decision, answer.message);
-                    self.session.emit(EventPayload::PermissionRequested {
-                        turn_id: turn_id.clone(),
-                        request_id: request_id.clone(),
-                        call_id,
-                        tool,
-                        summary: key,
-                        rule,
-                        diff,
-                        project_rule: None,
-                        warning,
-                        child_session_id: None,
-                    });
+                    self.session.emit(requested);
                     self.session.emit(EventPayload::ApprovalResolved {
                         turn_id,
                         request_id: request_id.clone(),
@@ -450,25 +453,14 @@ impl Actor {
                     request_id.clone(),
                     Pending {
                         session_id: self.session.id.clone(),
-                        turn_id: turn_id.clone(),
+                        turn_id,
                         grant,
                         reply: Reply::Worker(self.tx.clone()),
                     },
                 ) {
                     return Err(format!("approval request id {request_id} was used before"));
                 }
-                self.session.emit(EventPayload::PermissionRequested {
-                    turn_id,
-                    request_id,
-                    call_id,
-                    tool,
-                    summary: key,
-                    rule,
-                    diff,
-                    project_rule,
-                    warning,
-                    child_session_id: None,
-                });
+                self.session.emit(requested);
             }
             ToSupervisor::SubagentCall {
                 request_id,

@@ -61,7 +61,7 @@ fn viewed<'a>(events: impl IntoIterator<Item = &'a Published>, viewer: &mut Acti
     let mut buf = BytesMut::new();
     for event in events {
         let view = viewer.view(&event.msg.payload);
-        viewer.event(&event.msg.payload);
+        viewer.observe(&event.msg.payload);
         match (view, event.json.strip_suffix('}')) {
             (Some(view), Some(open)) => {
                 let json = format!("{open},\"view\":{view}}}");

@@ -39,9 +39,12 @@ else:
 print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}))
 "#;
 
-/// A `Stop` hook that keeps the agent working once, and lets it stop the second time.
+/// A `Stop` hook that keeps the agent working once, and lets it stop the second time; it reads the conversation
+/// from `transcript_path` first, and fails (a warning, so no block) when that is not there.
 const STOP_ONCE: &str = r#"import json, sys
 event = json.load(sys.stdin)
+with open(event["transcript_path"]) as f:
+    assert "hello" in f.read()
 if not event.get("stop_hook_active"):
     print(json.dumps({"decision": "block", "reason": "now run the tests before you stop"}))
 "#;

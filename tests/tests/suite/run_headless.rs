@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{give_to_sandbox, write_bundle, Env};
+use super::support::{give_to_sandbox, Env};
 
 const SCRIPT: &str = r#"{turns: [
   {when: "slow", replies: [{tool_calls: [{name: "Bash", arguments: {command: "sleep 60"}}]}, {text: "never"}]},
@@ -21,14 +21,11 @@ const SCRIPT: &str = r#"{turns: [
 ]}"#;
 
 fn setup() -> Env {
-    let env = Env::new();
-    write_bundle(
-        &env.path("b"),
+    let env = Env::with_bundle(
         SCRIPT,
         "max_steps: 2\npermissions: { default: ask }",
         "read_only",
     );
-    env.run(&["build", "b"]).ok();
     env.run(&["config", "set", "default_bundle", "fixture"])
         .ok();
     give_to_sandbox(env.work.path());

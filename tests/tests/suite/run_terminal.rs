@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{give_to_sandbox, write_bundle, Env};
+use super::support::{give_to_sandbox, Env};
 use super::tmux::Tmux;
 
 const SCRIPT: &str = r#"{turns: [{replies: [
@@ -15,14 +15,7 @@ const SCRIPT: &str = r#"{turns: [{replies: [
 
 /// A store with the `fixture` bundle (writable, asking before every call), and a project `proj` with `calc.py`.
 fn setup(script: &str) -> Env {
-    let env = Env::new();
-    write_bundle(
-        &env.path("b"),
-        script,
-        "permissions: { default: ask }",
-        "workspace_write",
-    );
-    env.run(&["build", "b"]).ok();
+    let env = Env::with_bundle(script, "permissions: { default: ask }", "workspace_write");
     let proj = env.path("proj");
     std::fs::create_dir_all(&proj).unwrap();
     std::fs::write(proj.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();

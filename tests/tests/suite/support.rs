@@ -186,6 +186,16 @@ pub fn write_bundle(dir: &Path, script: &str, agent_extra: &str, sandbox_mode: &
     .unwrap();
 }
 
+impl Env {
+    /// A fresh env with the scripted bundle `fixture` (see [`write_bundle`]) written to `b/` and built.
+    pub fn with_bundle(script: &str, agent_extra: &str, sandbox_mode: &str) -> Env {
+        let env = Env::new();
+        write_bundle(&env.path("b"), script, agent_extra, sandbox_mode);
+        env.run(&["build", "b"]).ok();
+        env
+    }
+}
+
 /// Builds into `env`'s store a scripted bundle (`fixture`) whose one answer is `words` words, streamed as about
 /// `words / 3` deltas; returns the answer.
 pub fn build_long_answer_bundle(env: &Env, words: usize) -> String {

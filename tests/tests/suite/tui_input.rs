@@ -16,14 +16,7 @@ const SCRIPT: &str = r#"{turns: [
 ]}"#;
 
 fn setup() -> Env {
-    let env = Env::new();
-    write_bundle(
-        &env.path("b"),
-        SCRIPT,
-        "permissions: { default: allow }",
-        "workspace_write",
-    );
-    env.run(&["build", "b"]).ok();
+    let env = Env::with_bundle(SCRIPT, "permissions: { default: allow }", "workspace_write");
     let proj = env.path("proj");
     std::fs::create_dir_all(proj.join("src")).unwrap();
     std::fs::create_dir_all(proj.join("target")).unwrap();

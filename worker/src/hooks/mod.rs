@@ -35,7 +35,7 @@ pub struct Hooks {
 
 /// Which tool calls a hook runs for.
 #[derive(Debug)]
-enum Matcher {
+pub enum Matcher {
     /// Every call (no matcher, `*` or an empty one).
     Any,
     /// Tool names the whole expression matches (`Edit|Write`, `mcp__git__.*`).
@@ -47,21 +47,30 @@ enum Matcher {
 }
 
 impl Matcher {
-    fn new(matcher: Option<&str>) -> Matcher {
+    /// Reads a declaration's matcher; the error says what a matcher may be. The supervisor checks declarations
+    /// with it, so a bundle or project file with a bad one is refused before any session.
+    pub fn parse(matcher: Option<&str>) -> Result<Matcher, String> {
         let Some(m) = matcher
             .map(str::trim)
             .filter(|m| !m.is_empty() && *m != "*")
         else {
-            return Matcher::Any;
+            return Ok(Matcher::Any);
         };
         if let Some(prefix) = m.strip_prefix("Bash(").and_then(|r| r.strip_suffix(')')) {
             let prefix = prefix
                 .strip_suffix(":*")
                 .unwrap_or(prefix)
                 .trim_end_matches(" *");
-            return Matcher::Command(prefix.to_string());
+            return Ok(Matcher::Command(prefix.to_string()));
         }
-        Regex::new(&format!("^(?:{m})$")).map_or(Matcher::Never, Matcher::Tools)
+        Regex::new(&format!("^(?:{m})$")).map(Matcher::Tools).map_err(|_| {
+            format!("\"{m}\" is not a regular expression over tool names (e.g. Edit|Write) or Bash(PREFIX:*)")
+        })
+    }
+
+    /// Whether it selects every call.
+    pub fn is_any(&self) -> bool {
+        matches!(self, Matcher::Any)
     }
 
     fn selects(&self, tool: &str, input: &Value) -> bool {
@@ -102,7 +111,10 @@ impl Hooks {
         let hooks: Vec<_> = config
             .hooks
             .iter()
-            .map(|h| (h.clone(), Matcher::new(h.matcher.as_deref())))
+            .map(|h| {
+                let matcher = Matcher::parse(h.matcher.as_deref()).unwrap_or(Matcher::Never);
+                (h.clone(), matcher)
+            })
             .collect();
         let transcript = (!hooks.is_empty()).then(|| {
             std::env::temp_dir()
@@ -128,19 +140,8 @@ impl Hooks {
                 text.push('\n');
             }
         }
-        let write = || -> std::io::Result<()> {
-            use std::os::unix::fs::PermissionsExt;
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let tmp = path.with_extension("tmp");
-            let _ = std::fs::remove_file(&tmp);
-            std::fs::write(&tmp, text)?;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))?;
-            std::fs::rename(&tmp, path)
-        };
-        // A hook finds no transcript then, as it would on a read-only /tmp; the turn is not the hook's.
-        let _ = write();
+        // A hook finds no transcript where it cannot be written safely, as it would on a read-only /tmp.
+        let _ = write_private(path, text.as_bytes());
     }
 
     /// Runs the hooks `point` selects, at once, each journaled, and reads their answers; a point no hook
@@ -212,7 +213,14 @@ impl Hooks {
                     exit_code: ran.exit_code,
                     timed_out: ran.timed_out,
                     decision: answer.decision.map(|d| d.as_str().to_string()),
-                    reason: answer.reason.as_deref().map(|r| clip(r, MAX_EVENT_REASON)),
+                    reason: answer.reason.as_deref().map(|r| {
+                        let kept = crate::tools::clip(r, MAX_EVENT_REASON);
+                        if kept.len() < r.len() {
+                            format!("{kept}…")
+                        } else {
+                            kept.to_string()
+                        }
+                    }),
                     duration_ms: ran.duration.as_millis() as u64,
                 })
                 .await;
@@ -249,14 +257,57 @@ impl Hooks {
     }
 }
 
-/// `text` cut at `max` bytes, on a character boundary.
-fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
+/// Writes `bytes` to `path` whole, read-only, in a directory only this user may change. Without a sandbox the
+/// directory is in the host's shared `/tmp`, where another user could have made it, or a link in it: such a
+/// directory is refused, and the file is created anew (`O_EXCL` never follows a link) and renamed into place.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user's alone",
+            dir.display()
+        )));
     }
-    format!("{}…", &text[..end])
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transcript_is_not_written_through_a_directory_someone_else_planted_as_a_link() {
+        let root = tempfile::TempDir::new().unwrap();
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let planted = root.path().join(".service-hooks");
+        std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
+        assert!(write_private(&planted.join("s.jsonl"), b"secret\n").is_err());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        let own = root.path().join("own");
+        write_private(&own.join("s.jsonl"), b"one\n").unwrap();
+        // A link planted where the file goes is replaced, not followed.
+        std::os::unix::fs::symlink(elsewhere.join("victim"), own.join("s.tmp")).unwrap();
+        write_private(&own.join("s.jsonl"), b"two\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(own.join("s.jsonl")).unwrap(),
+            "two\n"
+        );
+        assert!(!elsewhere.join("victim").exists());
+    }
 }

@@ -88,9 +88,7 @@ pub async fn run(launch: Launch<'_>, cancel: &tokio_util::sync::CancellationToke
         _ = cancel.cancelled() => None,
     };
     // The shell's leftovers would hold the pipes open; a killed hook's group goes with it.
-    if let Some(pgid) = pgid {
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    }
+    exec::kill_group(pgid);
     let _ = child.wait().await;
     writer.abort();
     ran.exit_code = status.and_then(|s| s.code());

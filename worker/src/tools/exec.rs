@@ -393,7 +393,7 @@ async fn emit_output(
     }
 }
 
-fn kill_group(pgid: Option<nix::unistd::Pid>) {
+pub(crate) fn kill_group(pgid: Option<nix::unistd::Pid>) {
     if let Some(pgid) = pgid {
         // ESRCH (already gone) is the expected case after a clean exit.
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);

@@ -250,3 +250,15 @@ pub fn resolve(cwd: &Path, path: &str) -> PathBuf {
     }
     out
 }
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+pub(crate) fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

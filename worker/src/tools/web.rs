@@ -144,7 +144,7 @@ impl Page {
             text
         };
         let mut out = format!("{} ({})\n\n", self.url, self.status);
-        let cut = clip(&text, MAX_OUTPUT);
+        let cut = super::clip(&text, MAX_OUTPUT);
         out.push_str(cut);
         if cut.len() < text.len() || self.truncated {
             out.push_str(&format!(
@@ -169,18 +169,6 @@ fn to_markdown(html: &str) -> String {
     converter
         .convert(html)
         .unwrap_or_else(|e| format!("(the page could not be converted: {e})"))
-}
-
-/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-fn clip(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// A fetch error with its causes; a refused tunnel says who refuses and why.
@@ -218,7 +206,7 @@ mod tests {
 
     #[test]
     fn clipping_keeps_whole_characters() {
-        assert_eq!(clip("héllo", 2), "h");
-        assert_eq!(clip("abc", 10), "abc");
+        assert_eq!(super::super::clip("héllo", 2), "h");
+        assert_eq!(super::super::clip("abc", 10), "abc");
     }
 }
