@@ -118,11 +118,6 @@ pub fn scan(
     Ok(out)
 }
 
-/// The text of the small regular file `name` in `dir`, opened without following a link; None for anything else.
-pub(super) fn read_small(dir: BorrowedFd<'_>, name: &CStr) -> Option<String> {
-    crate::sandbox::host_dir::read_small_at(dir, name, ignores::MAX_FILE)
-}
-
 fn panicked() -> std::io::Error {
     std::io::Error::other("a scan thread panicked")
 }
@@ -301,7 +296,9 @@ impl Walk<'_> {
         let texts: Vec<String> = names
             .iter()
             .filter(|n| ignores::FILES.iter().any(|f| f.as_bytes() == n.to_bytes()))
-            .filter_map(|n| read_small(fd.as_fd(), n))
+            .filter_map(|n| {
+                crate::sandbox::host_dir::read_small_at(fd.as_fd(), n, ignores::MAX_FILE)
+            })
             .collect();
         let here = match texts.is_empty() {
             true => rules.clone(),
