@@ -16,17 +16,15 @@
 //! `resources.cpu` (default 1: a program and the worker each poll while the other works, so a long run of calls
 //! uses two CPUs' time and meets a one-CPU quota); `BENCH_EXE` runs another build's worker.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use service_ipc::{Task, TurnOverrides, TurnStatus};
-use service_supervisor::{worker_beside, RuntimeOptions, ServiceHome, ServiceRuntime};
+use std::path::Path;
+use std::time::Duration;
 
 #[path = "common/stats.rs"]
 mod stats;
 use stats::{env_or, median};
-
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "common/turns.rs"]
+mod turns;
+use turns::{per_call, BenchResult};
 
 /// The calls added to a turn to measure one, unless `BENCH_CALLS` says otherwise.
 const CALLS: usize = 100;
@@ -89,20 +87,13 @@ fn codeact_script(calls: usize) -> serde_json::Value {
     serde_json::json!({"turns": [turn(1), turn(1 + calls)]})
 }
 
-async fn turn(rt: &ServiceRuntime, id: &str, how: &str, calls: usize) -> BenchResult<Duration> {
-    let started = Instant::now();
-    let pending = rt
-        .start_turn(
-            id,
-            Task::new(format!("{how} {calls}.")),
-            TurnOverrides::default(),
-        )
-        .await?;
-    let outcome = pending.outcome.await?;
-    if outcome.status != TurnStatus::Completed || outcome.final_message != "done" {
-        return Err(format!("the turn \"{how} {calls}\" ended {outcome:?}").into());
-    }
-    Ok(started.elapsed())
+async fn turn(
+    rt: &service_supervisor::ServiceRuntime,
+    id: &str,
+    how: &str,
+    calls: usize,
+) -> BenchResult<Duration> {
+    turns::turn(rt, id, &format!("{how} {calls}.")).await
 }
 
 fn main() -> BenchResult<()> {
@@ -110,9 +101,6 @@ fn main() -> BenchResult<()> {
     let cpu = env_or("BENCH_CPU", CPU);
     // One model step per call: agent.yaml allows at most 1,000 steps, and this figure is only a comparison.
     let steps = calls.min(CALLS);
-    let exe = std::env::var_os("BENCH_EXE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
     let home = tempfile::TempDir::new()?;
     let react = tempfile::TempDir::new()?;
     write_bundle(
@@ -124,26 +112,8 @@ fn main() -> BenchResult<()> {
     )?;
     let codeact = tempfile::TempDir::new()?;
     write_bundle(codeact.path(), "codeact", codeact_script(calls), calls, cpu)?;
-    let workspace = tempfile::TempDir::new()?;
-    std::fs::write(workspace.path().join("data.txt"), "one\ntwo\nthree\n")?;
-    // A root supervisor runs sandboxes as the workspace's owner, nobody here.
-    if nix::unistd::geteuid().is_root() {
-        for path in [
-            workspace.path().to_path_buf(),
-            workspace.path().join("data.txt"),
-        ] {
-            std::os::unix::fs::chown(path, Some(65534), Some(65534))?;
-        }
-    }
-
-    let rt = ServiceRuntime::new(
-        ServiceHome::new(home.path()),
-        RuntimeOptions::new(worker_beside(&exe)),
-    );
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let workspace = turns::workspace()?;
+    let (rt, tokio) = turns::runtime(home.path())?;
     let samples: [Vec<Duration>; 6] = tokio.block_on(async {
         let json = rt
             .create_session(&react.path().display().to_string(), Some(workspace.path()))
@@ -239,15 +209,6 @@ struct Paired {
 impl Paired {
     /// From the samples in the order `main` takes them, where the turns of many add `calls` calls.
     fn of(samples: &[Vec<Duration>; 6], calls: usize) -> Self {
-        let per_call = |one: &[Duration], many: &[Duration], n: usize| {
-            let mut diffs: Vec<f64> = one
-                .iter()
-                .zip(many)
-                .map(|(o, m)| (m.as_secs_f64() - o.as_secs_f64()) * 1e3 / n as f64)
-                .collect();
-            diffs.sort_by(f64::total_cmp);
-            diffs.get(diffs.len() / 2).copied().unwrap_or(f64::NAN)
-        };
         Self {
             json: per_call(&samples[0], &samples[1], calls),
             code: per_call(&samples[4], &samples[5], calls),

@@ -11,16 +11,14 @@
 //! `BENCH_HOOK` the hook's command.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-use service_ipc::{Task, TurnOverrides, TurnStatus};
-use service_supervisor::{worker_beside, RuntimeOptions, ServiceHome, ServiceRuntime};
+use std::time::Duration;
 
 #[path = "common/stats.rs"]
 mod stats;
 use stats::env_or;
-
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "common/turns.rs"]
+mod turns;
+use turns::{per_call, turn, BenchResult};
 
 fn write_bundle(dir: &Path, calls: usize, hook: Option<&str>) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join("resources"))?;
@@ -52,61 +50,16 @@ fn write_bundle(dir: &Path, calls: usize, hook: Option<&str>) -> std::io::Result
     std::fs::write(dir.join("resources/script.json5"), script.to_string())
 }
 
-async fn turn(rt: &ServiceRuntime, id: &str, calls: usize) -> BenchResult<Duration> {
-    let started = Instant::now();
-    let pending = rt
-        .start_turn(
-            id,
-            Task::new(format!("calls {calls}.")),
-            TurnOverrides::default(),
-        )
-        .await?;
-    let outcome = pending.outcome.await?;
-    if outcome.status != TurnStatus::Completed || outcome.final_message != "done" {
-        return Err(format!("the turn of {calls} calls ended {outcome:?}").into());
-    }
-    Ok(started.elapsed())
-}
-
-/// The median over iterations of (many - one) / calls, in milliseconds.
-fn per_call(one: &[Duration], many: &[Duration], calls: usize) -> f64 {
-    let mut diffs: Vec<f64> = one
-        .iter()
-        .zip(many)
-        .map(|(o, m)| (m.as_secs_f64() - o.as_secs_f64()) * 1e3 / calls as f64)
-        .collect();
-    diffs.sort_by(f64::total_cmp);
-    diffs.get(diffs.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn main() -> BenchResult<()> {
     let (iters, calls) = (env_or("BENCH_ITERS", 20), env_or("BENCH_CALLS", 20));
     let hook = std::env::var("BENCH_HOOK").unwrap_or_else(|_| "cat > /dev/null".into());
-    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_service-rs"));
     let home = tempfile::TempDir::new()?;
     let plain = tempfile::TempDir::new()?;
     write_bundle(plain.path(), calls, None)?;
     let hooked = tempfile::TempDir::new()?;
     write_bundle(hooked.path(), calls, Some(&hook))?;
-    let workspace = tempfile::TempDir::new()?;
-    std::fs::write(workspace.path().join("data.txt"), "one\ntwo\nthree\n")?;
-    // A root supervisor runs sandboxes as the workspace's owner, nobody here.
-    if nix::unistd::geteuid().is_root() {
-        for path in [
-            workspace.path().to_path_buf(),
-            workspace.path().join("data.txt"),
-        ] {
-            std::os::unix::fs::chown(path, Some(65534), Some(65534))?;
-        }
-    }
-    let rt = ServiceRuntime::new(
-        ServiceHome::new(home.path()),
-        RuntimeOptions::new(worker_beside(&exe)),
-    );
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let workspace = turns::workspace()?;
+    let (rt, tokio) = turns::runtime(home.path())?;
     let samples: [Vec<Duration>; 4] = tokio.block_on(async {
         let (plain_ref, hooked_ref) = (
             plain.path().display().to_string(),
@@ -120,16 +73,17 @@ fn main() -> BenchResult<()> {
             .create_session(&hooked_ref, Some(workspace.path()))
             .await?
             .id;
+        let (one, many) = ("calls 1.".to_string(), format!("calls {}.", 1 + calls));
         for _ in 0..3 {
-            turn(&rt, &without, 1).await?;
-            turn(&rt, &with, 1).await?;
+            turn(&rt, &without, &one).await?;
+            turn(&rt, &with, &one).await?;
         }
         let mut samples: [Vec<Duration>; 4] = Default::default();
         for _ in 0..iters {
-            samples[0].push(turn(&rt, &without, 1).await?);
-            samples[1].push(turn(&rt, &without, 1 + calls).await?);
-            samples[2].push(turn(&rt, &with, 1).await?);
-            samples[3].push(turn(&rt, &with, 1 + calls).await?);
+            samples[0].push(turn(&rt, &without, &one).await?);
+            samples[1].push(turn(&rt, &without, &many).await?);
+            samples[2].push(turn(&rt, &with, &one).await?);
+            samples[3].push(turn(&rt, &with, &many).await?);
         }
         rt.shutdown("bench over").await;
         BenchResult::Ok(samples)
