@@ -1,5 +1,5 @@
 //! Which session store the runtime suite runs over. By default the embedded files; with `SERVICE_TEST_STORE=postgres`
-//! the same tests run over PostgreSQL: one throwaway cluster for the test process (stopped when it exits), and one
+//! the same tests run over PostgreSQL: one throwaway cluster for the test process (stopped and deleted when it exits), and one
 //! database per `SERVICE_HOME`, so a test that restarts its runtime or server over the same home finds its sessions.
 
 use std::collections::HashSet;
@@ -20,7 +20,7 @@ pub fn postgres() -> bool {
 
 extern "C" fn stop_cluster() {
     if let Some(pg) = CLUSTER.get() {
-        pg.stop_now();
+        pg.discard();
     }
 }
 
@@ -29,7 +29,7 @@ pub fn url_for(home: &Path) -> String {
     use std::hash::{Hash, Hasher};
     let pg = CLUSTER.get_or_init(|| {
         let pg = Postgres::start();
-        // Statics are never dropped: the cluster stops when the process exits.
+        // Statics are never dropped: the cluster stops, and its files go, when the process exits.
         // SAFETY: registers a plain function with no captured state; it runs once, at exit.
         unsafe { nix::libc::atexit(stop_cluster) };
         pg
