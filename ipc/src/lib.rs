@@ -41,7 +41,7 @@ pub use names::{
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 
 /// Version of the supervisor/worker protocol; both sides refuse a peer that speaks another one.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// The worker's command-line flag that asks it to read the cgroup handoff before its `hello`: one byte from the
 /// supervisor carrying, as `SCM_RIGHTS`, a descriptor of the `tasks` file of each cgroup v1 the supervisor made for

@@ -39,6 +39,18 @@ pub enum ToWorker {
     ReplaceHistory {
         /// The messages, in order.
         messages: Vec<ChatMessage>,
+        /// Why it was compacted (`auto`, `manual` or `overflow`): the session's `PostCompact` hooks run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger: Option<String>,
+    },
+    /// The supervisor is about to compact the conversation: the session's `PreCompact` hooks run, reading the
+    /// conversation as it still is. Nothing waits for them.
+    Compacting {
+        /// `auto`, `manual` or `overflow`.
+        trigger: String,
+        /// What the user asked the summary to keep, for a compaction by hand.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        custom_instructions: Option<String>,
     },
     /// A streamed piece of the answer to `ModelRequest` `request_id`.
     ModelChunk {

@@ -19,7 +19,13 @@
 //! input = 2.5
 //! output = 10.0
 //! cached_input = 1.25
+//!
+//! [[hooks.PreToolUse]]             # operator hooks, as hooks.json spells them; scripts in $SERVICE_HOME/hooks
+//! matcher = "Bash"
+//! hooks = [{ type = "command", command = "python3 $SERVICE_OPERATOR_HOOKS_DIR/policy.py" }]
 //! ```
+//!
+//! `operator_hooks_only = true` runs the operator's hooks and no bundle's or project's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -112,6 +118,12 @@ pub struct ConfigFile {
     /// How the TUI calls the user back.
     #[serde(default)]
     pub notify: Notify,
+    /// The operator's hooks, by event: every session runs them, and no bundle or project can turn them off.
+    #[serde(default)]
+    pub hooks: crate::bundle::hooks::HookMap,
+    /// Only the operator's hooks run; bundles' and projects' hooks are ignored.
+    #[serde(default)]
+    pub operator_hooks_only: bool,
 }
 
 /// Why `config.toml` could not be read or changed.
@@ -186,6 +198,8 @@ pub fn load(home: &Path) -> Result<ConfigFile, ConfigError> {
     if let Some(model) = &file.default_model {
         check_model(model).map_err(err)?;
     }
+    crate::bundle::hooks::validate(&file.hooks)
+        .map_err(|(key, why)| err(format!("hooks.{key}: {why}")))?;
     Ok(file)
 }
 

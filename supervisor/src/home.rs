@@ -69,6 +69,11 @@ impl ServiceHome {
         self.root.join("run")
     }
 
+    /// `hooks/`: the operator's hook scripts, which every sandbox sees read-only (see `crate::hooks`).
+    pub fn operator_hooks_dir(&self) -> PathBuf {
+        self.root().join("hooks")
+    }
+
     /// `run/sandbox`: files every sandbox of this home shares, prepared once (see `sandbox::etc_snapshot`).
     pub fn sandbox_cache(&self) -> PathBuf {
         self.run_dir().join("sandbox")

@@ -41,6 +41,7 @@ pub mod permissions;
 pub mod react;
 pub mod registry;
 pub mod session;
+mod session_hooks;
 pub mod state;
 pub mod subagents;
 pub mod tools;

@@ -162,6 +162,9 @@ pub async fn run_turn(
             crate::codeact::steps(&turn, &mut history, &mut start, first, &mut usage).await
         }
     };
+    if let Err(Stop::Failed { code, message }) = &outcome {
+        turn.stop_failure(code, message, &history[start..]).await;
+    }
     let added = history[start..].to_vec();
 
     let (status, final_message, error) = match outcome {
@@ -509,6 +512,9 @@ impl Turn<'_> {
             cancel: self.cancel,
         };
         out_delta(&ctx, registry.describe(&tool, &args, &key)).await;
+        if matches!(tool, Tool::Agent) {
+            return self.subagent_run(&tool, args, &ctx).await;
+        }
         registry.run(&tool, args, &ctx).await
     }
 

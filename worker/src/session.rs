@@ -1,6 +1,7 @@
 //! The worker's dispatch loop: routes supervisor frames to the running turn, operator commands, model streams and
 //! pending approvals, and sends heartbeats.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use crate::conn::{self, Outbox};
 use crate::error::Result;
 use crate::registry::Registry;
 use crate::state::Shared;
-use crate::{mcp, react, tools};
+use crate::{mcp, react, session_hooks, tools};
 
 struct RunningTurn {
     turn_id: String,
@@ -65,6 +66,7 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
     let stop = CancellationToken::new();
     let mut turn: Option<RunningTurn> = None;
     let mut result = Ok(());
+    let mut told_to_stop = false;
 
     while let Some(frame) = inbound.next().await {
         service_ipc::shrink_idle(inbound.read_buffer_mut());
@@ -106,11 +108,31 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 // Queued behind a running turn's own messages: the supervisor sends it only between turns.
                 shared.history.lock().await.extend(messages);
             }
-            ToWorker::ReplaceHistory { messages } => match shared.history.try_lock() {
-                Ok(mut history) => *history = messages,
-                // A running turn holds the conversation: it takes the new one before its next model call.
-                Err(_) => shared.replace_history_later(messages),
-            },
+            ToWorker::ReplaceHistory { messages, trigger } => {
+                if let Some(trigger) = trigger {
+                    session_hooks::post_compact(&shared, trigger, &messages, &stop);
+                    shared.compacted.store(true, Ordering::SeqCst);
+                }
+                match shared.history.try_lock() {
+                    Ok(mut history) => *history = messages,
+                    // A running turn holds the conversation: it takes the new one before its next model call.
+                    Err(_) => shared.replace_history_later(messages),
+                }
+            }
+            ToWorker::Compacting {
+                trigger,
+                custom_instructions,
+            } => {
+                // A running turn holds the conversation; the hooks then read it as the last hook point wrote it.
+                let history = shared.history.try_lock().ok();
+                session_hooks::pre_compact(
+                    &shared,
+                    trigger,
+                    custom_instructions,
+                    history.as_deref().map(Vec::as_slice),
+                    &stop,
+                );
+            }
             ToWorker::ModelChunk { request_id, chunk } => {
                 shared.deliver_chunk(&request_id, chunk).await;
             }
@@ -146,7 +168,10 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                     t.cancel.cancel();
                 }
             }
-            ToWorker::Shutdown => break,
+            ToWorker::Shutdown => {
+                told_to_stop = true;
+                break;
+            }
             ToWorker::Configure(_) => {
                 result = Err(crate::WorkerError::Protocol(
                     "configure received twice".into(),
@@ -156,10 +181,14 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
         }
     }
 
-    // Ending: stop running work, let the turn report how it ended, then flush what is queued.
+    // Ending: stop running work, let the turn report how it ended, run `SessionEnd` hooks when the supervisor
+    // asked for the end, then flush what is queued.
     stop.cancel();
     if let Some(t) = turn {
         let _ = tokio::time::timeout(Duration::from_secs(5), t.task).await;
+    }
+    if told_to_stop {
+        session_hooks::session_end(&shared).await;
     }
     heartbeat.abort();
     drop(shared);

@@ -31,6 +31,10 @@ pub struct Shared {
     pub hooks: crate::hooks::Hooks,
     /// Set once this worker's first turn ran its `SessionStart` hooks.
     pub session_started: std::sync::atomic::AtomicBool,
+    /// Set when the supervisor compacted the conversation, until the next turn ran `SessionStart` (`compact`).
+    pub compacted: std::sync::atomic::AtomicBool,
+    /// The last hooks started outside a turn, which the next ones wait for: `PostCompact` runs after `PreCompact`.
+    pub outside_turns: Mutex<Option<tokio::task::JoinHandle<()>>>,
     model_streams: Mutex<HashMap<String, mpsc::Sender<ModelChunk>>>,
     approvals: Mutex<HashMap<String, oneshot::Sender<Decided>>>,
     /// A compacted conversation that arrived while a turn ran, for it to take.
@@ -44,6 +48,8 @@ impl Shared {
             history: tokio::sync::Mutex::new(config.history.clone()),
             hooks: crate::hooks::Hooks::new(&config),
             session_started: std::sync::atomic::AtomicBool::new(false),
+            compacted: std::sync::atomic::AtomicBool::new(false),
+            outside_turns: Mutex::new(None),
             config,
             outbox,
             registry,

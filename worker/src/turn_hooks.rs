@@ -1,6 +1,7 @@
-//! Where a turn meets its hooks: the prompt (`SessionStart` on a worker's first turn, `UserPromptSubmit`), each
-//! tool call (`PreToolUse`, `PermissionRequest`, `PostToolUse`, `PostToolUseFailure`) and the end (`Stop`). The
-//! hooks module runs and reads them; here their verdicts act on the turn.
+//! Where a turn meets its hooks: the prompt (`SessionStart` on a worker's first turn or after a compaction,
+//! `UserPromptSubmit`), each tool call (`PreToolUse`, `PermissionRequest`, `PostToolUse`, `PostToolUseFailure`),
+//! each subagent (`SubagentStart`, `SubagentStop`) and the end (`Stop`, or `StopFailure`). The hooks module runs
+//! and reads them; here their verdicts act on the turn.
 
 use std::sync::atomic::Ordering;
 
@@ -9,7 +10,8 @@ use service_ipc::{ApprovalDecision, ChatMessage, HookAnswer, HookEvent, ToolCall
 
 use crate::hooks::{Decision, Point, Verdict};
 use crate::react::Turn;
-use crate::tools::ToolResult;
+use crate::registry::Tool;
+use crate::tools::{ToolCtx, ToolResult};
 
 /// What `PreToolUse` hooks let a call do.
 pub(crate) struct PreTool {
@@ -54,13 +56,17 @@ impl Turn<'_> {
         let hooks = &self.shared.hooks;
         let mut context = Vec::new();
         let first = !self.shared.session_started.swap(true, Ordering::SeqCst);
-        let starting = first && hooks.on(HookEvent::SessionStart);
+        let compacted = self.shared.compacted.swap(false, Ordering::SeqCst);
+        let starting = (first || compacted) && hooks.on(HookEvent::SessionStart);
         if starting || hooks.on(HookEvent::UserPromptSubmit) {
             hooks.write_transcript(before);
         }
         if starting {
-            // A worker's first turn on a session with a conversation is a later process taking it up.
-            let source = if before.is_empty() {
+            // A worker's first turn on a session with a conversation is a later process taking it up; the first
+            // turn after a compaction starts again from the summary.
+            let source = if compacted {
+                "compact"
+            } else if before.is_empty() {
                 "startup"
             } else {
                 "resume"
@@ -186,16 +192,82 @@ impl Turn<'_> {
         let verdict = self
             .hooks(event, Some((name, args, &call.id)), fields)
             .await;
-        if verdict.decision == Some(Decision::Block) {
-            let reason = verdict.reason_or("blocked");
-            result
-                .output
-                .push_str(&format!("\n\n{} hook: {reason}", event.as_str()));
+        append(result, event, &verdict);
+    }
+
+    /// Runs an `Agent` call between its `SubagentStart` hooks, whose context is added to the subagent's prompt,
+    /// and its `SubagentStop` hooks, whose reason or context is added to the answer the model reads.
+    pub(crate) async fn subagent_run(
+        &self,
+        tool: &Tool,
+        mut args: Value,
+        ctx: &ToolCtx<'_>,
+    ) -> ToolResult {
+        let hooks = &self.shared.hooks;
+        let agent_type = crate::subagents::Subagents::key(&args);
+        let ids = |more: Vec<(&str, Value)>| {
+            let mut f = fields([
+                ("agent_id", json!(ctx.call_id)),
+                ("agent_type", json!(agent_type)),
+            ]);
+            f.extend(more.into_iter().map(|(k, v)| (k.to_string(), v)));
+            f
+        };
+        if hooks.on(HookEvent::SubagentStart) {
+            let verdict = self
+                .hooks(HookEvent::SubagentStart, None, ids(vec![]))
+                .await;
+            if let (Some(context), Some(prompt)) = (
+                verdict.context_text(HookEvent::SubagentStart),
+                args.get_mut("prompt"),
+            ) {
+                if let Some(text) = prompt.as_str() {
+                    *prompt = json!(format!("{text}\n\n{context}"));
+                }
+            }
         }
-        if let Some(context) = verdict.context_text(event) {
-            result.output.push_str("\n\n");
-            result.output.push_str(&context);
+        let mut result = self.shared.registry.run(tool, args, ctx).await;
+        if hooks.on(HookEvent::SubagentStop) {
+            let more = vec![
+                ("stop_hook_active", json!(false)),
+                ("last_assistant_message", json!(result.output)),
+            ];
+            let verdict = self.hooks(HookEvent::SubagentStop, None, ids(more)).await;
+            append(&mut result, HookEvent::SubagentStop, &verdict);
         }
+        result
+    }
+
+    /// `StopFailure` hooks of a turn that ends failed with `code`: they are told, and change nothing.
+    pub(crate) async fn stop_failure(&self, code: &str, message: &str, added: &[ChatMessage]) {
+        if !self.shared.hooks.on(HookEvent::StopFailure) {
+            return;
+        }
+        let last = added
+            .iter()
+            .rev()
+            .find(|m| m.role == service_ipc::ChatRole::Assistant)
+            .map(|m| m.content.as_str());
+        let fields = fields([
+            ("error", json!(code)),
+            ("error_details", json!(message)),
+            ("last_assistant_message", json!(last)),
+        ]);
+        self.hooks(HookEvent::StopFailure, None, fields).await;
+    }
+}
+
+/// Adds what a hook that ran after a call said to its result: the reason it blocked, and its context.
+fn append(result: &mut ToolResult, event: HookEvent, verdict: &Verdict) {
+    if verdict.decision == Some(Decision::Block) {
+        let reason = verdict.reason_or("blocked");
+        result
+            .output
+            .push_str(&format!("\n\n{} hook: {reason}", event.as_str()));
+    }
+    if let Some(context) = verdict.context_text(event) {
+        result.output.push_str("\n\n");
+        result.output.push_str(&context);
     }
 }
 

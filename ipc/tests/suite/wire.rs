@@ -409,6 +409,7 @@ fn every_to_worker() -> Vec<ToWorker> {
             executor: service_ipc::ExecutorKind::Codeact,
             codeact_timeout_ms: 5000,
             hooks: Vec::new(),
+            operator_hooks_dir: Some("/operator-hooks".into()),
             mcp_servers: [(
                 "git".to_string(),
                 service_ipc::McpServer::Stdio {
@@ -445,6 +446,14 @@ fn every_to_worker() -> Vec<ToWorker> {
         },
         ToWorker::AppendHistory {
             messages: vec![ChatMessage::text(ChatRole::User, "hi")],
+        },
+        ToWorker::ReplaceHistory {
+            messages: vec![ChatMessage::text(ChatRole::User, "summary")],
+            trigger: Some("manual".into()),
+        },
+        ToWorker::Compacting {
+            trigger: "auto".into(),
+            custom_instructions: Some("keep the test names".into()),
         },
         ToWorker::ModelChunk {
             request_id: "m".into(),

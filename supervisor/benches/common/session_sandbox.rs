@@ -55,6 +55,7 @@ impl SessionSandbox {
             workspace_fd: fds[1],
             userns_fd: None,
             egress: None,
+            operator_hooks_fd: None,
         };
         let perms = bwrap::Permissions {
             workspace_writable: true,

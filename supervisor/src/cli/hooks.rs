@@ -19,8 +19,8 @@ pub struct HooksArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum HooksCommand {
-    /// Show the hooks a session of BUNDLE in the directory would run: the bundle's, then the project's
-    /// `.service/hooks.json`, and whether that file is trusted.
+    /// Show the hooks a session of BUNDLE in the directory would run: the operator's (config.toml), the
+    /// bundle's, then the project's `.service/hooks.json`, and whether that file is trusted.
     List {
         /// Bundle reference (default: default_bundle, else the built-in coding agent).
         #[arg(add = complete::bundles())]
@@ -75,6 +75,7 @@ fn list(
     let bundle = bundle::resolve(home, &reference)?;
     let own = bundle::hooks::specs(&bundle.agent.hooks, service_ipc::HookSource::Bundle);
     let project = hooks::project(home, dir);
+    let (operator, only) = hooks::operator(home);
     if json {
         let project_json = project.as_ref().map(|p| {
             serde_json::json!({
@@ -86,12 +87,25 @@ fn list(
             })
         });
         let value = serde_json::json!({
+            "operator": operator.iter().map(spec_json).collect::<Vec<_>>(),
+            "operator_hooks_only": only,
             "bundle": bundle.reference(),
             "hooks": own.iter().map(spec_json).collect::<Vec<_>>(),
             "project": project_json,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
+    }
+    if !operator.is_empty() || only {
+        println!("operator (config.toml):");
+        for h in &operator {
+            println!("  {}", line(h));
+        }
+    }
+    if only {
+        println!(
+            "operator_hooks_only is set: the bundle's and the project's hooks below do not run"
+        );
     }
     println!("bundle {}:", bundle.reference());
     if own.is_empty() {

@@ -1,7 +1,9 @@
-//! Which hooks a session runs, and who said so: the bundle's (part of its digest, listed by `inspect`), and the
-//! project's `.service/hooks.json` once the user trusted that file's content (`hooks trust`), as codex asks before
-//! it runs hooks nobody manages. A project file that changed after it was trusted is off again until it is
-//! trusted again. Both run in the session's sandbox, started by the worker (see the worker's `hooks`).
+//! Which hooks a session runs, and who said so: the operator's (`[hooks]` in config.toml, which no bundle or
+//! project can turn off, and with `operator_hooks_only` the only ones), the bundle's (part of its digest, listed
+//! by `inspect`), and the project's `.service/hooks.json` once the user trusted that file's content (`hooks
+//! trust`), as codex asks before it runs hooks nobody manages. A project file that changed after it was trusted is
+//! off again until it is trusted again. All run in the session's sandbox, started by the worker (see the worker's
+//! `hooks`); the operator's scripts are in `$SERVICE_HOME/hooks`, which every sandbox sees read-only.
 //!
 //! The contract, and where service-rs differs from Claude Code and codex, is in `hooks/README.md`.
 
@@ -71,9 +73,32 @@ pub fn project(home: &ServiceHome, dir: &Path) -> Option<ProjectHooks> {
     })
 }
 
-/// The hooks a session of `bundle` in `dir` runs: the bundle's, then the project's when trusted.
+/// The operator's hooks, and whether they are the only ones that run; a config.toml that cannot be read has
+/// none (the runtime refused to start on it, so it was changed since).
+pub fn operator(home: &ServiceHome) -> (Vec<HookSpec>, bool) {
+    match crate::config_file::load(home.root()) {
+        Ok(config) => (
+            declared::specs(&config.hooks, HookSource::Operator),
+            config.operator_hooks_only,
+        ),
+        Err(e) => {
+            tracing::error!("the operator's hooks do not run: {e}");
+            (Vec::new(), false)
+        }
+    }
+}
+
+/// The hooks a session of `bundle` in `dir` runs: the operator's, then (unless the operator allows only its own)
+/// the bundle's and the project's when trusted.
 pub fn for_session(home: &ServiceHome, bundle: &Bundle, dir: &Path) -> Vec<HookSpec> {
-    let mut hooks = declared::specs(&bundle.agent.hooks, HookSource::Bundle);
+    let (mut hooks, only) = operator(home);
+    if only {
+        if !bundle.agent.hooks.is_empty() || project_has_file(dir) {
+            tracing::info!("operator_hooks_only: the bundle's and the project's hooks do not run");
+        }
+        return hooks;
+    }
+    hooks.extend(declared::specs(&bundle.agent.hooks, HookSource::Bundle));
     match project(home, dir) {
         Some(ProjectHooks {
             hooks: Ok(more),

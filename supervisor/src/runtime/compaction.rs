@@ -227,6 +227,25 @@ async fn summarise(
     Ok(text.trim().to_string())
 }
 
+/// Tells a running worker whose session has `PreCompact` hooks that a compaction begins; nothing waits for them.
+async fn tell_hooks(session: &Session, reason: Reason, focus: Option<&str>) {
+    let has_hooks = session
+        .hooks_given()
+        .iter()
+        .any(|h| h.event == service_ipc::HookEvent::PreCompact);
+    if !has_hooks {
+        return;
+    }
+    if let Some(worker) = session.worker.lock().await.as_ref() {
+        let _ = worker
+            .send(ToWorker::Compacting {
+                trigger: reason.as_str().into(),
+                custom_instructions: focus.map(str::to_string),
+            })
+            .await;
+    }
+}
+
 /// Compacts `session`'s history for `reason`, in turn `turn_id` when one runs; None when there is nothing older
 /// than the turns kept.
 pub(super) async fn compact(
@@ -249,6 +268,7 @@ pub(super) async fn compact(
         .context_tokens
         .filter(|_| reason != Reason::Manual)
         .unwrap_or_else(|| estimate(&history));
+    tell_hooks(session, reason, focus).await;
     let call_turn = turn_id.map_or_else(
         || format!("compaction-{}", uuid::Uuid::new_v4()),
         str::to_string,
@@ -276,6 +296,7 @@ pub(super) async fn compact(
         let _ = worker
             .send(ToWorker::ReplaceHistory {
                 messages: compacted.clone(),
+                trigger: Some(reason.as_str().into()),
             })
             .await;
     }

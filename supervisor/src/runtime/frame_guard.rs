@@ -109,6 +109,18 @@ impl Guard {
             | E::ExecCommandEnd { .. } => {}
             E::HookStarted { event, hook, .. } | E::HookFinished { event, hook, .. } => {
                 known_hook(session, *event, hook)?;
+                if let E::HookFinished {
+                    reason: Some(reason),
+                    ..
+                } = &payload
+                {
+                    if reason.len() > MAX_HOOK_REASON {
+                        return Err(format!(
+                            "a hook_finished reason of {} bytes, past the {MAX_HOOK_REASON} the worker cuts at",
+                            reason.len()
+                        ));
+                    }
+                }
             }
             // Checked above.
             E::McpServerStarted { .. }
@@ -137,6 +149,12 @@ impl Guard {
         }
         match payload.turn_id() {
             Some(turn_id) => running_turn(session, turn_id)?,
+            // Compactions and a worker's end happen outside turns; their hooks' events are bounded as MCP
+            // servers' are.
+            None if outside_turns(&payload) => {
+                self.mcp_events += 1;
+                return Ok((self.mcp_events <= MAX_MCP_EVENTS).then_some(payload));
+            }
             None => {
                 let exec_id = exec_id(&payload).unwrap_or_default();
                 if !session.command_running(exec_id) {
@@ -170,15 +188,6 @@ impl Guard {
                 diff: Some(diff),
                 ..
             } => file_diff(tool, diff)?,
-            E::HookFinished {
-                reason: Some(reason),
-                ..
-            } if reason.len() > MAX_HOOK_REASON => {
-                return Err(format!(
-                "a hook_finished reason of {} bytes, past the {MAX_HOOK_REASON} the worker cuts at",
-                reason.len()
-            ))
-            }
             // The worker says when; the supervisor says how much, from its own count of the calls it made.
             E::UsageUpdate { turn_id, .. } => {
                 let usage = session.turn_usage(turn_id).unwrap_or_default();
@@ -227,6 +236,16 @@ pub fn known_hook(
             hook.source, hook.command
         ))
     }
+}
+
+/// A hook event of a point that comes outside turns: `PreCompact`, `PostCompact`, `SessionEnd`.
+fn outside_turns(payload: &EventPayload) -> bool {
+    use service_ipc::HookEvent as H;
+    matches!(
+        payload,
+        EventPayload::HookStarted { event, .. } | EventPayload::HookFinished { event, .. }
+            if matches!(event, H::PreCompact | H::PostCompact | H::SessionEnd)
+    )
 }
 
 /// `turn_id` must be the session's running turn.

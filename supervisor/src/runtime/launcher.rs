@@ -31,6 +31,8 @@ pub struct LaunchSpec<'a> {
     pub cache_dir: &'a Path,
     /// The egress proxy's socket, to bind into the sandbox, when the sandbox may reach hosts.
     pub egress_socket: Option<&'a Path>,
+    /// The operator's hook scripts (host path), to bind read-only, when the store has them.
+    pub operator_hooks: Option<&'a Path>,
 }
 
 /// A prepared worker command and the paths as the worker sees them.
@@ -41,6 +43,8 @@ pub struct Launch {
     pub bundle_dir: PathBuf,
     /// Workspace inside the worker's view.
     pub workspace: PathBuf,
+    /// The operator's hook scripts inside the worker's view.
+    pub operator_hooks: Option<PathBuf>,
     /// The mode that actually confines the worker.
     pub confinement: SandboxMode,
     /// Limits to apply to the worker once it has connected; kept until it has exited (its cgroups are removed
@@ -119,6 +123,7 @@ impl Launcher for HostLauncher {
         Ok(Launch {
             command,
             bundle_dir: spec.bundle_root.to_path_buf(),
+            operator_hooks: spec.operator_hooks.map(Path::to_path_buf),
             workspace: view.workspace,
             confinement: view.confinement,
             limits: None,

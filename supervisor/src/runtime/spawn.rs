@@ -43,6 +43,8 @@ pub(crate) struct Started {
     pub(super) run_dir: PathBuf,
     /// The bundle root in the worker's view.
     pub(super) bundle_dir: PathBuf,
+    /// The operator's hook scripts in the worker's view.
+    pub(super) operator_hooks: Option<PathBuf>,
     /// The workspace in the worker's view.
     pub(super) workspace: PathBuf,
     /// The mode that confines it.
@@ -99,6 +101,9 @@ pub(crate) async fn start(
         sandbox: &bundle.manifest.sandbox,
         cache_dir: &rt.home.sandbox_cache(),
         egress_socket: egress.as_ref().map(|e| e.socket()),
+        operator_hooks: Some(rt.home.operator_hooks_dir())
+            .filter(|d| d.is_dir())
+            .as_deref(),
     })?;
     // A worker on the host has the host's network; a proxy would only be a detour it need not take.
     let egress = egress.filter(|_| launch.confinement != SandboxMode::DangerFullAccess);
@@ -219,6 +224,7 @@ pub(crate) async fn start(
         confining,
         run_dir,
         bundle_dir: launch.bundle_dir,
+        operator_hooks: launch.operator_hooks,
         workspace: launch.workspace,
         confinement: launch.confinement,
         egress,
@@ -373,6 +379,10 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         executor: agent.executor,
         codeact_timeout_ms: agent.codeact.timeout_ms,
         hooks: hooks.to_vec(),
+        operator_hooks_dir: started
+            .operator_hooks
+            .as_ref()
+            .map(|d| d.display().to_string()),
     }
 }
 

@@ -75,10 +75,19 @@ impl ServiceRuntime {
 
     /// Ends the runtime of a process about to exit, without waiting for its workers: when no turn runs, each is
     /// killed (its sandbox goes with it) and its socket directory removed, and the cgroups it leaves are returned,
-    /// for the caller to have removed once they are empty. A running turn gets the whole of [`Self::shutdown`].
+    /// for the caller to have removed once they are empty. A running turn, or a session with `SessionEnd` hooks,
+    /// gets the whole of [`Self::shutdown`].
     pub async fn leave(&self, reason: &str) -> Vec<PathBuf> {
         let sessions: Vec<_> = self.sessions().values().cloned().collect();
-        if sessions.iter().any(|s| s.active_turn().is_some()) {
+        let ends = |s: &Session| {
+            s.hooks_given()
+                .iter()
+                .any(|h| h.event == service_ipc::HookEvent::SessionEnd)
+        };
+        if sessions
+            .iter()
+            .any(|s| s.active_turn().is_some() || ends(s))
+        {
             self.shutdown(reason).await;
             return Vec::new();
         }

@@ -19,7 +19,8 @@
 //! 3. kernel filesystems: `/proc`, `/dev` with a tmpfs `/dev/shm`, a tmpfs `/tmp`;
 //! 4. host system tools, as the profile resolved them (`/etc` as one snapshot bind, then the network files over it);
 //! 5. the worker binary, read-only, at [`WORKER_EXE`];
-//! 6. the bundle, read-only, at [`BUNDLE_DIR`] (by descriptor, see [`super::host_dir`]), and the egress proxy's
+//! 6. the bundle, read-only, at [`BUNDLE_DIR`] (by descriptor, see [`super::host_dir`]), the operator's hook
+//!    scripts, read-only, at [`OPERATOR_HOOKS_DIR`] when the store has them, and the egress proxy's
 //!    socket, read-only (connecting to a socket needs no write access to its mount), at [`crate::egress::SOCKET_IN_SANDBOX`] when the sandbox may reach hosts;
 //! 7. the workspace at [`WORKSPACE_DIR`], read-only or read-write, by descriptor (`--ro-bind-fd`, `--bind-fd`:
 //!    the directory opened without following a link is the one bound, see [`super::host_dir`]), then `--remount-ro /dev --remount-ro /`: the
@@ -40,6 +41,8 @@ use super::profile::Mount;
 pub const WORKER_EXE: &str = "/run/service/worker";
 /// The bundle inside the sandbox.
 pub const BUNDLE_DIR: &str = "/bundle";
+/// The operator's hook scripts inside the sandbox.
+pub const OPERATOR_HOOKS_DIR: &str = "/operator-hooks";
 /// The workspace inside the sandbox.
 pub const WORKSPACE_DIR: &str = "/workspace";
 /// The uid and gid of the worker in the sandbox's user namespace: the host user who started bwrap, mapped onto
@@ -66,6 +69,8 @@ pub struct HostPaths {
     pub userns_fd: Option<i32>,
     /// The egress proxy's socket, when the sandbox may reach hosts through it.
     pub egress: Option<PathBuf>,
+    /// Inherited descriptor of the operator's hook scripts (`$SERVICE_HOME/hooks`), when that directory exists.
+    pub operator_hooks_fd: Option<i32>,
 }
 
 /// What the sandbox allows beyond its mounts.
@@ -156,6 +161,9 @@ pub fn args(
     }
     push_mount(&mut a, "--ro-bind", &paths.exe, Path::new(WORKER_EXE));
     push_fd_mount(&mut a, "--ro-bind-fd", paths.bundle_fd, BUNDLE_DIR);
+    if let Some(fd) = paths.operator_hooks_fd {
+        push_fd_mount(&mut a, "--ro-bind-fd", fd, OPERATOR_HOOKS_DIR);
+    }
     if let Some(socket) = &paths.egress {
         push_mount(
             &mut a,
@@ -208,6 +216,7 @@ mod tests {
             workspace_fd: 9,
             userns_fd: None,
             egress: None,
+            operator_hooks_fd: None,
         }
     }
 
@@ -308,6 +317,19 @@ mod tests {
             strings(args(&mounts, &paths(), perms, "C.UTF-8", "dumb")),
             expected
         );
+    }
+
+    #[test]
+    fn the_operators_hook_scripts_are_bound_read_only_after_the_bundle() {
+        let mut p = paths();
+        p.operator_hooks_fd = Some(11);
+        let perms = Permissions {
+            workspace_writable: true,
+        };
+        let a = strings(args(&[], &p, perms, "C", "xterm"));
+        let at = a.iter().position(|x| x == OPERATOR_HOOKS_DIR).unwrap();
+        assert_eq!(a[at - 2..=at], ["--ro-bind-fd", "11", OPERATOR_HOOKS_DIR]);
+        assert_eq!(a[at - 5..at - 2], ["--ro-bind-fd", "8", BUNDLE_DIR]);
     }
 
     #[test]

@@ -210,6 +210,11 @@ impl Launcher for SandboxLauncher {
         let bind_err = |e: host_dir::HostDirError| RuntimeError::WorkerUnavailable(e.to_string());
         let workspace_fd = host_dir::open_no_links(spec.workspace).map_err(bind_err)?;
         let bundle_fd = host_dir::open_no_links(spec.bundle_root).map_err(bind_err)?;
+        let hooks_fd = spec
+            .operator_hooks
+            .map(host_dir::open_no_links)
+            .transpose()
+            .map_err(bind_err)?;
         let runs_as = self
             .user
             .over(
@@ -237,6 +242,7 @@ impl Launcher for SandboxLauncher {
             workspace_fd: workspace_fd.as_raw_fd(),
             userns_fd: userns.as_ref().map(|ns| ns.as_raw_fd()),
             egress: spec.egress_socket.map(|p| p.to_path_buf()),
+            operator_hooks_fd: hooks_fd.as_ref().map(|fd| fd.as_raw_fd()),
         };
         let perms = bwrap::Permissions {
             workspace_writable: mode.workspace_writable,
@@ -263,11 +269,15 @@ impl Launcher for SandboxLauncher {
         Ok(Launch {
             command,
             bundle_dir: PathBuf::from(bwrap::BUNDLE_DIR),
+            operator_hooks: spec
+                .operator_hooks
+                .map(|_| PathBuf::from(bwrap::OPERATOR_HOOKS_DIR)),
             workspace: view.workspace,
             confinement: view.confinement,
             limits: Some(limits),
             inherit: [workspace_fd, bundle_fd]
                 .into_iter()
+                .chain(hooks_fd)
                 .chain(userns)
                 .collect(),
         })

@@ -426,6 +426,7 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
         "oversized_diff",
         "forged_hook_answer",
         "forged_hook_event",
+        "turnless_hook_event",
     ] {
         let (outcome, kinds) = hostile_turn(attack).await;
         let (code, message) = outcome

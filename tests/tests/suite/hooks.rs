@@ -62,7 +62,7 @@ const SCRIPT: &str = r#"{turns: [
 
 /// A bundle `fixture` with `hooks` (agent.yaml's `hooks:` block) and `scripts` in its `hooks/` folder, built
 /// into `env`'s store; sessions work in `env.work`.
-fn bundle(env: &Env, hooks: &str, permissions: &str, scripts: &[(&str, &str)]) {
+pub(super) fn bundle(env: &Env, hooks: &str, permissions: &str, scripts: &[(&str, &str)]) {
     let dir = env.path("b");
     write_bundle(
         &dir,
@@ -78,7 +78,7 @@ fn bundle(env: &Env, hooks: &str, permissions: &str, scripts: &[(&str, &str)]) {
     give_to_sandbox(env.work.path());
 }
 
-fn run(env: &Env, prompt: &str) -> (i32, String, String) {
+pub(super) fn run(env: &Env, prompt: &str) -> (i32, String, String) {
     let out = env
         .command(&["run", "fixture", "--approvals", "deny", prompt])
         .output()
@@ -91,7 +91,7 @@ fn run(env: &Env, prompt: &str) -> (i32, String, String) {
 }
 
 /// The events of the newest session.
-fn events(env: &Env) -> Vec<serde_json::Value> {
+pub(super) fn events(env: &Env) -> Vec<serde_json::Value> {
     let id = env.run(&["sessions", "--json"]).json()[0]["id"]
         .as_str()
         .unwrap()
@@ -103,7 +103,10 @@ fn events(env: &Env) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn of_kind<'a>(events: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+pub(super) fn of_kind<'a>(
+    events: &'a [serde_json::Value],
+    kind: &str,
+) -> Vec<&'a serde_json::Value> {
     events
         .iter()
         .filter(|e| e["payload"]["type"] == kind)
@@ -111,7 +114,7 @@ fn of_kind<'a>(events: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_jso
         .collect()
 }
 
-const PY: &str = "python3 $SERVICE_BUNDLE_DIR/hooks";
+pub(super) const PY: &str = "python3 $SERVICE_BUNDLE_DIR/hooks";
 
 #[test]
 fn a_pre_tool_use_hook_blocks_rm_rf_with_exit_2_and_the_model_reads_its_reason() {

@@ -174,6 +174,10 @@ impl Hooks {
             ("CLAUDE_PLUGIN_ROOT", config.bundle_dir.clone()),
             ("CLAUDE_PROJECT_DIR", config.workspace.clone()),
             ("SERVICE_SESSION_ID", config.session_id.clone()),
+            (
+                "SERVICE_OPERATOR_HOOKS_DIR",
+                config.operator_hooks_dir.clone().unwrap_or_default(),
+            ),
         ];
         let runs = selected.iter().map(|spec| {
             let (input, env) = (&input, &env);
