@@ -12,7 +12,8 @@
 //! supervisor's reads end inside a frame, right after handling a complete one (where it gives idle buffers back).
 //! The answer is [`trickled_answer`]. `inflated_usage` claims a billion tokens each way, in a `usage_update` and as
 //! its turn ends, and starts a hundred tool calls the model never asked for. `undeclared_subagent` asks for a subagent its agent.yaml does not declare and ends its turn with
-//! the answer.
+//! the answer. `last_words` writes [`LAST_WORDS`] deltas and exits at once, so that the last of them arrive
+//! with the end of the connection.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -24,6 +25,9 @@ use service_ipc::{
     ApprovalDecision, ChatMessage, ChatRole, EventPayload, ModelChunk, ModelQuery, NetworkDecision,
     ToSupervisor, ToWorker, TurnStatus, Usage,
 };
+
+/// How many deltas `last_words` sends: many more than the supervisor handles in one batch (256), more than a socket buffer holds.
+const LAST_WORDS: usize = 5000;
 
 fn forged(attack: &str, turn_id: &str) -> Vec<ToSupervisor> {
     let turn = turn_id.to_string();
@@ -353,6 +357,25 @@ fn main() {
                         .await
                         .expect("the trickle");
                     Vec::new()
+                }
+                ToWorker::RunTurn { turn_id, .. } if attack == "last_words" => {
+                    // More deltas than the supervisor handles in one batch, in one write, then gone: it reads the
+                    // last of them together with the end of the connection.
+                    let mut bytes = Vec::new();
+                    for i in 0..LAST_WORDS {
+                        let delta = ToSupervisor::Event(EventPayload::AgentMessageDelta {
+                            turn_id: turn_id.clone(),
+                            delta: format!("{i} "),
+                        });
+                        bytes.extend(
+                            service_ipc::codec::encode_frame(&delta, service_ipc::MAX_FRAME_LEN)
+                                .expect("a frame"),
+                        );
+                    }
+                    let mut raw = raw.try_clone().expect("a handle");
+                    raw.set_nonblocking(false).expect("a blocking socket");
+                    std::io::Write::write_all(&mut raw, &bytes).expect("the write");
+                    std::process::exit(0);
                 }
                 ToWorker::RunTurn { turn_id, .. } => forged(attack, &turn_id),
                 ToWorker::ModelChunk { chunk, .. } => match chunk {

@@ -231,7 +231,9 @@ impl Actor {
                                 }
                             }
                         }
-                        if broken.is_none() {
+                        // What came before the end of the connection, or before a frame that does not parse, is
+                        // kept; a batch with a forbidden frame is not.
+                        if !matches!(broken, Some(End::Violation(_))) {
                             self.commit();
                         }
                         shrink_idle(frames.read_buffer_mut());

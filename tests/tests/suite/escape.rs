@@ -443,6 +443,32 @@ async fn a_taken_over_worker_cannot_forge_supervisor_events_other_turns_or_reque
     }
 }
 
+/// What a worker sent before it died is journaled even when it arrives in the same read as the end of its
+/// connection; the turn then fails for the death.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_last_events_before_it_dies_are_kept() {
+    let (outcome, events) = hostile_events("last_words").await;
+    let said: Vec<&str> = events
+        .iter()
+        .filter_map(|m| match &m.payload {
+            service_ipc::EventPayload::AgentMessageDelta { delta, .. } => Some(delta.trim()),
+            _ => None,
+        })
+        .collect();
+    // All of the hostile worker's 5000, in order.
+    let in_order = said.iter().enumerate().all(|(i, d)| *d == i.to_string());
+    assert!(
+        said.len() == 5000 && in_order,
+        "{} deltas kept, the last {:?}",
+        said.len(),
+        said.last()
+    );
+    assert_eq!(
+        outcome.error.map(|(code, _)| code).as_deref(),
+        Some("worker_died")
+    );
+}
+
 /// A taken-over worker that asks for a subagent its agent.yaml does not declare gets an error for an answer, and no
 /// session starts: the supervisor looks the name up in the bundle it loaded, not in the frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -208,7 +208,11 @@ async fn compaction_subagent_failure_and_end_hooks_run_at_their_points_in_the_sa
             _ => None,
         })
         .collect();
-    assert_eq!(outside, ["PreCompact", "PostCompact", "SessionEnd"]);
+    assert_eq!(
+        outside,
+        ["PreCompact", "PostCompact", "SessionEnd"],
+        "{journal:?}"
+    );
 }
 
 /// The operator's policy script: denies `ls` with a reason that says whether it could change its own folder.
@@ -235,9 +239,10 @@ fn operator(env: &Env, extra: &str) {
     let scripts = env.home.path().join("hooks");
     std::fs::create_dir_all(&scripts).unwrap();
     std::fs::write(scripts.join("policy.py"), POLICY).unwrap();
-    // The sandbox's user reads the scripts; the store itself stays closed to it.
+    // The sandbox's user reads the scripts (the store itself stays closed to it); even a folder anyone may
+    // write is read-only in the sandbox.
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&scripts, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&scripts, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::write(
         env.home.path().join("config.toml"),
         format!(
