@@ -4,7 +4,9 @@
 //! invoke_agent {bundle}            turn_started → turn_completed | error
 //! ├── sandbox.start                the worker's start, when the turn waited for it
 //! ├── chat {model}                 each model call, made by the supervisor
+//! ├── hook {event}                 hook_started → hook_finished (prompt, Stop and subagent hooks)
 //! └── execute_tool {tool}          tool_call_started → tool_call_finished
+//!     ├── hook {event}             a tool call's hooks
 //!     └── approval.wait            permission_requested → approval_resolved
 //! ```
 //!
@@ -25,6 +27,7 @@ struct Turn {
     session: String,
     tools: HashMap<String, Context>,
     approvals: HashMap<String, Context>,
+    hooks: HashMap<String, Context>,
 }
 
 #[derive(Default)]
@@ -190,6 +193,7 @@ impl Traces {
                         session: session.to_string(),
                         tools: HashMap::new(),
                         approvals: HashMap::new(),
+                        hooks: HashMap::new(),
                     },
                 );
             }
@@ -309,6 +313,59 @@ impl Traces {
                     end(&cx);
                 }
             }
+            EventPayload::HookStarted {
+                turn_id: Some(turn_id),
+                hook_id,
+                event,
+                hook,
+                call_id,
+            } => {
+                let mut state = self.state();
+                let Some(turn) = state.turns.get_mut(turn_id) else {
+                    return;
+                };
+                let parent = call_id
+                    .as_ref()
+                    .and_then(|c| turn.tools.get(c))
+                    .unwrap_or(&turn.cx)
+                    .clone();
+                let attributes = vec![
+                    KeyValue::new("service.hook.event", event.as_str()),
+                    KeyValue::new("service.hook.source", hook.source.as_str()),
+                    KeyValue::new(
+                        "service.hook.command",
+                        super::capped(&hook.command, MAX_CONTENT_BYTES),
+                    ),
+                ];
+                let cx = self.start(format!("hook {event}"), &parent, attributes, None);
+                turn.hooks.insert(hook_id.clone(), cx);
+            }
+            EventPayload::HookFinished {
+                turn_id: Some(turn_id),
+                hook_id,
+                exit_code,
+                timed_out,
+                decision,
+                ..
+            } => {
+                let cx = self
+                    .state()
+                    .turns
+                    .get_mut(turn_id)
+                    .and_then(|t| t.hooks.remove(hook_id));
+                if let Some(cx) = cx {
+                    if let Some(code) = exit_code {
+                        set(&cx, KeyValue::new("service.hook.exit_code", i64::from(*code)));
+                    }
+                    if let Some(decision) = decision {
+                        set(&cx, KeyValue::new("service.hook.decision", decision.clone()));
+                    }
+                    if *timed_out {
+                        fail(&cx, "hook_timeout", "the hook did not finish in time");
+                    }
+                    end(&cx);
+                }
+            }
             _ => {}
         }
     }
@@ -389,7 +446,8 @@ impl Traces {
 
 /// Ends a turn's span and whatever it left open (an interrupted tool call, an unanswered approval).
 fn close(turn: Turn) {
-    for cx in turn.approvals.values().chain(turn.tools.values()) {
+    let open = turn.approvals.values().chain(turn.hooks.values());
+    for cx in open.chain(turn.tools.values()) {
         fail(cx, "turn_ended", "the turn ended first");
         end(cx);
     }

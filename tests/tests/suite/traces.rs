@@ -280,6 +280,37 @@ async fn a_one_shot_run_exports_its_turn_before_it_exits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_run_is_a_span_under_its_tool_call_or_its_turn() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let env = Env::new();
+    let bundle = env.path("b");
+    let hooks = "permissions: { default: allow }\nhooks:\n  PreToolUse:\n    - matcher: Write\n      hooks:\n        \
+                 - { type: command, command: \"exit 0\" }\n  Stop:\n    - hooks:\n        - { type: command, command: \"sleep 5\", timeout: 0.2 }\n";
+    write_bundle(&bundle, SCRIPT, hooks, "workspace_write");
+    let out = env
+        .command(&["run", bundle.to_str().unwrap(), "write the plan"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .output()
+        .unwrap();
+    super::support::Run::from(out).ok();
+    let spans = receiver.until("invoke_agent fixture").await;
+    let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
+    let pre = one(&spans, "hook PreToolUse");
+    assert_eq!(by_id[&pre.parent_span_id].name, "execute_tool Write");
+    assert_eq!(attribute(pre, "service.hook.source").as_deref(), Some("bundle"));
+    assert_eq!(attribute(pre, "service.hook.exit_code").as_deref(), Some("0"));
+    let stop = one(&spans, "hook Stop");
+    assert_eq!(by_id[&stop.parent_span_id].name, "invoke_agent fixture");
+    assert_eq!(
+        attribute(stop, "error.type").as_deref(),
+        Some("hook_timeout"),
+        "a hook stopped at its time-out is an error"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_replys_300_kb_tool_name_and_call_id_reach_no_span_whole() {
     let receiver = Receiver::default();
     let endpoint = receiver.start().await;
