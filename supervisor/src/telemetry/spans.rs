@@ -355,10 +355,16 @@ impl Traces {
                     .and_then(|t| t.hooks.remove(hook_id));
                 if let Some(cx) = cx {
                     if let Some(code) = exit_code {
-                        set(&cx, KeyValue::new("service.hook.exit_code", i64::from(*code)));
+                        set(
+                            &cx,
+                            KeyValue::new("service.hook.exit_code", i64::from(*code)),
+                        );
                     }
                     if let Some(decision) = decision {
-                        set(&cx, KeyValue::new("service.hook.decision", decision.clone()));
+                        set(
+                            &cx,
+                            KeyValue::new("service.hook.decision", decision.clone()),
+                        );
                     }
                     if *timed_out {
                         fail(&cx, "hook_timeout", "the hook did not finish in time");

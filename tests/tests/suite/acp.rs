@@ -33,7 +33,7 @@ const SCRIPT: &str = r#"{turns: [
 ]}"#;
 
 /// The SDK's Python, from the environment `.ci/acp-sdk` builds; None (the test says it is skipped) without it.
-fn sdk_python() -> Option<PathBuf> {
+pub(super) fn sdk_python() -> Option<PathBuf> {
     super::support::gated("SERVICE_TEST_ACP_PYTHON", ".ci/acp-sdk")
 }
 
@@ -92,7 +92,7 @@ impl Project {
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("transcript ({e}): {stdout}"))
     }
 
-    fn local(&self, python: &Path, plan: Value) -> Vec<Value> {
+    pub(super) fn local(&self, python: &Path, plan: Value) -> Vec<Value> {
         self.drive(python, plan, &["acp", "--bundle", &self.bundle])
     }
 }
@@ -111,7 +111,7 @@ fn kinds(step: &Value) -> Vec<String> {
     kinds
 }
 
-fn text_of(step: &Value, kind: &str) -> String {
+pub(super) fn text_of(step: &Value, kind: &str) -> String {
     step["updates"]
         .as_array()
         .unwrap()

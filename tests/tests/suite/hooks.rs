@@ -9,7 +9,7 @@ use std::io::Read;
 use super::support::{give_to_sandbox, write_bundle, Env};
 
 /// A `PreToolUse` hook as the peers document it: refuses `rm -rf` with exit 2 and a reason on stderr.
-const BLOCK_RM: &str = r#"import json, sys
+pub(super) const BLOCK_RM: &str = r#"import json, sys
 event = json.load(sys.stdin)
 command = event["tool_input"].get("command", "")
 if "rm -rf" in command:
@@ -18,7 +18,7 @@ if "rm -rf" in command:
 "#;
 
 /// A `PostToolUse` formatter: rewrites the file an edit or a write touched.
-const FORMAT: &str = r#"import json, sys
+pub(super) const FORMAT: &str = r#"import json, sys
 event = json.load(sys.stdin)
 path = event["tool_input"]["file_path"]
 with open(path) as f:
@@ -29,7 +29,7 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additi
 "#;
 
 /// A `PermissionRequest` hook: allows `git status`, denies the rest with a reason.
-const POLICY: &str = r#"import json, sys
+pub(super) const POLICY: &str = r#"import json, sys
 event = json.load(sys.stdin)
 command = event["tool_input"].get("command", "")
 if command.startswith("git status"):
@@ -41,7 +41,7 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "
 
 /// A `Stop` hook that keeps the agent working once, and lets it stop the second time; it reads the conversation
 /// from `transcript_path` first, and fails (a warning, so no block) when that is not there.
-const STOP_ONCE: &str = r#"import json, sys
+pub(super) const STOP_ONCE: &str = r#"import json, sys
 event = json.load(sys.stdin)
 with open(event["transcript_path"]) as f:
     assert "hello" in f.read()

@@ -30,6 +30,7 @@ mod escape_surfaces;
 mod faults;
 mod full_store;
 mod hooks;
+mod hooks_fronts;
 mod hooks_points;
 mod http;
 mod http_client;

@@ -299,8 +299,14 @@ async fn a_hook_run_is_a_span_under_its_tool_call_or_its_turn() {
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
     let pre = one(&spans, "hook PreToolUse");
     assert_eq!(by_id[&pre.parent_span_id].name, "execute_tool Write");
-    assert_eq!(attribute(pre, "service.hook.source").as_deref(), Some("bundle"));
-    assert_eq!(attribute(pre, "service.hook.exit_code").as_deref(), Some("0"));
+    assert_eq!(
+        attribute(pre, "service.hook.source").as_deref(),
+        Some("bundle")
+    );
+    assert_eq!(
+        attribute(pre, "service.hook.exit_code").as_deref(),
+        Some("0")
+    );
     let stop = one(&spans, "hook Stop");
     assert_eq!(by_id[&stop.parent_span_id].name, "invoke_agent fixture");
     assert_eq!(

@@ -209,6 +209,28 @@ impl Replay {
                         .raw_output(serde_json::json!({"output": output})),
                 )];
             }
+            // A hook that decided something is shown as a finished step of its own, as the TUI shows it.
+            EventPayload::HookFinished {
+                hook_id,
+                event,
+                hook,
+                decision: Some(decision),
+                ..
+            } => {
+                let title = tool_text::hook_line(payload).unwrap_or_default();
+                let status = match decision.as_str() {
+                    "deny" | "block" | "warning" => AcpStatus::Failed,
+                    _ => AcpStatus::Completed,
+                };
+                return vec![SessionUpdate::ToolCall(
+                    ToolCall::new(format!("hook-{hook_id}"), self.host_text(&title))
+                        .kind(AcpKind::Other)
+                        .status(status)
+                        .raw_input(serde_json::json!({
+                            "hook_event_name": event, "source": hook.source, "command": hook.command,
+                        })),
+                )];
+            }
             EventPayload::PlanUpdate { plan, .. } => {
                 let entries = plan
                     .iter()

@@ -1,0 +1,132 @@
+//! The peers' hook scripts through every front end besides `run` (which `hooks.rs` drives): `serve`'s HTTP API,
+//! ACP through the official Python SDK, and the TUI in tmux. The hooks are the same wherever a turn comes from:
+//! the worker runs them; each front end shows what they decided.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::acp::{sdk_python, text_of, Project};
+use super::hooks::{bundle, BLOCK_RM, POLICY, PY, STOP_ONCE};
+use super::http_client::Api;
+use super::support::{wait_until, Env, Server};
+use super::tmux::Tmux;
+
+/// The bundle every test here runs: a `PreToolUse` guard against `rm -rf`, a `PermissionRequest` policy that
+/// allows `git status` where the rules ask, a `Stop` hook that keeps the turn going once and a `SessionStart` hook
+/// that adds context.
+fn hooked(env: &Env) {
+    let hooks = format!(
+        "hooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n        - {{ type: command, command: \"{PY}/block_rm.py\" }}\n  \
+         PermissionRequest:\n    - matcher: Bash\n      hooks:\n        - {{ type: command, command: \"{PY}/policy.py\" }}\n  \
+         Stop:\n    - hooks:\n        - {{ type: command, command: \"{PY}/stop_once.py\" }}\n  \
+         SessionStart:\n    - hooks:\n        - {{ type: command, command: \"echo the release branch is r42\" }}\n"
+    );
+    let rules =
+        "permissions:\n  default: allow\n  rules:\n    - { tool: \"Bash(git:*)\", action: ask }";
+    bundle(
+        env,
+        &hooks,
+        rules,
+        &[
+            ("block_rm.py", BLOCK_RM),
+            ("policy.py", POLICY),
+            ("stop_once.py", STOP_ONCE),
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peers_hook_scripts_run_unchanged_through_serve() {
+    let env = Env::new();
+    hooked(&env);
+    let api = Api::with_token(
+        Server::start(env.home.path(), &["--token", "hooks"], &[]),
+        "hooks",
+    );
+    let id = api.session("fixture").await;
+    // SessionStart's context made the first answer; the Stop hook asked for one more step.
+    assert_eq!(api.answer(&id, "hello").await, "tests ran");
+    // Every turn ends through the Stop hook; what the guard and the policy did is in the journal.
+    api.answer(&id, "remove the build dir").await;
+    // The rules ask about git; the policy hook answers, and no client is asked.
+    api.answer(&id, "show the status").await;
+    let mut replay = api.events(&id, Some("0")).await;
+    let events = replay.until("approval_resolved").await;
+    let refused = events.iter().any(|(_, e)| {
+        e["payload"]["type"] == "tool_call_finished"
+            && e["payload"]["payload"]["output"]
+                .as_str()
+                .is_some_and(|o| o.contains("rm -rf is not allowed here"))
+    });
+    assert!(refused, "{events:?}");
+    let (_, resolved) = events.last().unwrap();
+    assert_eq!(resolved["payload"]["payload"]["decision"], "allow_once");
+    assert_eq!(
+        resolved["payload"]["payload"]["hook"]["command"],
+        format!("{PY}/policy.py")
+    );
+}
+
+#[test]
+fn the_peers_hook_scripts_run_unchanged_through_acp_and_their_decisions_show() {
+    let Some(python) = sdk_python() else { return };
+    let env = Env::new();
+    hooked(&env);
+    let dir = super::support::sandbox_tempdir();
+    super::support::give_to_sandbox(dir.path());
+    let p = Project {
+        env,
+        dir,
+        bundle: "local/fixture:1.0.0".into(),
+    };
+    let t = p.local(
+        &python,
+        json!([
+            {"op": "initialize"}, {"op": "new", "cwd": p.cwd()},
+            {"op": "prompt", "text": "hello"},
+            {"op": "prompt", "text": "remove the build dir"},
+        ]),
+    );
+    // SessionStart's context made the first reply; the Stop hook asked for one more.
+    assert_eq!(
+        text_of(&t[2], "agent_message_chunk"),
+        "saw the session contexttests ran",
+        "{}",
+        t[2]
+    );
+    let said = text_of(&t[3], "agent_message_chunk");
+    assert!(said.contains("rm -rf is not allowed here"), "{said}");
+    // The guard's refusal is a step of its own, failed, named by its event and command.
+    let hook_steps: Vec<&serde_json::Value> = t[3]["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "tool_call" && u["rawInput"]["hook_event_name"] == "PreToolUse"
+        })
+        .collect();
+    assert_eq!(hook_steps.len(), 1, "{}", t[3]);
+    assert_eq!(hook_steps[0]["status"], "failed");
+    let title = hook_steps[0]["title"].as_str().unwrap();
+    assert!(title.contains("block_rm.py: deny"), "{title}");
+}
+
+#[test]
+fn the_peers_hook_scripts_run_unchanged_in_the_tui_and_their_lines_show() {
+    let env = Env::new();
+    hooked(&env);
+    let tmux = Tmux::service_rs(&env, "tui --bundle fixture");
+    tmux.wait_for(" idle │");
+    tmux.type_line("hello");
+    tmux.wait_for("tests ran");
+    tmux.type_line("remove the build dir");
+    tmux.wait_for("rm -rf is not allowed here");
+    tmux.wait_for("hook PreToolUse");
+    tmux.type_line("/quit");
+    wait_until(
+        Duration::from_secs(10),
+        || !tmux.running(),
+        || format!("the TUI did not exit on /quit:\n{}", tmux.screen()),
+    );
+}
