@@ -126,6 +126,9 @@ pub struct WorkerConfig {
     /// The hooks the worker runs in its sandbox, in the order they are declared.
     #[serde(default)]
     pub hooks: Vec<HookSpec>,
+    /// The session is a fork no turn has ended in yet: `SessionStart` hooks read the source `fork`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fork: bool,
     /// The operator's hook scripts, read-only (`SERVICE_OPERATOR_HOOKS_DIR` for hooks), when the store has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_hooks_dir: Option<String>,

@@ -66,6 +66,8 @@ impl Turn<'_> {
             // turn after a compaction starts again from the summary.
             let source = if compacted {
                 "compact"
+            } else if self.shared.config.fork {
+                "fork"
             } else if before.is_empty() {
                 "startup"
             } else {

@@ -410,6 +410,7 @@ fn every_to_worker() -> Vec<ToWorker> {
             codeact_timeout_ms: 5000,
             hooks: Vec::new(),
             operator_hooks_dir: Some("/operator-hooks".into()),
+            fork: true,
             mcp_servers: [(
                 "git".to_string(),
                 service_ipc::McpServer::Stdio {

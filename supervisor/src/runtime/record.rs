@@ -96,6 +96,9 @@ pub struct SessionRecord {
     /// default tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// A fork no turn has ended in yet: its first worker's `SessionStart` hooks read the source `fork`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fork_fresh: bool,
 }
 
 /// What ties a subagent's session to the session that started it.
@@ -381,6 +384,7 @@ mod tests {
             activity: Default::default(),
             context_id: None,
             tenant: None,
+            fork_fresh: false,
             parent: None,
         }
     }

@@ -274,6 +274,8 @@ pub(crate) struct Assignment<'a> {
     pub may_delegate: bool,
     /// The hooks it runs.
     pub hooks: Arc<Vec<service_ipc::HookSpec>>,
+    /// It is a fork no turn has ended in yet.
+    pub fork_fresh: bool,
 }
 
 /// Waits until a started worker is inside its limits, connects its egress proxy to `sink`, and gives it
@@ -334,6 +336,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         instructions,
         may_delegate,
         hooks,
+        fork_fresh,
     } = assignment;
     let skills = bundle
         .skills
@@ -379,6 +382,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         executor: agent.executor,
         codeact_timeout_ms: agent.codeact.timeout_ms,
         hooks: hooks.to_vec(),
+        fork: fork_fresh,
         operator_hooks_dir: started
             .operator_hooks
             .as_ref()

@@ -67,6 +67,7 @@ pub(crate) async fn attach(
         may_delegate: session.record().parent.map_or(0, |p| p.depth)
             < rt.options.max_subagent_depth,
         hooks: session.hooks(&rt.home),
+        fork_fresh: session.record().fork_fresh,
     };
     let sink = Arc::new(super::egress_sink::SessionSink::new(&rt, &session));
     let started = spawn::configure(&rt, started, assignment, sink).await?;

@@ -1,5 +1,5 @@
 //! Hooks at the points outside a tool call, and the operator's hooks. `PreCompact`, `PostCompact` and
-//! `SessionStart` (`compact`) around a compaction by hand, `SubagentStart` and `SubagentStop` around a child,
+//! `SessionStart` (`compact`) around a compaction by hand, `SessionStart` (`fork`) in a fork, `SubagentStart` and `SubagentStop` around a child,
 //! `StopFailure` when a model call fails and `SessionEnd` when the worker stops, all confined in the parent's
 //! sandbox; and hooks in the operator's config.toml, which run first, cannot be overridden by a bundle, keep
 //! their scripts read-only, and with `operator_hooks_only` are the only ones that run.
@@ -181,6 +181,16 @@ async fn compaction_subagent_failure_and_end_hooks_run_at_their_points_in_the_sa
     assert_eq!(outcome.status, TurnStatus::Completed, "{:?}", outcome.error);
     assert!(
         final_message(&events).contains("source=compact"),
+        "{}",
+        final_message(&events)
+    );
+
+    // A fork's first turn starts with SessionStart's `fork` source.
+    let fork = rt.fork_session(&id, None).await.unwrap().session.id;
+    let (outcome, events) = run_turn(&rt, &fork, "in the fork").await;
+    assert_eq!(outcome.status, TurnStatus::Completed, "{:?}", outcome.error);
+    assert!(
+        final_message(&events).contains("source=fork"),
         "{}",
         final_message(&events)
     );

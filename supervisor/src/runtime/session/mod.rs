@@ -197,6 +197,7 @@ impl Session {
             context_id: None,
             parent,
             tenant,
+            fork_fresh: false,
         };
         // A session that cannot be written down (a full store, a tenant at its quota) leaves no directory behind.
         let inserted = match sessions_limit(rt, record.tenant()).await {
@@ -370,6 +371,7 @@ impl Session {
         let _ = self.update(|r| {
             r.turn_count = u64::from(turns);
             r.title = title;
+            r.fork_fresh = true;
         });
     }
 

@@ -262,6 +262,7 @@ impl Session {
         let ended = |r: &mut SessionRecord, status: TurnStatus| {
             r.status = SessionStatus::Idle;
             r.active_turn = None;
+            r.fork_fresh = false;
             r.last_turn = Some(LastTurn {
                 turn_id: end.turn_id.clone(),
                 status,
