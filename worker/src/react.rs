@@ -256,18 +256,14 @@ impl Turn<'_> {
                 if reply.text.trim().is_empty() {
                     return Err(Stop::empty());
                 }
-                // A Stop hook may keep the turn going once more, with its reason as the next instruction.
-                match self
-                    .stop_hooks(history, &reply.text, stop_hook_active)
+                // A Stop hook may keep the turn going, with its reason as the next instruction.
+                if self
+                    .goes_on(history, &reply.text, &mut stop_hook_active)
                     .await
                 {
-                    Some(reason) => {
-                        stop_hook_active = true;
-                        history.push(ChatMessage::text(ChatRole::User, reason));
-                        continue;
-                    }
-                    None => return Ok(reply.text),
+                    continue;
                 }
+                return Ok(reply.text);
             }
             let mut i = 0;
             while i < reply.calls.len() {

@@ -88,24 +88,30 @@ impl Turn<'_> {
         Ok((!context.is_empty()).then(|| context.join("\n")))
     }
 
-    /// `Stop` hooks before the turn ends with `answer`: the reason a hook gave to keep it going, if one did.
-    pub(crate) async fn stop_hooks(
+    /// `Stop` hooks before the turn ends with `answer`: true when one kept it going, with its reason added to
+    /// `history` as the next instruction (and `active` set, which the next run of the hooks reads).
+    pub(crate) async fn goes_on(
         &self,
-        history: &[ChatMessage],
+        history: &mut Vec<ChatMessage>,
         answer: &str,
-        active: bool,
-    ) -> Option<String> {
+        active: &mut bool,
+    ) -> bool {
         if !self.shared.hooks.on(HookEvent::Stop) {
-            return None;
+            return false;
         }
         self.shared.hooks.write_transcript(history);
         let fields = fields([
-            ("stop_hook_active", json!(active)),
+            ("stop_hook_active", json!(*active)),
             ("last_assistant_message", json!(answer)),
         ]);
         let verdict = self.hooks(HookEvent::Stop, None, fields).await;
-        (verdict.decision == Some(Decision::Block))
-            .then(|| verdict.reason_or("a Stop hook asked to go on"))
+        if verdict.decision != Some(Decision::Block) {
+            return false;
+        }
+        *active = true;
+        let reason = verdict.reason_or("a Stop hook asked to go on");
+        history.push(ChatMessage::text(service_ipc::ChatRole::User, reason));
+        true
     }
 
     /// `PreToolUse` hooks of a call: the input it runs with, or its refusal.

@@ -332,3 +332,25 @@ fn with_operator_hooks_only_the_bundles_and_the_projects_hooks_do_not_run() {
     let listed = listed.ok();
     assert!(listed.contains("operator_hooks_only is set"), "{listed}");
 }
+
+#[test]
+fn a_stop_hook_keeps_a_codeact_turn_going_as_it_does_a_react_one() {
+    let env = Env::new();
+    let hooks = format!(
+        "hooks:\n  Stop:\n    - hooks:\n        - {{ type: command, command: \"{}/stop_once.py\" }}\n",
+        super::hooks::PY
+    );
+    bundle(
+        &env,
+        &hooks,
+        "executor: codeact\npermissions: { default: allow }",
+        &[("stop_once.py", super::hooks::STOP_ONCE)],
+    );
+    let (code, out, err) = run(&env, "hello");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "tests ran", "{err}");
+    let events = events(&env);
+    let stops = of_kind(&events, "hook_finished");
+    assert_eq!(stops.len(), 2, "{stops:?}");
+    assert_eq!(stops[0]["decision"], "block");
+}

@@ -33,6 +33,7 @@ pub(crate) async fn steps(
 ) -> Result<String, Stop> {
     let config = &turn.shared.config;
     let system = system_prompt(turn).await;
+    let mut stop_hook_active = false;
     for _ in 0..config.max_steps {
         let reply = match first.take() {
             Some(reply) => reply,
@@ -61,6 +62,13 @@ pub(crate) async fn steps(
             if reply.text.trim().is_empty() {
                 return Err(Stop::empty());
             }
+            // A Stop hook may keep the turn going, with its reason as the next instruction.
+            if turn
+                .goes_on(history, &reply.text, &mut stop_hook_active)
+                .await
+            {
+                continue;
+            }
             return Ok(reply.text);
         };
         let ran = run_program(turn, &program).await;
@@ -77,6 +85,9 @@ pub(crate) async fn steps(
                 })
                 .await;
             history.push(ChatMessage::text(ChatRole::Assistant, answer.clone()));
+            if turn.goes_on(history, &answer, &mut stop_hook_active).await {
+                continue;
+            }
             return Ok(answer);
         }
     }
