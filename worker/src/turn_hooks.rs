@@ -136,11 +136,25 @@ impl Turn<'_> {
                 "{name} was blocked by a PreToolUse hook: {}",
                 verdict.reason_or("refused")
             ))),
-            decision => Ok(PreTool {
-                // The rules are evaluated on this input: a hook cannot make a call the rules refuse.
-                args: verdict.updated_input.unwrap_or(args),
-                ask: decision == Some(Decision::Ask),
-            }),
+            decision => {
+                if let Some(input) = &verdict.updated_input {
+                    // `tool_call_started` showed the model's input; say what runs instead.
+                    let delta = format!("a PreToolUse hook rewrote the input: {input}\n");
+                    self.shared
+                        .outbox
+                        .event(service_ipc::EventPayload::ToolCallDelta {
+                            turn_id: self.turn_id.to_string(),
+                            call_id: call.id.clone(),
+                            delta,
+                        })
+                        .await;
+                }
+                Ok(PreTool {
+                    // The rules are evaluated on this input: a hook cannot make a call the rules refuse.
+                    args: verdict.updated_input.unwrap_or(args),
+                    ask: decision == Some(Decision::Ask),
+                })
+            }
         }
     }
 

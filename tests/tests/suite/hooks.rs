@@ -353,6 +353,15 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permiss
         "the rewritten command ran: {out}"
     );
     assert!(out.contains("denied by agent.yaml"), "{out}");
+    // The journal says what the hook made of the call, after the model's input.
+    let events = events(&env);
+    let rewritten = of_kind(&events, "tool_call_delta").iter().any(|d| {
+        d["delta"]
+            .as_str()
+            .unwrap()
+            .contains("rewrote the input: {\"command\":\"rm -rf keep\"}")
+    });
+    assert!(rewritten, "{events:?}");
 }
 
 #[test]
