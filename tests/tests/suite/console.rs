@@ -649,12 +649,17 @@ async fn the_console_shows_tool_lines_without_sandbox_paths_tables_and_starts_on
       {tool_calls: [{name: "Edit", arguments: {file_path: "notes.md", old_string: "old", new_string: "new"}}]},
       {tool_calls: [{name: "Bash", arguments: {command: "echo once-only-$((6*7))"}}]},
       {text: "Done.\n\n| file | change |\n|---|---|\n| notes.md | edited |\n| a | b |\n| c | d |"}]}]}"#;
-    write_bundle(
-        &env.path("fixture"),
-        script,
-        "permissions: { default: allow }",
-        "workspace_write",
-    );
+    // And a policy hook on commands, whose decision the console shows as the terminal does.
+    let hooks = "permissions: { default: allow }\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n        \
+                 - { type: command, command: \"python3 $SERVICE_BUNDLE_DIR/hooks/allow.py\" }\n";
+    write_bundle(&env.path("fixture"), script, hooks, "workspace_write");
+    std::fs::create_dir_all(env.path("fixture/hooks")).unwrap();
+    std::fs::write(
+        env.path("fixture/hooks/allow.py"),
+        "import json\nprint(json.dumps({'hookSpecificOutput': {'hookEventName': 'PreToolUse', \
+         'permissionDecision': 'allow', 'permissionDecisionReason': 'checked by policy'}}))\n",
+    )
+    .unwrap();
     env.run(&["build", env.path("fixture").to_str().unwrap()])
         .ok();
     // A bundle whose name sorts first: the picker must still start on the configured default.
@@ -695,6 +700,10 @@ async fn the_console_shows_tool_lines_without_sandbox_paths_tables_and_starts_on
     assert!(text.contains("Wrote notes.md (+1 -0)"), "{text}");
     assert!(text.contains("Edited notes.md (+1 -1)"), "{text}");
     assert!(text.contains("$ echo once-only-$((6*7))"), "{text}");
+    assert!(
+        text.contains("hook PreToolUse (bundle)") && text.contains("allow: checked by policy"),
+        "{text}"
+    );
     assert_eq!(
         text.matches("once-only-42").count(),
         1,
