@@ -68,6 +68,9 @@ pub enum ToWorker {
         /// With a denial, why: the model reads it in the call's result.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The hook that decided, when one did rather than a person.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook: Option<crate::HookRef>,
     },
     /// Run an operator command in the session sandbox; replies with `ExecCommand*` events, then `CommandFinished`.
     RunCommand {

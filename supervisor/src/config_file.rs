@@ -198,7 +198,7 @@ pub fn load(home: &Path) -> Result<ConfigFile, ConfigError> {
     if let Some(model) = &file.default_model {
         check_model(model).map_err(err)?;
     }
-    crate::bundle::hooks::validate(&file.hooks)
+    crate::bundle::hooks::validate(&file.hooks, true)
         .map_err(|(key, why)| err(format!("hooks.{key}: {why}")))?;
     Ok(file)
 }

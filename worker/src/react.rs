@@ -467,10 +467,6 @@ impl Turn<'_> {
             }
             PermissionAction::Ask => {
                 let hook = self.permission_hooks(name, call, &args).await;
-                let by = match &hook {
-                    Some(h) => format!("the {} hook `{}`", h.hook.source, h.hook.command),
-                    None => "the operator".to_string(),
-                };
                 match self
                     .ask(
                         name,
@@ -482,7 +478,12 @@ impl Turn<'_> {
                     )
                     .await
                 {
-                    Some((service_ipc::ApprovalDecision::Deny, reason)) => {
+                    Some((service_ipc::ApprovalDecision::Deny, reason, by)) => {
+                        // Who decided is the supervisor's word: it may have put the operator's hooks first.
+                        let by = match by {
+                            Some(h) => format!("the {} hook `{}`", h.source, h.command),
+                            None => "the operator".to_string(),
+                        };
                         return ToolResult::denied(match reason {
                             Some(why) => {
                                 format!("{name} {key:?} was denied by {by}, who said: {why}")

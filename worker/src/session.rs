@@ -140,7 +140,8 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 request_id,
                 decision,
                 reason,
-            } => shared.deliver_decision(&request_id, (decision, reason)),
+                hook,
+            } => shared.deliver_decision(&request_id, (decision, reason, hook)),
             ToWorker::SubagentResult {
                 request_id,
                 status,

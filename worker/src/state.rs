@@ -14,8 +14,9 @@ use crate::registry::Registry;
 /// Chunks buffered per model stream before the reader waits for the turn to catch up.
 const MODEL_STREAM_CAPACITY: usize = 256;
 
-/// An operator's answer to a permission request: the decision, and with a denial the reason for the model.
-pub type Decided = (ApprovalDecision, Option<String>);
+/// An answer to a permission request: the decision, with a denial the reason for the model, and the hook that
+/// decided when one did rather than a person.
+pub type Decided = (ApprovalDecision, Option<String>, Option<service_ipc::HookRef>);
 
 /// State shared by the dispatch loop and the tasks it starts.
 pub struct Shared {

@@ -474,6 +474,10 @@ fn every_to_worker() -> Vec<ToWorker> {
             request_id: "r".into(),
             decision: ApprovalDecision::Deny,
             reason: Some("use pytest instead".into()),
+            hook: Some(service_ipc::HookRef {
+                source: service_ipc::HookSource::Operator,
+                command: "approve".into(),
+            }),
         },
         ToWorker::RunCommand {
             exec_id: "e".into(),

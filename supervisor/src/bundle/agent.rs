@@ -224,7 +224,7 @@ impl AgentSpec {
 
     fn validate(&self) -> Result<()> {
         let bad = |key: &str, message: String| Err(BundleError::invalid(AGENT_FILE, key, message));
-        if let Err((key, why)) = super::hooks::validate(&self.hooks) {
+        if let Err((key, why)) = super::hooks::validate(&self.hooks, false) {
             return bad(&format!("hooks.{key}"), why);
         }
         if !KNOWN_PROVIDERS.contains(&self.model.provider.as_str()) {

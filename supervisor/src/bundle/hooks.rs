@@ -44,6 +44,27 @@ pub struct HookHandler {
     /// Any non-zero exit blocks, not only 2.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fail_closed: bool,
+    /// Where it runs: the session's sandbox, or (only the operator's `PermissionRequest` hooks) the host.
+    #[serde(default, skip_serializing_if = "RunsIn::is_sandbox")]
+    pub run: RunsIn,
+}
+
+/// Where a hook runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunsIn {
+    /// In the session's sandbox, started by the worker.
+    #[default]
+    Sandbox,
+    /// On the host, started by the supervisor: the operator's `PermissionRequest` hooks that must reach what the
+    /// sandbox cannot (an approval service), and only those.
+    Host,
+}
+
+impl RunsIn {
+    fn is_sandbox(&self) -> bool {
+        *self == RunsIn::Sandbox
+    }
 }
 
 fn command_kind() -> String {
@@ -65,8 +86,8 @@ pub struct HooksFile {
 /// What is wrong with a declaration: the key (`PreToolUse[0].hooks[1].timeout`) and why.
 pub type Invalid = (String, String);
 
-/// Checks every declaration of `hooks`.
-pub fn validate(hooks: &HookMap) -> Result<(), Invalid> {
+/// Checks every declaration of `hooks`; `host` says whether they may run on the host (the operator's may).
+pub fn validate(hooks: &HookMap, host: bool) -> Result<(), Invalid> {
     for (event, groups) in hooks {
         for (i, group) in groups.iter().enumerate() {
             let at = format!("{event}[{i}]");
@@ -100,6 +121,18 @@ pub fn validate(hooks: &HookMap) -> Result<(), Invalid> {
                         ),
                     ));
                 }
+                if h.run == RunsIn::Host && !host {
+                    return Err((
+                        format!("{at}.run"),
+                        "only the operator's hooks (config.toml) may run on the host".into(),
+                    ));
+                }
+                if h.run == RunsIn::Host && *event != HookEvent::PermissionRequest {
+                    return Err((
+                        format!("{at}.run"),
+                        format!("{event} hooks run in the sandbox; only PermissionRequest hooks may run on the host"),
+                    ));
+                }
                 if h.command.trim().is_empty() {
                     return Err((format!("{at}.command"), "must not be empty".into()));
                 }
@@ -117,12 +150,18 @@ pub fn validate(hooks: &HookMap) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// The hooks of `map` as the worker runs them, marked as from `source`, in declaration order.
+/// The hooks of `map` that run in the sandbox, as the worker runs them, marked as from `source`, in declaration
+/// order.
 pub fn specs(map: &HookMap, source: HookSource) -> Vec<HookSpec> {
+    specs_in(map, source, RunsIn::Sandbox)
+}
+
+/// The hooks of `map` that run in `place`.
+pub fn specs_in(map: &HookMap, source: HookSource, place: RunsIn) -> Vec<HookSpec> {
     let mut out = Vec::new();
     for (event, groups) in map {
         for group in groups {
-            for h in &group.hooks {
+            for h in group.hooks.iter().filter(|h| h.run == place) {
                 out.push(HookSpec {
                     event: *event,
                     matcher: group.matcher.clone(),
@@ -155,7 +194,7 @@ mod tests {
                 "command": "python3 check.py", "timeout": 5}]}]}}"#,
         )
         .unwrap();
-        validate(&file.hooks).unwrap();
+        validate(&file.hooks, false).unwrap();
         let specs = specs(&file.hooks, HookSource::Project);
         assert_eq!(specs[0].timeout_ms, 5000);
         assert_eq!(specs[0].matcher.as_deref(), Some("Edit|Write"));
@@ -163,7 +202,7 @@ mod tests {
             r#"{"hooks": {"Stop": [{"hooks": [{"type": "prompt", "command": "x"}]}]}}"#,
         )
         .unwrap();
-        let (key, why) = validate(&prompt.hooks).unwrap_err();
+        let (key, why) = validate(&prompt.hooks, false).unwrap_err();
         assert_eq!(key, "Stop[0].hooks[0].type");
         assert!(why.contains("only \"command\""), "{why}");
         let unknown = serde_json::from_str::<HooksFile>(r#"{"hooks": {"OnBoot": []}}"#);

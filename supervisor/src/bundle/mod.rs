@@ -116,7 +116,7 @@ pub fn load_files(root: &Path) -> Result<(Manifest, AgentSpec, Vec<Skill>)> {
     if hooks_path.is_file() {
         let file: hooks::HooksFile = serde_json::from_str(&read_text(&hooks_path)?)
             .map_err(|e| BundleError::invalid(hooks::BUNDLE_HOOKS_FILE, "hooks", e.to_string()))?;
-        hooks::validate(&file.hooks).map_err(|(key, why)| {
+        hooks::validate(&file.hooks, false).map_err(|(key, why)| {
             BundleError::invalid(hooks::BUNDLE_HOOKS_FILE, format!("hooks.{key}"), why)
         })?;
         hooks::merge(&mut agent.hooks, file.hooks);

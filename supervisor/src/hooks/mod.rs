@@ -60,7 +60,7 @@ pub fn project(home: &ServiceHome, dir: &Path) -> Option<ProjectHooks> {
     let hooks = serde_json::from_str::<HooksFile>(&text)
         .map_err(|e| format!("{}: {e}", path.display()))
         .and_then(|file| {
-            declared::validate(&file.hooks)
+            declared::validate(&file.hooks, false)
                 .map_err(|(key, why)| format!("{}: hooks.{key}: {why}", path.display()))?;
             Ok(declared::specs(&file.hooks, HookSource::Project))
         });
@@ -86,6 +86,14 @@ pub fn operator(home: &ServiceHome) -> (Vec<HookSpec>, bool) {
             (Vec::new(), false)
         }
     }
+}
+
+/// The operator's hooks that run on the host (`run = "host"`, `PermissionRequest` only), which the supervisor
+/// starts itself; none when config.toml cannot be read.
+pub fn on_host(home: &ServiceHome) -> Vec<HookSpec> {
+    crate::config_file::load(home.root())
+        .map(|c| declared::specs_in(&c.hooks, HookSource::Operator, declared::RunsIn::Host))
+        .unwrap_or_default()
 }
 
 /// The hooks a session of `bundle` in `dir` runs: the operator's, then (unless the operator allows only its own)

@@ -65,6 +65,7 @@ impl ServiceRuntime {
                     request_id: request_id.to_string(),
                     decision,
                     reason,
+                    hook: None,
                 })
                 .await
                 .is_ok(),

@@ -30,6 +30,7 @@ pub mod error;
 pub mod faults;
 mod frame_guard;
 pub mod handle;
+mod host_hooks;
 pub mod journal;
 pub mod launcher;
 mod lead;

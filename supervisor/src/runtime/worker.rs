@@ -402,68 +402,62 @@ impl Actor {
                     let tenant = self.session.tenant();
                     super::project_rules::kept_for(&self.rt.home, &tenant, dir, &tool, &key)
                 });
+                // The operator's host hooks decide before a sandbox hook may (see `host_hooks`).
+                let host = super::host_hooks::selecting(&self.rt, &tool, &key);
+                let hook = hook.filter(|_| host.is_empty());
                 if self.session.allowed_always(&grant) || kept {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {
                         request_id,
                         decision: service_ipc::ApprovalDecision::AllowAlways,
                         reason: None,
+                        hook: None,
                     });
                     return Ok(());
+                }
+                if self.rt.approvals.session_of(&request_id).is_some() {
+                    return Err(format!("approval request id {request_id} was used before"));
                 }
                 let warning = self.unwritable(&tool, &key);
                 // A rule to keep is offered to a person, never to a hook.
                 let project_rule = project
                     .as_ref()
-                    .filter(|_| hook.is_none())
+                    .filter(|_| hook.is_none() && host.is_empty())
                     .and_then(|_| super::project_rules::suggest(&tool, &key));
-                let requested = EventPayload::PermissionRequested {
-                    turn_id: turn_id.clone(),
+                let question = super::host_hooks::Question {
                     request_id: request_id.clone(),
-                    call_id,
-                    tool,
-                    summary: key,
-                    rule,
-                    diff,
-                    project_rule,
-                    warning,
-                    child_session_id: None,
+                    turn_id: turn_id.clone(),
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    key: key.clone(),
                 };
-                if let Some(answer) = hook {
-                    // One of the session's hooks answered, as a person would have: the request and its answer
-                    // are journaled together, naming the hook.
-                    let decision = match answer.decision {
-                        service_ipc::ApprovalDecision::Deny => service_ipc::ApprovalDecision::Deny,
-                        _ => service_ipc::ApprovalDecision::AllowOnce,
-                    };
-                    let reason = super::approvals::reason(decision, answer.message);
-                    self.session.emit(requested);
-                    self.session.emit(EventPayload::ApprovalResolved {
-                        turn_id,
-                        request_id: request_id.clone(),
-                        decision,
-                        reason: reason.clone(),
-                        child_session_id: None,
-                        hook: Some(answer.hook),
-                    });
-                    let _ = self.tx.try_send(ToWorker::ApprovalDecision {
-                        request_id,
-                        decision,
-                        reason,
-                    });
-                    return Ok(());
-                }
-                if !self.rt.approvals.insert(
-                    request_id.clone(),
-                    Pending {
+                let pose = super::host_hooks::Pose {
+                    session: self.session.clone(),
+                    pending: Pending {
                         session_id: self.session.id.clone(),
-                        turn_id,
+                        turn_id: turn_id.clone(),
                         grant,
                         reply: Reply::Worker(self.tx.clone()),
                     },
-                ) {
-                    return Err(format!("approval request id {request_id} was used before"));
+                    request_id,
+                    requested: EventPayload::PermissionRequested {
+                        turn_id,
+                        request_id: question.request_id.clone(),
+                        call_id,
+                        tool,
+                        summary: key,
+                        rule,
+                        diff,
+                        project_rule,
+                        warning,
+                        child_session_id: None,
+                    },
+                };
+                match hook {
+                    // One of the session's hooks answered, as a person would have.
+                    Some(answer) => pose.answered(answer.hook, answer.decision, answer.message),
+                    None if host.is_empty() => pose.ask_a_person(&self.rt),
+                    None => super::host_hooks::ask(self.rt.clone(), host, question, pose),
                 }
-                self.session.emit(requested);
             }
             ToSupervisor::SubagentCall {
                 request_id,

@@ -67,7 +67,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    pub(super) fn of(answers: Vec<(HookRef, Answer)>) -> Verdict {
+    /// The verdict of a point's answers: the strongest decision, and every hook's context.
+    pub fn of(answers: Vec<(HookRef, Answer)>) -> Verdict {
         let mut verdict = Verdict::default();
         for (hook, answer) in answers {
             if let Some(c) = answer.context.filter(|c| !c.trim().is_empty()) {

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use service_ipc::{EventPayload, HookEvent, HookRef, HookSpec, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
-pub use answer::{Decision, Verdict};
+pub use answer::{Answer, Decision, Verdict};
 
 use crate::conn::Outbox;
 
@@ -73,7 +73,8 @@ impl Matcher {
         matches!(self, Matcher::Any)
     }
 
-    fn selects(&self, tool: &str, input: &Value) -> bool {
+    /// Whether it selects a call of `tool` with `input` (a Bash call's `command` is what a prefix matches).
+    pub fn selects(&self, tool: &str, input: &Value) -> bool {
         match self {
             Matcher::Any => true,
             Matcher::Tools(re) => re.is_match(tool),
@@ -180,55 +181,20 @@ impl Hooks {
             ),
         ];
         let runs = selected.iter().map(|spec| {
-            let (input, env) = (&input, &env);
-            let point = &point;
+            let at = Where {
+                event: point.event,
+                turn_id: point.turn_id,
+                call_id: point.tool.map(|(_, _, id)| id),
+                cwd: point.cwd,
+                env: &env,
+                confine: true,
+            };
+            let input = &input;
             async move {
-                let hook_id = uuid::Uuid::new_v4().to_string();
-                let hook = HookRef {
-                    source: spec.source,
-                    command: spec.command.clone(),
+                let emit = move |e: EventPayload| async move {
+                    out.event(e).await;
                 };
-                out.event(EventPayload::HookStarted {
-                    turn_id: point.turn_id.map(str::to_string),
-                    hook_id: hook_id.clone(),
-                    event: point.event,
-                    hook: hook.clone(),
-                    call_id: point.tool.map(|(_, _, id)| id.to_string()),
-                })
-                .await;
-                let ran = run::run(
-                    run::Launch {
-                        command: &spec.command,
-                        cwd: point.cwd,
-                        env,
-                        input,
-                        timeout: Duration::from_millis(spec.timeout_ms),
-                    },
-                    cancel,
-                )
-                .await;
-                let answer = answer::read(point.event, spec, &ran);
-                out.event(EventPayload::HookFinished {
-                    turn_id: point.turn_id.map(str::to_string),
-                    hook_id,
-                    event: point.event,
-                    hook: hook.clone(),
-                    matcher: spec.matcher.clone(),
-                    exit_code: ran.exit_code,
-                    timed_out: ran.timed_out,
-                    decision: answer.decision.map(|d| d.as_str().to_string()),
-                    reason: answer.reason.as_deref().map(|r| {
-                        let kept = crate::tools::clip(r, MAX_EVENT_REASON);
-                        if kept.len() < r.len() {
-                            format!("{kept}…")
-                        } else {
-                            kept.to_string()
-                        }
-                    }),
-                    duration_ms: ran.duration.as_millis() as u64,
-                })
-                .await;
-                (hook, answer)
+                run_one(spec, at, input, cancel, emit).await
             }
         });
         let answers = futures::future::join_all(runs).await;
@@ -259,6 +225,81 @@ impl Hooks {
         }
         serde_json::to_vec(&input).unwrap_or_default()
     }
+}
+
+/// Where one hook runs, and for what.
+#[derive(Clone, Copy)]
+pub struct Where<'a> {
+    /// The event.
+    pub event: HookEvent,
+    /// The turn, when inside one.
+    pub turn_id: Option<&'a str>,
+    /// The tool call, for a tool's event.
+    pub call_id: Option<&'a str>,
+    /// Its working directory.
+    pub cwd: &'a Path,
+    /// Variables added to its environment.
+    pub env: &'a [(&'static str, String)],
+    /// Confined as commands are (in the sandbox); false for the operator's host hooks, which the supervisor runs.
+    pub confine: bool,
+}
+
+/// Runs one hook with `input` on its stdin, journaled through `emit` as `hook_started` and `hook_finished`, and
+/// reads its answer.
+pub async fn run_one<F: std::future::Future<Output = ()>>(
+    spec: &HookSpec,
+    at: Where<'_>,
+    input: &[u8],
+    cancel: &CancellationToken,
+    emit: impl Fn(EventPayload) -> F,
+) -> (HookRef, Answer) {
+    let hook_id = uuid::Uuid::new_v4().to_string();
+    let hook = HookRef {
+        source: spec.source,
+        command: spec.command.clone(),
+    };
+    emit(EventPayload::HookStarted {
+        turn_id: at.turn_id.map(str::to_string),
+        hook_id: hook_id.clone(),
+        event: at.event,
+        hook: hook.clone(),
+        call_id: at.call_id.map(str::to_string),
+    })
+    .await;
+    let ran = run::run(
+        run::Launch {
+            command: &spec.command,
+            cwd: at.cwd,
+            env: at.env,
+            input,
+            timeout: Duration::from_millis(spec.timeout_ms),
+            confine: at.confine,
+        },
+        cancel,
+    )
+    .await;
+    let answer = answer::read(at.event, spec, &ran);
+    emit(EventPayload::HookFinished {
+        turn_id: at.turn_id.map(str::to_string),
+        hook_id,
+        event: at.event,
+        hook: hook.clone(),
+        matcher: spec.matcher.clone(),
+        exit_code: ran.exit_code,
+        timed_out: ran.timed_out,
+        decision: answer.decision.map(|d| d.as_str().to_string()),
+        reason: answer.reason.as_deref().map(|r| {
+            let kept = crate::tools::clip(r, MAX_EVENT_REASON);
+            if kept.len() < r.len() {
+                format!("{kept}…")
+            } else {
+                kept.to_string()
+            }
+        }),
+        duration_ms: ran.duration.as_millis() as u64,
+    })
+    .await;
+    (hook, answer)
 }
 
 /// Writes `bytes` to `path` whole, read-only, in a directory only this user may change. Without a sandbox the

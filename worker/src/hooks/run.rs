@@ -1,5 +1,7 @@
 //! Starting one hook command in the sandbox, as commands start (the same confinement, process group, egress
 //! variables and death with the worker), with the event's JSON on its stdin, its output capped and a time-out.
+//! The supervisor starts the operator's host hooks with the same code, unconfined: a process group of their own,
+//! a cleared environment and death with the supervisor.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -38,6 +40,8 @@ pub struct Launch<'a> {
     pub env: &'a [(&'static str, String)],
     /// The event's JSON, written to its stdin.
     pub input: &'a [u8],
+    /// Confined as the sandbox's commands are; false only for the operator's host hooks.
+    pub confine: bool,
     /// Its time limit.
     pub timeout: Duration,
 }
@@ -48,6 +52,9 @@ pub async fn run(launch: Launch<'_>, cancel: &tokio_util::sync::CancellationToke
     let started = Instant::now();
     let mut ran = Ran::default();
     let mut command = tokio::process::Command::new(exec::shell());
+    if !launch.confine {
+        on_host(&mut command);
+    }
     command
         .arg("-c")
         .arg(launch.command)
@@ -56,7 +63,12 @@ pub async fn run(launch: Launch<'_>, cancel: &tokio_util::sync::CancellationToke
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = exec::confine_process(&mut command).and_then(|()| command.spawn());
+    let prepared = if launch.confine {
+        exec::confine_process(&mut command)
+    } else {
+        Ok(())
+    };
+    let child = prepared.and_then(|()| command.spawn());
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {
@@ -96,6 +108,24 @@ pub async fn run(launch: Launch<'_>, cancel: &tokio_util::sync::CancellationToke
     ran.stderr = stderr.await.unwrap_or_default();
     ran.duration = started.elapsed();
     ran
+}
+
+/// A host hook's process: its own group, none of the supervisor's variables (its keys among them) but `PATH`,
+/// `HOME` and `LANG`, and death with the supervisor.
+fn on_host(command: &mut tokio::process::Command) {
+    let keep: Vec<(String, String)> = ["PATH", "HOME", "LANG"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    command.env_clear().envs(keep).process_group(0).kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// A pipe's text, the first [`OUTPUT_CAP`] bytes of it; the rest is drained so the hook never blocks on a full
