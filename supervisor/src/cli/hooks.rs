@@ -76,6 +76,7 @@ fn list(
     let own = bundle::hooks::specs(&bundle.agent.hooks, service_ipc::HookSource::Bundle);
     let project = hooks::project(home, dir);
     let (operator, only) = hooks::operator(home);
+    let host = hooks::on_host(home);
     if json {
         let project_json = project.as_ref().map(|p| {
             serde_json::json!({
@@ -88,6 +89,7 @@ fn list(
         });
         let value = serde_json::json!({
             "operator": operator.iter().map(spec_json).collect::<Vec<_>>(),
+            "operator_on_host": host.iter().map(spec_json).collect::<Vec<_>>(),
             "operator_hooks_only": only,
             "bundle": bundle.reference(),
             "hooks": own.iter().map(spec_json).collect::<Vec<_>>(),
@@ -96,10 +98,13 @@ fn list(
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if !operator.is_empty() || only {
+    if !operator.is_empty() || !host.is_empty() || only {
         println!("operator (config.toml):");
         for h in &operator {
             println!("  {}", line(h));
+        }
+        for h in &host {
+            println!("  {}, on the host", line(h));
         }
     }
     if only {
