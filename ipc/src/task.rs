@@ -66,6 +66,11 @@ pub struct TurnOverrides {
         deserialize_with = "whole_number"
     )]
     pub max_tokens: Option<u64>,
+    /// US dollars the turn may spend at the supervisor's prices: no model call is made once its calls have spent
+    /// them, or when the next call's prompt alone would pass them; the turn ends with `budget_exceeded`. A model
+    /// the supervisor has no price for is held to its tokens only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
 }
 
 /// A count as JSON may write it: `3`, or `3.0` (JSON Schema's integers include it); null for none.

@@ -489,7 +489,7 @@ impl Turn<'_> {
                                 format!("{name} {key:?} was denied by {by}, who said: {why}")
                             }
                             None => format!("{name} {key:?} was denied by {by}"),
-                        })
+                        });
                     }
                     Some(_) => {}
                     None => {

@@ -16,7 +16,11 @@ const MODEL_STREAM_CAPACITY: usize = 256;
 
 /// An answer to a permission request: the decision, with a denial the reason for the model, and the hook that
 /// decided when one did rather than a person.
-pub type Decided = (ApprovalDecision, Option<String>, Option<service_ipc::HookRef>);
+pub type Decided = (
+    ApprovalDecision,
+    Option<String>,
+    Option<service_ipc::HookRef>,
+);
 
 /// State shared by the dispatch loop and the tasks it starts.
 pub struct Shared {

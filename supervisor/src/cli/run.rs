@@ -121,7 +121,7 @@ pub(super) const EXIT_CODES: &str = "Exit codes:
   0    the turn completed
   1    the turn failed (or the run could not start it)
   3    the turn reached the bundle's max_steps
-  4    the turn spent its --max-tokens; no further model call was made
+  4    the turn spent its --max-tokens or --max-cost; no further model call was made
   124  --timeout passed; what the turn started was stopped
   130  interrupted (Ctrl-C, or an interrupt from elsewhere)
   141  stdout was closed under the run (a reader such as `head` went away); the turn was interrupted";
@@ -166,6 +166,11 @@ pub struct RunArgs {
     /// they are spent, and the run exits 4.
     #[arg(long, value_name = "N")]
     pub(super) max_tokens: Option<u64>,
+    /// US dollars the turn may spend, at the prices of config.toml's `[prices]`: no model call is made once they
+    /// are spent, or when the next call's prompt alone would pass them, and the run exits 4. A model with no price
+    /// is held to nothing (the run says so).
+    #[arg(long, value_name = "USD")]
+    pub(super) max_cost: Option<f64>,
     /// Decide every permission request of this run up front: `allow` or `deny` (each decision is journaled).
     #[arg(long = "approvals", value_enum, value_name = "DECISION", conflicts_with_all = ["approve", "deny"])]
     pub(super) decide: Option<Decide>,
@@ -460,7 +465,13 @@ async fn start_new(
         cwd: None,
         model: model_override(args.model.as_deref(), Some(bundle.agent.model.to_ref()))?,
         max_tokens: args.max_tokens,
+        max_cost_usd: args.max_cost,
     };
+    let model = overrides
+        .model
+        .clone()
+        .unwrap_or(bundle.agent.model.to_ref());
+    warn_unpriced(rt, args.max_cost, &model);
     // Its first model call goes out while the session is made (`create_session_with_turn`).
     let first = rt
         .create_session_with_turn(
@@ -472,6 +483,17 @@ async fn start_new(
         )
         .await?;
     Ok((first.record, first.events, first.turn.turn_id))
+}
+
+/// Says on stderr that `--max-cost` cannot hold `model`, which config.toml gives no price.
+fn warn_unpriced(rt: &service_supervisor::ServiceRuntime, max_cost: Option<f64>, model: &ModelRef) {
+    let name = format!("{}/{}", model.provider, model.name);
+    if max_cost.is_some() && !rt.prices().contains_key(&name) {
+        eprintln!(
+            "service-rs: --max-cost does not apply: config.toml has no price for {name} ([prices.\"{name}\"] \
+             input = …, output = …); the run is held to its tokens only"
+        );
+    }
 }
 
 /// The run's turn started in the existing session `record`: its events and turn id.
@@ -496,9 +518,13 @@ async fn start(
             (None, false) => None,
             _ => args.cwd.as_ref().map(|c| c.display().to_string()),
         },
-        model: model_override(args.model.as_deref(), default)?,
+        model: model_override(args.model.as_deref(), default.clone())?,
         max_tokens: args.max_tokens,
+        max_cost_usd: args.max_cost,
     };
+    if let (Backend::Local(rt), Some(model)) = (backend, overrides.model.clone().or(default)) {
+        warn_unpriced(rt, args.max_cost, &model);
+    }
     // Subscribe before starting the turn, so no event is missed.
     let events = backend.events_after(&record.id, None).await?;
     let turn_id = backend

@@ -360,7 +360,7 @@ impl Ui {
         let overrides = TurnOverrides {
             cwd: self.cwd.clone(),
             model: self.model.clone(),
-            max_tokens: None,
+            ..TurnOverrides::default()
         };
         self.background(async move {
             backend

@@ -18,7 +18,7 @@ use super::Inner;
 use crate::bundle::Bundle;
 use crate::providers;
 
-/// The code of a turn stopped by its own token budget.
+/// The code of a turn stopped by its own budget, in tokens or in dollars.
 pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
 
 /// Streams `request` for `session`; dropping the stream abandons the call. A call whose context the provider
@@ -30,12 +30,11 @@ pub(super) fn stream(
     request: ModelRequest,
 ) -> BoxStream<'static, ModelChunk> {
     // The turn's own cap comes first: once its calls have spent it, no call is made.
-    if let Some((spent, max)) = session.over_budget(&request.turn_id) {
+    if let Some(why) = session.over_budget(&request.turn_id) {
         return futures::stream::iter([ModelChunk::Failed {
             code: BUDGET_EXCEEDED.into(),
             message: format!(
-                "the turn has spent {spent} tokens of its budget of {max} (--max-tokens); no further model call was \
-                 made. Raise the budget, or continue the session with a new turn"
+                "{why}; no further model call was made. Raise the budget, or continue the session with a new turn"
             ),
         }])
         .boxed();

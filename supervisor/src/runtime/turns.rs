@@ -160,8 +160,21 @@ impl ServiceRuntime {
         if !session.bundle.root.is_dir() {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }
+        if let Some(max) = overrides
+            .max_cost_usd
+            .filter(|m| !(m.is_finite() && *m > 0.0))
+        {
+            return Err(RuntimeError::InvalidRequest(format!(
+                "max_cost_usd {max} is not a positive number of US dollars"
+            )));
+        }
+        // Without a price for the model, only its tokens can be held to a budget.
+        let priced = format!("{}/{}", model.provider, model.name);
+        let max_cost = overrides
+            .max_cost_usd
+            .and_then(|max| Some((max, *self.inner.options.prices.get(&priced)?)));
         let outcome = session.begin_turn(&turn_id, model.clone(), &task.prompt)?;
-        session.set_turn_budget(&turn_id, overrides.max_tokens);
+        session.set_turn_budget(&turn_id, overrides.max_tokens, max_cost);
         if ahead.is_none() {
             // A turn made ahead is a new session's first: nothing to compact.
             super::compaction::before_turn(&self.inner, session, &turn_id, &model).await;

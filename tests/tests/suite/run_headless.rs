@@ -215,3 +215,58 @@ fn without_a_terminal_only_the_answer_is_printed_and_a_retry_is_said_on_stderr()
     assert!(err.contains("model call failed (attempt 1 of"), "{err}");
     assert!(!err.contains("tokens "), "no usage line on a pipe: {err}");
 }
+
+#[test]
+fn a_run_past_its_max_cost_stops_before_the_call_that_would_pass_it_and_exits_4() {
+    use super::provider_server::ProviderServer;
+    use super::providers::{bundle, local, openai_text, openai_tool_call, run_json};
+    let run_with = |max_cost: &str, priced: bool| {
+        let env = Env::new();
+        // Each tool call's reply reports 50 prompt and 12 completion tokens: 62 tokens, at $1,000 a million.
+        let server = ProviderServer::start(vec![
+            openai_tool_call("echo one"),
+            openai_tool_call("echo two"),
+            openai_text("done"),
+        ]);
+        bundle(&env, "oa", "openai", "gpt-test", local(&server));
+        if priced {
+            std::fs::write(
+                env.home.path().join("config.toml"),
+                "[prices.\"openai/gpt-test\"]\ninput = 1000.0\noutput = 1000.0\n",
+            )
+            .unwrap();
+        }
+        let envs = [
+            ("OPENAI_API_KEY", "sk-test-key"),
+            ("OPENAI_BASE_URL", &server.base),
+        ];
+        let extra = ["--approvals", "allow", "--max-cost", max_cost];
+        let (out, events) = run_json(&env, "./oa", &envs, &extra);
+        (out, events, server.recorded().len())
+    };
+    // After the first call ($0.062), the next one's prompt alone ($0.05 or more) would pass $0.10: not made.
+    let (out, events, calls) = run_with("0.10", true);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(calls, 1, "the model server was called once");
+    let failed = super::providers::of_type(&events, "error");
+    let message = failed[0]["message"].as_str().unwrap();
+    assert!(message.contains("--max-cost"), "{message}");
+    // With room for all three calls, the run completes.
+    let (out, _, calls) = run_with("1.00", true);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(calls, 3);
+    // A model without a price cannot be held to dollars: the run says so and goes on.
+    let (out, _, calls) = run_with("0.10", false);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(calls, 3);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("config.toml has no price for openai/gpt-test"),
+        "{err}"
+    );
+}

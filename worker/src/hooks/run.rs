@@ -117,7 +117,11 @@ fn on_host(command: &mut tokio::process::Command) {
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
-    command.env_clear().envs(keep).process_group(0).kill_on_drop(true);
+    command
+        .env_clear()
+        .envs(keep)
+        .process_group(0)
+        .kill_on_drop(true);
     #[cfg(target_os = "linux")]
     // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe.
     unsafe {

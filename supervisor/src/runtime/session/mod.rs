@@ -65,6 +65,8 @@ struct ActiveTurn {
     usage: service_ipc::Usage,
     /// Tokens the turn may spend (`TurnOverrides::max_tokens`).
     max_tokens: Option<u64>,
+    /// US dollars the turn may spend, and its model's price (`TurnOverrides::max_cost_usd`).
+    max_cost: Option<(f64, crate::tenancy::usage::Price)>,
     /// The turn's prompt: where its own messages start in a model request.
     prompt: String,
     /// Whether an overflow was compacted away in this turn already (a second one fails the turn).

@@ -140,6 +140,7 @@ impl Session {
                 lead: None,
                 usage,
                 max_tokens: None,
+                max_cost: None,
                 prompt: prompt.to_string(),
                 overflow_compacted: false,
                 history_mark: self.journal.log().history_mark(),
@@ -204,20 +205,55 @@ impl Session {
         }
     }
 
-    /// Caps the tokens `turn_id` may spend (see `TurnOverrides::max_tokens`).
-    pub fn set_turn_budget(&self, turn_id: &str, max_tokens: Option<u64>) {
+    /// Caps the tokens and the US dollars (at its model's price) `turn_id` may spend (see `TurnOverrides`).
+    pub fn set_turn_budget(
+        &self,
+        turn_id: &str,
+        max_tokens: Option<u64>,
+        max_cost: Option<(f64, crate::tenancy::usage::Price)>,
+    ) {
         if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
             a.max_tokens = max_tokens;
+            a.max_cost = max_cost;
         }
     }
 
-    /// When `turn_id` has spent its tokens: what it spent and its cap. None while it may call the model.
-    pub fn over_budget(&self, turn_id: &str) -> Option<(u64, u64)> {
+    /// Why `turn_id` may make no further model call: it spent its tokens, or its dollars, or the next call's prompt
+    /// (at least as long as the last one's, since a turn's context only grows) would pass them. None while it may.
+    pub fn over_budget(&self, turn_id: &str) -> Option<String> {
         let active = lock(&self.active);
         let a = active.as_ref().filter(|a| a.turn_id == turn_id)?;
-        let max = a.max_tokens?;
-        let spent = a.usage.input_tokens.unwrap_or(0) + a.usage.output_tokens.unwrap_or(0);
-        (spent >= max).then_some((spent, max))
+        let u = &a.usage;
+        let spent = u.input_tokens.unwrap_or(0) + u.output_tokens.unwrap_or(0);
+        if let Some(max) = a.max_tokens.filter(|max| spent >= *max) {
+            return Some(format!(
+                "the turn has spent {spent} tokens of its budget of {max} (--max-tokens)"
+            ));
+        }
+        let (max, price) = a.max_cost?;
+        let tokens = crate::tenancy::usage::Spent {
+            input_tokens: u.input_tokens.unwrap_or(0),
+            output_tokens: u.output_tokens.unwrap_or(0),
+            cached_tokens: u.cached_tokens.unwrap_or(0),
+            ..Default::default()
+        };
+        let cost = price.cost(&tokens);
+        let prompt = crate::tenancy::usage::Spent {
+            input_tokens: u.context_tokens.unwrap_or(0),
+            ..Default::default()
+        };
+        let cached = crate::tenancy::usage::Spent {
+            cached_tokens: prompt.input_tokens,
+            ..prompt
+        };
+        // The cheapest the next call could be: its prompt at the lower of the fresh and the cached price.
+        let next = price.cost(&prompt).min(price.cost(&cached));
+        (cost + next > max).then(|| {
+            format!(
+                "the turn has spent ${cost:.4} of its budget of ${max:.4} (--max-cost), and its next call's prompt \
+                 alone costs at least ${next:.4}"
+            )
+        })
     }
 
     /// Counts a tool call a model call of `turn_id` asked for, if the turn still runs.
