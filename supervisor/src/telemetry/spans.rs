@@ -261,11 +261,7 @@ impl Traces {
                 output,
                 ..
             } => {
-                let cx = self
-                    .state()
-                    .turns
-                    .get_mut(turn_id)
-                    .and_then(|t| t.tools.remove(call_id));
+                let cx = self.take(turn_id, |t| t.tools.remove(call_id));
                 if let Some(cx) = cx {
                     if self.capture {
                         set(
@@ -299,11 +295,7 @@ impl Traces {
                 decision,
                 ..
             } => {
-                let cx = self
-                    .state()
-                    .turns
-                    .get_mut(turn_id)
-                    .and_then(|t| t.approvals.remove(request_id));
+                let cx = self.take(turn_id, |t| t.approvals.remove(request_id));
                 if let Some(cx) = cx {
                     let decision = serde_json::to_value(decision)
                         .ok()
@@ -348,11 +340,7 @@ impl Traces {
                 decision,
                 ..
             } => {
-                let cx = self
-                    .state()
-                    .turns
-                    .get_mut(turn_id)
-                    .and_then(|t| t.hooks.remove(hook_id));
+                let cx = self.take(turn_id, |t| t.hooks.remove(hook_id));
                 if let Some(cx) = cx {
                     if let Some(code) = exit_code {
                         set(
@@ -374,6 +362,15 @@ impl Traces {
             }
             _ => {}
         }
+    }
+
+    /// The span `pick` takes out of turn `turn_id`'s open ones.
+    fn take(
+        &self,
+        turn_id: &str,
+        pick: impl FnOnce(&mut Turn) -> Option<Context>,
+    ) -> Option<Context> {
+        self.state().turns.get_mut(turn_id).and_then(pick)
     }
 
     fn approval(&self, turn_id: &str, request_id: &str, call_id: Option<&String>, tool: &str) {

@@ -120,6 +120,8 @@ fn the_peers_hook_scripts_run_unchanged_in_the_tui_and_their_lines_show() {
     tmux.wait_for(" idle │");
     tmux.type_line("hello");
     tmux.wait_for("tests ran");
+    // The Stop hook runs once more before the turn ends.
+    tmux.wait_for(" idle │");
     tmux.type_line("remove the build dir");
     tmux.wait_for("rm -rf is not allowed here");
     tmux.wait_for("hook PreToolUse");

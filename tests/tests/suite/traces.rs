@@ -251,6 +251,25 @@ async fn with_the_opt_in_prompts_and_tool_arguments_are_in_spans_but_tokens_and_
     }
 }
 
+/// `run BUNDLE PROMPT` exporting to `endpoint`; the spans `receiver` got once its turn's arrived.
+async fn one_shot(
+    env: &Env,
+    bundle: &std::path::Path,
+    prompt: &str,
+    receiver: &Receiver,
+    endpoint: &str,
+) -> Vec<Span> {
+    let out = env
+        .command(&["run", bundle.to_str().unwrap(), prompt])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        // Longer than the run: only the flush at exit can send the span.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .output()
+        .unwrap();
+    super::support::Run::from(out).ok();
+    receiver.until("invoke_agent fixture").await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_shot_run_exports_its_turn_before_it_exits() {
     let receiver = Receiver::default();
@@ -263,15 +282,7 @@ async fn a_one_shot_run_exports_its_turn_before_it_exits() {
         "",
         "read_only",
     );
-    let out = env
-        .command(&["run", bundle.to_str().unwrap(), "hello"])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        // Longer than the run: only the flush at exit can send the span.
-        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
-        .output()
-        .unwrap();
-    super::support::Run::from(out).ok();
-    let spans = receiver.until("invoke_agent fixture").await;
+    let spans = one_shot(&env, &bundle, "hello", &receiver, &endpoint).await;
     let turn = one(&spans, "invoke_agent fixture");
     assert_eq!(turn.parent_span_id, Vec::<u8>::new(), "a root span");
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
@@ -288,14 +299,7 @@ async fn a_hook_run_is_a_span_under_its_tool_call_or_its_turn() {
     let hooks = "permissions: { default: allow }\nhooks:\n  PreToolUse:\n    - matcher: Write\n      hooks:\n        \
                  - { type: command, command: \"exit 0\" }\n  Stop:\n    - hooks:\n        - { type: command, command: \"sleep 5\", timeout: 0.2 }\n";
     write_bundle(&bundle, SCRIPT, hooks, "workspace_write");
-    let out = env
-        .command(&["run", bundle.to_str().unwrap(), "write the plan"])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
-        .output()
-        .unwrap();
-    super::support::Run::from(out).ok();
-    let spans = receiver.until("invoke_agent fixture").await;
+    let spans = one_shot(&env, &bundle, "write the plan", &receiver, &endpoint).await;
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
     let pre = one(&spans, "hook PreToolUse");
     assert_eq!(by_id[&pre.parent_span_id].name, "execute_tool Write");
