@@ -30,33 +30,17 @@ if context:
     print(json.dumps({"hookSpecificOutput": {"hookEventName": name, "additionalContext": context}}))
 "#;
 
-/// Writes a scripted bundle `id` in `dir` whose agent.yaml has `extra`, answering from `turns`.
-fn write(dir: &Path, id: &str, extra: Value, turns: Value) {
-    std::fs::create_dir_all(dir.join("resources")).unwrap();
-    std::fs::create_dir_all(dir.join("hooks")).unwrap();
-    std::fs::write(
-        dir.join("service.bundle.json5"),
-        json!({
-            "manifest_version": "service.bundle/v1", "id": id, "version": "1.0.0",
-            "tools": ["Read", "Write", "Bash"], "sandbox": {"mode": "workspace_write"},
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let mut agent = json!({
-        "model": {"provider": "scripted", "name": "s", "config": {"script": "resources/script.json5"}},
-        "memory": {"keep_recent_turns": 1},
-    });
-    agent
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
+/// Writes a scripted bundle `id` in `dir` whose agent.yaml has `extra`, answering from `turns`, with the logging
+/// hook script.
+fn write(dir: &Path, id: &str, mut extra: Value, turns: Value) {
+    extra["memory"] = json!({"keep_recent_turns": 1});
+    super::subagents::bundle(dir, id, "workspace_write", &[], extra, json!([]));
     std::fs::write(
         dir.join("resources/script.json5"),
         json!({ "turns": turns }).to_string(),
     )
     .unwrap();
+    std::fs::create_dir_all(dir.join("hooks")).unwrap();
     std::fs::write(dir.join("hooks/log.py"), LOG).unwrap();
 }
 
