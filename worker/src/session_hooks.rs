@@ -47,9 +47,6 @@ pub fn pre_compact(
     if !shared.hooks.on(HookEvent::PreCompact) {
         return;
     }
-    if let Some(history) = history {
-        shared.hooks.write_transcript(history);
-    }
     let fields = [
         ("trigger".to_string(), json!(trigger)),
         (
@@ -57,10 +54,11 @@ pub fn pre_compact(
             json!(custom_instructions.unwrap_or_default()),
         ),
     ];
+    let transcript = history.map(<[ChatMessage]>::to_vec);
     spawn(
         shared,
-        HookEvent::PreCompact,
-        fields.into_iter().collect(),
+        (HookEvent::PreCompact, fields.into_iter().collect()),
+        transcript,
         stop,
     );
 }
@@ -75,7 +73,6 @@ pub fn post_compact(
     if !shared.hooks.on(HookEvent::PostCompact) {
         return;
     }
-    shared.hooks.write_transcript(compacted);
     let summary = compacted
         .first()
         .map(|m| m.content.clone())
@@ -86,17 +83,18 @@ pub fn post_compact(
     ];
     spawn(
         shared,
-        HookEvent::PostCompact,
-        fields.into_iter().collect(),
+        (HookEvent::PostCompact, fields.into_iter().collect()),
+        Some(compacted.to_vec()),
         stop,
     );
 }
 
-/// Starts `event`'s hooks once those started before them ended, so that they run in the order of their points.
+/// Starts `event`'s hooks once those started before them ended, so that they run in the order of their points;
+/// `transcript` is written for them then, so that an earlier point's hooks still read their own.
 fn spawn(
     shared: &Arc<Shared>,
-    event: HookEvent,
-    fields: Map<String, Value>,
+    (event, fields): (HookEvent, Map<String, Value>),
+    transcript: Option<Vec<ChatMessage>>,
     stop: &CancellationToken,
 ) {
     let cancel = stop.child_token();
@@ -109,6 +107,9 @@ fn spawn(
     *last = Some(tokio::spawn(async move {
         if let Some(before) = before {
             let _ = before.await;
+        }
+        if let Some(messages) = transcript {
+            shared.hooks.write_transcript(&messages);
         }
         run(&shared, event, fields, &cancel).await
     }));
