@@ -55,8 +55,11 @@ impl Pose {
         }
     }
 
-    /// No hook answered: the question waits for a person.
+    /// No hook answered: the question waits for a person, unless its turn ended while the hooks ran.
     pub fn ask_a_person(self, rt: &Inner) {
+        if self.session.active_turn().as_deref() != Some(self.pending.turn_id.as_str()) {
+            return;
+        }
         if rt.approvals.insert(self.request_id, self.pending) {
             self.session.emit(self.requested);
         }

@@ -7,17 +7,18 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::acp::{sdk_python, text_of, Project};
-use super::hooks::{bundle, BLOCK_RM, POLICY, PY, STOP_ONCE};
+use super::hooks::{bundle, BLOCK_RM, FORMAT, POLICY, PY, STOP_ONCE};
 use super::http_client::Api;
 use super::support::{wait_until, Env, Server};
 use super::tmux::Tmux;
 
-/// The bundle every test here runs: a `PreToolUse` guard against `rm -rf`, a `PermissionRequest` policy that
-/// allows `git status` where the rules ask, a `Stop` hook that keeps the turn going once and a `SessionStart` hook
-/// that adds context.
+/// The bundle every test here runs: a `PreToolUse` guard against `rm -rf`, a `PostToolUse` formatter, a
+/// `PermissionRequest` policy that allows `git status` where the rules ask, a `Stop` hook that keeps the turn going
+/// once and a `SessionStart` hook that adds context.
 fn hooked(env: &Env) {
     let hooks = format!(
         "hooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n        - {{ type: command, command: \"{PY}/block_rm.py\" }}\n  \
+         PostToolUse:\n    - matcher: Write\n      hooks:\n        - {{ type: command, command: \"{PY}/format.py\" }}\n  \
          PermissionRequest:\n    - matcher: Bash\n      hooks:\n        - {{ type: command, command: \"{PY}/policy.py\" }}\n  \
          Stop:\n    - hooks:\n        - {{ type: command, command: \"{PY}/stop_once.py\" }}\n  \
          SessionStart:\n    - hooks:\n        - {{ type: command, command: \"echo the release branch is r42\" }}\n"
@@ -30,6 +31,7 @@ fn hooked(env: &Env) {
         rules,
         &[
             ("block_rm.py", BLOCK_RM),
+            ("format.py", FORMAT),
             ("policy.py", POLICY),
             ("stop_once.py", STOP_ONCE),
         ],
@@ -49,17 +51,21 @@ async fn the_peers_hook_scripts_run_unchanged_through_serve() {
     assert_eq!(api.answer(&id, "hello").await, "tests ran");
     // Every turn ends through the Stop hook; what the guard and the policy did is in the journal.
     api.answer(&id, "remove the build dir").await;
+    api.answer(&id, "write the app").await;
     // The rules ask about git; the policy hook answers, and no client is asked.
     api.answer(&id, "show the status").await;
     let mut replay = api.events(&id, Some("0")).await;
     let events = replay.until("approval_resolved").await;
-    let refused = events.iter().any(|(_, e)| {
-        e["payload"]["type"] == "tool_call_finished"
-            && e["payload"]["payload"]["output"]
-                .as_str()
-                .is_some_and(|o| o.contains("rm -rf is not allowed here"))
-    });
-    assert!(refused, "{events:?}");
+    // The guard refused the call; the formatter's context reached the write's result.
+    for said in ["rm -rf is not allowed here", "the file was formatted"] {
+        let found = events.iter().any(|(_, e)| {
+            e["payload"]["type"] == "tool_call_finished"
+                && e["payload"]["payload"]["output"]
+                    .as_str()
+                    .is_some_and(|o| o.contains(said))
+        });
+        assert!(found, "{said}: {events:?}");
+    }
     let (_, resolved) = events.last().unwrap();
     assert_eq!(resolved["payload"]["payload"]["decision"], "allow_once");
     assert_eq!(
