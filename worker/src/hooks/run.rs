@@ -117,19 +117,8 @@ fn on_host(command: &mut tokio::process::Command) {
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
-    command
-        .env_clear()
-        .envs(keep)
-        .process_group(0)
-        .kill_on_drop(true);
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
-    }
+    command.env_clear().envs(keep);
+    exec::own_group(command);
 }
 
 /// A pipe's text, the first [`OUTPUT_CAP`] bytes of it; the rest is drained so the hook never blocks on a full

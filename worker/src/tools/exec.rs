@@ -264,12 +264,17 @@ fn configure(command: &mut tokio::process::Command) -> std::io::Result<()> {
 /// group, death with the worker, the egress proxy variables, and the confinement of `confine` (its own pid
 /// namespace and the seccomp filter).
 pub fn confine_process(command: &mut tokio::process::Command) -> std::io::Result<()> {
-    command
-        .process_group(0)
-        .kill_on_drop(true)
-        .envs(crate::egress::env().iter().map(|(k, v)| (k, v)));
+    own_group(command);
+    command.envs(crate::egress::env().iter().map(|(k, v)| (k, v)));
+    crate::confine::confine(command, crate::confine::strictness()).map_err(std::io::Error::other)
+}
+
+/// A process group of its own, killed when dropped, and death with the process that started it (the worker, or
+/// the supervisor for the operator's host hooks).
+pub fn own_group(command: &mut tokio::process::Command) {
+    command.process_group(0).kill_on_drop(true);
     #[cfg(target_os = "linux")]
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe. It makes the shell die with a worker killed outright
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe. It makes the shell die with a parent killed outright
     // (its own group is killed by us on every other path).
     unsafe {
         command.pre_exec(|| {
@@ -277,7 +282,6 @@ pub fn confine_process(command: &mut tokio::process::Command) -> std::io::Result
                 .map_err(std::io::Error::from)
         });
     }
-    crate::confine::confine(command, crate::confine::strictness()).map_err(std::io::Error::other)
 }
 
 async fn supervise(
