@@ -75,8 +75,11 @@ fn list(
     let bundle = bundle::resolve(home, &reference)?;
     let own = bundle::hooks::specs(&bundle.agent.hooks, service_ipc::HookSource::Bundle);
     let project = hooks::project(home, dir);
-    let (operator, only) = hooks::operator(home);
-    let host = hooks::on_host(home);
+    let hooks::Operator {
+        sandbox: operator,
+        host,
+        only,
+    } = hooks::operator(home);
     if json {
         let project_json = project.as_ref().map(|p| {
             serde_json::json!({

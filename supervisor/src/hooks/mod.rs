@@ -10,6 +10,7 @@
 pub mod trust;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use service_ipc::{HookSource, HookSpec};
 
@@ -73,38 +74,56 @@ pub fn project(home: &ServiceHome, dir: &Path) -> Option<ProjectHooks> {
     })
 }
 
-/// The operator's hooks, and whether they are the only ones that run; a config.toml that cannot be read has
-/// none (the runtime refused to start on it, so it was changed since).
-pub fn operator(home: &ServiceHome) -> (Vec<HookSpec>, bool) {
+/// The operator's hooks, from config.toml.
+#[derive(Debug, Default)]
+pub struct Operator {
+    /// Those that run in the session's sandbox.
+    pub sandbox: Vec<HookSpec>,
+    /// Those the supervisor runs on the host (`run = "host"`, `PermissionRequest` only).
+    pub host: Vec<HookSpec>,
+    /// No bundle's or project's hook runs (`operator_hooks_only`).
+    pub only: bool,
+}
+
+/// The operator's hooks; a config.toml that cannot be read has none (the runtime refused to start on it, so it
+/// was changed since).
+pub fn operator(home: &ServiceHome) -> Operator {
     match crate::config_file::load(home.root()) {
-        Ok(config) => (
-            declared::specs(&config.hooks, HookSource::Operator),
-            config.operator_hooks_only,
-        ),
+        Ok(config) => Operator {
+            sandbox: declared::specs(&config.hooks, HookSource::Operator),
+            host: declared::specs_in(&config.hooks, HookSource::Operator, declared::RunsIn::Host),
+            only: config.operator_hooks_only,
+        },
         Err(e) => {
             tracing::error!("the operator's hooks do not run: {e}");
-            (Vec::new(), false)
+            Operator::default()
         }
     }
 }
 
-/// The operator's hooks that run on the host (`run = "host"`, `PermissionRequest` only), which the supervisor
-/// starts itself; none when config.toml cannot be read.
-pub fn on_host(home: &ServiceHome) -> Vec<HookSpec> {
-    crate::config_file::load(home.root())
-        .map(|c| declared::specs_in(&c.hooks, HookSource::Operator, declared::RunsIn::Host))
-        .unwrap_or_default()
+/// A session's hooks: those its workers run, and the operator's the supervisor runs on the host.
+#[derive(Debug, Default)]
+pub struct SessionHooks {
+    /// Given to the session's workers.
+    pub sandbox: Arc<Vec<HookSpec>>,
+    /// Run by the supervisor (see `runtime::host_hooks`).
+    pub host: Vec<HookSpec>,
 }
 
 /// The hooks a session of `bundle` in `dir` runs: the operator's, then (unless the operator allows only its own)
 /// the bundle's and the project's when trusted.
-pub fn for_session(home: &ServiceHome, bundle: &Bundle, dir: &Path) -> Vec<HookSpec> {
-    let (mut hooks, only) = operator(home);
-    if only {
+pub fn for_session(home: &ServiceHome, bundle: &Bundle, dir: &Path) -> SessionHooks {
+    let operator = operator(home);
+    let mut hooks = operator.sandbox;
+    let ours = |hooks| SessionHooks {
+        sandbox: Arc::new(hooks),
+        host: operator.host,
+    };
+    if operator.only {
         if !bundle.agent.hooks.is_empty() || project_has_file(dir) {
             tracing::info!("operator_hooks_only: the bundle's and the project's hooks do not run");
         }
-        return hooks;
+        return ours(hooks);
     }
     hooks.extend(declared::specs(&bundle.agent.hooks, HookSource::Bundle));
     match project(home, dir) {
@@ -121,7 +140,7 @@ pub fn for_session(home: &ServiceHome, bundle: &Bundle, dir: &Path) -> Vec<HookS
         }
         _ => {}
     }
-    hooks
+    ours(hooks)
 }
 
 /// Whether the project in `dir` has a hooks file at all, trusted or not: a cheap look for the turn's lead.

@@ -85,13 +85,15 @@ impl Question {
     }
 }
 
-/// The operator's host hooks whose matcher selects this call.
-pub(super) fn selecting(rt: &Inner, tool: &str, key: &str) -> Vec<HookSpec> {
+/// The session's host hooks (read with its other hooks) whose matcher selects this call.
+pub(super) fn selecting(rt: &Inner, session: &Session, tool: &str, key: &str) -> Vec<HookSpec> {
     let input = json!({ "command": key });
-    crate::hooks::on_host(&rt.home)
-        .into_iter()
+    session
+        .host_hooks(&rt.home)
+        .iter()
         .filter(|h| h.event == HookEvent::PermissionRequest)
         .filter(|h| Matcher::parse(h.matcher.as_deref()).is_ok_and(|m| m.selects(tool, &input)))
+        .cloned()
         .collect()
 }
 

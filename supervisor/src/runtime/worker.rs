@@ -403,7 +403,7 @@ impl Actor {
                     super::project_rules::kept_for(&self.rt.home, &tenant, dir, &tool, &key)
                 });
                 // The operator's host hooks decide before a sandbox hook may (see `host_hooks`).
-                let host = super::host_hooks::selecting(&self.rt, &tool, &key);
+                let host = super::host_hooks::selecting(&self.rt, &self.session, &tool, &key);
                 let hook = hook.filter(|_| host.is_empty());
                 if self.session.allowed_always(&grant) || kept {
                     let _ = self.tx.try_send(ToWorker::ApprovalDecision {

@@ -97,8 +97,9 @@ pub struct Session {
     record: Mutex<SessionRecord>,
     /// The project instructions of its workspace, read at the first turn on this node.
     instructions: std::sync::OnceLock<Arc<ProjectInstructions>>,
-    /// Its hooks (the bundle's, and the project's once trusted), read at the first worker start on this node.
-    hooks: std::sync::OnceLock<Arc<Vec<service_ipc::HookSpec>>>,
+    /// Its hooks (the operator's, the bundle's, and the project's once trusted), read at the first worker start on
+    /// this node.
+    hooks: std::sync::OnceLock<crate::hooks::SessionHooks>,
     /// The worker, when one is running.
     pub(super) worker: tokio::sync::Mutex<Option<WorkerHandle>>,
     active: Mutex<Option<ActiveTurn>>,
@@ -339,14 +340,22 @@ impl Session {
     /// The hooks its workers run, read once (see `crate::hooks::for_session`): a project file trusted or changed
     /// later counts from the session's next process.
     pub fn hooks(&self, home: &crate::home::ServiceHome) -> Arc<Vec<service_ipc::HookSpec>> {
+        self.read_hooks(home).sandbox.clone()
+    }
+
+    /// The operator's hooks the supervisor runs on the host for this session, read with the others.
+    pub fn host_hooks(&self, home: &crate::home::ServiceHome) -> &[service_ipc::HookSpec] {
+        &self.read_hooks(home).host
+    }
+
+    fn read_hooks(&self, home: &crate::home::ServiceHome) -> &crate::hooks::SessionHooks {
         self.hooks
-            .get_or_init(|| Arc::new(crate::hooks::for_session(home, &self.bundle, &self.cwd())))
-            .clone()
+            .get_or_init(|| crate::hooks::for_session(home, &self.bundle, &self.cwd()))
     }
 
     /// The hooks its workers were given; none before the first was started.
     pub fn hooks_given(&self) -> &[service_ipc::HookSpec] {
-        self.hooks.get().map_or(&[], |h| h.as_slice())
+        self.hooks.get().map_or(&[], |h| h.sandbox.as_slice())
     }
 
     /// Takes `instructions` as the session's, read already for its first call (see [`Self::instructions`]).
