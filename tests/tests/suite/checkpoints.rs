@@ -469,19 +469,37 @@ async fn a_rewind_over_http_is_refused_while_a_turn_runs_and_works_after() {
     assert_eq!(changes["changes"].as_array().unwrap().len(), 3, "{changes}");
 }
 
-#[test]
-fn git_ignored_build_output_is_not_copied_reported_as_not_checkpointed_and_left_alone_by_a_rewind()
-{
-    let env = Env::new();
-    build(&env, env.home.path());
+/// A git repository `project` in `env`'s work directory.
+fn git_project(env: &Env) -> std::path::PathBuf {
     let project = env.path("project");
-    std::fs::create_dir_all(project.join("target/debug")).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
     let git = std::process::Command::new("git")
         .args(["init", "-q"])
         .current_dir(&project)
         .status()
         .unwrap();
     assert!(git.success());
+    project
+}
+
+/// Runs `args` in `project`, which must succeed; its stdout.
+fn in_project(env: &Env, project: &Path, args: &[&str]) -> String {
+    let out = env.command(args).current_dir(project).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn git_ignored_build_output_is_not_copied_reported_as_not_checkpointed_and_left_alone_by_a_rewind()
+{
+    let env = Env::new();
+    build(&env, env.home.path());
+    let project = git_project(&env);
+    std::fs::create_dir_all(project.join("target/debug")).unwrap();
     std::fs::write(project.join(".gitignore"), "target/\n").unwrap();
     std::fs::write(project.join("src.txt"), "source\n").unwrap();
     // 20 MB of build output in 40 files, which no checkpoint should copy.
@@ -502,36 +520,17 @@ fn git_ignored_build_output_is_not_copied_reported_as_not_checkpointed_and_left_
             .map(|e| e.metadata().unwrap().len())
             .sum()
     };
-    let out = env
-        .command(&["run", "fixture", "build it"])
-        .current_dir(&project)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    in_project(&env, &project, &["run", "fixture", "build it"]);
     assert!(stored() < 1024 * 1024, "{} bytes of checkpoints", stored());
 
-    let diff = env
-        .command(&["sessions", "diff", "--last"])
-        .current_dir(&project)
-        .output()
-        .unwrap();
-    let diff = String::from_utf8_lossy(&diff.stdout);
+    let diff = in_project(&env, &project, &["sessions", "diff", "--last"]);
     assert!(diff.contains("+fixed"), "{diff}");
     assert!(diff.contains("changed, not checkpointed: target"), "{diff}");
 
-    let rewound = env
-        .command(&["sessions", "rewind", "--last", "--turn", "1"])
-        .current_dir(&project)
-        .output()
-        .unwrap();
-    assert!(
-        rewound.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rewound.stderr)
+    in_project(
+        &env,
+        &project,
+        &["sessions", "rewind", "--last", "--turn", "1"],
     );
     assert_eq!(
         std::fs::read_to_string(project.join("src.txt")).unwrap(),
@@ -560,25 +559,10 @@ fn ignore_rules_the_sandbox_writes_or_links_hide_nothing_from_checkpoints_and_th
     let host = tempfile::tempdir().unwrap();
     std::fs::write(host.path().join("rules"), "*\n").unwrap();
     build(&env, host.path());
-    let project = env.path("project");
-    std::fs::create_dir_all(&project).unwrap();
-    let git = std::process::Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&project)
-        .status()
-        .unwrap();
-    assert!(git.success());
+    let project = git_project(&env);
     std::fs::write(project.join("src.txt"), "source\n").unwrap();
     give_to_sandbox(&project);
-    let in_project = |args: &[&str]| {
-        let out = env.command(args).current_dir(&project).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let in_project = |args: &[&str]| in_project(&env, &project, args);
     assert_eq!(in_project(&["run", "fixture", "hide"]).trim(), "hidden");
     assert!(
         std::fs::symlink_metadata(project.join(".git/info/exclude"))
