@@ -170,7 +170,10 @@ fn a_hooks_reason_reaches_the_terminal_without_its_escapes() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("hook PreToolUse"), "{err}");
     // The hook's escapes are shown as text; only service-rs's own colours are escapes.
-    assert!(!err.contains("\x1b]") && !err.contains("\x1b[2J"), "{err:?}");
+    assert!(
+        !err.contains("\x1b]") && !err.contains("\x1b[2J"),
+        "{err:?}"
+    );
     assert!(err.contains("^[]0;pwned^G^[[2J refused"), "{err:?}");
 }
 
