@@ -13,6 +13,7 @@ use service_supervisor::runtime::{approvals, EventStream, SessionRecord};
 use super::answer::Answer;
 use super::backend::Backend;
 use super::event_lines::{Detail, RunLog};
+use super::output_schema::OutputSchema;
 use super::progress::Progress;
 use super::run::RunArgs;
 use super::term_text::safe;
@@ -25,10 +26,28 @@ const TIMED_OUT: u8 = 124;
 const MAX_STEPS: u8 = 3;
 /// The turn spent its `--max-tokens`.
 const BUDGET_EXCEEDED: u8 = 4;
+/// The answer did not validate against `--output-schema`, after its retry.
+pub(super) const OUTPUT_INVALID: u8 = 5;
 /// How long a run whose stdout closed waits for its interrupted turn to be recorded as such.
 const INTERRUPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Shows the turn's events until it ends; answers permission requests; Ctrl-C interrupts, twice quits.
+/// How a followed turn ended for the run.
+pub(super) enum Followed {
+    /// The run is over, with this status.
+    Exit(ExitCode),
+    /// The turn completed, but its answer does not validate against `--output-schema`: what is wrong with it.
+    Invalid(String),
+}
+
+impl From<ExitCode> for Followed {
+    fn from(code: ExitCode) -> Followed {
+        Followed::Exit(code)
+    }
+}
+
+/// Shows the turn's events until it ends; answers permission requests; Ctrl-C interrupts, twice quits. With a
+/// `schema`, a completed turn's answer is checked before it is printed.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn follow(
     backend: &Backend,
     args: &RunArgs,
@@ -37,7 +56,8 @@ pub(super) async fn follow(
     turn_id: &str,
     workspace: &str,
     sigint: &mut tokio::signal::unix::Signal,
-) -> anyhow::Result<ExitCode> {
+    schema: Option<&OutputSchema>,
+) -> anyhow::Result<Followed> {
     let session_id = record.id.as_str();
     let answer = Answer::from_args(args);
     let began = std::time::Instant::now();
@@ -69,7 +89,7 @@ pub(super) async fn follow(
                 progress.interject();
                 if interrupted {
                     eprintln!("stopped");
-                    return Ok(ExitCode::from(130));
+                    return Ok(ExitCode::from(130).into());
                 }
                 interrupted = true;
                 eprintln!("interrupting… (Ctrl-C again quits now)");
@@ -87,7 +107,7 @@ pub(super) async fn follow(
                 let limit = humantime::format_duration(args.timeout.unwrap_or_default());
                 eprintln!("error: the turn took longer than --timeout {limit}; it was stopped with what it started");
                 let _ = finish_interrupted(backend, session_id, turn_id, &mut events).await;
-                return Ok(ExitCode::from(TIMED_OUT));
+                return Ok(ExitCode::from(TIMED_OUT).into());
             }
         };
         let Some(msg) = msg else {
@@ -97,7 +117,9 @@ pub(super) async fn follow(
         progress.event(&msg.payload);
         let written = log.event(&msg, &mut progress);
         if written.is_err() || progress.closed() {
-            return Ok(stdout_closed(backend, session_id, turn_id, &mut events).await);
+            return Ok(stdout_closed(backend, session_id, turn_id, &mut events)
+                .await
+                .into());
         }
         if let EventPayload::ContextCompacted { .. } = &msg.payload {
             compacted |= msg.payload.turn_id() == Some(turn_id);
@@ -129,7 +151,7 @@ pub(super) async fn follow(
                 // Ctrl-C at the question: nothing more will be asked; end the turn, leave with the usual code.
                 eprintln!();
                 let _ = backend.interrupt(session_id).await;
-                return Ok(ExitCode::from(130));
+                return Ok(ExitCode::from(130).into());
             };
             progress.resume();
             if let Err(e) = backend
@@ -151,6 +173,11 @@ pub(super) async fn follow(
             usage,
             ..
         } => {
+            let final_message = match schema.map(|s| s.check(&final_message)) {
+                None => final_message,
+                Some(Ok(value)) => value.to_string(),
+                Some(Err(problems)) => return Ok(Followed::Invalid(problems)),
+            };
             if let Some(file) = &args.output_last_message {
                 std::fs::write(file, &final_message).map_err(|e| {
                     anyhow::anyhow!(
@@ -162,7 +189,7 @@ pub(super) async fn follow(
             if !args.json {
                 progress.finish(&final_message);
                 if progress.closed() {
-                    return Ok(ExitCode::from(CLOSED_PIPE));
+                    return Ok(ExitCode::from(CLOSED_PIPE).into());
                 }
                 if !args.quiet && (args.verbose || std::io::stderr().is_terminal()) {
                     let line =
@@ -175,7 +202,7 @@ pub(super) async fn follow(
                     eprintln!("{line}{note}");
                 }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::SUCCESS.into())
         }
         EventPayload::Error { code, message, .. } => {
             eprintln!(
@@ -191,9 +218,10 @@ pub(super) async fn follow(
                 ExitCode::from(BUDGET_EXCEEDED)
             } else {
                 ExitCode::FAILURE
-            })
+            }
+            .into())
         }
-        _ => Ok(ExitCode::FAILURE),
+        _ => Ok(ExitCode::FAILURE.into()),
     }
 }
 

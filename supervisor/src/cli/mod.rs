@@ -14,6 +14,7 @@ mod history;
 mod hooks;
 mod logging;
 mod mcp;
+mod output_schema;
 mod progress;
 mod registry;
 mod remote;

@@ -9,6 +9,8 @@ use service_supervisor::runtime::{EventStream, SessionRecord};
 use service_supervisor::ServiceHome;
 
 use super::backend::Backend;
+use super::follow::{follow, Followed};
+use super::output_schema::{OutputSchema, OUTPUT_INVALID};
 use super::remote::Remote;
 
 impl RunArgs {
@@ -122,6 +124,7 @@ pub(super) const EXIT_CODES: &str = "Exit codes:
   1    the turn failed (or the run could not start it)
   3    the turn reached the bundle's max_steps
   4    the turn spent its --max-tokens or --max-cost; no further model call was made
+  5    output_invalid: the answer did not validate against --output-schema, also after one retry
   124  --timeout passed; what the turn started was stopped
   130  interrupted (Ctrl-C, or an interrupt from elsewhere)
   141  stdout was closed under the run (a reader such as `head` went away); the turn was interrupted";
@@ -159,6 +162,11 @@ pub struct RunArgs {
     /// Also write the final answer to FILE (created or replaced) when the turn completes.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub(super) output_last_message: Option<PathBuf>,
+    /// A JSON Schema file the final answer must validate against: the model is told the schema, an answer that
+    /// does not validate is sent back once with what is wrong, and then the run exits 5 (`output_invalid`). The
+    /// answer printed (and written by -o) is the JSON value alone.
+    #[arg(long, value_name = "FILE.json")]
+    pub(super) output_schema: Option<PathBuf>,
     /// End the turn after this long (`90s`, `10m`), stopping what it started; the run exits 124.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(super) timeout: Option<std::time::Duration>,
@@ -391,8 +399,17 @@ fn no_session_yet(args: &RunArgs) -> anyhow::Error {
 
 /// One turn in a new or continued session; the answer on stdout, progress on stderr.
 async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCode> {
-    // Read first: a run without a prompt leaves no session behind.
+    // Read first: a run without a prompt, or with a schema that is not one, leaves no session behind.
     let prompt = args.prompt_text()?;
+    let schema = args
+        .output_schema
+        .as_deref()
+        .map(OutputSchema::load)
+        .transpose()?;
+    let prompt = match &schema {
+        Some(schema) => schema.prompt(&prompt),
+        None => prompt,
+    };
     // From here on Ctrl-C is this run's to handle: it interrupts the turn rather than killing the process.
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C: {e}"))?;
@@ -415,16 +432,47 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
     } else {
         String::new()
     };
-    super::follow::follow(
-        backend,
-        args,
-        &record,
-        events,
-        &turn_id,
-        &workspace,
-        &mut sigint,
-    )
-    .await
+    let (mut events, mut turn_id) = (events, turn_id);
+    let mut retried = false;
+    loop {
+        let followed = follow(
+            backend,
+            args,
+            &record,
+            events,
+            &turn_id,
+            &workspace,
+            &mut sigint,
+            schema.as_ref(),
+        )
+        .await?;
+        let (problems, schema) = match (followed, &schema) {
+            (Followed::Exit(code), _) => return Ok(code),
+            (Followed::Invalid(problems), Some(schema)) => (problems, schema),
+            (Followed::Invalid(_), None) => return Ok(ExitCode::FAILURE),
+        };
+        let shown = super::term_text::safe(&problems);
+        if retried {
+            eprintln!(
+                "error: turn {turn_id} failed ({OUTPUT_INVALID}): the answer does not validate against \
+                 --output-schema, also after one retry:\n{shown}"
+            );
+            return Ok(ExitCode::from(super::follow::OUTPUT_INVALID));
+        }
+        retried = true;
+        if !args.quiet && !args.json {
+            eprintln!(
+                "the answer does not validate against --output-schema; asking once more:\n{shown}"
+            );
+        }
+        (events, turn_id) = start_in(
+            backend,
+            &record,
+            schema.retry_prompt(&problems),
+            turn_overrides(args, None, None)?,
+        )
+        .await?;
+    }
 }
 
 /// A new session of the run's bundle, with the run's turn started in it: its record, events and turn id. A
@@ -460,13 +508,8 @@ async fn start_new(
     super::registry::pull_on_first_use(rt.home(), bundle_ref).await?;
     let bundle = service_supervisor::bundle::resolve(rt.home(), bundle_ref)?;
     super::warn_unconfined(&bundle.manifest, args.dangerous_sandbox_mode);
-    let overrides = TurnOverrides {
-        // The session runs in --cwd already.
-        cwd: None,
-        model: model_override(args.model.as_deref(), Some(bundle.agent.model.to_ref()))?,
-        max_tokens: args.max_tokens,
-        max_cost_usd: args.max_cost,
-    };
+    // The session runs in --cwd already.
+    let overrides = turn_overrides(args, None, Some(bundle.agent.model.to_ref()))?;
     let model = overrides
         .model
         .clone()
@@ -512,19 +555,39 @@ async fn start(
         // The server keeps its bundles' provider settings to itself.
         Backend::Remote(_) => None,
     };
-    let overrides = TurnOverrides {
-        // A new session already runs in --cwd; a continued one takes it for this turn.
-        cwd: match (&args.session, args.continue_last) {
-            (None, false) => None,
-            _ => args.cwd.as_ref().map(|c| c.display().to_string()),
-        },
-        model: model_override(args.model.as_deref(), default.clone())?,
-        max_tokens: args.max_tokens,
-        max_cost_usd: args.max_cost,
+    // A new session already runs in --cwd; a continued one takes it for this turn.
+    let cwd = match (&args.session, args.continue_last) {
+        (None, false) => None,
+        _ => args.cwd.as_ref().map(|c| c.display().to_string()),
     };
+    let overrides = turn_overrides(args, cwd, default.clone())?;
     if let (Backend::Local(rt), Some(model)) = (backend, overrides.model.clone().or(default)) {
         warn_unpriced(rt, args.max_cost, &model);
     }
+    start_in(backend, record, prompt, overrides).await
+}
+
+/// What the run's flags override in a turn: `cwd` as given, the model, the turn's budget.
+fn turn_overrides(
+    args: &RunArgs,
+    cwd: Option<String>,
+    default: Option<ModelRef>,
+) -> anyhow::Result<TurnOverrides> {
+    Ok(TurnOverrides {
+        cwd,
+        model: model_override(args.model.as_deref(), default)?,
+        max_tokens: args.max_tokens,
+        max_cost_usd: args.max_cost,
+    })
+}
+
+/// A turn of `prompt` started in the session `record`, its events followed from before it starts.
+async fn start_in(
+    backend: &Backend,
+    record: &SessionRecord,
+    prompt: String,
+    overrides: TurnOverrides,
+) -> anyhow::Result<(EventStream, String)> {
     // Subscribe before starting the turn, so no event is missed.
     let events = backend.events_after(&record.id, None).await?;
     let turn_id = backend

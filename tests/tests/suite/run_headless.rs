@@ -270,3 +270,111 @@ fn a_run_past_its_max_cost_stops_before_the_call_that_would_pass_it_and_exits_4(
         "{err}"
     );
 }
+
+#[test]
+fn an_answer_is_held_to_its_output_schema_with_one_retry_then_output_invalid() {
+    use super::provider_server::ProviderServer;
+    use super::providers::{bundle, local, openai_text};
+    const SCHEMA: &str = r#"{"type": "object", "properties": {"files": {"type": "integer", "minimum": 0}},
+        "required": ["files"], "additionalProperties": false}"#;
+    let run_with = |replies: Vec<&str>| {
+        let env = Env::new();
+        let server = ProviderServer::start(replies.into_iter().map(openai_text).collect());
+        bundle(&env, "oa", "openai", "gpt-test", local(&server));
+        let schema = env.path("schema.json");
+        std::fs::write(&schema, SCHEMA).unwrap();
+        let answer = env.path("answer.json");
+        let out = env
+            .command(&[
+                "run",
+                "./oa",
+                "count the files",
+                "--output-schema",
+                schema.to_str().unwrap(),
+                "-o",
+                answer.to_str().unwrap(),
+            ])
+            .env("OPENAI_API_KEY", "sk-test-key")
+            .env("OPENAI_BASE_URL", &server.base)
+            .output()
+            .unwrap();
+        let prompts: Vec<String> = server
+            .recorded()
+            .iter()
+            .map(|r| r.body["messages"].to_string())
+            .collect();
+        (out, prompts, std::fs::read_to_string(&answer).ok())
+    };
+    // A conforming answer (in a code fence, as models write them) is printed as the JSON value alone.
+    let (out, prompts, file) = run_with(vec!["```json\n{\"files\": 3}\n```"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"files":3}"#
+    );
+    assert_eq!(file.as_deref(), Some(r#"{"files":3}"#));
+    assert_eq!(prompts.len(), 1);
+    assert!(
+        prompts[0].contains("validates against this JSON Schema"),
+        "{}",
+        prompts[0]
+    );
+    assert!(
+        prompts[0].contains("additionalProperties"),
+        "the model is shown the schema"
+    );
+    // A wrong answer is sent back once, with what is wrong; the second answer passes.
+    let (out, prompts, _) = run_with(vec![r#"{"files": "three"}"#, r#"{"files": 3}"#]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(prompts.len(), 2);
+    assert!(
+        prompts[1].contains("does not validate") && prompts[1].contains("at /files"),
+        "{}",
+        prompts[1]
+    );
+    // Two wrong answers: the run fails with output_invalid, its own exit code, and no answer is written.
+    let (out, prompts, file) = run_with(vec![
+        "three files",
+        r#"{"files": 3, "dirs": 1}"#,
+        r#"{"files": 3}"#,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert_eq!(prompts.len(), 2, "one retry, no more");
+    assert!(
+        err.contains("output_invalid") && err.contains("dirs"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty() && file.is_none());
+}
+
+#[test]
+fn a_schema_file_that_is_not_a_schema_is_refused_before_any_session_starts() {
+    let env = setup();
+    let schema = env.path("schema.json");
+    std::fs::write(&schema, r#"{"type": "no such type"}"#).unwrap();
+    let out = run(
+        &env,
+        &["-p", "hi", "--output-schema", schema.to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("schema.json is not a valid JSON Schema"),
+        "{err}"
+    );
+    assert_eq!(
+        env.run(&["sessions", "--json"]).json(),
+        serde_json::json!([])
+    );
+}
