@@ -22,6 +22,7 @@ mod run;
 mod serve;
 mod session_pick;
 mod sessions;
+mod stream_input;
 mod suggest;
 mod term_text;
 mod tokens;

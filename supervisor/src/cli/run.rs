@@ -129,6 +129,16 @@ pub(super) const EXIT_CODES: &str = "Exit codes:
   130  interrupted (Ctrl-C, or an interrupt from elsewhere)
   141  stdout was closed under the run (a reader such as `head` went away); the turn was interrupted";
 
+/// `--input-format`: where a run's prompts come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum InputFormat {
+    /// One prompt, from the arguments or stdin.
+    #[default]
+    Text,
+    /// JSON lines on stdin: prompts, approvals and interrupts for one session.
+    StreamJson,
+}
+
 /// `--approvals`: every permission request of a run decided up front.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(super) enum Decide {
@@ -182,6 +192,17 @@ pub struct RunArgs {
     /// Decide every permission request of this run up front: `allow` or `deny` (each decision is journaled).
     #[arg(long = "approvals", value_enum, value_name = "DECISION", conflicts_with_all = ["approve", "deny"])]
     pub(super) decide: Option<Decide>,
+    /// Where prompts come from: `text`, one prompt (the default), or `stream-json`, JSON lines on stdin (prompts,
+    /// approvals, interrupts, as Claude Code's stream-json input) for one session until stdin closes, every event
+    /// going out as a JSON line on stdout.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t,
+        value_name = "FORMAT",
+        conflicts_with_all = ["prompt", "prompt_arg", "output_schema", "output_last_message", "quiet"]
+    )]
+    pub(super) input_format: InputFormat,
     /// Stream every event as a JSON line on stdout instead of printing the answer.
     #[arg(long)]
     pub(super) json: bool,
@@ -319,7 +340,10 @@ pub(super) fn model_override(
 }
 
 /// The session a run continues (`--session`, `--continue`); None for a new one.
-async fn continued(backend: &Backend, args: &RunArgs) -> anyhow::Result<Option<SessionRecord>> {
+pub(super) async fn continued(
+    backend: &Backend,
+    args: &RunArgs,
+) -> anyhow::Result<Option<SessionRecord>> {
     if let Some(prefix) = &args.session {
         return Ok(Some(backend.find_session(prefix).await?));
     }
@@ -399,6 +423,9 @@ fn no_session_yet(args: &RunArgs) -> anyhow::Error {
 
 /// One turn in a new or continued session; the answer on stdout, progress on stderr.
 async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    if args.input_format == InputFormat::StreamJson {
+        return super::stream_input::run(backend, args).await;
+    }
     // Read first: a run without a prompt, or with a schema that is not one, leaves no session behind.
     let prompt = args.prompt_text()?;
     let schema = args
@@ -477,7 +504,7 @@ async fn session_run(backend: &Backend, args: &RunArgs) -> anyhow::Result<ExitCo
 
 /// A new session of the run's bundle, with the run's turn started in it: its record, events and turn id. A
 /// session whose turn did not start is not kept.
-async fn start_new(
+pub(super) async fn start_new(
     backend: &Backend,
     args: &RunArgs,
     prompt: String,
@@ -540,7 +567,7 @@ fn warn_unpriced(rt: &service_supervisor::ServiceRuntime, max_cost: Option<f64>,
 }
 
 /// The run's turn started in the existing session `record`: its events and turn id.
-async fn start(
+pub(super) async fn start(
     backend: &Backend,
     args: &RunArgs,
     record: &SessionRecord,

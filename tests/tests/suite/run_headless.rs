@@ -378,3 +378,140 @@ fn a_schema_file_that_is_not_a_schema_is_refused_before_any_session_starts() {
         serde_json::json!([])
     );
 }
+
+/// Reads JSON lines from `out` until one satisfies `until`; returns them all.
+fn lines_until(
+    out: &mut impl std::io::BufRead,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "stdout ended; saw {seen:#?}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let done = until(&value);
+        seen.push(value);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn stream_json_input_drives_two_turns_and_an_approval_in_one_process() {
+    use std::io::{BufReader, Write};
+    let env = setup();
+    let mut child = env
+        .command(&["run", "--input-format", "stream-json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let kind = |v: &serde_json::Value| v["payload"]["type"].as_str().unwrap_or("").to_string();
+    let mut send = |line: &str| writeln!(stdin, "{line}").unwrap();
+    // A line that is not input is answered, and the run goes on.
+    send("{\"type\":\"user\",\"message\":");
+    let seen = lines_until(&mut stdout, |v| v["type"] == "input_error");
+    assert_eq!(seen[0]["line"], 1);
+    send(
+        r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"hello one"}]}}"#,
+    );
+    let seen = lines_until(&mut stdout, |v| kind(v) == "turn_completed");
+    let done = &seen.last().unwrap()["payload"]["payload"];
+    assert_eq!(done["final_message"], "you said hello one");
+    // The second turn asks before its command runs; the approval line answers it.
+    send(r#"{"type":"user","message":{"role":"user","content":"ask for it"}}"#);
+    let seen = lines_until(&mut stdout, |v| kind(v) == "permission_requested");
+    let request_id = seen.last().unwrap()["payload"]["payload"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    send(&format!(
+        r#"{{"type":"approval","request_id":"{request_id}","decision":"allow"}}"#
+    ));
+    let seen = lines_until(&mut stdout, |v| kind(v) == "turn_completed");
+    assert_eq!(
+        seen.last().unwrap()["payload"]["payload"]["final_message"],
+        "said: ran"
+    );
+    // A third prompt is given and stdin closes at once: the run finishes that turn, then exits 0.
+    send(r#"{"type":"user","message":{"content":"bye"}}"#);
+    drop(send);
+    drop(stdin);
+    let seen = lines_until(&mut stdout, |v| kind(v) == "turn_completed");
+    assert_eq!(
+        seen.last().unwrap()["payload"]["payload"]["final_message"],
+        "you said bye"
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let sessions = env.run(&["sessions", "--json"]).json();
+    assert_eq!(
+        sessions.as_array().unwrap().len(),
+        1,
+        "one session held all three turns"
+    );
+    assert_eq!(sessions[0]["turn_count"], 3);
+    assert!(
+        journal(&env).contains("\"allow_once\""),
+        "the approval was journaled"
+    );
+}
+
+#[test]
+fn stream_json_interrupt_stops_the_running_turn_and_the_next_prompt_still_runs() {
+    use std::io::{BufReader, Write};
+    let env = setup();
+    let mut child = env
+        .command(&[
+            "run",
+            "--input-format",
+            "stream-json",
+            "--approvals",
+            "allow",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let kind = |v: &serde_json::Value| v["payload"]["type"].as_str().unwrap_or("").to_string();
+    writeln!(
+        stdin,
+        r#"{{"type":"user","message":{{"content":"slow please"}}}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        r#"{{"type":"user","message":{{"content":"after"}}}}"#
+    )
+    .unwrap();
+    lines_until(&mut stdout, |v| kind(v) == "tool_call_started");
+    let asked = Instant::now();
+    writeln!(stdin, r#"{{"type":"interrupt"}}"#).unwrap();
+    let seen = lines_until(&mut stdout, |v| kind(v) == "error");
+    assert_eq!(
+        seen.last().unwrap()["payload"]["payload"]["code"],
+        "interrupted"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "the 60 s command was stopped"
+    );
+    drop(stdin);
+    let seen = lines_until(&mut stdout, |v| kind(v) == "turn_completed");
+    assert_eq!(
+        seen.last().unwrap()["payload"]["payload"]["final_message"],
+        "you said after"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
