@@ -443,7 +443,6 @@ fn stream_json_input_drives_two_turns_and_an_approval_in_one_process() {
     );
     // A third prompt is given and stdin closes at once: the run finishes that turn, then exits 0.
     send(r#"{"type":"user","message":{"content":"bye"}}"#);
-    drop(send);
     drop(stdin);
     let seen = lines_until(&mut stdout, |v| kind(v) == "turn_completed");
     assert_eq!(
