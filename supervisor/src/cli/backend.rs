@@ -336,4 +336,25 @@ impl Backend {
                 .map_err(|e| anyhow!("{e}")),
         }
     }
+
+    /// Sets (or lifts) what session `id` may spend over all its turns; its updated record.
+    pub async fn set_budget(
+        &self,
+        id: &str,
+        budget: Option<service_supervisor::runtime::Budget>,
+    ) -> anyhow::Result<SessionRecord> {
+        match self {
+            Backend::Local(rt) => Ok(rt.set_budget(id, budget).await?),
+            Backend::Remote(r) => {
+                let v = r
+                    .call(
+                        reqwest::Method::PATCH,
+                        &format!("/sessions/{id}"),
+                        Some(json!({ "budget": budget })),
+                    )
+                    .await?;
+                Ok(serde_json::from_value(v)?)
+            }
+        }
+    }
 }

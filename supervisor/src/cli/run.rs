@@ -40,6 +40,16 @@ impl RunArgs {
 }
 
 impl RunArgs {
+    /// The session budget `--budget-tokens` and `--budget-cost` set, if either is given.
+    pub(super) fn session_budget(&self) -> Option<service_supervisor::runtime::Budget> {
+        (self.budget_tokens.is_some() || self.budget_cost.is_some()).then_some(
+            service_supervisor::runtime::Budget {
+                max_tokens: self.budget_tokens,
+                max_cost_usd: self.budget_cost,
+            },
+        )
+    }
+
     /// Settles which positional names the bundle and which is the prompt, and applies the user's defaults
     /// (`config.toml`): one positional is the bundle when `--prompt` is given or when it names a bundle; a word
     /// close to a bundle's name is refused as a probable typo; otherwise it is the prompt, for the
@@ -123,7 +133,7 @@ pub(super) const EXIT_CODES: &str = "Exit codes:
   0    the turn completed
   1    the turn failed (or the run could not start it)
   3    the turn reached the bundle's max_steps
-  4    the turn spent its --max-tokens or --max-cost; no further model call was made
+  4    the turn spent its --max-tokens or --max-cost, or the session its budget; no further model call was made
   5    output_invalid: the answer did not validate against --output-schema, also after one retry
   124  --timeout passed; what the turn started was stopped
   130  interrupted (Ctrl-C, or an interrupt from elsewhere)
@@ -189,6 +199,14 @@ pub struct RunArgs {
     /// is held to nothing (the run says so).
     #[arg(long, value_name = "USD")]
     pub(super) max_cost: Option<f64>,
+    /// Tokens the session may spend over all its turns, this one and later ones (`budget.max_tokens`): set on the
+    /// new or continued session, the run exits 4 once they are spent.
+    #[arg(long, value_name = "N")]
+    pub(super) budget_tokens: Option<u64>,
+    /// US dollars the session may spend over all its turns, at the prices of config.toml (`budget.max_cost_usd`):
+    /// set on the new or continued session, the run exits 4 once they are spent.
+    #[arg(long, value_name = "USD")]
+    pub(super) budget_cost: Option<f64>,
     /// Decide every permission request of this run up front: `allow` or `deny` (each decision is journaled).
     #[arg(long = "approvals", value_enum, value_name = "DECISION", conflicts_with_all = ["approve", "deny"])]
     pub(super) decide: Option<Decide>,
@@ -541,7 +559,7 @@ pub(super) async fn start_new(
         .model
         .clone()
         .unwrap_or(bundle.agent.model.to_ref());
-    warn_unpriced(rt, args.max_cost, &model);
+    warn_unpriced(rt, args.max_cost.or(args.budget_cost), &model);
     // Its first model call goes out while the session is made (`create_session_with_turn`).
     let first = rt
         .create_session_with_turn(
@@ -550,6 +568,7 @@ pub(super) async fn start_new(
             cwd.as_deref(),
             Task::new(prompt),
             overrides,
+            args.session_budget(),
         )
         .await?;
     Ok((first.record, first.events, first.turn.turn_id))
@@ -560,8 +579,8 @@ fn warn_unpriced(rt: &service_supervisor::ServiceRuntime, max_cost: Option<f64>,
     let name = format!("{}/{}", model.provider, model.name);
     if max_cost.is_some() && !rt.prices().contains_key(&name) {
         eprintln!(
-            "service-rs: --max-cost does not apply: config.toml has no price for {name} ([prices.\"{name}\"] \
-             input = …, output = …); the run is held to its tokens only"
+            "service-rs: a budget in dollars (--max-cost, --budget-cost) does not apply: config.toml has no price for \
+             {name} ([prices.\"{name}\"] input = …, output = …); the run is held to its tokens only"
         );
     }
 }
@@ -589,7 +608,10 @@ pub(super) async fn start(
     };
     let overrides = turn_overrides(args, cwd, default.clone())?;
     if let (Backend::Local(rt), Some(model)) = (backend, overrides.model.clone().or(default)) {
-        warn_unpriced(rt, args.max_cost, &model);
+        warn_unpriced(rt, args.max_cost.or(args.budget_cost), &model);
+    }
+    if let Some(budget) = args.session_budget() {
+        backend.set_budget(&record.id, Some(budget)).await?;
     }
     start_in(backend, record, prompt, overrides).await
 }

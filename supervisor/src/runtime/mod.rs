@@ -67,7 +67,7 @@ use tokio::sync::oneshot;
 pub use error::{Result, RuntimeError};
 pub use journal::{EventStream, Published, PublishedStream};
 pub use operations::IdleTimeouts;
-pub use record::SessionRecord;
+pub use record::{Budget, SessionRecord};
 pub use session::TurnOutcome;
 
 use approvals::ApprovalStore;

@@ -53,7 +53,7 @@ pub struct LastTurn {
 }
 
 /// The persisted session record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SessionRecord {
     /// Session id (a UUID).
     pub id: String,
@@ -99,6 +99,48 @@ pub struct SessionRecord {
     /// A fork no turn has ended in yet: its first worker's `SessionStart` hooks read the source `fork`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fork_fresh: bool,
+    /// What the session may spend over all its turns; absent for no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// US dollars its ended turns cost at the supervisor's prices (`[prices]` of config.toml); turns of a model
+    /// without a price add nothing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// What a session may spend over all its turns: once it has, no further model call is made and its turn ends
+/// with `budget_exceeded`. A user's own cap, beside the operator's tenant quotas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Input plus output tokens, as the provider reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// US dollars at the supervisor's prices; turns of a model without a price are held to `max_tokens` only.
+    #[serde(default, alias = "max_cost", skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+}
+
+impl Budget {
+    /// Refuses a limit that is not a positive number; Ok for none.
+    pub fn check(&self) -> Result<()> {
+        if let Some(max) = self.max_cost_usd.filter(|m| !(m.is_finite() && *m > 0.0)) {
+            return Err(RuntimeError::InvalidRequest(format!(
+                "budget.max_cost_usd {max} is not a positive number of US dollars"
+            )));
+        }
+        if self.max_tokens == Some(0) {
+            return Err(RuntimeError::InvalidRequest(
+                "budget.max_tokens 0 would allow no model call; give a positive number, or null for no limit"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What ties a subagent's session to the session that started it.
@@ -385,6 +427,8 @@ mod tests {
             context_id: None,
             tenant: None,
             fork_fresh: false,
+            budget: None,
+            cost_usd: 0.0,
             parent: None,
         }
     }

@@ -43,6 +43,7 @@ impl ServiceRuntime {
         cwd: Option<&Path>,
         task: Task,
         mut overrides: TurnOverrides,
+        budget: Option<super::Budget>,
     ) -> Result<FirstTurn> {
         let bundle = crate::providers::choice::settle(self.inner.home.root(), bundle).await;
         let model = overrides
@@ -68,6 +69,12 @@ impl ServiceRuntime {
             .create_session_as(id, bundle, bundle_ref, cwd, None, None)
             .await?;
         session.adopt_instructions(instructions);
+        if budget.is_some() {
+            if let Err(e) = session.set_budget(budget) {
+                let _ = self.delete_session(&session.id).await;
+                return Err(e);
+            }
+        }
         // Its files for the turn are made while the call is on the wire; a failure shows again at the turn's saves.
         if let Err(e) = session.journal.log().prepare_first_turn(&session.record()) {
             tracing::debug!(session = %session.id, "files for the first turn not made ahead: {e}");
@@ -170,11 +177,14 @@ impl ServiceRuntime {
         }
         // Without a price for the model, only its tokens can be held to a budget.
         let priced = format!("{}/{}", model.provider, model.name);
-        let max_cost = overrides
-            .max_cost_usd
-            .and_then(|max| Some((max, *self.inner.options.prices.get(&priced)?)));
+        let price = self.inner.options.prices.get(&priced).copied();
         let outcome = session.begin_turn(&turn_id, model.clone(), &task.prompt)?;
-        session.set_turn_budget(&turn_id, overrides.max_tokens, max_cost);
+        session.set_turn_budget(
+            &turn_id,
+            overrides.max_tokens,
+            overrides.max_cost_usd,
+            price,
+        );
         if ahead.is_none() {
             // A turn made ahead is a new session's first: nothing to compact.
             super::compaction::before_turn(&self.inner, session, &turn_id, &model).await;
@@ -314,6 +324,17 @@ impl ServiceRuntime {
             .ok_or_else(|| RuntimeError::NoTurnRunning(id.to_string()))?;
         stop(&self.inner, &session, &turn_id).await?;
         Ok(turn_id)
+    }
+
+    /// Sets (or lifts) what session `id` may spend over all its turns (see `Budget`); its updated record.
+    pub async fn set_budget(
+        &self,
+        id: &str,
+        budget: Option<super::Budget>,
+    ) -> Result<super::SessionRecord> {
+        let session = self.session(id).await?;
+        self.claim(&session).await?;
+        session.set_budget(budget)
     }
 }
 

@@ -23,6 +23,24 @@ pub struct CreateSession {
     pub cwd: Option<String>,
 }
 
+/// `PATCH /sessions/{id}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSession {
+    /// What the session may spend over all its turns: `{max_tokens, max_cost_usd}` (either may be left out), or
+    /// null for no limit. Required: an empty body changes nothing by accident.
+    #[serde(deserialize_with = "nullable")]
+    #[schema(nullable)]
+    pub budget: Option<crate::runtime::Budget>,
+}
+
+/// An Option that must be present in the body, null allowed.
+fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    Option::deserialize(d)
+}
+
 /// `POST /sessions/{id}/run-sync` and `POST /sessions/{id}/run`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -347,6 +365,7 @@ pub trait Body: serde::de::DeserializeOwned {
 }
 
 impl Body for CreateSession {}
+impl Body for UpdateSession {}
 impl Body for CommandRequest {}
 impl Body for DecisionRequest {}
 impl Body for RunRequest {

@@ -183,6 +183,17 @@ pub async fn get_session(
     Ok(Json(st.rt.get_session(&id).await?))
 }
 
+/// Changes a session's settings: its budget over all its turns (`budget`, null for none). Answers its record.
+#[utoipa::path(patch, path = "/sessions/{id}", params(("id" = String, Path)), request_body = UpdateSession,
+    responses((status = 200, body = crate::runtime::SessionRecord)))]
+pub async fn update_session(
+    State(st): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(req): ApiJson<UpdateSession>,
+) -> ApiResult<Json<crate::runtime::SessionRecord>> {
+    Ok(Json(st.rt.set_budget(&id, req.budget).await?))
+}
+
 /// Every journaled event of a session, oldest first (the transcript; `/events` streams the same events live).
 #[utoipa::path(get, path = "/sessions/{id}/journal", params(("id" = String, Path)), responses((status = 200, body = [service_ipc::EventMsg])))]
 pub async fn session_journal(

@@ -71,6 +71,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         handlers::create_session,
         handlers::list_sessions,
         handlers::get_session,
+        handlers::update_session,
         handlers::session_journal,
         handlers::delete_session,
         handlers::run_sync,
@@ -99,6 +100,8 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
     ),
     components(schemas(
         api::CreateSession,
+        api::UpdateSession,
+        crate::runtime::Budget,
         registry_routes::PullRequest,
         registry_routes::PushRequest,
         registry_routes::RegistryLogin,
@@ -290,7 +293,9 @@ fn owned_routes(state: &AppState) -> Router<AppState> {
         // A GET is answered here; only the DELETE can name another owner.
         .route(
             "/sessions/{id}",
-            get(handlers::get_session).delete(handlers::delete_session),
+            get(handlers::get_session)
+                .patch(handlers::update_session)
+                .delete(handlers::delete_session),
         )
         .route("/sessions/{id}/run-sync", post(handlers::run_sync))
         .route("/sessions/{id}/run", post(handlers::run_async))

@@ -1,7 +1,7 @@
 //! Input lines: a plain line is a turn, `/` starts a slash command, `!` an operator command.
 
 /// What a submitted line asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// A chat turn.
     Prompt(String),
@@ -12,7 +12,7 @@ pub enum Input {
 }
 
 /// The slash commands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Slash {
     /// `/help`.
     Help,
@@ -44,10 +44,55 @@ pub enum Slash {
     Fork(Option<u64>),
     /// `/cost`: what this session has spent.
     Cost,
+    /// `/budget [TOKENS] [$USD] | off`: what the session may spend over all its turns; without arguments, what it
+    /// has spent of it.
+    Budget(BudgetArg),
     /// `/clear`: clear the transcript view.
     Clear,
     /// `/quit`.
     Quit,
+}
+
+/// What `/budget` was given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BudgetArg {
+    /// Show the budget and what was spent of it.
+    Show,
+    /// Lift it.
+    Off,
+    /// Set it: tokens, US dollars (either may be left out).
+    Set {
+        /// `budget.max_tokens`.
+        tokens: Option<u64>,
+        /// `budget.max_cost_usd`.
+        usd: Option<f64>,
+    },
+}
+
+/// `/budget`'s arguments: nothing, `off`, or a token count and/or a `$` amount.
+fn budget_arg(arg: &str) -> Result<BudgetArg, String> {
+    match arg {
+        "" => return Ok(BudgetArg::Show),
+        "off" | "none" => return Ok(BudgetArg::Off),
+        _ => {}
+    }
+    let (mut tokens, mut usd) = (None, None);
+    for word in arg.split_whitespace() {
+        let bad = || {
+            format!(
+                "/budget takes a number of tokens and/or dollars, as in /budget 200000 $1.50, or off; not \"{word}\""
+            )
+        };
+        match word.strip_prefix('$') {
+            Some(amount) => {
+                let v: f64 = amount.parse().map_err(|_| bad())?;
+                usd = Some(v).filter(|v| v.is_finite() && *v > 0.0);
+                usd.ok_or_else(bad)?;
+            }
+            None => tokens = Some(word.replace([',', '_'], "").parse().map_err(|_| bad())?),
+        }
+    }
+    Ok(BudgetArg::Set { tokens, usd })
 }
 
 /// Every slash command with its help line.
@@ -97,6 +142,10 @@ pub const HELP: &[(&str, &str)] = &[
         "/cost",
         "what this session has spent: tokens, steps, tool calls, and cost at config.toml's price",
     ),
+    (
+        "/budget [N] [$USD] | off",
+        "cap what this session may spend over all its turns, in tokens and/or dollars; alone, what it spent of it",
+    ),
     ("/clear", "clear the transcript view"),
     (
         "/quit",
@@ -141,6 +190,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "cwd" => Slash::Cwd(needs("a directory")?),
         "clear" => Slash::Clear,
         "cost" => Slash::Cost,
+        "budget" => Slash::Budget(budget_arg(arg)?),
         "diff" => Slash::Diff,
         "compact" => Slash::Compact(Some(arg.to_string()).filter(|a| !a.is_empty())),
         "rewind" | "fork" => {
@@ -196,6 +246,18 @@ mod tests {
         assert_eq!(parse("/rewind 2"), Ok(Input::Slash(Slash::Rewind(Some(2)))));
         assert_eq!(parse("/fork"), Ok(Input::Slash(Slash::Fork(None))));
         assert!(parse("/rewind two").unwrap_err().contains("turn number"));
+        assert_eq!(
+            parse("/budget 200,000 $1.50"),
+            Ok(Input::Slash(Slash::Budget(BudgetArg::Set {
+                tokens: Some(200_000),
+                usd: Some(1.5)
+            })))
+        );
+        assert_eq!(
+            parse("/budget off"),
+            Ok(Input::Slash(Slash::Budget(BudgetArg::Off)))
+        );
+        assert!(parse("/budget $-1").unwrap_err().contains("not \"$-1\""));
         let err = parse("/fly").unwrap_err();
         assert!(
             err.starts_with("unknown command /fly; known commands: /help /new /sessions /resume"),

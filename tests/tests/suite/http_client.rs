@@ -108,6 +108,10 @@ impl Api {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
+    pub(super) async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::PATCH, path, Some(body)).await
+    }
+
     pub(super) async fn get(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::GET, path, None).await
     }

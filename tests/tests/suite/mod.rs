@@ -5,6 +5,7 @@ mod acp_projects;
 mod approval_reasons;
 mod approvals;
 mod browser;
+mod budgets;
 mod builtin_coder;
 mod bundles;
 mod chaos;

@@ -1,6 +1,6 @@
 //! The TUI's slash commands (`/help`, `/new`, `/resume`, `/compact`, …), run against the session on screen.
 
-use service_supervisor::tui::commands::{Slash, HELP};
+use service_supervisor::tui::commands::{BudgetArg, Slash, HELP};
 
 use super::super::backend::Backend;
 use super::Ui;
@@ -238,6 +238,21 @@ impl Ui {
                 self.app
                     .info(cost_line(&record, &self.app.model, &self.prices));
             }
+            Slash::Budget(arg) => {
+                let id = self.app.session_id.clone();
+                let record = match arg {
+                    BudgetArg::Show => self.backend.find_session(&id).await?,
+                    BudgetArg::Off => self.backend.set_budget(&id, None).await?,
+                    BudgetArg::Set { tokens, usd } => {
+                        let budget = service_supervisor::runtime::Budget {
+                            max_tokens: tokens,
+                            max_cost_usd: usd,
+                        };
+                        self.backend.set_budget(&id, Some(budget)).await?
+                    }
+                };
+                self.app.info(budget_line(&record));
+            }
             Slash::Clear => self.app.entries.clear(),
             Slash::Quit => self.app.quit = true,
         }
@@ -274,4 +289,25 @@ fn cost_line(
         )),
     }
     line
+}
+
+/// What `/budget` says of `record`: its budget and what it spent of it.
+fn budget_line(record: &service_supervisor::runtime::SessionRecord) -> String {
+    let Some(budget) = record.budget else {
+        return "no budget: this session may spend without limit (/budget 200000 $1.50 sets one)"
+            .into();
+    };
+    let u = &record.usage;
+    let spent = u.input_tokens.unwrap_or(0) + u.output_tokens.unwrap_or(0);
+    let mut parts = Vec::new();
+    if let Some(max) = budget.max_tokens {
+        parts.push(format!("{spent} of {max} tokens"));
+    }
+    if let Some(max) = budget.max_cost_usd {
+        parts.push(format!("${:.4} of ${max:.4}", record.cost_usd));
+    }
+    format!(
+        "budget: {} spent; no model call is made past it (/budget off lifts it)",
+        parts.join(" · ")
+    )
 }

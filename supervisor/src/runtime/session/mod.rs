@@ -65,8 +65,10 @@ struct ActiveTurn {
     usage: service_ipc::Usage,
     /// Tokens the turn may spend (`TurnOverrides::max_tokens`).
     max_tokens: Option<u64>,
-    /// US dollars the turn may spend, and its model's price (`TurnOverrides::max_cost_usd`).
-    max_cost: Option<(f64, crate::tenancy::usage::Price)>,
+    /// US dollars the turn may spend (`TurnOverrides::max_cost_usd`).
+    max_cost: Option<f64>,
+    /// Its model's price, when the supervisor has one: what holds the turn and the session to dollars.
+    price: Option<crate::tenancy::usage::Price>,
     /// The turn's prompt: where its own messages start in a model request.
     prompt: String,
     /// Whether an overflow was compacted away in this turn already (a second one fails the turn).
@@ -201,6 +203,8 @@ impl Session {
             parent,
             tenant,
             fork_fresh: false,
+            budget: None,
+            cost_usd: 0.0,
         };
         // A session that cannot be written down (a full store, a tenant at its quota) leaves no directory behind.
         let inserted = match sessions_limit(rt, record.tenant()).await {
@@ -384,6 +388,17 @@ impl Session {
             r.title = title;
             r.fork_fresh = true;
         });
+    }
+
+    /// Sets (or, with None, lifts) what the session may spend over all its turns; the running turn is held to it
+    /// from its next model call.
+    pub fn set_budget(&self, budget: Option<super::record::Budget>) -> Result<SessionRecord> {
+        if let Some(b) = &budget {
+            b.check()?;
+        }
+        let budget = budget.filter(|b| *b != Default::default());
+        self.update(|r| r.budget = budget)?;
+        Ok(self.record())
     }
 
     /// Records the id a protocol client knows the session by.

@@ -141,6 +141,7 @@ impl Session {
                 usage,
                 max_tokens: None,
                 max_cost: None,
+                price: None,
                 prompt: prompt.to_string(),
                 overflow_compacted: false,
                 history_mark: self.journal.log().history_mark(),
@@ -205,22 +206,32 @@ impl Session {
         }
     }
 
-    /// Caps the tokens and the US dollars (at its model's price) `turn_id` may spend (see `TurnOverrides`).
+    /// Caps the tokens and the US dollars `turn_id` may spend (see `TurnOverrides`); `price` is its model's, when
+    /// the supervisor has one (the turn's and the session's dollars are counted at it).
     pub fn set_turn_budget(
         &self,
         turn_id: &str,
         max_tokens: Option<u64>,
-        max_cost: Option<(f64, crate::tenancy::usage::Price)>,
+        max_cost: Option<f64>,
+        price: Option<crate::tenancy::usage::Price>,
     ) {
         if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
             a.max_tokens = max_tokens;
             a.max_cost = max_cost;
+            a.price = price;
         }
     }
 
-    /// Why `turn_id` may make no further model call: it spent its tokens, or its dollars, or the next call's prompt
-    /// (at least as long as the last one's, since a turn's context only grows) would pass them. None while it may.
+    /// Why `turn_id` may make no further model call: the turn or the session (`SessionRecord::budget`) spent its
+    /// tokens, or its dollars, or the next call's prompt (at least as long as the last one's, since a turn's context
+    /// only grows) would pass them. None while it may.
     pub fn over_budget(&self, turn_id: &str) -> Option<String> {
+        let (budget, before_tokens, before_cost) = {
+            let r = lock(&self.record);
+            let u = &r.usage;
+            let tokens = u.input_tokens.unwrap_or(0) + u.output_tokens.unwrap_or(0);
+            (r.budget.unwrap_or_default(), tokens, r.cost_usd)
+        };
         let active = lock(&self.active);
         let a = active.as_ref().filter(|a| a.turn_id == turn_id)?;
         let u = &a.usage;
@@ -230,14 +241,14 @@ impl Session {
                 "the turn has spent {spent} tokens of its budget of {max} (--max-tokens)"
             ));
         }
-        let (max, price) = a.max_cost?;
-        let tokens = crate::tenancy::usage::Spent {
-            input_tokens: u.input_tokens.unwrap_or(0),
-            output_tokens: u.output_tokens.unwrap_or(0),
-            cached_tokens: u.cached_tokens.unwrap_or(0),
-            ..Default::default()
-        };
-        let cost = price.cost(&tokens);
+        let session_spent = before_tokens + spent;
+        if let Some(max) = budget.max_tokens.filter(|max| session_spent >= *max) {
+            return Some(format!(
+                "the session has spent {session_spent} tokens of its budget of {max} (budget.max_tokens)"
+            ));
+        }
+        let price = a.price?;
+        let cost = price.cost(&spent_of(u));
         let prompt = crate::tenancy::usage::Spent {
             input_tokens: u.context_tokens.unwrap_or(0),
             ..Default::default()
@@ -248,12 +259,22 @@ impl Session {
         };
         // The cheapest the next call could be: its prompt at the lower of the fresh and the cached price.
         let next = price.cost(&prompt).min(price.cost(&cached));
-        (cost + next > max).then(|| {
-            format!(
+        if let Some(max) = a.max_cost.filter(|max| cost + next > *max) {
+            return Some(format!(
                 "the turn has spent ${cost:.4} of its budget of ${max:.4} (--max-cost), and its next call's prompt \
                  alone costs at least ${next:.4}"
-            )
-        })
+            ));
+        }
+        let session_cost = before_cost + cost;
+        budget
+            .max_cost_usd
+            .filter(|max| session_cost + next > *max)
+            .map(|max| {
+                format!(
+                    "the session has spent ${session_cost:.4} of its budget of ${max:.4} (budget.max_cost_usd), and \
+                     its next call's prompt alone costs at least ${next:.4}"
+                )
+            })
     }
 
     /// Counts a tool call a model call of `turn_id` asked for, if the turn still runs.
@@ -312,6 +333,9 @@ impl Session {
             ended(&mut record, end.status);
             record.usage.add(end.usage);
             record.activity.add(activity);
+            if let Some(price) = active.price {
+                record.cost_usd += price.cost(&spent_of(&end.usage));
+            }
             // The last call's prompt is the context the next turn starts from (compaction reads it).
             record.usage.context_tokens = end.usage.context_tokens.or(record.usage.context_tokens);
             self.journal.log().save_turn_end(&end.messages, &record)
@@ -421,4 +445,14 @@ impl Session {
 /// The context window `model.config.context_window` gives, in tokens.
 fn context_window(model: &ModelRef) -> Option<u64> {
     model.config.as_ref()?.get("context_window")?.as_u64()
+}
+
+/// A turn's usage as the price table counts it.
+fn spent_of(u: &Usage) -> crate::tenancy::usage::Spent {
+    crate::tenancy::usage::Spent {
+        input_tokens: u.input_tokens.unwrap_or(0),
+        output_tokens: u.output_tokens.unwrap_or(0),
+        cached_tokens: u.cached_tokens.unwrap_or(0),
+        ..Default::default()
+    }
 }
