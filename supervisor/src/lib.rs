@@ -45,6 +45,7 @@ pub mod sandbox;
 pub mod server;
 pub mod telemetry;
 pub mod tenancy;
+pub mod trajectory;
 pub mod tui;
 pub mod usage_line;
 

@@ -6,7 +6,7 @@ use service_supervisor::runtime::approvals;
 
 use service_supervisor::facade::tool_text::ToolText;
 
-use super::run::RunArgs;
+use super::run_args::RunArgs;
 use super::term_text::safe;
 
 /// How this run answers permission requests.

@@ -15,7 +15,7 @@ use super::backend::Backend;
 use super::event_lines::{Detail, RunLog};
 use super::output_schema::OutputSchema;
 use super::progress::Progress;
-use super::run::RunArgs;
+use super::run_args::RunArgs;
 use super::term_text::safe;
 
 /// The status of a process a closed pipe ended (128 + SIGPIPE).

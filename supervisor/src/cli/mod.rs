@@ -9,6 +9,7 @@ pub(crate) mod complete;
 mod config;
 mod doctor;
 mod event_lines;
+mod export;
 mod follow;
 mod history;
 mod hooks;
@@ -19,6 +20,7 @@ mod progress;
 mod registry;
 mod remote;
 mod run;
+mod run_args;
 mod serve;
 mod session_pick;
 mod sessions;
@@ -130,8 +132,8 @@ enum Command {
         archive: PathBuf,
     },
     /// Run one prompt in a new session (or a continued one) and print the answer.
-    #[command(after_help = run::EXIT_CODES)]
-    Run(run::RunArgs),
+    #[command(after_help = run_args::EXIT_CODES)]
+    Run(run_args::RunArgs),
     /// Chat with a bundle in the terminal.
     Tui(tui::TuiArgs),
     /// Start the HTTP server.

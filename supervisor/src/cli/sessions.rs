@@ -1,4 +1,4 @@
-//! `service-rs sessions`: list, show, diff, rewind, fork, compact, delete and prune sessions, of this machine or of a server (`--remote`).
+//! `service-rs sessions`: list, show, export, diff, rewind, fork, compact, delete and prune sessions, of this machine or of a server (`--remote`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,6 +43,18 @@ enum SessionsCommand {
         /// (by default they are shown as escapes such as `^[`).
         #[arg(long)]
         raw: bool,
+    },
+    /// Write a session's trajectory as ATIF v1.8 (the default; what eval harnesses read), or its journal's events
+    /// as JSON lines, to stdout or a file.
+    Export {
+        #[command(flatten)]
+        which: Which,
+        /// `atif` or `jsonl`.
+        #[arg(long, value_enum, default_value_t)]
+        format: super::export::Format,
+        /// Write to FILE (replaced whole) instead of stdout.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
     },
     /// Print what a session's turns changed in its workspace (commands included), as unified diffs, of every turn
     /// or of one. Sessions whose bundle cannot write show their Write and Edit calls' diffs.
@@ -136,6 +148,16 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
             Some(SessionsCommand::Show { which, json, raw }) => {
                 let id = which.id(&backend).await?;
                 show(&backend, &id, json || args.json, Output::new(raw)).await
+            }
+            Some(SessionsCommand::Export {
+                which,
+                format,
+                output,
+            }) => {
+                let id = which.id(&backend).await?;
+                super::export::write(&backend, &id, format, output.as_deref())
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
             }
             Some(SessionsCommand::Diff { which, turn, raw }) => {
                 let id = which.id(&backend).await?;

@@ -21,7 +21,7 @@ use tokio::io::AsyncBufReadExt;
 use super::backend::Backend;
 use service_supervisor::config_file::Approvals;
 
-use super::run::RunArgs;
+use super::run_args::RunArgs;
 
 /// The status of a process a closed pipe ended (128 + SIGPIPE).
 const CLOSED_PIPE: u8 = 141;

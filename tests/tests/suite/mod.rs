@@ -73,6 +73,7 @@ mod tenants_shared;
 mod terminal;
 mod tmux;
 mod traces;
+mod trajectories;
 mod tui;
 mod tui_input;
 mod turns;
