@@ -4,6 +4,8 @@ mod acp;
 mod answer;
 mod approvals;
 mod backend;
+mod batch;
+mod batch_files;
 mod bundles;
 pub(crate) mod complete;
 mod config;
@@ -134,6 +136,10 @@ enum Command {
     /// Run one prompt in a new session (or a continued one) and print the answer.
     #[command(after_help = run_args::EXIT_CODES)]
     Run(run_args::RunArgs),
+    /// Run a bundle over a dataset (tasks.jsonl): a fresh session per item in a copy of its workspace, a verifier's
+    /// reward, the git diff as model_patch, an ATIF trajectory each; results appended to --out as items end, and a
+    /// restarted batch skips what --out holds.
+    Batch(batch::BatchArgs),
     /// Chat with a bundle in the terminal.
     Tui(tui::TuiArgs),
     /// Start the HTTP server.
@@ -241,7 +247,7 @@ pub fn run(cli: Cli) -> ExitCode {
     // `serve` sets up its traces itself (it also takes --otlp-endpoint); these export when OTEL_* asks.
     let traced = matches!(
         cli.command,
-        Command::Run(_) | Command::Tui(_) | Command::Acp(_)
+        Command::Run(_) | Command::Tui(_) | Command::Acp(_) | Command::Batch(_)
     );
     if traced {
         if let Err(e) = service_supervisor::telemetry::init(None) {
@@ -321,6 +327,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => registry::push(&home()?, &bundle_ref, &target, &access),
         Command::Pull { source, access } => registry::pull(&home()?, &source, &access),
         Command::Run(args) => run::run(home()?, args),
+        Command::Batch(args) => batch::run(home()?, args),
         Command::Serve(args) => serve::serve(home()?, *args),
         Command::Sessions(args) => sessions::run(
             backend::Backend::Local(runtime(home()?, false, false, &[], None)?),
@@ -373,6 +380,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         } => rt.block_on(remote::inspect(&remote, &bundle_ref, json)),
         Command::Run(args) => run::run_remote(remote, args),
         Command::Init { .. } => Err(local_only("init")),
+        Command::Batch(_) => Err(local_only("batch")),
         Command::Build { .. } => Err(local_only("build")),
         Command::Serve { .. } => Err(local_only("serve")),
         Command::Mcp(_) => Err(local_only("mcp")),

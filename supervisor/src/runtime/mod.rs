@@ -44,6 +44,7 @@ pub mod process_spawn;
 pub mod project_rules;
 pub mod quota;
 pub mod record;
+mod seeded;
 pub mod session;
 mod spawn;
 pub mod store;

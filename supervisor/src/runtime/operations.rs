@@ -44,6 +44,8 @@ enum Reason {
     IdleTimeout,
     /// Idle for `IdleTimeouts::empty`, its sandbox holding nothing else.
     EmptySandbox,
+    /// Its caller is done with it (`stop_worker`).
+    Done,
 }
 
 impl Reason {
@@ -51,6 +53,7 @@ impl Reason {
         match self {
             Reason::IdleTimeout => "idle_timeout",
             Reason::EmptySandbox => "empty_sandbox",
+            Reason::Done => "done",
         }
     }
 }
@@ -193,6 +196,13 @@ impl ServiceRuntime {
             None => 0,
         };
         reaped + spares
+    }
+
+    /// Stops session `id`'s worker now, unless a turn or command runs in it: for a caller done with the session
+    /// (a batch item), which frees its sandbox at once instead of after the idle time-out. True when one stopped.
+    pub async fn stop_worker(&self, id: &str) -> Result<bool> {
+        let session = self.session(id).await?;
+        Ok(self.reap(session, Duration::ZERO, Reason::Done).await)
     }
 
     /// Stops `session`'s worker if the session is still idle for `limit` or longer, with nothing running.

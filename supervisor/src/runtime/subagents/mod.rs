@@ -13,7 +13,7 @@
 //! children are interrupted.
 
 mod ceiling;
-mod copy;
+pub(super) mod copy;
 mod permission;
 
 use std::sync::Arc;
