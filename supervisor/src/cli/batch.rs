@@ -147,7 +147,8 @@ pub fn run(home: ServiceHome, args: BatchArgs) -> anyhow::Result<ExitCode> {
     let all = batch.results.all();
     eprintln!(
         "batch: {} · results in {}",
-        summary(&all, total, began.elapsed()),
+        // Outcome codes can come from a worker's frames: shown as text, never as escapes.
+        super::term_text::safe(&summary(&all, total, began.elapsed())),
         batch.results.path.display()
     );
     if let Some(e) = failed.first() {
@@ -438,7 +439,7 @@ impl Progress {
                 self.done,
                 self.total,
                 super::term_text::safe(&o.id),
-                o.outcome,
+                super::term_text::safe(&o.outcome),
                 o.duration_ms as f64 / 1000.0
             );
         }

@@ -118,10 +118,16 @@ fn is_zero(v: &f64) -> bool {
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Input plus output tokens, as the provider reported them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::tenancy::limit"
+    )]
+    #[schema(minimum = 1, maximum = 9223372036854775807_u64)]
     pub max_tokens: Option<u64>,
     /// US dollars at the supervisor's prices; turns of a model without a price are held to `max_tokens` only.
     #[serde(default, alias = "max_cost", skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0.0)]
     pub max_cost_usd: Option<f64>,
 }
 

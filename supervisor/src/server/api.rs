@@ -30,7 +30,7 @@ pub struct UpdateSession {
     /// What the session may spend over all its turns: `{max_tokens, max_cost_usd}` (either may be left out), or
     /// null for no limit. Required: an empty body changes nothing by accident.
     #[serde(deserialize_with = "nullable")]
-    #[schema(nullable)]
+    #[schema(required = true, nullable)]
     pub budget: Option<crate::runtime::Budget>,
 }
 

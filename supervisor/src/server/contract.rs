@@ -87,11 +87,12 @@ impl utoipa::Modify for Contract {
         for (path, item) in openapi.paths.paths.iter_mut() {
             // The probes answer without a token; /readyz declares its 503 itself.
             let health = path == "/healthz" || path == "/readyz";
-            let ops: [&mut Option<Operation>; 4] = [
+            let ops: [&mut Option<Operation>; 5] = [
                 &mut item.get,
                 &mut item.post,
                 &mut item.delete,
                 &mut item.put,
+                &mut item.patch,
             ];
             // The protocol routes (OpenAI's, A2A's) declare their errors in their protocol's shape themselves;
             // agent cards need no token.
@@ -143,7 +144,10 @@ fn link_sessions(openapi: &mut OpenApi) {
         if !path.starts_with("/sessions/{id}") {
             continue;
         }
-        for op in [&item.get, &item.post, &item.delete].into_iter().flatten() {
+        for op in [&item.get, &item.post, &item.delete, &item.patch]
+            .into_iter()
+            .flatten()
+        {
             if let Some(id) = &op.operation_id {
                 targets.push(id.clone());
             }

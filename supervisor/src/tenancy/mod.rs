@@ -151,7 +151,9 @@ pub struct Quota {
 
 /// A limit as JSON may write it: a whole number (`5` or `5.0`, as JSON Schema's integers include both) up to
 /// `i64::MAX`, which both stores keep, or null.
-fn limit<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+pub(crate) fn limit<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u64>, D::Error> {
     use serde::de::Error;
     let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
         return Ok(None);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::provider_server::{ProviderServer, Reply};
-use super::providers::{bundle, local, openai_text, openai_tool_call};
+use super::providers::{bundle, local, openai_text, openai_tool_call, with_openai_key};
 use super::support::Env;
 
 /// The model server's answer to any request, from the request itself (items run side by side, so a fixed order
@@ -96,9 +96,7 @@ fn a_batch_killed_half_way_and_started_again_ends_every_item_exactly_once() {
         "allow",
     ];
     let start = || {
-        env.command(&args)
-            .env("OPENAI_API_KEY", "sk-test-key")
-            .env("OPENAI_BASE_URL", &server.base)
+        with_openai_key(&env, &server.base, &args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -191,8 +189,10 @@ fn an_item_whose_provider_cannot_be_reached_is_tried_three_times() {
         "{\"id\": 7, \"prompt\": \"hi\", \"verifier\": \"true\"}\n",
     )
     .unwrap();
-    let out = env
-        .command(&[
+    let out = with_openai_key(
+        &env,
+        &base,
+        &[
             "batch",
             "./oa",
             "--tasks",
@@ -200,11 +200,10 @@ fn an_item_whose_provider_cannot_be_reached_is_tried_three_times() {
             "--out",
             "r.jsonl",
             "--keep-sessions",
-        ])
-        .env("OPENAI_API_KEY", "sk-test-key")
-        .env("OPENAI_BASE_URL", &base)
-        .output()
-        .unwrap();
+        ],
+    )
+    .output()
+    .unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -273,8 +272,10 @@ fn a_verifier_may_print_its_reward_and_an_item_budget_ends_its_turn() {
         ),
     )
     .unwrap();
-    let out = env
-        .command(&[
+    let out = with_openai_key(
+        &env,
+        &server.base,
+        &[
             "batch",
             "./oa",
             "--tasks",
@@ -283,11 +284,10 @@ fn a_verifier_may_print_its_reward_and_an_item_budget_ends_its_turn() {
             "r.jsonl",
             "--approvals",
             "allow",
-        ])
-        .env("OPENAI_API_KEY", "sk-test-key")
-        .env("OPENAI_BASE_URL", &server.base)
-        .output()
-        .unwrap();
+        ],
+    )
+    .output()
+    .unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -99,7 +99,7 @@ async fn a_session_budget_set_over_http_ends_the_next_turn_before_its_model_call
 #[test]
 fn run_budget_tokens_holds_the_session_across_runs_and_the_model_server_counts_the_calls() {
     use super::provider_server::ProviderServer;
-    use super::providers::{bundle, local, openai_text, openai_tool_call};
+    use super::providers::{bundle, local, openai_text, openai_tool_call, with_openai_key};
     let env = Env::new();
     // Each tool call's reply reports 62 tokens.
     let server = ProviderServer::start(vec![
@@ -117,11 +117,7 @@ fn run_budget_tokens_holds_the_session_across_runs_and_the_model_server_counts_t
     let run = |args: &[&str]| {
         let mut all = vec!["run", "--approvals", "allow"];
         all.extend_from_slice(args);
-        env.command(&all)
-            .env("OPENAI_API_KEY", "sk-test-key")
-            .env("OPENAI_BASE_URL", &server.base)
-            .output()
-            .unwrap()
+        with_openai_key(&env, &server.base, &all).output().unwrap()
     };
     // 62 tokens after the first call, 124 after the second: past 100, no third call.
     let out = run(&["./oa", "go", "--budget-tokens", "100"]);

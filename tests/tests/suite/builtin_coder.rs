@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 use super::provider_server::{ProviderServer, Reply};
+use super::providers::with_openai_key;
 use super::providers::{oa, of_type, openai_text};
 use super::support::{give_to_sandbox, Env};
 
@@ -39,14 +40,6 @@ fn repository(env: &Env) {
     give_to_sandbox(env.work.path());
 }
 
-/// `service-rs ARGS` in `env` with only an OpenAI key, for `server` (as `OPENAI_BASE_URL`).
-fn with_openai_key(env: &Env, server: &ProviderServer, args: &[&str]) -> std::process::Command {
-    let mut cmd = env.command(args);
-    cmd.env("OPENAI_API_KEY", "sk-test")
-        .env("OPENAI_BASE_URL", &server.base);
-    cmd
-}
-
 fn events(out: &std::process::Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -73,7 +66,7 @@ fn with_only_an_openai_key_the_builtin_agent_reads_freely_and_asks_only_before_i
     // `service-rs "PROMPT"` with no bundle and no default: the built-in agent, in the current directory.
     let out = with_openai_key(
         &env,
-        &server,
+        &server.base,
         &["fix the failing test", "--json", "--approve"],
     )
     .output()
@@ -283,7 +276,7 @@ fn as_root_a_writable_session_in_a_root_owned_project_is_refused_before_any_mode
     let run = || {
         with_openai_key(
             &env,
-            &server,
+            &server.base,
             &["fix the failing test", "--approve", "--verbose"],
         )
         .current_dir(project.path())
@@ -408,7 +401,7 @@ fn a_command_chained_behind_a_read_only_one_is_asked_about_and_never_runs_unaske
     }
     replies.push(openai_text("done"));
     let server = ProviderServer::start(replies);
-    let out = with_openai_key(&env, &server, &["fix the failing test", "--json"])
+    let out = with_openai_key(&env, &server.base, &["fix the failing test", "--json"])
         .output()
         .unwrap();
     let evs = events(&out);

@@ -25,6 +25,14 @@ pub(super) fn bundle(env: &Env, name: &str, provider: &str, model: &str, config:
     .unwrap();
 }
 
+/// `service-rs ARGS` in `env` with only an OpenAI key, for the server at `base` (as `OPENAI_BASE_URL`).
+pub(super) fn with_openai_key(env: &Env, base: &str, args: &[&str]) -> std::process::Command {
+    let mut cmd = env.command(args);
+    cmd.env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", base);
+    cmd
+}
+
 pub(super) fn local(server: &ProviderServer) -> Value {
     json!({"base_url": server.base, "retry_base_ms": 5, "max_retries": 2, "timeout_ms": 10000})
 }

@@ -274,7 +274,7 @@ fn a_run_past_its_max_cost_stops_before_the_call_that_would_pass_it_and_exits_4(
 #[test]
 fn an_answer_is_held_to_its_output_schema_with_one_retry_then_output_invalid() {
     use super::provider_server::ProviderServer;
-    use super::providers::{bundle, local, openai_text};
+    use super::providers::{bundle, local, openai_text, with_openai_key};
     const SCHEMA: &str = r#"{"type": "object", "properties": {"files": {"type": "integer", "minimum": 0}},
         "required": ["files"], "additionalProperties": false}"#;
     let run_with = |replies: Vec<&str>| {
@@ -284,8 +284,10 @@ fn an_answer_is_held_to_its_output_schema_with_one_retry_then_output_invalid() {
         let schema = env.path("schema.json");
         std::fs::write(&schema, SCHEMA).unwrap();
         let answer = env.path("answer.json");
-        let out = env
-            .command(&[
+        let out = with_openai_key(
+            &env,
+            &server.base,
+            &[
                 "run",
                 "./oa",
                 "count the files",
@@ -293,11 +295,10 @@ fn an_answer_is_held_to_its_output_schema_with_one_retry_then_output_invalid() {
                 schema.to_str().unwrap(),
                 "-o",
                 answer.to_str().unwrap(),
-            ])
-            .env("OPENAI_API_KEY", "sk-test-key")
-            .env("OPENAI_BASE_URL", &server.base)
-            .output()
-            .unwrap();
+            ],
+        )
+        .output()
+        .unwrap();
         let prompts: Vec<String> = server
             .recorded()
             .iter()

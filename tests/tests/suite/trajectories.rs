@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::provider_server::ProviderServer;
-use super::providers::{bundle, local, openai_text, openai_tool_call};
+use super::providers::{bundle, local, openai_text, openai_tool_call, with_openai_key};
 use super::support::Env;
 
 /// The evaluation tools' Python (`.ci/eval-python`); None (the test says it is skipped) without it.
@@ -47,12 +47,7 @@ fn two_tool_calls(env: &Env, extra: &[&str]) -> (std::process::Output, ProviderS
     .unwrap();
     let mut args = vec!["run", "./oa", "run two commands", "--approvals", "allow"];
     args.extend_from_slice(extra);
-    let out = env
-        .command(&args)
-        .env("OPENAI_API_KEY", "sk-test-key")
-        .env("OPENAI_BASE_URL", &server.base)
-        .output()
-        .unwrap();
+    let out = with_openai_key(env, &server.base, &args).output().unwrap();
     (out, server)
 }
 
@@ -123,12 +118,13 @@ fn sessions_export_writes_atif_or_the_journal_and_a_failed_turn_ends_with_a_syst
         openai_tool_call("echo two"),
     ]);
     bundle(&env, "oa", "openai", "gpt-test", local(&server));
-    let out = env
-        .command(&["run", "./oa", "go", "--approvals", "allow"])
-        .env("OPENAI_API_KEY", "sk-test-key")
-        .env("OPENAI_BASE_URL", &server.base)
-        .output()
-        .unwrap();
+    let out = with_openai_key(
+        &env,
+        &server.base,
+        &["run", "./oa", "go", "--approvals", "allow"],
+    )
+    .output()
+    .unwrap();
     assert_eq!(
         out.status.code(),
         Some(1),
