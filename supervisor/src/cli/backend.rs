@@ -52,6 +52,12 @@ impl Backend {
 
     /// The session whose id is, or is the only one to start with, `prefix`.
     pub async fn find_session(&self, prefix: &str) -> anyhow::Result<SessionRecord> {
+        // A whole id is looked up alone: listing every session costs a read of each record.
+        if uuid::Uuid::parse_str(prefix).is_ok() {
+            if let Ok(record) = self.session(prefix).await {
+                return Ok(record);
+            }
+        }
         let records = self.sessions().await?;
         service_supervisor::runtime::record::by_id_prefix(&records, prefix)
             .cloned()

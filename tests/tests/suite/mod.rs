@@ -31,6 +31,7 @@ mod escape;
 mod escape_surfaces;
 mod faults;
 mod full_store;
+mod harnesses;
 mod hooks;
 mod hooks_fronts;
 mod hooks_points;
