@@ -306,3 +306,57 @@ fn a_verifier_may_print_its_reward_and_an_item_budget_ends_its_turn() {
     assert_eq!(capped["outcome"], "budget_exceeded", "{capped}");
     assert_eq!(capped["usage"]["input_tokens"], 50);
 }
+
+#[test]
+fn a_workspaces_git_configuration_runs_nothing_on_the_host_when_the_patch_is_taken() {
+    let env = Env::new();
+    let server = ProviderServer::start_checked(Vec::new(), by_request);
+    bundle(&env, "oa", "openai", "gpt-test", local(&server));
+    // The attack: git runs core.fsmonitor's command whenever it looks at the work tree. Were the patch taken
+    // by git on the host, this command would make the marker there.
+    let marker = env.path("pwned-by-fsmonitor");
+    repo(&env.path("repo"));
+    let hostile = std::process::Command::new("git")
+        .args([
+            "config",
+            "core.fsmonitor",
+            &format!("touch {}; false", marker.display()),
+        ])
+        .current_dir(env.path("repo"))
+        .status()
+        .unwrap();
+    assert!(hostile.success());
+    std::fs::write(
+        env.path("tasks.jsonl"),
+        "{\"id\": \"x\", \"prompt\": \"please fix the bug\", \"workspace\": \"repo\"}\n",
+    )
+    .unwrap();
+    let out = with_openai_key(
+        &env,
+        &server.base,
+        &[
+            "batch",
+            "./oa",
+            "--tasks",
+            "tasks.jsonl",
+            "--out",
+            "r.jsonl",
+            "--approvals",
+            "allow",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = &results(&env.path("r.jsonl"))[0];
+    assert!(r["model_patch"].as_str().unwrap().contains("+fixed"), "{r}");
+    assert!(
+        !marker.exists(),
+        "git's configuration ran a command on the host"
+    );
+}
