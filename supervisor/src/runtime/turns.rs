@@ -298,6 +298,15 @@ impl ServiceRuntime {
             session.fail_active_turn("worker_unavailable", &e.to_string());
             return Err(e);
         }
+        // A worker that died before the start was journaled left the turn to its start (see `handed_turn`): it
+        // was gone by then, and the turn it was sent may never be read.
+        if !worker.is_alive() {
+            session.fail_turn(
+                turn_id,
+                "worker_died",
+                "the session worker ended as the turn started; the next turn starts a new worker",
+            );
+        }
         Ok(())
     }
 
@@ -390,11 +399,14 @@ fn turn_context(
 fn emit_started(session: &Session, turn_id: &str, task: &Task, context: &TurnContext) {
     // Running in the record, not yet started in the journal: a restart finds a turn that never started.
     crate::runtime::faults::point("before_turn_started");
-    session.emit(EventPayload::TurnStarted {
-        turn_id: turn_id.to_string(),
-        context: Box::new(context.clone()),
-        submission_id: task.submission_id.to_string(),
-        prompt: task.prompt.clone(),
-        history_mark: session.turn_history_mark(turn_id),
-    });
+    session.emit_started(
+        turn_id,
+        EventPayload::TurnStarted {
+            turn_id: turn_id.to_string(),
+            context: Box::new(context.clone()),
+            submission_id: task.submission_id.to_string(),
+            prompt: task.prompt.clone(),
+            history_mark: session.turn_history_mark(turn_id),
+        },
+    );
 }

@@ -61,6 +61,9 @@ struct ActiveTurn {
     stop_reason: Option<(String, String)>,
     /// While the supervisor leads the turn (see `lead`): cancels the lead when the turn ends or is interrupted.
     lead: Option<DropGuard>,
+    /// Whether its `turn_started` is journaled: until then a worker's death is not its end (the turn's start fails
+    /// it instead, when the worker it is sent to is gone), so that no end is journaled without a start.
+    journaled: bool,
     /// The turn's model calls as the supervisor made them: what its end reports, whatever the worker says.
     usage: service_ipc::Usage,
     /// Tokens the turn may spend (`TurnOverrides::max_tokens`).

@@ -20,8 +20,16 @@ impl Session {
     pub fn handed_turn(&self) -> Option<String> {
         lock(&self.active)
             .as_ref()
-            .filter(|a| a.lead.is_none())
+            .filter(|a| a.lead.is_none() && a.journaled)
             .map(|a| a.turn_id.clone())
+    }
+
+    /// Journals `turn_id`'s start (`event`, its `turn_started`) and marks it started, if it is the running turn.
+    pub fn emit_started(&self, turn_id: &str, event: EventPayload) {
+        if let Some(a) = lock(&self.active).as_mut().filter(|a| a.turn_id == turn_id) {
+            a.journaled = true;
+        }
+        self.emit(event);
     }
 
     /// The model of `turn_id` when it is the running turn.
@@ -138,6 +146,7 @@ impl Session {
                 done: Some(tx),
                 stop_reason: None,
                 lead: None,
+                journaled: false,
                 usage,
                 max_tokens: None,
                 max_cost: None,
