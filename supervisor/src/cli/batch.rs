@@ -89,7 +89,7 @@ pub fn run(home: ServiceHome, args: BatchArgs) -> anyhow::Result<ExitCode> {
     let bundle = service_supervisor::bundle::resolve(rt.home(), &args.bundle_ref)?;
     super::warn_unconfined(&bundle.manifest, args.dangerous_sandbox_mode);
     let model =
-        super::run::model_override(args.model.as_deref(), Some(bundle.agent.model.to_ref()))?;
+        super::run_start::model_override(args.model.as_deref(), Some(bundle.agent.model.to_ref()))?;
     let total = items.len();
     let todo: Vec<Item> = items
         .into_iter()

@@ -23,6 +23,7 @@ mod registry;
 mod remote;
 mod run;
 mod run_args;
+mod run_start;
 mod serve;
 mod session_pick;
 mod sessions;

@@ -161,7 +161,7 @@ pub(super) async fn run(backend: &Backend, args: &RunArgs) -> anyhow::Result<Exi
     }
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C: {e}"))?;
-    let session = super::run::continued(backend, args).await?;
+    let session = super::run_start::continued(backend, args).await?;
     let events = match &session {
         Some(r) => Some(backend.events_after(&r.id, None).await?),
         None => None,
@@ -269,10 +269,10 @@ impl Stream<'_> {
     /// Starts a turn of `prompt` (the session's first makes the session); true when it started.
     async fn start(&mut self, line: u64, prompt: String) -> bool {
         let started = match &self.session {
-            None => super::run::start_new(self.backend, self.args, prompt)
+            None => super::run_start::start_new(self.backend, self.args, prompt)
                 .await
                 .map(|(record, events, turn_id)| (Some(record), events, turn_id)),
-            Some(record) => super::run::start(self.backend, self.args, record, prompt)
+            Some(record) => super::run_start::start(self.backend, self.args, record, prompt)
                 .await
                 .map(|(events, turn_id)| (None, events, turn_id)),
         };

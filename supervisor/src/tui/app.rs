@@ -121,7 +121,7 @@ pub struct App {
     /// The texts of long pastes folded in the input as `[Pasted N lines]`, expanded when it is sent.
     pub pastes: Vec<String>,
     /// The `/` or `@` popup over the input, while it is open.
-    pub popup: Option<super::editing::Popup>,
+    pub popup: Option<Popup>,
     /// The bundle's skills, offered as `/name` in the popup.
     pub skills: Vec<String>,
     /// The project's files for `@`, walked when first asked for.
@@ -133,7 +133,7 @@ pub struct App {
     /// Context tokens the last model call used, and the model's window when known, for `/status`.
     pub context: (Option<u64>, Option<u64>),
     /// A question the TUI asks before acting (`/rewind`), answered with one key.
-    pub confirm: Option<super::editing::Confirm>,
+    pub confirm: Option<Confirm>,
 }
 
 impl App {
@@ -553,4 +553,33 @@ impl App {
         self.history_pos = pos;
         self.input = pos.map(|p| self.history[p].clone()).unwrap_or_default();
     }
+}
+
+/// What a popup completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PopupKind {
+    /// Slash commands and skills.
+    Slash,
+    /// Files of the project, after `@`.
+    File,
+    /// Models to switch to (`/model`).
+    Model,
+}
+
+/// The popup over the input: its choices and the highlighted one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Popup {
+    /// What it completes.
+    pub kind: PopupKind,
+    /// Each choice and a note on it (a command's help line; nothing for a file).
+    pub items: Vec<(String, String)>,
+    /// The highlighted choice.
+    pub selected: usize,
+}
+
+/// A question the TUI asks before it acts, answered with one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirm {
+    /// `/rewind N`: the files, the conversation or both back to before turn N.
+    Rewind(u64),
 }

@@ -8,34 +8,7 @@ use super::input;
 /// Entries a popup shows at most.
 pub const POPUP_ROWS: usize = 8;
 
-/// What a popup completes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PopupKind {
-    /// Slash commands and skills.
-    Slash,
-    /// Files of the project, after `@`.
-    File,
-    /// Models to switch to (`/model`).
-    Model,
-}
-
-/// The popup over the input: its choices and the highlighted one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Popup {
-    /// What it completes.
-    pub kind: PopupKind,
-    /// Each choice and a note on it (a command's help line; nothing for a file).
-    pub items: Vec<(String, String)>,
-    /// The highlighted choice.
-    pub selected: usize,
-}
-
-/// A question the TUI asks before it acts, answered with one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Confirm {
-    /// `/rewind N`: the files, the conversation or both back to before turn N.
-    Rewind(u64),
-}
+pub use super::app::{Confirm, Popup, PopupKind};
 
 impl App {
     /// Types `c` at the end of the input.
