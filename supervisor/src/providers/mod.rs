@@ -168,3 +168,21 @@ pub fn stream(
         .boxed(),
     }
 }
+
+/// Hands on a finished answer's tool calls (arguments `{}` when the model sent none), then ends the call: for
+/// both of OpenAI's wire formats.
+pub(crate) async fn hand_on(
+    calls: impl IntoIterator<Item = service_ipc::ToolCall>,
+    usage: service_ipc::Usage,
+    tx: &tokio::sync::mpsc::Sender<ModelChunk>,
+) -> ModelChunk {
+    for mut call in calls {
+        if call.arguments.is_empty() {
+            call.arguments = "{}".into();
+        }
+        if tx.send(ModelChunk::ToolCall { call }).await.is_err() {
+            break;
+        }
+    }
+    ModelChunk::Done { usage }
+}

@@ -298,22 +298,5 @@ async fn done(calls: Calls, usage: Usage, tx: &mpsc::Sender<ModelChunk>) -> Mode
         name: c.name,
         arguments: c.arguments,
     });
-    hand_on(calls, usage, tx).await
-}
-
-/// Hands on a finished answer's tool calls (arguments `{}` when the model sent none), then ends the call.
-pub(super) async fn hand_on(
-    calls: impl IntoIterator<Item = ToolCall>,
-    usage: Usage,
-    tx: &mpsc::Sender<ModelChunk>,
-) -> ModelChunk {
-    for mut call in calls {
-        if call.arguments.is_empty() {
-            call.arguments = "{}".into();
-        }
-        if tx.send(ModelChunk::ToolCall { call }).await.is_err() {
-            break;
-        }
-    }
-    ModelChunk::Done { usage }
+    super::hand_on(calls, usage, tx).await
 }

@@ -311,7 +311,7 @@ async fn done(calls: Vec<Pending>, usage: Usage, tx: &mpsc::Sender<ModelChunk>) 
         name: c.name,
         arguments: c.arguments,
     });
-    super::openai::hand_on(calls, usage, tx).await
+    super::hand_on(calls, usage, tx).await
 }
 
 #[cfg(test)]
