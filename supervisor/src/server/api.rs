@@ -11,6 +11,9 @@ use utoipa::ToSchema;
 use crate::bundle::BundleError;
 use crate::runtime::{RuntimeError, TurnOutcome};
 
+/// What a handler answers: its value, or an error with the `{"error": …}` body.
+pub(super) type ApiResult<T> = Result<T, ApiError>;
+
 /// `POST /sessions`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -7,8 +7,8 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
 
+use super::api::ApiResult;
 use super::api::{ApiError, ApiPath, ApiQuery};
-use super::handlers::ApiResult;
 use super::AppState;
 use crate::bundle::{self, Origin};
 
@@ -55,7 +55,7 @@ pub async fn export_bundle(
 ) -> ApiResult<impl IntoResponse> {
     super::policy::bundle_ref(&st.policy, &reference)?;
     if st.policy.tenant_bundles && !caller.admin {
-        let bundle = super::handlers::resolve_bundle(&st, reference.clone()).await?;
+        let bundle = super::registry_routes::resolve_bundle(&st, reference.clone()).await?;
         super::tenants::check_bundle(&st, &caller, &reference, &bundle.reference()).await?;
     }
     let home = st.rt.home().clone();

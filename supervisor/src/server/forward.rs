@@ -9,10 +9,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::api::{ApiError, OwnedBy};
+use super::tenants::FORWARDED_BY;
 use super::AppState;
-
-/// Set on a forwarded request, with the forwarding node's id: the owner answers it itself, never sends it on.
-pub const FORWARDED_BY: HeaderName = HeaderName::from_static("x-service-forwarded-by");
 
 /// What a node of a cluster knows to forward.
 #[derive(Debug, Clone)]

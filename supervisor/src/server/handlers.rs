@@ -16,8 +16,6 @@ use super::AppState;
 use crate::bundle;
 use crate::tenancy::Caller;
 
-pub(super) type ApiResult<T> = Result<T, ApiError>;
-
 /// Quiet time after which an event stream gets a keep-alive comment.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -80,25 +78,9 @@ pub async fn inspect_bundle(
     ApiPath(reference): ApiPath<String>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
     super::policy::bundle_ref(&st.policy, &reference)?;
-    let bundle = resolve_bundle(&st, reference.clone()).await?;
+    let bundle = super::registry_routes::resolve_bundle(&st, reference.clone()).await?;
     super::tenants::check_bundle(&st, &caller, &reference, &bundle.reference()).await?;
     Ok(Json(bundle.info().for_caller(caller.admin)))
-}
-
-/// Resolves a bundle reference off the async threads (it reads the store).
-pub(super) async fn resolve_bundle(st: &AppState, reference: String) -> ApiResult<bundle::Bundle> {
-    let home = st.rt.home().clone();
-    Ok(
-        tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference))
-            .await
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "resolving the bundle failed",
-                )
-            })??,
-    )
 }
 
 /// Creates a session from a bundle reference.

@@ -7,8 +7,8 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::api::ApiResult;
 use super::api::{ApiJson, ApiPath, ApiQuery, Body};
-use super::handlers::ApiResult;
 use super::AppState;
 use crate::checkpoint::FileChange;
 use crate::runtime::checkpoints::{Forked, Rewound};

@@ -13,8 +13,8 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::api::ApiResult;
 use super::api::{ApiError, ApiJson, Body};
-use super::handlers::ApiResult;
 use super::{AppState, ClientPolicy};
 use crate::bundle::{self, reference::is_registry_reference, BundleError};
 use crate::registry::{self, Access, Pushed, RegistryError};
@@ -151,7 +151,7 @@ pub async fn push_bundle(
 ) -> ApiResult<Json<Pushed>> {
     super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
     allowed(&st.policy, &req.target)?;
-    let bundle = super::handlers::resolve_bundle(&st, req.bundle_ref.clone()).await?;
+    let bundle = resolve_bundle(&st, req.bundle_ref.clone()).await?;
     let pushed = registry::push(&bundle, &req.target, &access(req.auth, req.plain_http)).await?;
     Ok(Json(pushed))
 }
@@ -167,4 +167,20 @@ pub async fn pull_on_first_use(st: &AppState, reference: &str) -> Result<(), Api
         tracing::info!(reference, installed = %installed.reference(), "pulled on first use");
     }
     Ok(())
+}
+
+/// Resolves a bundle reference off the async threads (it reads the store).
+pub(super) async fn resolve_bundle(st: &AppState, reference: String) -> ApiResult<bundle::Bundle> {
+    let home = st.rt.home().clone();
+    Ok(
+        tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "resolving the bundle failed",
+                )
+            })??,
+    )
 }

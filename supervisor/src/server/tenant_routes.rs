@@ -7,8 +7,8 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
 
+use super::api::ApiResult;
 use super::api::{ApiError, ApiJson, ApiPath, ApiQuery, Body};
-use super::handlers::ApiResult;
 use super::tenants::admin_only;
 use super::AppState;
 use crate::tenancy::usage::{self, UsageReport};

@@ -18,6 +18,9 @@ use super::AppState;
 use crate::runtime::RuntimeError;
 use crate::tenancy::{token, Caller};
 
+/// Set on a forwarded request, with the forwarding node's id: the owner answers it itself, never sends it on.
+pub const FORWARDED_BY: HeaderName = HeaderName::from_static("x-service-forwarded-by");
+
 /// On a request one node forwards to another: the caller the first node authenticated, `tenant:<name>` or
 /// `admin:<name>`. Trusted only beside the cluster token.
 pub const CALLER: HeaderName = HeaderName::from_static("x-service-caller");
@@ -73,10 +76,7 @@ pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Option<Caller> 
     if token::id_of(given).is_some() {
         return st.rt.tenancy().verify(given).await;
     }
-    if let Some(peer) = headers
-        .get(&super::forward::FORWARDED_BY)
-        .and_then(|v| v.to_str().ok())
-    {
+    if let Some(peer) = headers.get(&FORWARDED_BY).and_then(|v| v.to_str().ok()) {
         tracing::warn!(
             peer,
             "a request forwarded by another node was refused: its cluster token is not this node's"
