@@ -21,6 +21,7 @@ pub mod oci;
 pub mod oci_archive;
 pub(crate) mod parse;
 pub mod reference;
+pub mod script;
 pub mod skills;
 pub mod store;
 pub mod subagents;
@@ -109,7 +110,7 @@ pub fn load_files(root: &Path) -> Result<(Manifest, AgentSpec, Vec<Skill>)> {
                 format!("script file \"{script}\" does not exist in the bundle"),
             ));
         }
-        crate::providers::scripted::Script::load(root, script)?;
+        script::Script::load(root, script)?;
     }
     let mut agent = agent;
     let hooks_path = root.join(hooks::BUNDLE_HOOKS_FILE);
