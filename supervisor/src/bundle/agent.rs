@@ -1,17 +1,16 @@
 //! `agent.yaml`: default model, executor, memory, system prompt and tool permission rules.
 
 use serde::{Deserialize, Serialize};
-use service_ipc::{ExecutorKind, MemoryProvider, ModelRef, Permissions};
+use service_ipc::{ExecutorKind, MemoryProvider, Permissions};
 
 use super::error::{BundleError, Result};
 use super::parse;
 
+pub use super::model::{AgentModel, KNOWN_PROVIDERS};
+pub use super::parse::is_safe_relative;
+
 /// File name of the agent definition inside a bundle.
 pub const AGENT_FILE: &str = "agent.yaml";
-
-/// Model providers this build knows; `auto` has the supervisor choose one from what the machine has
-/// (`providers::choice`).
-pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "scripted", "auto"];
 
 /// The agent definition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,19 +87,6 @@ impl AgentSpec {
             && self.subagents.is_empty()
             && self.executor == ExecutorKind::React
     }
-}
-
-/// `model` of agent.yaml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AgentModel {
-    /// Provider name.
-    pub provider: String,
-    /// Model name.
-    pub name: String,
-    /// Provider settings.
-    #[serde(default)]
-    pub config: Option<serde_json::Value>,
 }
 
 /// `memory` of agent.yaml.
@@ -190,17 +176,6 @@ impl Default for MemorySpec {
             keep_recent_turns: default_keep_recent_turns(),
             summary_max_tokens: default_summary_max_tokens(),
             compaction: Compaction::On,
-        }
-    }
-}
-
-impl AgentModel {
-    /// The wire form used in turn contexts and model requests.
-    pub fn to_ref(&self) -> ModelRef {
-        ModelRef {
-            provider: self.provider.clone(),
-            name: self.name.clone(),
-            config: self.config.clone(),
         }
     }
 }
@@ -366,15 +341,3 @@ impl AgentSpec {
 
 /// The tool that hands a task to a subagent, which permission rules may name (`Agent`, `Agent(reviewer)`).
 pub const SUBAGENT_TOOL: &str = "Agent";
-
-/// True for a relative path with no `..`, root or prefix component.
-pub fn is_safe_relative(path: &str) -> bool {
-    let p = std::path::Path::new(path);
-    !path.is_empty()
-        && p.components().all(|c| {
-            matches!(
-                c,
-                std::path::Component::Normal(_) | std::path::Component::CurDir
-            )
-        })
-}

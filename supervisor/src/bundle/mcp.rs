@@ -122,7 +122,7 @@ impl McpServerSpec {
             return bad("env", format!("\"{k}\" is not a variable name"));
         }
         if let Some(cwd) = &self.cwd {
-            if !super::agent::is_safe_relative(cwd) {
+            if !super::parse::is_safe_relative(cwd) {
                 return bad(
                     "cwd",
                     format!("\"{cwd}\" must be a relative path inside the workspace"),

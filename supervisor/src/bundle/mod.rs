@@ -17,6 +17,7 @@ pub mod error;
 pub mod hooks;
 pub mod manifest;
 pub mod mcp;
+pub mod model;
 pub mod oci;
 pub mod oci_archive;
 pub(crate) mod parse;

@@ -29,3 +29,15 @@ pub fn typed<T: DeserializeOwned>(file: &str, value: serde_json::Value) -> Resul
         BundleError::invalid(file, key, e.into_inner().to_string())
     })
 }
+
+/// True for a relative path with no `..`, root or prefix component.
+pub fn is_safe_relative(path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    !path.is_empty()
+        && p.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        })
+}

@@ -35,7 +35,7 @@ pub struct SubagentSpec {
     pub max_steps: Option<u32>,
     /// The model it runs with; the child bundle's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<super::agent::AgentModel>,
+    pub model: Option<super::model::AgentModel>,
     /// `shared` (default): it works in the parent's workspace; `copy`: in a copy of it.
     #[serde(default)]
     pub isolation: Isolation,
@@ -108,13 +108,13 @@ pub fn validate(entries: &[SubagentEntry]) -> Result<(), (String, String)> {
                     }
                 }
                 if let Some(m) = &spec.model {
-                    if !super::agent::KNOWN_PROVIDERS.contains(&m.provider.as_str()) {
+                    if !super::model::KNOWN_PROVIDERS.contains(&m.provider.as_str()) {
                         return Err((
                             key(".model.provider"),
                             format!(
                                 "unknown value \"{}\"; expected one of {}",
                                 m.provider,
-                                super::agent::KNOWN_PROVIDERS.join(", ")
+                                super::model::KNOWN_PROVIDERS.join(", ")
                             ),
                         ));
                     }
