@@ -11,7 +11,7 @@ use super::session::Session;
 /// Model requests in flight at once (the react loop makes one at a time; cancelled ones may linger briefly).
 pub const MAX_MODEL_REQUESTS: usize = 4;
 
-/// `Agent` calls of one worker in flight at once: those past `subagents::MAX_RUNNING` wait for a slot, and a
+/// `Agent` calls of one worker in flight at once: those past `subagents::ceiling::MAX_RUNNING` wait for a slot, and a
 /// worker that asks for more than this is flooding.
 pub const MAX_SUBAGENT_CALLS: usize = 64;
 /// Output bytes journaled per command; an honest worker stops at its own cap (1 MiB) and says so.

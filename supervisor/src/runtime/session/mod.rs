@@ -301,7 +301,7 @@ impl Session {
         let journal = Arc::new(Journal::open(store, &record.id).await?);
         // A subagent's session never runs wider than its parent's: its bundle is cut down on every load.
         let bundle = match &record.parent {
-            Some(link) => crate::runtime::subagents::narrowed(bundle, link),
+            Some(link) => crate::runtime::subagents::ceiling::narrowed(bundle, link),
             None => bundle,
         };
         Ok(Arc::new(Session {
@@ -321,7 +321,7 @@ impl Session {
             metrics,
             checkpoints: std::sync::OnceLock::new(),
             subagent_slots: Arc::new(tokio::sync::Semaphore::new(
-                crate::runtime::subagents::MAX_RUNNING,
+                crate::runtime::subagents::ceiling::MAX_RUNNING,
             )),
             ledger: std::sync::OnceLock::new(),
             made_here: std::sync::atomic::AtomicBool::new(false),

@@ -11,6 +11,9 @@ use crate::bundle::manifest::SandboxSpec;
 use crate::bundle::Bundle;
 use crate::runtime::record::ParentLink;
 
+/// Children of one parent that run at once; further calls wait for one of them to end.
+pub(crate) const MAX_RUNNING: usize = 4;
+
 /// `bundle` cut down to what `link` allows.
 pub(crate) fn narrowed(mut bundle: Bundle, link: &ParentLink) -> Bundle {
     narrow_sandbox(&mut bundle.manifest.sandbox, &link.ceiling);

@@ -2,7 +2,7 @@
 //!
 //! The worker only asks (`SubagentCall`); everything else is decided here from the supervisor's own state: whether
 //! the parent's agent.yaml declares the subagent, how deep sessions may nest, how many children of one parent run at
-//! once ([`MAX_RUNNING`]; the rest wait), and the child's confinement, its bundle's cut down to the parent's
+//! once ([`ceiling::MAX_RUNNING`]; the rest wait), and the child's confinement, its bundle's cut down to the parent's
 //! ([`ceiling`]). The child is a session like any other, with its own worker, sandbox and journal, whose record
 //! names its parent (`ParentLink`); it works in the parent's workspace, or in a copy with `isolation: copy`.
 //!
@@ -12,7 +12,7 @@
 //! call's result: a failed child never fails the parent. When the parent's turn ends, however it ends, its running
 //! children are interrupted.
 
-mod ceiling;
+pub(crate) mod ceiling;
 pub(super) mod copy;
 mod permission;
 
@@ -25,16 +25,11 @@ use service_ipc::{
 };
 use tokio::sync::mpsc;
 
-pub(crate) use ceiling::narrowed;
-
 use super::record::ParentLink;
 use super::session::Session;
 use super::{Inner, ServiceRuntime};
 use crate::bundle::subagents::{Isolation, SubagentEntry};
 use crate::bundle::{self, Bundle, Origin};
-
-/// Children of one parent that run at once; further calls wait for one of them to end.
-pub(crate) const MAX_RUNNING: usize = 4;
 
 /// `max_subagent_depth` when config.toml does not set it: children, and their children, but no deeper.
 pub(crate) const DEFAULT_MAX_DEPTH: u32 = 2;
