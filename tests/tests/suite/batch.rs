@@ -55,6 +55,27 @@ fn repo(dir: &Path) {
     }
 }
 
+/// `batch ./oa` over `tasks.jsonl` into `r.jsonl`, allowing what asks, which must succeed.
+fn batch_allowing(env: &Env, server: &ProviderServer) {
+    let args = [
+        "batch",
+        "./oa",
+        "--tasks",
+        "tasks.jsonl",
+        "--out",
+        "r.jsonl",
+        "--approvals",
+        "allow",
+    ];
+    let out = with_openai_key(env, &server.base, &args).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn results(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -272,28 +293,7 @@ fn a_verifier_may_print_its_reward_and_an_item_budget_ends_its_turn() {
         ),
     )
     .unwrap();
-    let out = with_openai_key(
-        &env,
-        &server.base,
-        &[
-            "batch",
-            "./oa",
-            "--tasks",
-            "tasks.jsonl",
-            "--out",
-            "r.jsonl",
-            "--approvals",
-            "allow",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    batch_allowing(&env, &server);
     let by_id: HashMap<String, Value> = results(&env.path("r.jsonl"))
         .into_iter()
         .map(|r| (r["id"].as_str().unwrap().to_string(), r))
@@ -331,28 +331,7 @@ fn a_workspaces_git_configuration_runs_nothing_on_the_host_when_the_patch_is_tak
         "{\"id\": \"x\", \"prompt\": \"please fix the bug\", \"workspace\": \"repo\"}\n",
     )
     .unwrap();
-    let out = with_openai_key(
-        &env,
-        &server.base,
-        &[
-            "batch",
-            "./oa",
-            "--tasks",
-            "tasks.jsonl",
-            "--out",
-            "r.jsonl",
-            "--approvals",
-            "allow",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    batch_allowing(&env, &server);
     let r = &results(&env.path("r.jsonl"))[0];
     assert!(r["model_patch"].as_str().unwrap().contains("+fixed"), "{r}");
     assert!(
