@@ -185,6 +185,17 @@ pub(super) async fn start(
     record: &SessionRecord,
     prompt: String,
 ) -> anyhow::Result<(EventStream, String)> {
+    let overrides = prepare(backend, args, record).await?;
+    start_in(backend, record, prompt, overrides).await
+}
+
+/// Readies the existing session `record` for the run's turns, once: says what the run cannot hold it to, sets
+/// its budget, and answers what the run's flags override in each turn.
+pub(super) async fn prepare(
+    backend: &Backend,
+    args: &RunArgs,
+    record: &SessionRecord,
+) -> anyhow::Result<TurnOverrides> {
     let default = match backend {
         Backend::Local(rt) => {
             let bundle = rt.session_bundle(&record.id).await?;
@@ -206,7 +217,7 @@ pub(super) async fn start(
     if let Some(budget) = args.session_budget() {
         backend.set_budget(&record.id, Some(budget)).await?;
     }
-    start_in(backend, record, prompt, overrides).await
+    Ok(overrides)
 }
 
 /// What the run's flags override in a turn: `cwd` as given, the model, the turn's budget.

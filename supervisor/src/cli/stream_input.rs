@@ -149,6 +149,8 @@ struct Stream<'a> {
     running: Option<String>,
     /// Prompts given while a turn runs, with their line numbers.
     queue: VecDeque<(u64, String)>,
+    /// What the run's flags override in each turn of an existing session, worked out once.
+    overrides: Option<service_ipc::TurnOverrides>,
 }
 
 /// Runs `run --input-format stream-json` to the end of stdin and of the turns it gave.
@@ -173,6 +175,7 @@ pub(super) async fn run(backend: &Backend, args: &RunArgs) -> anyhow::Result<Exi
         events,
         running: None,
         queue: VecDeque::new(),
+        overrides: None,
     };
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let (mut open, mut number) = (true, 0u64);
@@ -272,9 +275,12 @@ impl Stream<'_> {
             None => super::run_start::start_new(self.backend, self.args, prompt)
                 .await
                 .map(|(record, events, turn_id)| (Some(record), events, turn_id)),
-            Some(record) => super::run_start::start(self.backend, self.args, record, prompt)
-                .await
-                .map(|(events, turn_id)| (None, events, turn_id)),
+            Some(record) => {
+                let record = record.clone();
+                self.start_in(&record, prompt)
+                    .await
+                    .map(|(e, t)| (None, e, t))
+            }
         };
         match started {
             Ok((record, events, turn_id)) => {
@@ -291,6 +297,22 @@ impl Stream<'_> {
                 false
             }
         }
+    }
+
+    /// A turn of `prompt` in the existing session `record`, readied for the run's turns the first time only.
+    async fn start_in(
+        &mut self,
+        record: &SessionRecord,
+        prompt: String,
+    ) -> anyhow::Result<(EventStream, String)> {
+        let overrides = match self.overrides.clone() {
+            Some(o) => o,
+            None => {
+                let o = super::run_start::prepare(self.backend, self.args, record).await?;
+                self.overrides.insert(o).clone()
+            }
+        };
+        super::run_start::start_in(self.backend, record, prompt, overrides).await
     }
 
     /// Answers a permission request as `--approvals` (or `--approve`, `--deny`, config's `approvals = deny`) says,

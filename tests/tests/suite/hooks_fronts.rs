@@ -74,18 +74,24 @@ async fn the_peers_hook_scripts_run_unchanged_through_serve() {
     );
 }
 
-#[test]
-fn the_peers_hook_scripts_run_unchanged_through_acp_and_their_decisions_show() {
-    let Some(python) = sdk_python() else { return };
+/// An ACP project over the installed bundle `fixture`, which `install` writes and builds, in a directory the
+/// sandbox may write.
+fn acp_project(install: fn(&Env)) -> Project {
     let env = Env::new();
-    hooked(&env);
+    install(&env);
     let dir = super::support::sandbox_tempdir();
     super::support::give_to_sandbox(dir.path());
-    let p = Project {
+    Project {
         env,
         dir,
         bundle: "local/fixture:1.0.0".into(),
-    };
+    }
+}
+
+#[test]
+fn the_peers_hook_scripts_run_unchanged_through_acp_and_their_decisions_show() {
+    let Some(python) = sdk_python() else { return };
+    let p = acp_project(hooked);
     let t = p.local(
         &python,
         json!([
@@ -180,15 +186,7 @@ fn a_hooks_reason_reaches_the_terminal_without_its_escapes() {
 #[test]
 fn a_hooks_reason_cannot_forge_a_frame_to_the_editor() {
     let Some(python) = sdk_python() else { return };
-    let env = Env::new();
-    forged(&env);
-    let dir = super::support::sandbox_tempdir();
-    super::support::give_to_sandbox(dir.path());
-    let p = Project {
-        env,
-        dir,
-        bundle: "local/fixture:1.0.0".into(),
-    };
+    let p = acp_project(forged);
     let t = p.local(
         &python,
         json!([
