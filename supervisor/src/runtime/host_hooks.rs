@@ -5,7 +5,8 @@
 //! answer does not count: the operator's hooks are not the bundle's to outvote.
 //!
 //! Their input is what the supervisor knows of the call: the tool and what it is about (`command` for Bash,
-//! `file_path` for the file tools, `key` otherwise), as the question shows it.
+//! `file_path` for the file tools, `key` otherwise), as the question shows it. They run in the operator's scripts
+//! folder (`$SERVICE_HOME/hooks`), never in the workspace the sandbox writes.
 
 use std::sync::Arc;
 
@@ -103,6 +104,12 @@ pub(super) fn ask(rt: Arc<Inner>, specs: Vec<HookSpec>, question: Question, pose
     tokio::spawn(async move {
         let session = pose.session.clone();
         let cwd = session.cwd();
+        // The hook runs on the host, so not in the workspace the sandbox writes: a relative path in its command
+        // would name whatever the agent put there. It runs where the operator's scripts are (the store's root
+        // without them); the input's `cwd` and `CLAUDE_PROJECT_DIR` still name the workspace.
+        let scripts = Some(rt.home.operator_hooks_dir())
+            .filter(|d| d.is_dir())
+            .unwrap_or_else(|| rt.home.root().to_path_buf());
         let input = json!({
             "session_id": session.id,
             "transcript_path": null,
@@ -123,7 +130,7 @@ pub(super) fn ask(rt: Arc<Inner>, specs: Vec<HookSpec>, question: Question, pose
             event: HookEvent::PermissionRequest,
             turn_id: Some(&question.turn_id),
             call_id: Some(&question.call_id),
-            cwd: &cwd,
+            cwd: &scripts,
             env: &env,
             confine: false,
         };
