@@ -1,8 +1,10 @@
-//! The layout's one rule that a compiler does not check: no import circle between files. A file's imports are the
-//! modules its `use` lines and its paths name (`crate::`, `super::`, `self::`, or a submodule's name); two files
-//! that reach each other through them form a circle. A module and its own submodules may use each other (a parent
-//! declares and re-exports its children), so those uses do not count. The circles known when this check came are listed in `tests/import-circles.txt`, which may only
-//! shrink: a new circle fails the check, and so does a listed one that is gone (remove its line).
+//! The layout's rules that a compiler does not check (CONTRIBUTING.md, "Layers"):
+//! - no import circle between files. A file's imports are the modules its `use` lines and its paths name
+//!   (`crate::`, `super::`, `self::`, or a submodule's name); two files that reach each other through them form a
+//!   circle. A module and its own submodules may use each other (a parent declares and re-exports its children),
+//!   so those uses do not count;
+//! - the supervisor's front ends sit on top: no module below them imports one, and no front end but the server
+//!   itself imports the server's router (`server/mod.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -213,81 +215,130 @@ fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     groups
 }
 
+/// One crate's module files and the files each one imports (uses within its own module tree left out).
+struct Graph {
+    files: BTreeMap<String, PathBuf>,
+    edges: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn graph(src: &str, root: &str) -> Graph {
+    let files = modules(&repo().join(src), root);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, file) in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let mut to = BTreeSet::new();
+        let prefix = format!("{module}::");
+        let children: Vec<&str> = files
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .filter(|rest| !rest.contains("::"))
+            .collect();
+        for path in named(&text, module, &children) {
+            // A module and its own submodules may use each other (a parent re-exports its children).
+            let within = |t: &String| {
+                t == module
+                    || t.starts_with(&format!("{module}::"))
+                    || module.starts_with(&format!("{t}::"))
+            };
+            if let Some(target) = file_of(&path, &files).filter(|t| !within(t)) {
+                to.insert(target.clone());
+            }
+        }
+        edges.insert(module.clone(), to);
+    }
+    Graph { files, edges }
+}
+
+impl Graph {
+    /// A module's file, relative to the repository.
+    fn shown(&self, module: &str) -> String {
+        let repo = repo();
+        let file = &self.files[module];
+        file.strip_prefix(&repo)
+            .unwrap_or(file)
+            .display()
+            .to_string()
+            .trim_start_matches("./")
+            .to_string()
+    }
+}
+
 /// Every circle between files of the three crates, each as its files (relative to the repository) joined by ` <> `.
 fn found() -> BTreeSet<String> {
-    let repo = repo();
     let mut all = BTreeSet::new();
     for (src, root) in ROOTS {
-        let files = modules(&repo.join(src), root);
-        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (module, file) in &files {
-            let text = std::fs::read_to_string(file).unwrap_or_default();
-            let mut to = BTreeSet::new();
-            let prefix = format!("{module}::");
-            let children: Vec<&str> = files
-                .keys()
-                .filter_map(|k| k.strip_prefix(&prefix))
-                .filter(|rest| !rest.contains("::"))
-                .collect();
-            for path in named(&text, module, &children) {
-                // A module and its own submodules may use each other (a parent re-exports its children).
-                let within = |t: &String| {
-                    t == module
-                        || t.starts_with(&format!("{module}::"))
-                        || module.starts_with(&format!("{t}::"))
-                };
-                if let Some(target) = file_of(&path, &files).filter(|t| !within(t)) {
-                    to.insert(target.clone());
-                }
-            }
-            edges.insert(module.clone(), to);
-        }
-        for group in circles(&edges) {
-            let names: Vec<String> = group
-                .iter()
-                .map(|m| {
-                    files[m]
-                        .strip_prefix(&repo)
-                        .unwrap_or(&files[m])
-                        .display()
-                        .to_string()
-                        .trim_start_matches("./")
-                        .to_string()
-                })
-                .collect();
+        let g = graph(src, root);
+        for group in circles(&g.edges) {
+            let names: Vec<String> = group.iter().map(|m| g.shown(m)).collect();
             all.insert(names.join(" <> "));
         }
     }
     all
 }
 
+/// The supervisor's front ends: each serves people or programs over one surface, on top of the runtime.
+const FRONT_ENDS: &[&str] = &[
+    "crate::server",
+    "crate::facade",
+    "crate::tui",
+    "crate::cli",
+    "crate::mcp_server",
+];
+
+fn under(module: &str, top: &str) -> bool {
+    module == top || module.starts_with(&format!("{top}::"))
+}
+
+/// The imports that break the layering, as `from -> to` lines.
+fn layer_breaks() -> Vec<String> {
+    let mut out = Vec::new();
+    for root in ["lib.rs", "main.rs"] {
+        let g = graph("supervisor/src", root);
+        for (from, tos) in &g.edges {
+            let below = from != "crate" && !FRONT_ENDS.iter().any(|f| under(from, f));
+            for to in tos {
+                let imports_front = below && FRONT_ENDS.iter().any(|f| under(to, f));
+                let router =
+                    to == "crate::server" && from != "crate" && !under(from, "crate::server");
+                if imports_front || router {
+                    out.push(format!("{} -> {}", g.shown(from), g.shown(to)));
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn listed(lines: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
+    lines
+        .into_iter()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
-fn no_new_import_circle_between_files() {
-    let listed_file = repo().join("tests/import-circles.txt");
-    let listed: BTreeSet<String> = std::fs::read_to_string(&listed_file)
-        .unwrap_or_default()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect();
+fn no_import_circle_between_files() {
     let found = found();
-    let new: Vec<&String> = found.difference(&listed).collect();
-    let gone: Vec<&String> = listed.difference(&found).collect();
     assert!(
-        new.is_empty(),
-        "new import circles between files (break them: move what both need to a module neither imports, or \
-         have one depend on an interface the other implements):\n{}",
-        new.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
+        found.is_empty(),
+        "import circles between files (break them: move what both need to a module neither imports, or have one \
+         depend on an interface the other implements; CONTRIBUTING.md, \"Layers\"):\n{}",
+        listed(&found)
     );
+}
+
+#[test]
+fn no_layer_below_the_front_ends_imports_one() {
+    let breaks = layer_breaks();
     assert!(
-        gone.is_empty(),
-        "these circles are gone: remove their lines from {}:\n{}",
-        listed_file.display(),
-        gone.iter()
-            .map(|c| format!("  {c}"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        breaks.is_empty(),
+        "imports against the layering (the runtime and what it uses never import a front end; a front end takes the \
+         server's shared state from server::state, never the router in server/mod.rs; CONTRIBUTING.md, \
+         \"Layers\"):\n{}",
+        listed(&breaks)
     );
 }
 

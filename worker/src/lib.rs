@@ -10,7 +10,8 @@
 //! - [`conn`]: connecting, the handshake, and the outbox every task writes frames through.
 //! - [`session`]: the dispatch loop that routes supervisor frames to turns, commands, model streams and approvals.
 //! - [`state`]: what the turns share: configuration, outbox, conversation, tool registry, routes.
-//! - [`react`]: the react executor, one turn at a time.
+//! - [`executor`]: runs one turn with the bundle's executor, [`react`] or [`codeact`], over the shared [`turn`].
+//! - [`react`]: the react executor.
 //! - [`codeact`]: the codeact executor, whose model acts through Python programs that call the tools.
 //! - [`registry`]: the one tool registry the react loop calls, over the builtin tools and the MCP servers.
 //! - [`mcp`]: the session's MCP servers, confined in the sandbox like commands.
@@ -31,6 +32,7 @@ pub mod conn;
 pub mod egress;
 pub mod entry;
 pub mod error;
+pub mod executor;
 pub mod footprint;
 pub mod hardening;
 pub mod hooks;
@@ -45,6 +47,7 @@ mod session_hooks;
 pub mod state;
 pub mod subagents;
 pub mod tools;
+pub mod turn;
 mod turn_hooks;
 
 pub use error::{Result, WorkerError};

@@ -13,7 +13,7 @@ use crate::conn::{self, Outbox};
 use crate::error::Result;
 use crate::registry::Registry;
 use crate::state::Shared;
-use crate::{mcp, react, session_hooks, tools};
+use crate::{mcp, session_hooks, tools};
 
 struct RunningTurn {
     turn_id: String,
@@ -90,7 +90,7 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
                 }
                 let cancel = stop.child_token();
                 // Boxed, so that the turn's large future is not laid out in this loop's stack frame.
-                let task = tokio::spawn(Box::pin(react::run_turn(
+                let task = tokio::spawn(Box::pin(crate::executor::run_turn(
                     shared.clone(),
                     turn_id.clone(),
                     task,
@@ -211,7 +211,7 @@ async fn heartbeat(outbox: Outbox, every: Duration) {
 }
 
 async fn refuse_turn(outbox: &Outbox, turn_id: String) {
-    crate::react::fail_unstarted(
+    crate::turn::fail_unstarted(
         outbox,
         turn_id,
         "turn_in_progress",

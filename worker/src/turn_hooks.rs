@@ -9,9 +9,9 @@ use serde_json::{json, Map, Value};
 use service_ipc::{ApprovalDecision, ChatMessage, HookAnswer, HookEvent, ToolCall, ToolCallStatus};
 
 use crate::hooks::{Decision, Point, Verdict};
-use crate::react::Turn;
 use crate::registry::Tool;
 use crate::tools::{ToolCtx, ToolResult};
+use crate::turn::Turn;
 
 /// What `PreToolUse` hooks let a call do.
 pub(crate) struct PreTool {

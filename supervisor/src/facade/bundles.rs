@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 
 use crate::bundle::{self, Bundle};
 use crate::server::api::ApiError;
-use crate::server::AppState;
+use crate::server::state::AppState;
 
 /// Why a bundle a client named is not served.
 pub enum Unserved {

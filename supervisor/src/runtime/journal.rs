@@ -19,6 +19,7 @@ use service_ipc::{EventMsg, EventPayload};
 use tokio::sync::broadcast;
 
 use super::error::Result;
+pub use super::store::Published;
 use super::store::{Publish, SessionLog, Store};
 
 /// Batches buffered per subscriber before it counts as lagging (and catches up from the journal).
@@ -78,18 +79,6 @@ pub type EventStream = Pin<Box<dyn Stream<Item = EventMsg> + Send>>;
 
 /// A stream of published events, each with its JSON serialised once for every subscriber.
 pub type PublishedStream = Pin<Box<dyn Stream<Item = Arc<Published>> + Send>>;
-
-/// An event as journaled: the message and its JSON line (without the newline). Shared by every subscriber, so
-/// fanning an event out to many SSE clients serialises it once, not once per client.
-#[derive(Debug)]
-pub struct Published {
-    /// The event.
-    pub msg: EventMsg,
-    /// Its JSON, exactly as journaled.
-    pub json: Arc<str>,
-    /// Its sequence number (`msg.id`, parsed once).
-    pub seq: u64,
-}
 
 /// A journal's broadcast channel, made for its first subscriber and dropped with its last. Tokio allocates a
 /// channel's every slot up front (about 160 KiB for 4096 batches), which a session nobody watches should not hold:

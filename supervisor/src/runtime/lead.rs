@@ -25,7 +25,7 @@ use service_ipc::{
     ChatMessage, ChatRole, FirstReply, ModelQuery, ModelRef, ModelRequest, Task, ToWorker,
     ToolSpec, TurnContext, TurnStatus, Usage,
 };
-use service_worker::react::{Piece, Reply};
+use service_worker::turn::{Piece, Reply};
 use tokio_util::sync::CancellationToken;
 
 use super::error::{Result, RuntimeError};
@@ -53,7 +53,7 @@ pub(super) fn first_query(
         .skills
         .iter()
         .map(|s| (s.name.as_str(), s.description.as_str()));
-    let system = service_worker::react::system_prompt(
+    let system = service_worker::turn::system_prompt(
         &instructions.system_prompt(&agent.system_prompt),
         tools,
         skills,
@@ -232,7 +232,7 @@ impl Led {
         answer.opaque = opaque;
         let messages = vec![self.prompt(), answer];
         let (status, error) = if text.trim().is_empty() {
-            let (code, message) = service_worker::react::empty_response();
+            let (code, message) = service_worker::turn::empty_response();
             (TurnStatus::Failed, Some((code.into(), message.into())))
         } else {
             (TurnStatus::Completed, None)

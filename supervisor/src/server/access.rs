@@ -39,7 +39,7 @@ fn session_of(path: &str) -> Option<&str> {
 }
 
 /// Runs the request inside a span that carries its id, logs it, and stamps the id on the response.
-pub async fn log(State(st): State<super::AppState>, req: Request, next: Next) -> Response {
+pub async fn log(State(st): State<super::state::AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = request_id(&req);
     let method = req.method().clone();

@@ -238,12 +238,15 @@ impl ApiError {
         self.body
     }
 
-    /// A body over [`super::MAX_BODY`], wherever it is read.
+    /// A body over [`super::state::MAX_BODY`], wherever it is read.
     pub fn payload_too_large() -> Self {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
-            format!("the body is larger than the {} byte limit", super::MAX_BODY),
+            format!(
+                "the body is larger than the {} byte limit",
+                super::state::MAX_BODY
+            ),
         )
     }
 

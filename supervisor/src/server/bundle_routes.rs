@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::api::ApiResult;
 use super::api::{ApiError, ApiPath, ApiQuery};
-use super::AppState;
+use super::state::AppState;
 use crate::bundle::{self, Origin};
 
 /// `DELETE /bundles/{reference}` query.

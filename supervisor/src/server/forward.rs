@@ -9,17 +9,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::api::{ApiError, OwnedBy};
+use super::state::AppState;
+pub use super::state::Cluster;
 use super::tenants::FORWARDED_BY;
-use super::AppState;
-
-/// What a node of a cluster knows to forward.
-#[derive(Debug, Clone)]
-pub struct Cluster {
-    /// This node's id.
-    pub node_id: String,
-    /// The token nodes present to each other (`--cluster-token`).
-    pub token: String,
-}
 
 /// Headers a forwarded request keeps.
 const KEPT: [HeaderName; 6] = [
@@ -49,7 +41,7 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
     };
     let (parts, body) = req.into_parts();
     // Small JSON bodies: kept, so the same request can go on.
-    let bytes = match axum::body::to_bytes(body, super::MAX_BODY).await {
+    let bytes = match axum::body::to_bytes(body, super::state::MAX_BODY).await {
         Ok(b) => b,
         Err(e) if is_too_large(&e) => return ApiError::payload_too_large().into_response(),
         Err(_) => {

@@ -11,8 +11,8 @@ use axum::Json;
 use futures::StreamExt;
 
 use super::api::*;
+use super::state::AppState;
 use super::tenants::{admin_only, admit_turn};
-use super::AppState;
 use crate::bundle;
 use crate::tenancy::Caller;
 

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use super::api::ApiResult;
 use super::api::{ApiJson, ApiPath, ApiQuery, Body};
-use super::AppState;
+use super::state::AppState;
 use crate::checkpoint::FileChange;
 use crate::runtime::checkpoints::{Forked, Rewound};
 

@@ -8,6 +8,7 @@
 //! stops the workers.
 
 pub mod access;
+pub mod admission;
 pub mod api;
 pub mod bundle_routes;
 pub mod console;
@@ -20,6 +21,7 @@ pub mod listener;
 pub mod policy;
 pub mod registry_routes;
 pub mod sse;
+pub mod state;
 pub mod tenant_routes;
 pub mod tenants;
 mod token;
@@ -38,9 +40,8 @@ use tokio_util::sync::CancellationToken;
 use crate::runtime::ServiceRuntime;
 use api::ApiError;
 use contract::Contract;
+pub use state::{AppState, ClientPolicy, MAX_BODY};
 
-/// Largest request body accepted.
-pub const MAX_BODY: usize = 1024 * 1024;
 /// Idle time after which `serve` stops a session's worker.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Idle time after which `serve` stops a session's worker whose sandbox holds nothing else: as long as the worker
@@ -136,57 +137,6 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
     ))
 )]
 pub struct ApiDoc;
-
-/// What the operator lets HTTP clients do beyond naming installed bundles.
-#[derive(Debug, Clone, Default)]
-pub struct ClientPolicy {
-    /// Directories under which a `bundle_ref` may be a directory (`--allow-path`).
-    pub allow_paths: Vec<std::path::PathBuf>,
-    /// Directories under which a session's `cwd` may lie (`--workspace-root`); none: every session gets its own
-    /// workspace.
-    pub workspace_roots: Vec<std::path::PathBuf>,
-    /// `danger_full_access` bundles are run (`--dangerous-sandbox-mode`).
-    pub dangerous: bool,
-    /// Models a request may name in `turn_context.model` besides the bundle's own (`--allow-model provider/name`).
-    pub allowed_models: Vec<String>,
-    /// Event streams one client address may hold at once.
-    pub max_streams_per_client: usize,
-    /// Registries (`host[:port]`, lower case) the server pulls from and pushes to for clients (`--allow-registry`).
-    pub allowed_registries: Vec<String>,
-    /// How `/v1` requests answer permission requests (`--openai-approvals`).
-    pub openai_approvals: crate::facade::openai::OpenAiApprovals,
-    /// What the A2A routes serve (`--no-a2a`, `--a2a-default`).
-    pub a2a: crate::facade::a2a::A2aPolicy,
-    /// A tenant sees only the installed bundles granted to it, or that it pulled or imported
-    /// (`--tenant-bundles`); otherwise every tenant sees every bundle.
-    pub tenant_bundles: bool,
-}
-
-/// Shared by every handler.
-#[derive(Clone)]
-pub struct AppState {
-    /// The runtime.
-    pub rt: ServiceRuntime,
-    /// Bearer token every endpoint but /healthz requires; None only with `--no-auth`.
-    pub token: Option<Arc<str>>,
-    /// Cancelled at shutdown; ends the event streams.
-    pub shutdown: CancellationToken,
-    /// The host names requests may address.
-    pub hosts: Arc<guard::AllowedHosts>,
-    /// What clients may ask for.
-    pub policy: Arc<ClientPolicy>,
-    /// Open event streams per client address.
-    pub streams: Arc<guard::StreamCounts>,
-    /// This node's place in a cluster sharing one store; None for a server of its own.
-    pub cluster: Option<Arc<forward::Cluster>>,
-    /// The client requests for other nodes go through.
-    pub forwarder: reqwest::Client,
-    /// The base URL clients reach this server at (`--advertise-url`, else `http://` and the bound address), for
-    /// the URLs that documents such as A2A's agent cards give.
-    pub public_url: Arc<str>,
-    /// Whether `public_url` is the operator's `--advertise-url`, which then wins over the name a request used.
-    pub advertised: bool,
-}
 
 /// The whole application.
 pub fn router(state: AppState) -> Router {
@@ -375,7 +325,7 @@ pub struct ServeOptions {
     /// keeps them.
     pub unused_sessions: Option<Duration>,
     /// This node's id and the cluster token, when nodes share a store.
-    pub cluster: Option<forward::Cluster>,
+    pub cluster: Option<state::Cluster>,
     /// The base URL clients reach this server at, when it is not `http://` and the bound address.
     pub advertise_url: Option<String>,
 }
@@ -465,9 +415,9 @@ pub async fn serve(
         rt: rt.clone(),
         token: token.as_deref().map(Arc::from),
         shutdown: shutdown.clone(),
-        hosts: Arc::new(guard::AllowedHosts::new(bound, &options.allowed_hosts)),
+        hosts: Arc::new(admission::AllowedHosts::new(bound, &options.allowed_hosts)),
         policy: Arc::new(options.policy),
-        streams: Arc::new(guard::StreamCounts::default()),
+        streams: Arc::new(admission::StreamCounts::default()),
         cluster: options.cluster.map(Arc::new),
         forwarder: reqwest::Client::new(),
         public_url: Arc::from(

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use service_ipc::{ModelRef, SandboxMode};
 
 use super::api::ApiError;
-use super::ClientPolicy;
+use super::state::ClientPolicy;
 use crate::bundle::{Bundle, BundleRef};
 
 fn forbidden(code: &str, message: String) -> ApiError {

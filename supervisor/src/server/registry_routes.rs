@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use super::api::ApiResult;
 use super::api::{ApiError, ApiJson, Body};
-use super::{AppState, ClientPolicy};
+use super::state::{AppState, ClientPolicy};
 use crate::bundle::{self, reference::is_registry_reference, BundleError};
 use crate::registry::{self, Access, Pushed, RegistryError};
 

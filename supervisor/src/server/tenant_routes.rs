@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use super::api::ApiResult;
 use super::api::{ApiError, ApiJson, ApiPath, ApiQuery, Body};
+use super::state::AppState;
 use super::tenants::admin_only;
-use super::AppState;
 use crate::tenancy::usage::{self, UsageReport};
 use crate::tenancy::{self, Caller, NewToken, Quota, TenancyError, TokenView};
 

@@ -14,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::api::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::runtime::RuntimeError;
 use crate::tenancy::{token, Caller};
 

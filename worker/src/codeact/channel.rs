@@ -15,7 +15,7 @@ use service_ipc::{ToolCall, ToolCallStatus};
 use tokio::net::UnixStream;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
-use crate::react::Turn;
+use crate::turn::Turn;
 
 /// The longest request: a Write of a large file fits, a flood does not.
 const MAX_FRAME: usize = 16 * 1024 * 1024;

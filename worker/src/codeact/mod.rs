@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use service_ipc::{BuiltinTool, ChatMessage, ChatRole, EventPayload, Usage};
 
-use crate::react::{Reply, Stop, Turn};
 use crate::tools::exec::{self, ExecRequest, Inherit};
+use crate::turn::{Reply, Stop, Turn};
 
 /// The module a program imports, written beside it.
 const MODULE: &str = include_str!("service_tools.py");
@@ -257,7 +257,7 @@ async fn system_prompt(turn: &Turn<'_>) -> String {
         .skills
         .iter()
         .map(|s| (s.name.as_str(), s.description.as_str()));
-    let mut system = crate::react::system_prompt(&config.system_prompt, &config.tools, skills);
+    let mut system = crate::turn::system_prompt(&config.system_prompt, &config.tools, skills);
     system.push_str(
         "\n\nYou act by writing Python programs. To act, answer with one program in a ```python block; it runs in \
          the working directory, and what it prints, with what its tool calls returned, comes back to you. Call \

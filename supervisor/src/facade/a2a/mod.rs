@@ -27,7 +27,8 @@ use serde_json::{json, Value};
 
 use crate::bundle::{Bundle, BundleRef, Origin};
 use crate::server::api::{ApiError, OwnedBy};
-use crate::server::AppState;
+pub use crate::server::state::A2aPolicy;
+use crate::server::state::AppState;
 
 /// What a bundle reference keeps unescaped as one URL path segment.
 const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
@@ -52,15 +53,6 @@ fn context_name(tenant: &str, context_id: &str) -> String {
 /// The store name of a task, which finds its session.
 fn task_name(task_id: &str) -> String {
     format!("a2a-task:{task_id}")
-}
-
-/// What the A2A routes serve (`serve --no-a2a`, `--a2a-default`).
-#[derive(Debug, Clone, Default)]
-pub struct A2aPolicy {
-    /// The routes are off.
-    pub off: bool,
-    /// The bundle whose card `/.well-known/agent-card.json` serves.
-    pub default_bundle: Option<String>,
 }
 
 /// A JSON-RPC error with A2A's codes.

@@ -22,7 +22,7 @@ use super::turn::{denied_note, events_ended, start, Approver, Started, SESSION_H
 use super::OpenAiError;
 use crate::facade::sse::async_stream;
 use crate::facade::turn_end::{self, TurnEnd};
-use crate::server::AppState;
+use crate::server::state::AppState;
 
 /// A Chat Completions request; fields this server does not use are ignored, as OpenAI's own servers do.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]

@@ -26,21 +26,9 @@ use serde_json::json;
 
 use crate::bundle::{self, Bundle};
 use crate::server::api::ApiError;
-use crate::server::AppState;
+use crate::server::state::AppState;
+pub use crate::server::state::OpenAiApprovals;
 use crate::tenancy::Caller;
-
-/// How `/v1` requests answer permission requests, which nobody can answer in OpenAI's API (`--openai-approvals`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OpenAiApprovals {
-    /// Refuse every request; the answer says which tool was refused.
-    #[default]
-    Deny,
-    /// Allow every request, once each.
-    Allow,
-    /// Leave each request pending until `POST /approvals/{id}` answers it (a client that follows the session's
-    /// events sees it), as long as the request stays open.
-    Wait,
-}
 
 /// An error in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`.
 #[derive(Debug)]

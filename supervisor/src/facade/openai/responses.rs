@@ -21,7 +21,7 @@ use super::turn::{denied_note, start, Approver, Started};
 use super::OpenAiError;
 use crate::facade::sse::async_stream;
 use crate::facade::turn_end::{self, TurnEnd};
-use crate::server::AppState;
+use crate::server::state::AppState;
 
 /// A Responses request; fields this server does not use are ignored.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]

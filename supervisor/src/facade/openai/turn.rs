@@ -8,7 +8,7 @@ use service_ipc::{ApprovalDecision, ChatMessage, EventPayload, Task, TurnOverrid
 use super::{bundle_of, OpenAiError};
 use crate::facade::turn_end::{self, TurnEnd};
 use crate::runtime::{approvals, EventStream, RuntimeError};
-use crate::server::AppState;
+use crate::server::state::AppState;
 use crate::tenancy::Caller;
 
 /// The header that names (and continues) a session.

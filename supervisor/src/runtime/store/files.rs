@@ -12,10 +12,10 @@ use futures::FutureExt;
 use service_ipc::{ChatMessage, EventMsg, EventPayload};
 
 use super::files_history::{append_lines, lines, tail_lines};
+use super::Published;
 use super::{Claim, Publish, SessionLog, Store, TurnFlush};
 use crate::home::ServiceHome;
 use crate::runtime::error::{Result, RuntimeError};
-use crate::runtime::journal::Published;
 use crate::runtime::record::SessionRecord;
 
 /// The session files under one `$SERVICE_HOME`.

@@ -18,6 +18,12 @@
 //! end is reported only once stored. `SERVICE_FAULT_POINT` (`runtime::faults`) kills the process between these
 //! writes for the tests (`tests/tests/suite/crash_points.rs`); `tests/tests/suite/chaos.rs` kills whole servers and
 //! workers under load and checks the invariant over every session.
+//!
+//! The store lives inside `runtime/`, not beside it, because what it persists is the runtime's own vocabulary:
+//! [`SessionRecord`], the journal's [`Published`] events, approval [`Grant`]s and the runtime's errors. Beside
+//! `runtime/` it would import those back from the module that uses it, or take them along and leave `runtime/`
+//! without its types. Outside `runtime/`, only `serve` and `tokens` open a backend (to choose one); everything
+//! else reaches sessions through `ServiceRuntime`.
 
 pub mod files;
 mod files_flush;
@@ -34,8 +40,19 @@ use service_ipc::{ChatMessage, EventPayload};
 
 use super::approvals::Grant;
 use super::error::Result;
-use super::journal::Published;
 use super::record::SessionRecord;
+
+/// An event as journaled: the message and its JSON line (without the newline). Shared by every subscriber, so
+/// fanning an event out to many SSE clients serialises it once, not once per client.
+#[derive(Debug)]
+pub struct Published {
+    /// The event.
+    pub msg: service_ipc::EventMsg,
+    /// Its JSON, exactly as journaled.
+    pub json: Arc<str>,
+    /// Its sequence number (`msg.id`, parsed once).
+    pub seq: u64,
+}
 
 /// The history line after which the history starts again (see [`SessionLog::reset_history`]).
 pub(crate) const HISTORY_RESET: &str = r#"{"history_reset":true}"#;

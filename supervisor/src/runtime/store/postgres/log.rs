@@ -18,8 +18,8 @@ use tokio_postgres::error::SqlState;
 
 use super::Inner;
 use crate::runtime::error::{Result, RuntimeError};
-use crate::runtime::journal::Published;
 use crate::runtime::record::SessionRecord;
+use crate::runtime::store::Published;
 use crate::runtime::store::{Publish, SessionLog};
 
 /// The most writes one transaction takes.

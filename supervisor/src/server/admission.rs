@@ -1,0 +1,150 @@
+//! What a node admits: the host names a request may address (against DNS rebinding) and how many event streams
+//! one client address may hold. Plain data that `state::AppState` keeps and `guard` and the event routes consult.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The host names a request may address: the bound address, the loopback names when bound to loopback, and the
+/// names the operator allowed with `--allowed-host`.
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts {
+    /// Lower-case `host` or `host:port` entries.
+    names: Vec<String>,
+    port: u16,
+}
+
+impl AllowedHosts {
+    /// The hosts of a server bound at `bound`, plus `extra` (each `name` or `name:port`).
+    pub fn new(bound: SocketAddr, extra: &[String]) -> AllowedHosts {
+        let port = bound.port();
+        let mut names = vec![match bound {
+            SocketAddr::V4(a) => a.ip().to_string(),
+            SocketAddr::V6(a) => format!("[{}]", a.ip()),
+        }];
+        if bound.ip().is_loopback() || bound.ip().is_unspecified() {
+            names.extend(["localhost", "127.0.0.1", "[::1]"].map(String::from));
+        }
+        names.extend(extra.iter().map(|h| h.to_ascii_lowercase()));
+        AllowedHosts { names, port }
+    }
+
+    /// True when `host` (a `Host` header value or an origin's authority) names this server.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        let Some((name, port)) = split_authority(&host) else {
+            return false;
+        };
+        self.names.iter().any(|allowed| {
+            *allowed == host || (*allowed == name && port.is_none_or(|p| p == self.port))
+        })
+    }
+}
+
+/// `name[:port]` or `[v6][:port]` into its name and port; None when the port is not a number.
+fn split_authority(host: &str) -> Option<(&str, Option<u16>)> {
+    let (name, rest) = match host.strip_prefix('[') {
+        Some(v6) => {
+            let end = v6.find(']')? + 2;
+            (&host[..end], &host[end..])
+        }
+        None => match host.split_once(':') {
+            Some((n, p)) => (n, &host[n.len()..][..p.len() + 1]),
+            None => (host, ""),
+        },
+    };
+    match rest.strip_prefix(':') {
+        None if rest.is_empty() => Some((name, None)),
+        None => None,
+        Some(p) => canonical_port(p).map(|p| (name, Some(p))),
+    }
+}
+
+/// A port written as a browser or a client writes it: digits only, no sign and no leading zero. `u16::from_str`
+/// alone takes `+8472` and `08472`, which name the same port in another spelling.
+fn canonical_port(text: &str) -> Option<u16> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let padded = text.len() > 1 && text.starts_with('0');
+    (digits && !padded).then(|| text.parse().ok()).flatten()
+}
+
+/// Counts the event streams each client address holds, to cap them.
+#[derive(Debug, Default)]
+pub struct StreamCounts(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One open event stream; dropping it gives the slot back.
+pub struct StreamSlot {
+    counts: Arc<StreamCounts>,
+    ip: std::net::IpAddr,
+}
+
+impl StreamCounts {
+    /// Takes a slot for `ip`, or None when it already holds `max`.
+    pub fn take(self: &Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<StreamSlot> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = counts.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names_and_the_bound_port_are_allowed_and_others_are_not() {
+        let hosts = AllowedHosts::new("127.0.0.1:8472".parse().unwrap(), &["box.lan".into()]);
+        for ok in [
+            "127.0.0.1:8472",
+            "localhost:8472",
+            "LOCALHOST",
+            "[::1]:8472",
+            "box.lan:8472",
+            "box.lan",
+        ] {
+            assert!(hosts.allows(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8472",
+            "127.0.0.1:9999",
+            "localhost.evil.example",
+            "",
+            "box.lan:1",
+            "localhost:+8472",
+            "localhost:08472",
+            "127.0.0.1:8472 ",
+            "[::1]:+8472",
+        ] {
+            assert!(!hosts.allows(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn stream_slots_are_capped_per_address_and_given_back() {
+        let counts = Arc::new(StreamCounts::default());
+        let ip = "127.0.0.1".parse().unwrap();
+        let a = counts.take(ip, 2).unwrap();
+        let _b = counts.take(ip, 2).unwrap();
+        assert!(counts.take(ip, 2).is_none());
+        drop(a);
+        assert!(counts.take(ip, 2).is_some());
+    }
+}
