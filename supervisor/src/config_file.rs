@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::runtime::store::TurnFlush;
 
@@ -38,7 +38,7 @@ use crate::runtime::store::TurnFlush;
 pub const FILE: &str = "config.toml";
 
 /// One provider endpoint the operator configured (see `providers::keys`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfiguredEndpoint {
     /// Wire format: `openai` or `anthropic`.
@@ -52,7 +52,9 @@ pub struct ConfiguredEndpoint {
 }
 
 /// How `run` and the TUI answer permission requests when the command line says nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Approvals {
     /// Ask on the terminal (deny where there is none).
@@ -65,7 +67,9 @@ pub enum Approvals {
 }
 
 /// How the TUI calls the user back when an approval waits or a long turn ends.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Notify {
     /// The terminal bell.
@@ -77,8 +81,8 @@ pub enum Notify {
     Off,
 }
 
-/// The parsed file.
-#[derive(Debug, Default, Deserialize)]
+/// The parsed file. Its fields' doc comments are the manual's config reference (`service-rs reference config`).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// Host variables a bundle's MCP servers may receive through `env_from_host`.
@@ -118,8 +122,10 @@ pub struct ConfigFile {
     /// How the TUI calls the user back.
     #[serde(default)]
     pub notify: Notify,
-    /// The operator's hooks, by event: every session runs them, and no bundle or project can turn them off.
+    /// The operator's hooks, by event, as `hooks.json` spells them: every session runs them, and no bundle or
+    /// project can turn them off.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, Vec<serde_json::Value>>")]
     pub hooks: crate::bundle::hooks::HookMap,
     /// Only the operator's hooks run; bundles' and projects' hooks are ignored.
     #[serde(default)]

@@ -14,6 +14,7 @@
 //! - [`mcp_server`]: `service-rs mcp serve`, the installed bundles as MCP tools.
 //! - [`model_config`]: the documented keys of `model.config` and their validation.
 //! - [`providers`]: model providers, serving the workers' model requests.
+//! - [`reference`]: the manual's reference pages (CLI, HTTP, config.toml), generated from their definitions.
 //! - [`sandbox`]: bubblewrap confinement of workers, from the `sandbox-profiles/` data.
 //! - [`server`]: the HTTP API and event stream over the runtime.
 //! - [`tenancy`]: tenants' tokens, quotas and spending.
@@ -39,6 +40,7 @@ pub mod metrics;
 pub mod model_config;
 pub mod project_instructions;
 pub mod providers;
+pub mod reference;
 pub mod registry;
 pub mod runtime;
 pub mod sandbox;

@@ -276,13 +276,15 @@ fn found() -> BTreeSet<String> {
     all
 }
 
-/// The supervisor's front ends: each serves people or programs over one surface, on top of the runtime.
+/// The supervisor's top layer: the front ends, each serving people or programs over one surface, and the manual's
+/// reference pages, which read the server's and the CLI's definitions.
 const FRONT_ENDS: &[&str] = &[
     "crate::server",
     "crate::facade",
     "crate::tui",
     "crate::cli",
     "crate::mcp_server",
+    "crate::reference",
 ];
 
 fn under(module: &str, top: &str) -> bool {

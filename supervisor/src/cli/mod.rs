@@ -175,6 +175,13 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Print a page of the manual's reference, generated from the definitions (`docs/generate` writes them).
+    #[command(hide = true)]
+    Reference {
+        /// The page.
+        #[arg(value_enum)]
+        page: service_supervisor::reference::Page,
+    },
 }
 
 impl Cli {
@@ -292,6 +299,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             | Command::Export { .. }
             | Command::Sessions(_)
             | Command::Completions { .. }
+            | Command::Reference { .. }
     ) {
         end_quietly_on_a_closed_pipe();
     }
@@ -338,6 +346,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Acp(args) => acp::run(home()?, args),
         Command::Completions { shell } => {
             complete::write_registration(shell, &mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reference { page } => {
+            use clap::CommandFactory;
+            use service_supervisor::reference::{self, Page};
+            let text = match page {
+                Page::Cli => reference::cli(&Cli::command()),
+                Page::Http => reference::http(),
+                Page::Config => reference::config(),
+            };
+            std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tui(args) => tui::run(home()?, args),
@@ -387,6 +406,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Mcp(_) => Err(local_only("mcp")),
         Command::Acp(args) => acp::run_remote(remote, args),
         Command::Completions { .. } => Err(local_only("completions")),
+        Command::Reference { .. } => Err(local_only("reference")),
         Command::Doctor(_) => Err(local_only("doctor")),
         Command::Config(_) => Err(local_only("config")),
         Command::Approvals(_) => Err(local_only("approvals")),

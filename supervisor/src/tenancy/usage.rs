@@ -144,7 +144,7 @@ impl GroupBy {
 }
 
 /// A model's price in US dollars per million tokens (`[prices."provider/name"]` in config.toml).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     /// Per million prompt tokens.

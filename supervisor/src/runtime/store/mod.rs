@@ -61,7 +61,17 @@ pub(crate) const HISTORY_RESET: &str = r#"{"history_reset":true}"#;
 /// config.toml. Either way both are written before the turn's end is reported, so a supervisor that crashes or is
 /// killed afterwards loses nothing; the flush is what a power cut or a kernel crash would need. The PostgreSQL store
 /// reads it as its transactions' `synchronous_commit` (see `PgStore::with_turn_flush`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum TurnFlush {
     /// Flushed before the turn's end is reported: a client that saw a turn end finds it after a power cut.
