@@ -44,12 +44,12 @@
 //! ext4 without a journal steps over every recently freed inode when it makes a file (0.59-0.67 ms a file just
 //! after 2,000 were deleted, 0.04 ms after 45 s of quiet), and a run deletes thousands at its end while a one-shot
 //! makes six. So the loopback rows run first, before the rows that create and delete hundreds of sessions; a run
-//! that follows another within minutes would meet that run's deletions (BENCHMARKS.md, "The machine, and how to
+//! that follows another within minutes would meet that run's deletions (docs/src/benchmarks.md, "The machine, and how to
 //! read the figures"). The kernel counts a freed inode as recent for 60 s, or 360 s while its inode table block is
 //! not written back; with a journal it does not check (`find_inode_bit` in `fs/ext4/ialloc.c`). New files re-dirty the same blocks, so the one-shots
 //! themselves can keep the window open; waiting for a quiet probe before the rows did not help (tried at commit
 //! 968202f). The probe row says what each round met, and a note follows it when a probe read over 0.05 ms.
-//! BENCHMARKS.md reads the one-shot and create rows on a calm file system: each run starts at least 6 minutes (the kernel's window) after the previous run's deletions.
+//! docs/src/benchmarks.md reads the one-shot and create rows on a calm file system: each run starts at least 6 minutes (the kernel's window) after the previous run's deletions.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

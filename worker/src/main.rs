@@ -2,7 +2,7 @@
 //!
 //! The supervisor starts one per session, so it carries only the worker: no server, store, providers, registry
 //! or TUI. That keeps its start and its private memory (the relocated data of its binary) small; the figures are
-//! in BENCHMARKS.md. Its command line is the one `service-rs worker` takes, so either can serve a session:
+//! in docs/src/benchmarks.md. Its command line is the one `service-rs worker` takes, so either can serve a session:
 //! `service-worker worker --ipc-fd N [--label L] [--enter-cgroups]`. Only the supervisor runs it, so the line is
 //! read by hand rather than with clap, which would be most of what it links for nothing.
 

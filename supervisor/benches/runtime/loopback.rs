@@ -251,7 +251,7 @@ pub(super) fn rows(
         println!();
         println!(
             "The home's file system met recent deletions (a new file took over 0.05 ms), so the one-shot rows read \
-             high. BENCHMARKS.md reads them on a calm file system: 6 minutes after the last run's deletions."
+             high. docs/src/benchmarks.md reads them on a calm file system: 6 minutes after the last run's deletions."
         );
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! The scale bench's chart: the Bash sessions' latencies and memory against the count of live sessions, drawn with
-//! plotters into a PNG for BENCHMARKS.md.
+//! plotters into a PNG for docs/src/benchmarks.md.
 
 use std::path::Path;
 

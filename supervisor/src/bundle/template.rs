@@ -185,7 +185,7 @@ fn manifest_text(id: &str) -> String {
         .map(|t| format!("\"{t}\""))
         .collect();
     format!(
-        r#"// Bundle manifest. Reference: the README of service-rs.
+        r#"// Bundle manifest. Reference: the Bundles chapter of the service-rs manual (docs/src/bundles.md).
 {{
   manifest_version: "service.bundle/v1",
   id: "{id}",

@@ -52,7 +52,9 @@ impl KeyPolicy {
         let file = crate::config_file::load(home)?;
         let err = |message: String| ConfigError {
             path: crate::config_file::path(home).display().to_string(),
-            message: format!("{message}; see the README section on provider keys for the format"),
+            message: format!(
+                "{message}; see `providers` in docs/src/reference/config.md for the format"
+            ),
         };
         let mut endpoints = Vec::new();
         for (name, ep) in file.providers {

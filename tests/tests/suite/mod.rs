@@ -26,6 +26,7 @@ mod crash_points;
 mod defaults;
 mod diffs;
 mod distribution;
+mod docs;
 mod egress;
 mod escape;
 mod escape_surfaces;
