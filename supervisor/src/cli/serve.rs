@@ -71,8 +71,8 @@ pub struct ServeArgs {
     idle_timeout: Duration,
     /// Stop sooner a session's worker whose sandbox holds nothing besides it (no other process, such as an MCP
     /// server, and nothing in its /tmp or /dev/shm) once it has been idle this long; its next tool call starts a
-    /// sandbox again. Default 30s; with --store-url, off, as a session whose worker stops may move to another node,
-    /// away from its workspace. `0` leaves it to --idle-timeout.
+    /// sandbox again. Default 30s; with --store, off, as the next turn of a session whose worker stopped may start on
+    /// another node (one whose files any node reaches). `0` leaves it to --idle-timeout.
     #[arg(long, value_parser = humantime::parse_duration)]
     empty_idle_timeout: Option<Duration>,
     /// Delete a session that has waited this long for its first turn (made by a console "Create" or a client that

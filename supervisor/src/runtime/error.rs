@@ -146,6 +146,19 @@ pub enum RuntimeError {
         /// Its advertised base URL.
         url: String,
     },
+    /// The session's files are on a node that is gone (a shared store): running it elsewhere would run it without
+    /// them.
+    #[error(
+        "session {session_id}'s files (its workspace and checkpoints) are on node {node_id}, which has not been \
+         seen for a lease; its turns run there only. Start node {node_id} again with its SERVICE_HOME, or delete \
+         the session"
+    )]
+    WorkspaceLost {
+        /// Session id.
+        session_id: String,
+        /// The node whose disk holds the files.
+        node_id: String,
+    },
     /// The shared database cannot be reached or refused the request.
     #[error("the session database at {host} is unavailable ({message}); retry shortly")]
     Database {

@@ -22,6 +22,10 @@ impl ServiceRuntime {
             return Ok(());
         }
         match store.claim(&session.id).await? {
+            store::Claim::Lost { node_id } => Err(RuntimeError::WorkspaceLost {
+                session_id: session.id.clone(),
+                node_id,
+            }),
             store::Claim::Elsewhere { node_id, url } => Err(RuntimeError::OwnedElsewhere {
                 session_id: session.id.clone(),
                 node_id,

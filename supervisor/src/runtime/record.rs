@@ -102,6 +102,12 @@ pub struct SessionRecord {
     /// What the session may spend over all its turns; absent for no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// With a shared store: the node whose disk holds the session's files (its own writable workspace and its
+    /// checkpoints). Its turns run there, and no other node runs it in an empty directory of its own. Absent for a
+    /// session whose files any node reaches, or that has none to lose (a `cwd` the client named, a read-only
+    /// workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
     /// US dollars its ended turns cost at the supervisor's prices (`[prices]` of config.toml); turns of a model
     /// without a price add nothing.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -434,6 +440,7 @@ mod tests {
             tenant: None,
             fork_fresh: false,
             budget: None,
+            home: None,
             cost_usd: 0.0,
             parent: None,
         }

@@ -328,6 +328,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::WorkspaceChanged(_) => (S::CONFLICT, "workspace_changed"),
             RuntimeError::BundleMismatch { .. } => (S::CONFLICT, "bundle_mismatch"),
             RuntimeError::BundleUnavailable { .. } => (S::BAD_GATEWAY, "bundle_unavailable"),
+            RuntimeError::WorkspaceLost { .. } => (S::CONFLICT, "workspace_lost"),
             RuntimeError::OwnedElsewhere { url, .. } => {
                 let mut error = ApiError::new(S::SERVICE_UNAVAILABLE, "owned_elsewhere", message);
                 error.owner = Some(url.clone());

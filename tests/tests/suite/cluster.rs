@@ -9,7 +9,7 @@ use tempfile::TempDir;
 
 use super::http_client::{task, Api, Sse};
 use super::postgres::Postgres;
-use super::support::{edit, write_bundle, Server};
+use super::support::{edit, give_to_sandbox, write_bundle, Server};
 
 pub(super) const TOKEN: &str = "client-token-1";
 const CLUSTER: &str = "cluster-token-1";
@@ -98,8 +98,8 @@ async fn until_any(sse: &mut Sse, kinds: &[&str]) -> Vec<(u64, Value)> {
 
 /// Nodes A and B over one database, with 2 s leases; a session made on B, watched from A, running a turn on B.
 struct Watched {
-    /// The nodes' homes: bind them, or they are removed under the running nodes.
-    _homes: (TempDir, TempDir),
+    /// The nodes' homes and the directory both reach: bind them, or they are removed under the running nodes.
+    _homes: (TempDir, TempDir, TempDir),
     a: Api,
     b: Api,
     id: String,
@@ -108,11 +108,23 @@ struct Watched {
     accepted: Value,
 }
 
-/// [`Watched`]: a turn of `prompt` in a session of the bundle in `bundle`, started on B.
+/// [`Watched`]: a turn of `prompt` in a session of the bundle in `bundle`, started on B. The session works in a
+/// directory both nodes reach (a `cwd` under a `--workspace-root` they share), so either may run it: a session in
+/// a node's own workspace runs on that node only (see `a_writable_sessions_turns_run_where_its_files_are`).
 async fn watched_turn_on_b(pg: &Postgres, bundle: &std::path::Path, prompt: &str) -> Watched {
-    let (a_home, a) = node(pg, "a", "2s");
-    let (b_home, b) = node(pg, "b", "2s");
-    let id = b.session(bundle.to_str().unwrap()).await;
+    let shared = TempDir::new().unwrap();
+    give_to_sandbox(shared.path());
+    let root = shared.path().to_str().unwrap();
+    let (a_home, a) = node_with(pg, "a", "2s", &["--workspace-root", root]);
+    let (b_home, b) = node_with(pg, "b", "2s", &["--workspace-root", root]);
+    let (status, made) = b
+        .post(
+            "/sessions",
+            json!({"bundle_ref": bundle.to_str().unwrap(), "cwd": root}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["id"].as_str().unwrap().to_string();
     let watch = a.events(&id, None).await;
     let (status, accepted) = b
         .post(
@@ -122,7 +134,7 @@ async fn watched_turn_on_b(pg: &Postgres, bundle: &std::path::Path, prompt: &str
         .await;
     assert_eq!(status, 202, "{accepted}");
     Watched {
-        _homes: (a_home, b_home),
+        _homes: (a_home, b_home, shared),
         a,
         b,
         id,

@@ -16,6 +16,7 @@ mod cluster;
 mod cluster_bundles;
 mod cluster_flush;
 mod cluster_handover;
+mod cluster_homes;
 mod cluster_tls;
 mod codeact;
 mod commands;

@@ -166,6 +166,11 @@ impl Session {
         let workspace = dir.join("workspace");
         std::fs::create_dir_all(&workspace)
             .map_err(|e| RuntimeError::io("cannot create", &workspace, e))?;
+        // The session's own workspace is on this node's disk: with other nodes sharing the store, its turns run
+        // here, if it can write anything worth keeping.
+        let home = store.node_id().filter(|_| {
+            cwd.is_none() && bundle.manifest.sandbox.mode != service_ipc::SandboxMode::ReadOnly
+        });
         let cwd = match cwd {
             Some(c) => {
                 let real = std::fs::canonicalize(c)
@@ -207,6 +212,7 @@ impl Session {
             tenant,
             fork_fresh: false,
             budget: None,
+            home,
             cost_usd: 0.0,
         };
         // A session that cannot be written down (a full store, a tenant at its quota) leaves no directory behind.

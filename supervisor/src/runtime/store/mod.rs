@@ -108,7 +108,13 @@ pub enum Claim {
         /// node's previous claim, so nothing of it changed in the store but what this node wrote.
         renewed: bool,
     },
-    /// Another live node holds the session; requests about it go there.
+    /// The session's files are on another node (its home), which has not been seen for a lease: no node can run
+    /// it with its files.
+    Lost {
+        /// The home node's id.
+        node_id: String,
+    },
+    /// Another live node holds the session, or is its home; requests about it go there.
     Elsewhere {
         /// That node's id.
         node_id: String,
@@ -125,6 +131,11 @@ pub trait Store: Send + Sync {
 
     /// True when other nodes share this store, so a record may change under this process.
     fn shared(&self) -> bool;
+
+    /// This node's id among those sharing the store; None for a store of one process.
+    fn node_id(&self) -> Option<String> {
+        None
+    }
 
     /// Writes a new session's record.
     async fn insert(&self, record: &SessionRecord) -> Result<()>;

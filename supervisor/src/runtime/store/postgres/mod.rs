@@ -259,6 +259,10 @@ impl Store for PgStore {
         true
     }
 
+    fn node_id(&self) -> Option<String> {
+        Some(self.inner.node.id.clone())
+    }
+
     fn directory(&self) -> Arc<dyn crate::tenancy::Directory> {
         Arc::new(tenants::PgDirectory {
             inner: self.inner.clone(),
@@ -381,22 +385,29 @@ impl Store for PgStore {
         let url = inner.url.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let client = inner.client().await?;
         let lease = inner.lease.as_secs_f64();
-        // One statement, so one round trip and one commit: the holder's row is locked, then renewed or taken when
-        // it is this node's or lapsed, or made when there is none. Two nodes claiming a session nobody holds both
-        // find no row; the loser's insert does nothing, and it looks again.
+        // One statement, so one round trip and one commit: a session whose files are on another node (its record's
+        // `home`) is never taken here; otherwise the holder's row is locked, then renewed or taken when it is this
+        // node's or lapsed, or made when there is none. Two nodes claiming a session nobody holds both find no row;
+        // the loser's insert does nothing, and it looks again.
         let claim = client
             .prepare_cached(
-                "WITH held AS (SELECT node_id, url, expires_at > now() AS live FROM owners \
+                "WITH away AS (SELECT h.home, n.url, \
+                 COALESCE(n.seen_at > now() - make_interval(secs => $4), false) AS live \
+                 FROM (SELECT record::json->>'home' AS home FROM sessions WHERE id = $1) h \
+                 LEFT JOIN nodes n ON n.node_id = h.home WHERE h.home IS NOT NULL AND h.home <> $2), \
+                 held AS (SELECT node_id, url, expires_at > now() AS live FROM owners \
                  WHERE session_id = $1 FOR UPDATE), \
                  renewed AS (UPDATE owners SET node_id = $2, url = $3, \
                  expires_at = now() + make_interval(secs => $4) WHERE session_id = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM away) \
                  AND EXISTS (SELECT 1 FROM held WHERE NOT live OR node_id = $2) RETURNING 1), \
                  made AS (INSERT INTO owners (session_id, node_id, url, expires_at) \
                  SELECT $1, $2, $3, now() + make_interval(secs => $4) \
-                 WHERE NOT EXISTS (SELECT 1 FROM held) AND EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
+                 WHERE NOT EXISTS (SELECT 1 FROM away) \
+                 AND NOT EXISTS (SELECT 1 FROM held) AND EXISTS (SELECT 1 FROM sessions WHERE id = $1) \
                  ON CONFLICT (session_id) DO NOTHING RETURNING 1) \
-                 SELECT h.node_id, h.url, h.live, EXISTS (SELECT 1 FROM made) \
-                 FROM (SELECT 1) one LEFT JOIN held h ON true",
+                 SELECT h.node_id, h.url, h.live, EXISTS (SELECT 1 FROM made), a.home, a.url, a.live \
+                 FROM (SELECT 1) one LEFT JOIN held h ON true LEFT JOIN away a ON true",
             )
             .await
             .map_err(|e| inner.error(e))?;
@@ -405,6 +416,15 @@ impl Store for PgStore {
                 .query_one(&claim, &[&id, &inner.node.id, &url, &lease])
                 .await
                 .map_err(|e| inner.error(e))?;
+            let home: (Option<String>, Option<String>, Option<bool>) =
+                (row.get(4), row.get(5), row.get(6));
+            match home {
+                (Some(node_id), Some(url), Some(true)) => {
+                    return Ok(Claim::Elsewhere { node_id, url })
+                }
+                (Some(node_id), _, _) => return Ok(Claim::Lost { node_id }),
+                _ => {}
+            }
             let holder: (Option<String>, Option<String>, Option<bool>, bool) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
             match holder {

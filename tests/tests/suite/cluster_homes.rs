@@ -1,0 +1,78 @@
+//! Where a session's files are: a writable session in its own workspace keeps its files on the disk of the node
+//! that made it. Its turns run there whichever node a client reaches, also after that node stopped its idle
+//! worker, and when that node is gone its turns fail with `workspace_lost` instead of running in an empty
+//! directory of another node's.
+
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::cluster::{node_with, turn};
+use super::postgres::Postgres;
+use super::support::write_bundle;
+
+const SCRIPT: &str = r#"{turns: [
+  {when: "write", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo kept > notes.txt"}}]}, {text: "wrote"}]},
+  {when: "read", replies: [{tool_calls: [{name: "Bash", arguments: {command: "cat notes.txt 2>&1"}}]}, {text: "read: {{last_tool_output}}"}]},
+]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writable_sessions_turns_run_where_its_files_are_and_fail_workspace_lost_once_that_node_is_gone(
+) {
+    let pg = Postgres::start();
+    let bundle = TempDir::new().unwrap();
+    write_bundle(bundle.path(), SCRIPT, "", "workspace_write");
+    let bundle = bundle.path().to_str().unwrap();
+    let lease = Duration::from_secs(2);
+    // A stops an idle worker after a second (`serve`'s default is fifteen minutes), and lets go of its lease.
+    let idle = ["--idle-timeout", "1s", "--empty-idle-timeout", "1s"];
+    let (_a_home, mut a) = node_with(&pg, "a", "2s", &idle);
+    let (_b_home, b) = node_with(&pg, "b", "2s", &[]);
+    let id = a.session(bundle).await;
+    assert_eq!(a.answer(&id, "write").await, "wrote");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The next turn comes in through B: it runs on A, where notes.txt is.
+    let (status, read) = turn(&b, &id, "read").await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["final_message"], "read: kept", "{read}");
+
+    // A is gone: B does not run the session in a workspace of its own.
+    a.server().child.kill().unwrap();
+    a.server().child.wait().unwrap();
+    let killed = Instant::now();
+    let lost = loop {
+        let (status, result) = turn(&b, &id, "read").await;
+        if status != 503 {
+            break (status, result);
+        }
+        assert!(
+            killed.elapsed() < lease * 5,
+            "still {status} after {:?}: {result}",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(lost.0, 409, "{}", lost.1);
+    assert_eq!(lost.1["error"]["code"], "workspace_lost", "{}", lost.1);
+    let message = lost.1["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("node a") && message.contains("Start node a again"),
+        "{message}"
+    );
+    let (_, record) = b.get(&format!("/sessions/{id}")).await;
+    assert_eq!(record["turn_count"], 2, "no turn ran on B: {record}");
+    assert_eq!(record["home"], "a", "{record}");
+
+    // What the message offers works: the session can be deleted through B.
+    let deleted = b
+        .req(reqwest::Method::DELETE, &format!("/sessions/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(deleted, 204);
+    let (status, _) = b.get(&format!("/sessions/{id}")).await;
+    assert_eq!(status, 404);
+}
