@@ -192,10 +192,15 @@ async fn failover(
 ) -> f64 {
     const TOKEN: &str = "bench-token";
     let lease_arg = format!("{}s", lease.as_secs());
+    // The session works in a directory both nodes reach, as a session that fails over must: one in a node's own
+    // workspace runs on that node only.
+    let shared = tempfile::TempDir::new_in(work.path()).unwrap();
+    support::give_to_sandbox(shared.path());
+    let root = shared.path().to_str().unwrap();
     let node = |id: &str| {
         let home = tempfile::TempDir::new_in(work.path()).unwrap();
         let node = pg.node_args(id, "bench-cluster", &lease_arg);
-        let mut args = vec!["--token", TOKEN];
+        let mut args = vec!["--token", TOKEN, "--workspace-root", root];
         args.extend(node.iter().map(String::as_str));
         (support::Server::start(home.path(), &args, &[]), home)
     };
@@ -210,7 +215,7 @@ async fn failover(
     let created: serde_json::Value = post(
         &owner.base,
         "/sessions",
-        serde_json::json!({"bundle_ref": bundle}),
+        serde_json::json!({"bundle_ref": bundle, "cwd": root}),
     )
     .await
     .unwrap()
