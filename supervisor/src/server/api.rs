@@ -257,6 +257,18 @@ impl ApiError {
     }
 
     /// An error with a status, code and message.
+    /// 503 `store_unavailable` with a `Retry-After`: the store could not be read, so nothing about the request is
+    /// known yet, not even whether its token is good.
+    pub fn store_unavailable(message: impl Into<String>) -> Self {
+        let mut error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            message,
+        );
+        error.retry_after = Some(2);
+        error
+    }
+
     pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         ApiError {
             status,
@@ -337,9 +349,7 @@ impl From<RuntimeError> for ApiError {
             }
             RuntimeError::Database { .. } => {
                 tracing::warn!("{message}");
-                let mut error = ApiError::new(S::SERVICE_UNAVAILABLE, "store_unavailable", message);
-                error.retry_after = Some(2);
-                return error;
+                return ApiError::store_unavailable(message);
             }
             RuntimeError::Io { .. } | RuntimeError::Corrupt { .. } => {
                 (S::INTERNAL_SERVER_ERROR, "internal")

@@ -57,24 +57,44 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, token)| token.trim())
 }
 
-/// The caller a request's token speaks for; None when the server has a token and the request's is not one it
-/// knows.
-pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Option<Caller> {
+/// What a request's token comes to.
+pub enum Authenticated {
+    /// The caller it speaks for.
+    Caller(Caller),
+    /// No token, or one the server does not know.
+    Refused,
+    /// A tenant token that could not be checked, because the store holding the tokens is unavailable: the request
+    /// is answered 503, never 401, since a client that reads 401 drops or rotates a good credential.
+    Unchecked(String),
+}
+
+/// The caller a request's token speaks for (see [`Authenticated`]).
+pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Authenticated {
     let Some(expected) = st.token.as_deref() else {
-        return Some(Caller::operator());
+        return Authenticated::Caller(Caller::operator());
     };
-    let given = bearer(headers)?;
+    let Some(given) = bearer(headers) else {
+        return Authenticated::Refused;
+    };
     if token::same_secret(given.as_bytes(), expected.as_bytes()) {
-        return Some(Caller::operator());
+        return Authenticated::Caller(Caller::operator());
     }
     if let Some(cluster) = st.cluster.as_deref() {
         if token::same_secret(given.as_bytes(), cluster.token.as_bytes()) {
             // A peer's request on behalf of a client it authenticated; a request of its own speaks as the operator.
-            return Some(caller_from_header(headers).unwrap_or_else(Caller::operator));
+            return Authenticated::Caller(
+                caller_from_header(headers).unwrap_or_else(Caller::operator),
+            );
         }
     }
     if token::id_of(given).is_some() {
-        return st.rt.tenancy().verify(given).await;
+        return match st.rt.tenancy().verify(given).await {
+            Ok(Some(caller)) => Authenticated::Caller(caller),
+            Ok(None) => Authenticated::Refused,
+            Err(e) => Authenticated::Unchecked(format!(
+                "the token could not be checked: the store is unavailable ({e}); retry shortly"
+            )),
+        };
     }
     if let Some(peer) = headers.get(&FORWARDED_BY).and_then(|v| v.to_str().ok()) {
         tracing::warn!(
@@ -82,17 +102,18 @@ pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Option<Caller> 
             "a request forwarded by another node was refused: its cluster token is not this node's"
         );
     }
-    None
+    Authenticated::Refused
 }
 
 /// Requires a token the server knows (unless it runs with `--no-auth`) and hands its [`Caller`] to the handler.
 pub async fn require_caller(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     match authenticate(&st, req.headers()).await {
-        Some(caller) => {
+        Authenticated::Caller(caller) => {
             req.extensions_mut().insert(caller);
             next.run(req).await
         }
-        None => ApiError::new(
+        Authenticated::Unchecked(why) => ApiError::store_unavailable(why).into_response(),
+        Authenticated::Refused => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "send Authorization: Bearer <token>: the server's token (printed at start-up and stored in \

@@ -68,9 +68,11 @@ impl Tenancy {
     }
 
     /// The caller a tenant token speaks for; None for a token that is unknown, revoked, expired or not a tenant
-    /// token at all.
-    pub async fn verify(&self, token: &str) -> Option<Caller> {
-        let id = token::id_of(token)?;
+    /// token at all; an error when the directory could not be read, so the token is neither good nor bad yet.
+    pub async fn verify(&self, token: &str) -> super::Result<Option<Caller>> {
+        let Some(id) = token::id_of(token) else {
+            return Ok(None);
+        };
         let cached = lock(&self.tokens)
             .get(id)
             .filter(|c| c.at.elapsed() < TOKEN_TTL)
@@ -82,7 +84,7 @@ impl Tenancy {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::warn!(token_id = id, "a token could not be checked: {e}");
-                        return None;
+                        return Err(e);
                     }
                 };
                 lock(&self.tokens).insert(
@@ -94,15 +96,18 @@ impl Tenancy {
                 );
                 read
             }
-        }?;
+        };
+        let Some(record) = record else {
+            return Ok(None);
+        };
         if !token::matches(token, &record.sha256) || record.expired(chrono::Utc::now()) {
-            return None;
+            return Ok(None);
         }
         self.touch(&record.token.id);
-        Some(Caller {
+        Ok(Some(Caller {
             tenant: record.token.tenant,
             admin: record.token.admin,
-        })
+        }))
     }
 
     /// Writes `last_used_at` in the background, at most once a minute per token.

@@ -67,6 +67,7 @@ mod sandbox;
 mod sessions_cli;
 mod sessions_here;
 mod store_backend;
+mod store_outage;
 mod subagent_copy;
 mod subagent_rules;
 mod subagents;

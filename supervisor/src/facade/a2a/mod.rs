@@ -197,9 +197,23 @@ pub fn routes(state: &AppState) -> Router<AppState> {
 }
 
 async fn require_token(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
-    if let Some(caller) = crate::server::tenants::authenticate(&st, req.headers()).await {
-        req.extensions_mut().insert(caller);
-        return next.run(req).await;
+    use crate::server::tenants::Authenticated;
+    match crate::server::tenants::authenticate(&st, req.headers()).await {
+        Authenticated::Caller(caller) => {
+            req.extensions_mut().insert(caller);
+            return next.run(req).await;
+        }
+        Authenticated::Unchecked(why) => {
+            let body =
+                json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": why}});
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "2")],
+                Json(body),
+            )
+                .into_response();
+        }
+        Authenticated::Refused => {}
     }
     let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
         "message": "send the server's token as a bearer token (Authorization: Bearer <token>), as the agent card's \

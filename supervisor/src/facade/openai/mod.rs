@@ -125,9 +125,18 @@ pub fn routes(state: &AppState) -> Router<AppState> {
 }
 
 async fn require_token(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
-    if let Some(caller) = crate::server::tenants::authenticate(&st, req.headers()).await {
-        req.extensions_mut().insert(caller);
-        return next.run(req).await;
+    use crate::server::tenants::Authenticated;
+    match crate::server::tenants::authenticate(&st, req.headers()).await {
+        Authenticated::Caller(caller) => {
+            req.extensions_mut().insert(caller);
+            return next.run(req).await;
+        }
+        // As OpenAI's API says it is overloaded: its SDKs retry a 503.
+        Authenticated::Unchecked(why) => {
+            return OpenAiError::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", why)
+                .into_response()
+        }
+        Authenticated::Refused => {}
     }
     OpenAiError::new(
         StatusCode::UNAUTHORIZED,
