@@ -79,6 +79,13 @@ impl ServiceHome {
         self.run_dir().join("sandbox")
     }
 
+    /// `cluster`: written by `serve --store postgres://…`, naming the database that holds the records of the
+    /// sessions whose directories are here. A command that opens this home with its own files store (a `sessions
+    /// prune` from a cron job) reads it, and leaves those directories alone.
+    pub fn cluster_file(&self) -> PathBuf {
+        self.root.join("cluster")
+    }
+
     /// `serve.token`: the token a server generated (mode 0600), read by `--remote` clients.
     pub fn token_file(&self) -> PathBuf {
         self.root.join("serve.token")

@@ -312,6 +312,12 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .await
                     .context("cannot open the session store")?
                 .with_turn_flush(runtime_options.turn_flush);
+                let marker = home.cluster_file();
+                std::fs::write(
+                    &marker,
+                    format!("{}\n", store.describe()),
+                )
+                .with_context(|| format!("cannot write {}", marker.display()))?;
                 options.cluster = Some(server::forward::Cluster {
                     node_id: shared.node.id,
                     token: shared.cluster_token,

@@ -159,6 +159,17 @@ pub enum RuntimeError {
         /// The node whose disk holds the files.
         node_id: String,
     },
+    /// This home's session directories belong to a cluster, whose records are in its database (see
+    /// `ServiceHome::cluster_file`): a command over the home's own files cannot tell which are leftovers.
+    #[error(
+        "this SERVICE_HOME serves a cluster whose sessions are in {store}: their directories here have their \
+         records there, not in this home. Prune the cluster's sessions through a node (`service-rs --remote URL \
+         sessions prune`), or remove the file `cluster` of this home if no node uses it any more"
+    )]
+    ClusterHome {
+        /// The database and node, as `serve` wrote them.
+        store: String,
+    },
     /// The shared database cannot be reached or refused the request.
     #[error("the session database at {host} is unavailable ({message}); retry shortly")]
     Database {

@@ -238,6 +238,15 @@ impl ServiceRuntime {
         &self,
         older_than: Duration,
     ) -> Result<Vec<UnrecordedDir>> {
+        if !self.inner.store.shared() {
+            // The records of this home's sessions are in a cluster's database, not here: every directory would
+            // look like a leftover.
+            if let Ok(cluster) = std::fs::read_to_string(self.inner.home.cluster_file()) {
+                return Err(RuntimeError::ClusterHome {
+                    store: cluster.trim().to_string(),
+                });
+            }
+        }
         let root = self.inner.home.sessions();
         let entries = match std::fs::read_dir(&root) {
             Ok(entries) => entries,

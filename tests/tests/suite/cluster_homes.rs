@@ -9,7 +9,7 @@ use tempfile::TempDir;
 
 use super::cluster::{node_with, turn};
 use super::postgres::Postgres;
-use super::support::write_bundle;
+use super::support::{binary, write_bundle};
 
 const SCRIPT: &str = r#"{turns: [
   {when: "write", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo kept > notes.txt"}}]}, {text: "wrote"}]},
@@ -75,4 +75,41 @@ async fn a_writable_sessions_turns_run_where_its_files_are_and_fail_workspace_lo
     assert_eq!(deleted, 204);
     let (status, _) = b.get(&format!("/sessions/{id}")).await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_prune_of_a_cluster_nodes_home_leaves_its_sessions_directories_alone() {
+    let pg = Postgres::start();
+    let bundle = TempDir::new().unwrap();
+    write_bundle(bundle.path(), SCRIPT, "", "workspace_write");
+    let (home, a) = node_with(&pg, "a", "10s", &[]);
+    let id = a.session(bundle.path().to_str().unwrap()).await;
+    assert_eq!(a.answer(&id, "write").await, "wrote");
+    // An hour old, as a cron job's prune would find a live session's directory between two turns.
+    let dir = home.path().join("sessions").join(&id);
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "2 hours ago"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+
+    let out = std::process::Command::new(binary())
+        .args(["sessions", "prune", "--older-than", "1h"])
+        .env("SERVICE_HOME", home.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("serves a cluster")
+            && stderr.contains("postgres")
+            && stderr.contains("--remote"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("workspace/notes.txt")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(a.answer(&id, "read").await, "read: kept");
 }
