@@ -205,7 +205,7 @@ impl Metrics {
 }
 
 impl Metrics {
-    /// The metrics in the Prometheus text format.
+    /// The metrics in the OpenMetrics text format (ends with `# EOF`).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

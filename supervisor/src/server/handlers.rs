@@ -446,9 +446,10 @@ pub async fn events(
         .into_response())
 }
 
-/// The runtime's metrics in the Prometheus text format.
+/// The runtime's metrics in the OpenMetrics text format, which Prometheus scrapes (its counters typed as such, which
+/// the older `text/plain; version=0.0.4` parser would read as untyped).
 #[utoipa::path(get, path = "/metrics",
-    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain", body = String)))]
+    responses((status = 200, description = "OpenMetrics text exposition format", content_type = "application/openmetrics-text", body = String)))]
 pub async fn metrics(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -458,7 +459,7 @@ pub async fn metrics(
     Ok((
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         st.rt.metrics().encode(),
     ))

@@ -339,6 +339,29 @@ async fn no_token_or_provider_key_ever_reaches_the_log() {
 }
 
 #[tokio::test]
+async fn metrics_are_served_with_the_content_type_of_the_openmetrics_body_they_are() {
+    let env = Env::new();
+    let server = Server::start(env.home.path(), &[], &[]);
+    let resp = Client::of(&server)
+        .send(reqwest::Method::GET, "/metrics", None)
+        .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let kind = resp.headers()["content-type"].to_str().unwrap().to_string();
+    let body = resp.text().await.unwrap();
+    // OpenMetrics: counters typed by their family's name, their samples suffixed `_total`, and a closing `# EOF`.
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    assert!(
+        body.contains("# TYPE service_workers_reaped counter")
+            && body.contains("service_workers_reaped_total 0"),
+        "{body}"
+    );
+    assert_eq!(
+        kind,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+}
+
+#[tokio::test]
 async fn metrics_count_sessions_workers_turns_provider_latency_and_streams_behind_the_token() {
     let env = Env::new();
     write_bundle(&env.path("b"), ASKING, "", "workspace_write");
