@@ -155,7 +155,10 @@ fn main() -> BenchResult<()> {
                 |a, _| {
                     let _ = addr_tx.send(a);
                 },
-                async move { stopper.cancelled().await },
+                async move {
+                    stopper.cancelled().await;
+                    server::Stop::Now
+                },
             )
             .await
         });

@@ -79,6 +79,13 @@ pub struct ServeArgs {
     /// gave up). `0` keeps them.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     unused_session_timeout: Duration,
+    /// On SIGTERM (not Ctrl-C, which stops at once), `readyz` answers 503 at once and new turns are still taken this long, while load
+    /// balancers notice; then they are refused with 503 `draining`.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pre_stop_delay: Duration,
+    /// After the pre-stop delay, how long running turns get to end before they are ended as stopped.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    drain_timeout: Duration,
     /// Run every session worker on the host with no confinement, and accept danger_full_access bundles.
     #[arg(long)]
     dangerous_sandbox_mode: bool,
@@ -277,6 +284,10 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
             .filter(|t| !t.is_zero()),
     };
     options.unused_sessions = Some(args.unused_session_timeout).filter(|t| !t.is_zero());
+    options.drain = server::Drain {
+        pre_stop_delay: args.pre_stop_delay,
+        timeout: args.drain_timeout,
+    };
     let token_file = home.token_file();
     let keeps_token = matches!(options.auth, Auth::Generated { .. });
     // One server per files store: a second would share its sessions without knowing of the first's workers.
@@ -353,7 +364,8 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn stop_signal() {
+/// SIGTERM drains (an orchestrator stopping a node); Ctrl-C at a terminal stops at once.
+async fn stop_signal() -> server::Stop {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -363,7 +375,7 @@ async fn stop_signal() {
         }
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
+        _ = tokio::signal::ctrl_c() => server::Stop::Now,
+        _ = term => server::Stop::Drain,
     }
 }

@@ -170,6 +170,9 @@ pub enum RuntimeError {
         /// The database and node, as `serve` wrote them.
         store: String,
     },
+    /// The server is stopping and takes no new turn; another node, or this one once restarted, will.
+    #[error("this server is stopping and takes no new turn; retry, and the next node (or this one, restarted) will take it")]
+    Draining,
     /// The shared database cannot be reached or refused the request.
     #[error("the session database at {host} is unavailable ({message}); retry shortly")]
     Database {

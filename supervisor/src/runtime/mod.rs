@@ -25,6 +25,7 @@ mod bundle_fetch;
 pub mod checkpoints;
 pub mod compaction;
 mod decisions;
+mod drain;
 mod egress_sink;
 pub mod error;
 pub mod faults;
@@ -230,6 +231,8 @@ pub(crate) struct Inner {
     lost_checked: Mutex<std::collections::HashSet<String>>,
     /// Tenants' tokens, quotas and spending, over the store's directory.
     tenancy: Arc<crate::tenancy::Tenancy>,
+    /// Where the server's stop is.
+    drain: drain::Drain,
 }
 
 fn messages(published: PublishedStream) -> EventStream {
@@ -298,6 +301,7 @@ impl ServiceRuntime {
                 metrics: Arc::default(),
                 own_addrs: Mutex::default(),
                 lost_checked: Mutex::default(),
+                drain: drain::Drain::default(),
             }),
         }
     }

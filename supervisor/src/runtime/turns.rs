@@ -135,6 +135,7 @@ impl ServiceRuntime {
         ahead: Option<model_call::Ahead>,
     ) -> Result<PendingTurn> {
         let id = session.id.as_str();
+        self.admit_turn()?;
         self.claim(session).await?;
         let model = overrides
             .model

@@ -352,6 +352,11 @@ impl From<RuntimeError> for ApiError {
                 tracing::warn!("{message}");
                 return ApiError::store_unavailable(message);
             }
+            RuntimeError::Draining => {
+                let mut error = ApiError::new(S::SERVICE_UNAVAILABLE, "draining", message);
+                error.retry_after = Some(1);
+                return error;
+            }
             RuntimeError::Io { .. } | RuntimeError::Corrupt { .. } => {
                 (S::INTERNAL_SERVER_ERROR, "internal")
             }

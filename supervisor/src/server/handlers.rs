@@ -33,6 +33,9 @@ pub async fn healthz(State(st): State<AppState>) -> Json<Health> {
 /// `--store postgres://…`). 503 with the cause when it does not; never needs a token.
 #[utoipa::path(get, path = "/readyz", responses((status = 200, body = Health), (status = 503, body = crate::server::api::ErrorEnvelope)))]
 pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<Health>> {
+    if st.rt.draining() {
+        return Err(crate::runtime::RuntimeError::Draining.into());
+    }
     st.rt.store().ready().await?;
     Ok(healthz(State(st)).await)
 }

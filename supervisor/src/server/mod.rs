@@ -328,6 +328,36 @@ pub struct ServeOptions {
     pub cluster: Option<state::Cluster>,
     /// The base URL clients reach this server at, when it is not `http://` and the bound address.
     pub advertise_url: Option<String>,
+    /// How the server stops on its signal (see `runtime::drain`).
+    pub drain: Drain,
+}
+
+/// How the server is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Drain first (SIGTERM, as orchestrators stop a node): see [`Drain`].
+    Drain,
+    /// End running turns now (Ctrl-C at a terminal).
+    Now,
+}
+
+/// How long each step of a stop lasts.
+#[derive(Debug, Clone, Copy)]
+pub struct Drain {
+    /// After the signal, new turns are still taken this long, while `readyz` answers 503 and load balancers
+    /// notice (`--pre-stop-delay`).
+    pub pre_stop_delay: Duration,
+    /// Then running turns get this long to end before they are ended as stopped (`--drain-timeout`).
+    pub timeout: Duration,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain {
+            pre_stop_delay: Duration::from_secs(5),
+            timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 impl ServeOptions {
@@ -353,6 +383,7 @@ impl ServeOptions {
             },
             cluster: None,
             advertise_url: None,
+            drain: Drain::default(),
         }
     }
 }
@@ -380,14 +411,39 @@ async fn reap_idle(
     }
 }
 
+/// The stop's first steps: not ready at once, new turns taken for `pre_stop_delay`, then refused while running
+/// turns get up to `timeout` to end.
+async fn drain_turns(rt: &ServiceRuntime, drain: Drain) {
+    rt.drain();
+    tracing::info!(
+        running = rt.running_turns(),
+        pre_stop_delay_s = drain.pre_stop_delay.as_secs_f64(),
+        drain_timeout_s = drain.timeout.as_secs_f64(),
+        "stopping: not ready; taking new turns until the pre-stop delay ends"
+    );
+    tokio::time::sleep(drain.pre_stop_delay).await;
+    rt.refuse_new_turns();
+    let deadline = tokio::time::Instant::now() + drain.timeout;
+    while rt.running_turns() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = rt.running_turns();
+    if left > 0 {
+        tracing::warn!(
+            running = left,
+            "the drain timed out; ending the turns still running"
+        );
+    }
+}
+
 /// Binds the address, calls `ready` with the bound address and the token (when a new one was generated), and serves until
-/// `stop` resolves; then ends running turns with an `error` event ("the server stopped"), closes the event streams
+/// `stop` resolves (draining first when it says so); then ends running turns with an `error` event ("the server stopped"), closes the event streams
 /// and stops the workers.
 pub async fn serve(
     rt: ServiceRuntime,
     options: ServeOptions,
     ready: impl FnOnce(SocketAddr, Option<&str>),
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    stop: impl std::future::Future<Output = Stop> + Send + 'static,
 ) -> Result<(), ServeError> {
     let addr = options.addr;
     if !addr.ip().is_loopback() && matches!(options.auth, Auth::None) {
@@ -458,8 +514,11 @@ pub async fn serve(
         ));
     }
     let app = router(state);
+    let drain = options.drain;
     let graceful = async move {
-        stop.await;
+        if stop.await == Stop::Drain {
+            drain_turns(&rt, drain).await;
+        }
         rt.shutdown("the server stopped").await;
         rt.tenancy().flush().await;
         // Let the event streams deliver the final events before they are closed.

@@ -428,7 +428,7 @@ async fn a_token_guards_every_endpoint_but_healthz() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_ends_running_turns_and_a_restart_keeps_the_sessions() {
+async fn sigterm_ends_the_turns_that_outlast_the_drain_and_a_restart_keeps_the_sessions() {
     let home = TempDir::new().unwrap();
     let bundle = TempDir::new().unwrap();
     write_bundle(
@@ -438,7 +438,9 @@ async fn sigterm_ends_running_turns_and_a_restart_keeps_the_sessions() {
         "workspace_write",
     );
     let bundle_ref = bundle.path().to_str().unwrap().to_string();
-    let api = Api::new(Server::start(home.path(), &[], &[]));
+    // No pre-stop delay and a one-second drain: the `sleep 60` outlasts it (see drain.rs for turns that do not).
+    let drain = ["--pre-stop-delay", "0s", "--drain-timeout", "1s"];
+    let api = Api::new(Server::start(home.path(), &drain, &[]));
     let id = api.session(&bundle_ref).await;
     let (_, first) = api
         .post(

@@ -28,6 +28,7 @@ mod defaults;
 mod diffs;
 mod distribution;
 mod docs;
+mod drain;
 mod egress;
 mod escape;
 mod escape_surfaces;

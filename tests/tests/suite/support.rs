@@ -423,6 +423,22 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
+    /// Waits for the server to exit by itself, for at most `timeout` (then kills it and panics).
+    pub fn wait_exit(mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for serve") {
+                std::mem::forget(self);
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
