@@ -51,7 +51,7 @@ pub(super) fn render(schema: &Value) -> String {
             values(&mut out, variants, p.get("default"));
         } else if let Some(entry) = entry.filter(|e| e.get("properties").is_some()) {
             out.push_str("\nEach entry's keys:\n\n");
-            table(&mut out, entry, &defs);
+            super::properties(&mut out, entry, "Key", |p| type_of(p, &defs));
         }
     }
     out
@@ -140,30 +140,6 @@ fn values(out: &mut String, variants: &[Value], default: Option<&Value>) {
         };
         let description = v.get("description").and_then(Value::as_str).unwrap_or("");
         let _ = writeln!(out, "- `\"{value}\"`{mark}: {}", cell(description));
-    }
-}
-
-fn table(out: &mut String, schema: &Value, defs: &Value) {
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    out.push_str("| Key | Type | Required | Description |\n|---|---|---|---|\n");
-    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        for (key, p) in props {
-            let _ = writeln!(
-                out,
-                "| `{key}` | {} | {} | {} |",
-                type_of(p, defs),
-                if required.contains(&key.as_str()) {
-                    "yes"
-                } else {
-                    "no"
-                },
-                cell(p.get("description").and_then(Value::as_str).unwrap_or(""))
-            );
-        }
     }
 }
 

@@ -271,7 +271,7 @@ fn component(out: &mut String, name: &str, schema: &Value) {
         let _ = writeln!(out, "{d}\n");
     }
     if schema.get("properties").is_some() {
-        fields(out, schema);
+        super::properties(out, schema, "Field", type_of);
     } else if let Some(variants) = schema.get("oneOf").and_then(Value::as_array) {
         out.push_str("One of:\n\n");
         for v in variants {
@@ -279,30 +279,6 @@ fn component(out: &mut String, name: &str, schema: &Value) {
         }
     } else {
         let _ = writeln!(out, "Type: {}.", type_of(schema));
-    }
-}
-
-fn fields(out: &mut String, schema: &Value) {
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    out.push_str("| Field | Type | Required | Description |\n|---|---|---|---|\n");
-    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        for (field, p) in props {
-            let _ = writeln!(
-                out,
-                "| `{field}` | {} | {} | {} |",
-                type_of(p),
-                if required.contains(&field.as_str()) {
-                    "yes"
-                } else {
-                    "no"
-                },
-                cell(p.get("description").and_then(Value::as_str).unwrap_or(""))
-            );
-        }
     }
 }
 

@@ -6,6 +6,10 @@
 mod config;
 mod http;
 
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
 /// The pages this module generates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Page {
@@ -109,6 +113,35 @@ pub fn anchor(heading: &str) -> String {
             }
         })
         .collect()
+}
+
+/// A table of the properties of JSON schema `schema` (`first` names its first column), each with its type as
+/// `type_of` writes it, whether it is required, and its description.
+fn properties(out: &mut String, schema: &Value, first: &str, type_of: impl Fn(&Value) -> String) {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "| {first} | Type | Required | Description |\n|---|---|---|---|"
+    );
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (name, p) in props {
+            let _ = writeln!(
+                out,
+                "| `{name}` | {} | {} | {} |",
+                type_of(p),
+                if required.contains(&name.as_str()) {
+                    "yes"
+                } else {
+                    "no"
+                },
+                cell(p.get("description").and_then(Value::as_str).unwrap_or(""))
+            );
+        }
+    }
 }
 
 /// `text` on one line with its Markdown table separators escaped, for a table cell.

@@ -2,12 +2,12 @@
 //! code generates now, every link names a page, a file and a heading that exist, and the book builds.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
-use super::support::{binary, gated};
+use super::support::{gated, Env};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -22,17 +22,9 @@ fn book_src() -> PathBuf {
 
 #[test]
 fn the_generated_reference_pages_match_the_code() {
+    let env = Env::new();
     for page in ["cli", "http", "config"] {
-        let out = Command::new(binary())
-            .args(["reference", page])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let now = String::from_utf8(out.stdout).unwrap();
+        let now = env.run(&["reference", page]).ok().to_string();
         let file = book_src().join(format!("reference/{page}.md"));
         let written = std::fs::read_to_string(&file).unwrap_or_default();
         if now != written {
@@ -99,21 +91,6 @@ fn parse(text: &str) -> Parsed {
         }
     }
     Parsed { anchors, links }
-}
-
-/// `path` with `.` and `..` resolved, without touching the file system.
-fn normal(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// `text` with mdBook's `{{#include path}}` lines replaced by the files they name (relative to `dir`).
@@ -218,7 +195,8 @@ fn every_link_of_the_manual_readme_and_contributing_names_something_that_exists(
         let resolved = if path.is_empty() {
             link.page.clone()
         } else {
-            normal(&link.page.parent().unwrap_or(Path::new("")).join(path))
+            // Resolved as the worker resolves a tool's path: lexically, `..` and `.` folded.
+            service_worker::tools::resolve(link.page.parent().unwrap_or(Path::new("")), path)
         };
         if !repo().join(&resolved).exists() {
             problems.push(format!(
