@@ -21,7 +21,8 @@ pub fn init(format: LogFormat, default_filter: &str) {
         .ok()
         .filter(|v| !v.trim().is_empty())
         .and_then(|v| EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| EnvFilter::new(default_filter));
+        // A database's notices (`NOTICE: relation ... already exists`) are not the operator's business.
+        .unwrap_or_else(|| EnvFilter::new(format!("{default_filter},tokio_postgres=warn")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -38,6 +38,15 @@ fn session_of(path: &str) -> Option<&str> {
     (!id.is_empty()).then_some(id)
 }
 
+/// Who a request spoke as, for its log line: put on the response by the layer that authenticated it.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The caller's tenant.
+    pub tenant: String,
+    /// The public id of the tenant token it sent (`svc_<id>`'s id), or `server` for the server's own token.
+    pub token_id: String,
+}
+
 /// Runs the request inside a span that carries its id, logs it, and stamps the id on the response.
 pub async fn log(State(st): State<super::state::AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
@@ -45,8 +54,13 @@ pub async fn log(State(st): State<super::state::AppState>, req: Request, next: N
     let method = req.method().clone();
     // The path only: a query may hold anything a client typed.
     let path = req.uri().path().to_string();
+    let client = req
+        .extensions()
+        .get::<super::listener::ClientAddr>()
+        .map(|c| c.0.ip().to_string());
     let span = tracing::info_span!("request", request_id = %id);
     // A client's trace context: the turn this request starts continues its trace.
+    let trace_id = crate::telemetry::client_trace_id(req.headers());
     let response = match crate::telemetry::context_of(req.headers()) {
         Some(parent) => crate::telemetry::with_parent(parent, next.run(req).instrument(span)).await,
         None => next.run(req).instrument(span).await,
@@ -59,48 +73,64 @@ pub async fn log(State(st): State<super::state::AppState>, req: Request, next: N
             code: status.as_u16(),
         })
         .inc();
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // Microseconds are the finest a log reader needs.
+    let latency_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
     let session = session_of(&path).unwrap_or("");
-    if status.is_server_error() {
-        tracing::warn!(request_id = %id, %method, %path, status = status.as_u16(), latency_ms, session, "request");
-    } else {
-        tracing::info!(request_id = %id, %method, %path, status = status.as_u16(), latency_ms, session, "request");
-    }
-    let mut response = if status.is_client_error() || status.is_server_error() {
+    let identity = response.extensions().get::<Identity>().cloned();
+    let (tenant, token_id) = match &identity {
+        Some(i) => (Some(i.tenant.as_str()), Some(i.token_id.as_str())),
+        None => (None, None),
+    };
+    let (mut response, error_code) = if status.is_client_error() || status.is_server_error() {
         with_request_id(response, &id).await
     } else {
-        response
+        (response, None)
     };
+    let error_code = error_code.as_deref();
+    let (client, trace_id) = (client.as_deref(), trace_id.as_deref());
+    if status.is_server_error() {
+        tracing::warn!(request_id = %id, %method, %path, status = status.as_u16(), latency_ms, session, tenant,
+            token_id, client, error_code, trace_id, "request");
+    } else {
+        tracing::info!(request_id = %id, %method, %path, status = status.as_u16(), latency_ms, session, tenant,
+            token_id, client, error_code, trace_id, "request");
+    }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }
     response
 }
 
-/// Adds `request_id` to a JSON error body `{"error": {...}}`.
-async fn with_request_id(response: Response, id: &str) -> Response {
+/// Adds `request_id` to a JSON error body `{"error": {...}}`; also gives the body's error code, for the log.
+async fn with_request_id(response: Response, id: &str) -> (Response, Option<String>) {
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if !is_json {
-        return response;
+        return (response, None);
     }
     let (mut parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_ERROR_BODY).await else {
-        return Response::from_parts(parts, Body::empty());
+        return (Response::from_parts(parts, Body::empty()), None);
     };
     let mut value: serde_json::Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
-        Err(_) => return Response::from_parts(parts, Body::from(bytes)),
+        Err(_) => return (Response::from_parts(parts, Body::from(bytes)), None),
     };
+    let mut code = None;
     if let Some(error) = value.get_mut("error").and_then(|e| e.as_object_mut()) {
+        // OpenAI's shape has the code too; JSON-RPC's is a number.
+        code = error.get("code").map(|c| match c {
+            serde_json::Value::String(s) => crate::telemetry::capped(s, 64),
+            other => other.to_string(),
+        });
         error.insert("request_id".into(), id.into());
     }
     let out = serde_json::to_vec(&value).unwrap_or_else(|_| bytes.to_vec());
     parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, Body::from(out))
+    (Response::from_parts(parts, Body::from(out)), code)
 }
 
 #[cfg(test)]

@@ -57,6 +57,25 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, token)| token.trim())
 }
 
+/// Who `caller` is for the access log: its tenant, and the public id of the token the request sent (`server` for
+/// the server's own token, `cluster` for another node's forwarding).
+pub fn identity(st: &AppState, caller: &Caller, headers: &HeaderMap) -> super::access::Identity {
+    let given = bearer(headers).unwrap_or_default();
+    let forwarded = st
+        .cluster
+        .as_deref()
+        .is_some_and(|c| token::same_secret(given.as_bytes(), c.token.as_bytes()));
+    let token_id = match token::id_of(given) {
+        Some(id) => id.to_string(),
+        None if forwarded => "cluster".to_string(),
+        None => "server".to_string(),
+    };
+    super::access::Identity {
+        tenant: caller.tenant.clone(),
+        token_id,
+    }
+}
+
 /// What a request's token comes to.
 pub enum Authenticated {
     /// The caller it speaks for.
@@ -109,8 +128,11 @@ pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Authenticated {
 pub async fn require_caller(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     match authenticate(&st, req.headers()).await {
         Authenticated::Caller(caller) => {
+            let identity = identity(&st, &caller, req.headers());
             req.extensions_mut().insert(caller);
-            next.run(req).await
+            let mut response = next.run(req).await;
+            response.extensions_mut().insert(identity);
+            response
         }
         Authenticated::Unchecked(why) => ApiError::store_unavailable(why).into_response(),
         Authenticated::Refused => ApiError::new(

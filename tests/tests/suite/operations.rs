@@ -339,6 +339,63 @@ async fn no_token_or_provider_key_ever_reaches_the_log() {
 }
 
 #[tokio::test]
+async fn a_request_line_names_its_tenant_token_client_error_code_and_trace() {
+    let env = Env::new();
+    let server = Server::start(env.home.path(), &["--log-format", "json"], &[]);
+    let admin = Client::of(&server);
+    let (status, made) = admin
+        .json(
+            reqwest::Method::POST,
+            "/tokens",
+            Some(json!({"tenant": "acme"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let acme = Client {
+        token: made["token"].as_str().map(String::from),
+        ..Client::of(&server)
+    };
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let resp = acme
+        .http
+        .get(format!(
+            "{}/sessions/00000000-0000-4000-8000-000000000000",
+            acme.base
+        ))
+        .bearer_auth(acme.token.as_deref().unwrap())
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    let log = server.json_log_with("for the missing session", |l| {
+        l["message"] == "request" && l["status"] == 404
+    });
+    let line = log
+        .iter()
+        .find(|l| l["message"] == "request" && l["status"] == 404)
+        .unwrap();
+    let fields = line;
+    assert_eq!(fields["tenant"], "acme", "{line}");
+    assert_eq!(fields["token_id"], made["id"], "{line}");
+    assert_eq!(fields["client"], "127.0.0.1", "{line}");
+    assert_eq!(fields["error_code"], "session_not_found", "{line}");
+    assert_eq!(fields["trace_id"], trace, "{line}");
+    let latency = fields["latency_ms"].as_f64().unwrap();
+    assert_eq!((latency * 1000.0).round() / 1000.0, latency, "{line}");
+    // The server's own token is named as such, and a request without a session has no error code.
+    let (status, _) = admin.json(reqwest::Method::GET, "/sessions", None).await;
+    assert_eq!(status, 200);
+    let log = server.json_log_with("for the operator's listing", |l| {
+        l["message"] == "request" && l["token_id"] == "server"
+    });
+    assert!(log
+        .iter()
+        .filter(|l| l["message"] == "request" && l["status"] == 200)
+        .all(|l| l.get("error_code").is_none()));
+}
+
+#[tokio::test]
 async fn metrics_are_served_with_the_content_type_of_the_openmetrics_body_they_are() {
     let env = Env::new();
     let server = Server::start(env.home.path(), &[], &[]);

@@ -128,8 +128,11 @@ async fn require_token(State(st): State<AppState>, mut req: Request, next: Next)
     use crate::server::tenants::Authenticated;
     match crate::server::tenants::authenticate(&st, req.headers()).await {
         Authenticated::Caller(caller) => {
+            let identity = crate::server::tenants::identity(&st, &caller, req.headers());
             req.extensions_mut().insert(caller);
-            return next.run(req).await;
+            let mut response = next.run(req).await;
+            response.extensions_mut().insert(identity);
+            return response;
         }
         // As OpenAI's API says it is overloaded: its SDKs retry a 503.
         Authenticated::Unchecked(why) => {
