@@ -65,6 +65,10 @@ pub struct ServeArgs {
     /// Event streams one client address may hold at once.
     #[arg(long, default_value_t = 128)]
     max_streams_per_client: usize,
+    /// A proxy or load balancer (an address or a CIDR block; repeatable) whose `X-Forwarded-For` names the client,
+    /// for the per-client caps and the log. The header of any other peer is ignored.
+    #[arg(long, value_name = "CIDR", value_parser = trusted_proxy)]
+    trusted_proxy: Vec<ipnet::IpNet>,
     /// Stop a session's worker after it has been idle this long (and spare workers no session took); its next turn
     /// starts one again. `0` keeps them.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
@@ -273,6 +277,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
         options.advertise_url = Some(url.clone());
     }
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
+    options.policy.trusted_proxies = args.trusted_proxy.clone();
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     let clustered = shared.is_some();
@@ -364,6 +369,13 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
+/// `--trusted-proxy`: a CIDR block, or one address.
+fn trusted_proxy(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("\"{text}\" is not an address or a CIDR block such as 10.0.0.0/8"))
+}
+
 /// SIGTERM drains (an orchestrator stopping a node); Ctrl-C at a terminal stops at once.
 async fn stop_signal() -> server::Stop {
     let term = async {

@@ -48,16 +48,37 @@ pub struct Identity {
 }
 
 /// Runs the request inside a span that carries its id, logs it, and stamps the id on the response.
-pub async fn log(State(st): State<super::state::AppState>, req: Request, next: Next) -> Response {
+pub async fn log(
+    State(st): State<super::state::AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let id = request_id(&req);
     let method = req.method().clone();
     // The path only: a query may hold anything a client typed.
     let path = req.uri().path().to_string();
-    let client = req
+    // Behind a trusted proxy, the client is who its `X-Forwarded-For` names: for the caps and for this line.
+    let peer = req
         .extensions()
         .get::<super::listener::ClientAddr>()
-        .map(|c| c.0.ip().to_string());
+        .map(|c| c.0);
+    let client = peer.map(|peer| {
+        let forwarded: Vec<&str> = req
+            .headers()
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let ip =
+            super::admission::client_address(peer.ip(), &forwarded, &st.policy.trusted_proxies);
+        std::net::SocketAddr::new(ip, if ip == peer.ip() { peer.port() } else { 0 })
+    });
+    if let Some(client) = client {
+        req.extensions_mut()
+            .insert(super::listener::ClientAddr(client));
+    }
+    let client = client.map(|c| c.ip().to_string());
     let span = tracing::info_span!("request", request_id = %id);
     // A client's trace context: the turn this request starts continues its trace.
     let trace_id = crate::telemetry::client_trace_id(req.headers());

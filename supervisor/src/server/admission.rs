@@ -1,7 +1,7 @@
 //! What a node admits: the host names a request may address (against DNS rebinding) and how many event streams
 //! one client address may hold. Plain data that `state::AppState` keeps and `guard` and the event routes consult.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 /// The host names a request may address: the bound address, the loopback names when bound to loopback, and the
@@ -65,6 +65,36 @@ fn canonical_port(text: &str) -> Option<u16> {
     let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
     let padded = text.len() > 1 && text.starts_with('0');
     (digits && !padded).then(|| text.parse().ok()).flatten()
+}
+
+/// The client's address: `peer` itself, or, when `peer` is a trusted proxy, the right-most address of the
+/// `X-Forwarded-For` values that is not a trusted proxy (the left ones are whatever the client wrote). An entry
+/// that is not an address stops the walk at the last proxy that could be trusted.
+pub fn client_address(peer: IpAddr, forwarded_for: &[&str], trusted: &[ipnet::IpNet]) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let hops = forwarded_for
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    let mut client = peer;
+    for hop in hops.iter().rev() {
+        let parsed = hop
+            .parse::<IpAddr>()
+            .ok()
+            .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()));
+        let Some(ip) = parsed else {
+            return client;
+        };
+        client = ip;
+        if !is_trusted(&ip) {
+            return ip;
+        }
+    }
+    client
 }
 
 /// Counts the event streams each client address holds, to cap them.
@@ -135,6 +165,38 @@ mod tests {
         ] {
             assert!(!hosts.allows(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_names_the_client_and_the_right_most_untrusted_hop_is_it() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let proxy: IpAddr = "10.1.2.3".parse().unwrap();
+        let outsider: IpAddr = "198.51.100.9".parse().unwrap();
+        let at = |s: &str| s.parse::<IpAddr>().unwrap();
+        // From a client, the header is the client's own writing.
+        assert_eq!(
+            client_address(outsider, &["203.0.113.1"], &trusted),
+            outsider
+        );
+        // Through proxies: the client's forged entries on the left are skipped.
+        assert_eq!(
+            client_address(proxy, &["1.2.3.4, 203.0.113.1, 10.9.9.9"], &trusted),
+            at("203.0.113.1")
+        );
+        assert_eq!(
+            client_address(proxy, &["203.0.113.1", "10.9.9.9"], &trusted),
+            at("203.0.113.1")
+        );
+        assert_eq!(
+            client_address(proxy, &["[2001:db8::1]:443"], &trusted),
+            at("2001:db8::1")
+        );
+        // Garbage stops the walk at the last proxy; no header leaves the proxy itself.
+        assert_eq!(
+            client_address(proxy, &["evil, 10.9.9.9"], &trusted),
+            at("10.9.9.9")
+        );
+        assert_eq!(client_address(proxy, &[], &trusted), proxy);
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub struct ClientPolicy {
     pub openai_approvals: OpenAiApprovals,
     /// What the A2A routes serve (`--no-a2a`, `--a2a-default`).
     pub a2a: A2aPolicy,
+    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy CIDR`): a request from one of them counts
+    /// against the caps, and is logged, as the client's address that header gives. From anyone else the header is
+    /// ignored, since a client may write it.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// A tenant sees only the installed bundles granted to it, or that it pulled or imported
     /// (`--tenant-bundles`); otherwise every tenant sees every bundle.
     pub tenant_bundles: bool,

@@ -80,6 +80,7 @@ mod terminal;
 mod tmux;
 mod traces;
 mod trajectories;
+mod trusted_proxy;
 mod tui;
 mod tui_input;
 mod turns;

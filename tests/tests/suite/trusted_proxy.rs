@@ -1,0 +1,87 @@
+//! Clients behind a proxy: with `--trusted-proxy`, the per-client caps and the log see the client that the proxy's
+//! `X-Forwarded-For` names, so one client's streams do not use up another's; without it, the header is the
+//! client's own writing and changes nothing, so a client cannot dodge its cap by forging it.
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+use super::http_client::Api;
+use super::support::{write_bundle, Server};
+
+/// Opens the session's event stream as a client `X-Forwarded-For` names: its status, and the response, which holds
+/// the stream open while it lives.
+async fn stream(api: &Api, id: &str, forwarded_for: &str) -> (u16, reqwest::Response) {
+    let resp = api
+        .req(reqwest::Method::GET, &format!("/sessions/{id}/events"))
+        .header("x-forwarded-for", forwarded_for)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp)
+}
+
+/// The addresses the request lines of the event streams name, once there are `n` of them (the log is read as
+/// the server writes it).
+fn clients_logged(server: &mut Server, n: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let clients: Vec<Value> = server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| {
+                l["message"] == "request"
+                    && l["path"].as_str().is_some_and(|p| p.ends_with("/events"))
+            })
+            .map(|l| l["client"].clone())
+            .collect();
+        if clients.len() >= n || std::time::Instant::now() > deadline {
+            return clients;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_each_client_has_its_own_stream_cap_and_a_forged_header_counts_for_nothing(
+) {
+    let bundle = TempDir::new().unwrap();
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "hi"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let bundle = bundle.path().to_str().unwrap();
+    let cap = ["--max-streams-per-client", "1", "--log-format", "json"];
+
+    // Behind the proxy (this test's loopback address): two clients, one stream each.
+    let home = TempDir::new().unwrap();
+    let mut args = cap.to_vec();
+    args.extend(["--trusted-proxy", "127.0.0.1/32"]);
+    let mut api = Api::new(Server::start(home.path(), &args, &[]));
+    let id = api.session(bundle).await;
+    let (status, _first) = stream(&api, &id, "203.0.113.1").await;
+    assert_eq!(status, 200);
+    let (status, _) = stream(&api, &id, "203.0.113.1").await;
+    assert_eq!(status, 429, "the same client's second stream");
+    // The client wrote the left entry itself; the proxy appended the right one.
+    let (status, _second) = stream(&api, &id, "203.0.113.1, 203.0.113.2").await;
+    assert_eq!(status, 200, "another client's first stream");
+    assert_eq!(
+        clients_logged(api.server(), 3),
+        ["203.0.113.1", "203.0.113.1", "203.0.113.2"]
+    );
+
+    // Without --trusted-proxy the header is a client's: forging another address gets no second stream.
+    let home = TempDir::new().unwrap();
+    let mut api = Api::new(Server::start(home.path(), &cap, &[]));
+    let id = api.session(bundle).await;
+    let (status, _first) = stream(&api, &id, "203.0.113.1").await;
+    assert_eq!(status, 200);
+    let (status, _) = stream(&api, &id, "203.0.113.2").await;
+    assert_eq!(status, 429, "a forged X-Forwarded-For dodged the cap");
+    assert_eq!(clients_logged(api.server(), 2), ["127.0.0.1", "127.0.0.1"]);
+}
