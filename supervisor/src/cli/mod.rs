@@ -17,6 +17,7 @@ mod history;
 mod hooks;
 mod logging;
 mod mcp;
+mod migrate;
 mod output_schema;
 mod progress;
 mod registry;
@@ -169,6 +170,9 @@ enum Command {
     /// Check that this machine runs confined sessions, that the store is writable, and that a bundle's model
     /// answers.
     Doctor(doctor::DoctorArgs),
+    /// Bring the shared PostgreSQL database's schema to this release's (`serve` also does when it starts); with
+    /// --status, say where it is and change nothing.
+    Migrate(migrate::MigrateArgs),
     /// Print the shell's completion registration: `source <(service-rs completions bash)`; it completes bundle
     /// references and session ids from the store.
     Completions {
@@ -348,6 +352,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             complete::write_registration(shell, &mut std::io::stdout())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Migrate(args) => migrate::run(args),
         Command::Reference { page } => {
             use clap::CommandFactory;
             use service_supervisor::reference::{self, Page};
@@ -407,6 +412,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Acp(args) => acp::run_remote(remote, args),
         Command::Completions { .. } => Err(local_only("completions")),
         Command::Reference { .. } => Err(local_only("reference")),
+        Command::Migrate(_) => Err(local_only("migrate")),
         Command::Doctor(_) => Err(local_only("doctor")),
         Command::Config(_) => Err(local_only("config")),
         Command::Approvals(_) => Err(local_only("approvals")),

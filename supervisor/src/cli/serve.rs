@@ -324,6 +324,7 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
                     shared.node.clone(),
                     shared.lease,
                     shared.ca.as_deref(),
+                    service_supervisor::runtime::store::postgres::Schema::Migrate,
                 )
                 .await
                     .context("cannot open the session store")?

@@ -125,6 +125,7 @@ pub(super) async fn local(
                 node,
                 Duration::from_secs(10),
                 args.store_ca.as_deref(),
+                service_supervisor::runtime::store::postgres::Schema::Require,
             )
             .await?;
             store.directory()

@@ -173,6 +173,14 @@ pub enum RuntimeError {
     /// The server is stopping and takes no new turn; another node, or this one once restarted, will.
     #[error("this server is stopping and takes no new turn; retry, and the next node (or this one, restarted) will take it")]
     Draining,
+    /// The shared database does not hold this release's schema, or could not take it.
+    #[error("the session database at {host} cannot be used: {message}")]
+    Schema {
+        /// Host (and port) of the database, never its password.
+        host: String,
+        /// What is wrong, with PostgreSQL's own message.
+        message: String,
+    },
     /// The shared database cannot be reached or refused the request.
     #[error("the session database at {host} is unavailable ({message}); retry shortly")]
     Database {

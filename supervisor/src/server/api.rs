@@ -342,6 +342,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::BundleUnavailable { .. } => (S::BAD_GATEWAY, "bundle_unavailable"),
             RuntimeError::WorkspaceLost { .. } => (S::CONFLICT, "workspace_lost"),
             RuntimeError::ClusterHome { .. } => (S::CONFLICT, "cluster_home"),
+            RuntimeError::Schema { .. } => (S::SERVICE_UNAVAILABLE, "store_schema"),
             RuntimeError::OwnedElsewhere { url, .. } => {
                 let mut error = ApiError::new(S::SERVICE_UNAVAILABLE, "owned_elsewhere", message);
                 error.owner = Some(url.clone());

@@ -65,6 +65,7 @@ mod run_cli;
 mod run_headless;
 mod run_terminal;
 mod sandbox;
+mod schema_access;
 mod sessions_cli;
 mod sessions_here;
 mod store_backend;

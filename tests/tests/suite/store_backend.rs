@@ -40,6 +40,16 @@ pub fn url_for(home: &Path) -> String {
     let mut made = DATABASES.lock().unwrap_or_else(|p| p.into_inner());
     if made.get_or_insert_with(HashSet::new).insert(name.clone()) {
         pg.sql(&format!("CREATE DATABASE {name}"));
+        // Only `serve` and `migrate` make the schema; the suite's CLI commands may run on it before any `serve`.
+        let migrated = std::process::Command::new(super::support::binary())
+            .args(["migrate", "--store", &pg.url_of(&name)])
+            .output()
+            .expect("run service-rs migrate");
+        assert!(
+            migrated.status.success(),
+            "{}",
+            String::from_utf8_lossy(&migrated.stderr)
+        );
     }
     pg.url_of(&name)
 }

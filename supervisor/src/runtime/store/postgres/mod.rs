@@ -38,6 +38,28 @@ pub struct Node {
     pub url: String,
 }
 
+/// What opening the store may do to the database's schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// Apply the migrations it lacks (`serve`).
+    Migrate,
+    /// Change nothing, and refuse a schema that is not this release's (CLI commands such as `tokens --store`).
+    Require,
+    /// Change nothing and check nothing (`migrate --status`, which reports).
+    Leave,
+}
+
+/// Where a database's schema is against this release's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaStatus {
+    /// The versions applied, in order.
+    pub applied: Vec<i32>,
+    /// The newest version this release knows.
+    pub known: i32,
+    /// The versions this release would apply.
+    pub pending: Vec<i32>,
+}
+
 /// The store over one database.
 pub struct PgStore {
     inner: Arc<Inner>,
@@ -165,7 +187,7 @@ impl PgStore {
     /// Connects to the database at `url`, applies the schema, and starts listening for other nodes' events. A
     /// database that cannot be reached is an error naming its host.
     pub async fn connect(url: &str, node: Node, lease: Duration) -> Result<PgStore> {
-        Self::connect_with(url, node, lease, None).await
+        Self::connect_with(url, node, lease, None, Schema::Migrate).await
     }
 
     /// [`PgStore::connect`], with TLS verified against the CA in PEM file `ca` as well as the web's roots (see
@@ -175,6 +197,7 @@ impl PgStore {
         node: Node,
         lease: Duration,
         ca: Option<&std::path::Path>,
+        schema: Schema,
     ) -> Result<PgStore> {
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
             RuntimeError::InvalidRequest(format!(
@@ -240,12 +263,38 @@ impl PgStore {
                 message: format!("cannot connect: {e}"),
             },
         })?;
-        schema::migrate(&mut client)
-            .await
-            .map_err(|e| inner.error(e))?;
+        let checked = match schema {
+            Schema::Migrate => schema::migrate(&mut client).await,
+            Schema::Require => schema::check(&client).await,
+            Schema::Leave => Ok(()),
+        };
+        checked.map_err(|message| RuntimeError::Schema {
+            host: host.clone(),
+            message,
+        })?;
         drop(client);
         tokio::spawn(listen::listen(Arc::downgrade(&inner), config, tls));
         Ok(PgStore { inner })
+    }
+}
+
+impl PgStore {
+    /// The database's schema against this release's, read without writing anything.
+    pub async fn schema_status(&self) -> Result<SchemaStatus> {
+        let client = self.inner.client().await?;
+        let (applied, known) =
+            schema::versions(&client)
+                .await
+                .map_err(|message| RuntimeError::Schema {
+                    host: self.inner.host.clone(),
+                    message,
+                })?;
+        let pending = schema::known().filter(|v| !applied.contains(v)).collect();
+        Ok(SchemaStatus {
+            applied,
+            known,
+            pending,
+        })
     }
 }
 

@@ -1,0 +1,71 @@
+//! `service-rs migrate`: the command that brings a shared database's schema to this release's, or with
+//! `--status` says where it is without writing. Other commands that open the database never change its schema
+//! (`serve` applies what is missing when it starts).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use service_supervisor::runtime::store::postgres::{Node, PgStore, Schema};
+
+/// `service-rs migrate`.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// The PostgreSQL database shared by the `serve` nodes.
+    #[arg(
+        long,
+        env = "SERVICE_STORE_URL",
+        value_name = "postgres://USER@HOST:PORT/DB",
+        hide_env_values = true
+    )]
+    store: String,
+    /// A PEM file of the CA that signed the database's certificate.
+    #[arg(long, env = "SERVICE_STORE_CA", value_name = "PEM")]
+    store_ca: Option<PathBuf>,
+    /// Say which versions are applied and which this release would apply, and change nothing: exit 0 when none is
+    /// pending, 1 otherwise.
+    #[arg(long)]
+    status: bool,
+}
+
+/// Runs `migrate`.
+pub fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
+    super::tokio()?.block_on(async move {
+        let node = Node {
+            id: format!("migrate-{}", std::process::id()),
+            url: String::new(),
+        };
+        let schema = if args.status { Schema::Leave } else { Schema::Migrate };
+        let store = PgStore::connect_with(
+            &args.store,
+            node,
+            Duration::from_secs(10),
+            args.store_ca.as_deref(),
+            schema,
+        )
+        .await?;
+        let status = store.schema_status().await?;
+        let at = status.applied.iter().max().copied().unwrap_or(0);
+        let list = |v: &[i32]| v.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+        if !args.status {
+            println!("the schema is at version {at}, this release's");
+            return Ok(ExitCode::SUCCESS);
+        }
+        if at > status.known {
+            println!(
+                "the schema is at version {at}, newer than this service-rs knows ({}); upgrade it",
+                status.known
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        if status.pending.is_empty() {
+            println!("the schema is at version {at}, this release's: nothing to apply");
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "the schema is at version {at}; this release would apply {}: run `service-rs migrate` without --status",
+            list(&status.pending)
+        );
+        Ok(ExitCode::FAILURE)
+    })
+}
