@@ -110,9 +110,12 @@ pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Authenticated {
         return match st.rt.tenancy().verify(given).await {
             Ok(Some(caller)) => Authenticated::Caller(caller),
             Ok(None) => Authenticated::Refused,
-            Err(e) => Authenticated::Unchecked(format!(
-                "the token could not be checked: the store is unavailable ({e}); retry shortly"
-            )),
+            // The cause names the store's host: it is in the log (see `Tenancy::verify`), not in an answer to a
+            // client that has not proven who it is.
+            Err(_) => Authenticated::Unchecked(
+                "the token could not be checked: the server's store is unavailable; retry shortly"
+                    .into(),
+            ),
         };
     }
     if let Some(peer) = headers.get(&FORWARDED_BY).and_then(|v| v.to_str().ok()) {

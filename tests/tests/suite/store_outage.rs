@@ -30,6 +30,9 @@ async fn a_tenant_token_that_cannot_be_checked_while_the_database_is_away_is_503
         (503, Some("store_unavailable")),
         "{body}"
     );
+    // A client that has not proven who it is learns nothing of where the store is.
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(!message.contains(&pg.port().to_string()), "{message}");
     let retry = acme
         .req(reqwest::Method::GET, "/sessions")
         .send()
