@@ -46,14 +46,13 @@ pub fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         .await?;
         let status = store.schema_status().await?;
         let at = status.applied.iter().max().copied().unwrap_or(0);
-        let list = |v: &[i32]| v.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
         if !args.status {
             println!("the schema is at version {at}, this release's");
             return Ok(ExitCode::SUCCESS);
         }
         if at > status.known {
             println!(
-                "the schema is at version {at}, newer than this service-rs knows ({}); upgrade it",
+                "the schema is at version {at}, newer than this service-rs knows ({}); upgrade this service-rs",
                 status.known
             );
             return Ok(ExitCode::FAILURE);
@@ -64,7 +63,12 @@ pub fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         }
         println!(
             "the schema is at version {at}; this release would apply {}: run `service-rs migrate` without --status",
-            list(&status.pending)
+            status
+                .pending
+                .iter()
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         Ok(ExitCode::FAILURE)
     })
