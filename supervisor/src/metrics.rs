@@ -62,9 +62,72 @@ pub struct QuotaLabels {
     pub code: String,
 }
 
+/// Labels of the build's info metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// The process's own figures, under the names every Prometheus process collector uses, read when scraped.
+#[derive(Default)]
+struct Process {
+    resident_memory_bytes: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+}
+
+impl Process {
+    fn registry(&self) -> Registry {
+        let mut registry = Registry::default();
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes",
+            self.resident_memory_bytes.clone(),
+        );
+        registry.register(
+            "process_open_fds",
+            "Number of open file descriptors",
+            self.open_fds.clone(),
+        );
+        registry.register(
+            "process_max_fds",
+            "Maximum number of open file descriptors",
+            self.max_fds.clone(),
+        );
+        registry
+    }
+
+    /// Reads the figures from `/proc/self` and the descriptor limit; a figure that cannot be read keeps its last
+    /// value.
+    fn read(&self) {
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096);
+        // statm: size resident shared text lib data dt, in pages.
+        if let Some(resident) = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<i64>().ok())
+        {
+            self.resident_memory_bytes.set(resident * page);
+        }
+        if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
+            self.open_fds.set(entries.count() as i64);
+        }
+        if let Ok((soft, _)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        {
+            self.max_fds.set(i64::try_from(soft).unwrap_or(i64::MAX));
+        }
+    }
+}
+
 /// Every metric of a runtime.
 pub struct Metrics {
     registry: Registry,
+    /// The process's figures, unprefixed.
+    process: Process,
+    process_registry: Registry,
     /// Sessions held in memory.
     pub sessions_live: Gauge,
     /// Running workers, spares included.
@@ -110,7 +173,16 @@ impl Default for Metrics {
             tokens: Family::default(),
             quota_refusals: Family::default(),
             registry: Registry::default(),
+            process: Process::default(),
+            process_registry: Registry::default(),
         };
+        registry.register(
+            "build",
+            "This build of service-rs",
+            prometheus_client::metrics::info::Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
         registry.register(
             "sessions_live",
             "Sessions held in memory",
@@ -167,7 +239,12 @@ impl Default for Metrics {
             "Requests and turns refused by a tenant's quota, by tenant and code",
             m.quota_refusals.clone(),
         );
-        Metrics { registry, ..m }
+        let process_registry = m.process.registry();
+        Metrics {
+            registry,
+            process_registry,
+            ..m
+        }
     }
 }
 
@@ -205,10 +282,14 @@ impl Metrics {
 }
 
 impl Metrics {
-    /// The metrics in the OpenMetrics text format (ends with `# EOF`).
+    /// The metrics in the OpenMetrics text format (ends with `# EOF`), the process's figures read now.
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
+        self.process.read();
         let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.process_registry);
+        let _ = encode_eof(&mut out);
         out
     }
 

@@ -416,6 +416,22 @@ async fn metrics_are_served_with_the_content_type_of_the_openmetrics_body_they_a
         kind,
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
+    // What an operator alerts on first: which build runs, and the process's memory and descriptors.
+    assert!(
+        body.contains(&format!(
+            "service_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{body}"
+    );
+    let rss = metric(&body, "process_resident_memory_bytes", "");
+    let (open, max) = (
+        metric(&body, "process_open_fds", ""),
+        metric(&body, "process_max_fds", ""),
+    );
+    assert!(rss > 1_000_000.0, "{body}");
+    assert!(open >= 3.0 && max > open, "{body}");
+    assert_eq!(body.matches("# EOF").count(), 1, "{body}");
 }
 
 #[tokio::test]
