@@ -22,8 +22,8 @@
 //! The store lives inside `runtime/`, not beside it, because what it persists is the runtime's own vocabulary:
 //! [`SessionRecord`], the journal's [`Published`] events, approval [`Grant`]s and the runtime's errors. Beside
 //! `runtime/` it would import those back from the module that uses it, or take them along and leave `runtime/`
-//! without its types. Outside `runtime/`, only `serve` and `tokens` open a backend (to choose one); everything
-//! else reaches sessions through `ServiceRuntime`.
+//! without its types. Outside `runtime/`, only `serve`, `migrate` and the tenant commands (`tokens`, `usage`) open a
+//! backend (to choose one); everything else reaches sessions through `ServiceRuntime`.
 
 pub mod files;
 mod files_flush;
