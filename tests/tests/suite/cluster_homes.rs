@@ -27,7 +27,7 @@ async fn a_writable_sessions_turns_run_where_its_files_are_and_fail_workspace_lo
     // A stops an idle worker after a second (`serve`'s default is fifteen minutes), and lets go of its lease.
     let idle = ["--idle-timeout", "1s", "--empty-idle-timeout", "1s"];
     let (_a_home, mut a) = node_with(&pg, "a", "2s", &idle);
-    let (_b_home, b) = node_with(&pg, "b", "2s", &[]);
+    let (b_home, b) = node_with(&pg, "b", "2s", &[]);
     let id = a.session(bundle).await;
     assert_eq!(a.answer(&id, "write").await, "wrote");
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -36,6 +36,8 @@ async fn a_writable_sessions_turns_run_where_its_files_are_and_fail_workspace_lo
     let (status, read) = turn(&b, &id, "read").await;
     assert_eq!(status, 200, "{read}");
     assert_eq!(read["final_message"], "read: kept", "{read}");
+    // B only forwarded: it made no directory for the session.
+    assert!(!b_home.path().join("sessions").join(&id).exists());
 
     // A is gone: B does not run the session in a workspace of its own.
     a.server().child.kill().unwrap();

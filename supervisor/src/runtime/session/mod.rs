@@ -265,8 +265,16 @@ impl Session {
             });
         }
         let dir = home.sessions().join(id);
-        std::fs::create_dir_all(dir.join("workspace"))
-            .map_err(|e| RuntimeError::io("cannot create", &dir, e))?;
+        // A session whose files are on another node runs there: this node only forwards its requests and reads
+        // its record and journal from the store, and makes no directory for it.
+        let homed_elsewhere = record
+            .home
+            .as_deref()
+            .is_some_and(|h| store.node_id().as_deref() != Some(h));
+        if !homed_elsewhere {
+            std::fs::create_dir_all(dir.join("workspace"))
+                .map_err(|e| RuntimeError::io("cannot create", &dir, e))?;
+        }
         let session = Self::assemble(store, dir, bundle, record, metrics).await?;
         // A turn another process on this store runs is not lost.
         if !store.shared() && !crate::runtime::store::files_lock::held_elsewhere(&session.dir) {
