@@ -76,6 +76,15 @@ pub fn identity(st: &AppState, caller: &Caller, headers: &HeaderMap) -> super::a
     }
 }
 
+/// Runs the request as `caller` (handed to the handler), and names who it was on the response for the access log.
+pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next) -> Response {
+    let identity = identity(st, &caller, req.headers());
+    req.extensions_mut().insert(caller);
+    let mut response = next.run(req).await;
+    response.extensions_mut().insert(identity);
+    response
+}
+
 /// What a request's token comes to.
 pub enum Authenticated {
     /// The caller it speaks for.
@@ -128,15 +137,9 @@ pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Authenticated {
 }
 
 /// Requires a token the server knows (unless it runs with `--no-auth`) and hands its [`Caller`] to the handler.
-pub async fn require_caller(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+pub async fn require_caller(State(st): State<AppState>, req: Request, next: Next) -> Response {
     match authenticate(&st, req.headers()).await {
-        Authenticated::Caller(caller) => {
-            let identity = identity(&st, &caller, req.headers());
-            req.extensions_mut().insert(caller);
-            let mut response = next.run(req).await;
-            response.extensions_mut().insert(identity);
-            response
-        }
+        Authenticated::Caller(caller) => run_as(&st, caller, req, next).await,
         Authenticated::Unchecked(why) => ApiError::store_unavailable(why).into_response(),
         Authenticated::Refused => ApiError::new(
             StatusCode::UNAUTHORIZED,

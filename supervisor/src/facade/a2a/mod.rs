@@ -196,15 +196,11 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .merge(rpc)
 }
 
-async fn require_token(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
     use crate::server::tenants::Authenticated;
     match crate::server::tenants::authenticate(&st, req.headers()).await {
         Authenticated::Caller(caller) => {
-            let identity = crate::server::tenants::identity(&st, &caller, req.headers());
-            req.extensions_mut().insert(caller);
-            let mut response = next.run(req).await;
-            response.extensions_mut().insert(identity);
-            return response;
+            return crate::server::tenants::run_as(&st, caller, req, next).await
         }
         Authenticated::Unchecked(why) => {
             let body =
