@@ -28,7 +28,22 @@ async fn a_writable_sessions_turns_run_where_its_files_are_and_fail_workspace_lo
     let idle = ["--idle-timeout", "1s", "--empty-idle-timeout", "1s"];
     let (_a_home, mut a) = node_with(&pg, "a", "2s", &idle);
     let (b_home, b) = node_with(&pg, "b", "2s", &[]);
+    // A client cannot pin a session to a node of its choice: the home is the server's to record.
+    let (status, refused) = b
+        .post(
+            "/sessions",
+            serde_json::json!({"bundle_ref": bundle, "home": "b"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{refused}");
     let id = a.session(bundle).await;
+    let (status, refused) = b
+        .patch(
+            &format!("/sessions/{id}"),
+            serde_json::json!({"budget": null, "home": "b"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{refused}");
     assert_eq!(a.answer(&id, "write").await, "wrote");
     tokio::time::sleep(Duration::from_secs(3)).await;
 
