@@ -81,8 +81,9 @@ pub async fn log(
     let client = client.map(|c| c.ip().to_string());
     let span = tracing::info_span!("request", request_id = %id);
     // A client's trace context: the turn this request starts continues its trace.
-    let trace_id = crate::telemetry::client_trace_id(req.headers());
-    let response = match crate::telemetry::context_of(req.headers()) {
+    let parent = crate::telemetry::context_of(req.headers());
+    let trace_id = parent.as_ref().map(crate::telemetry::trace_id);
+    let response = match parent {
         Some(parent) => crate::telemetry::with_parent(parent, next.run(req).instrument(span)).await,
         None => next.run(req).instrument(span).await,
     };

@@ -143,29 +143,26 @@ pub fn shutdown() {
     }
 }
 
-/// The trace context a request's `traceparent` (and `tracestate`) carry; None without a valid one or with traces
-/// off.
+/// The trace context a request's `traceparent` (and `tracestate`) carry, whether or not traces are exported (the
+/// request's log line names its trace); None without a valid one.
 pub fn context_of(headers: &axum::http::HeaderMap) -> Option<Context> {
-    traces()?;
-    client_context(headers)
-}
-
-/// The id of the trace a request's `traceparent` names, whether or not traces are exported: the log line of the
-/// request carries it, to find the request from the client's side.
-pub fn client_trace_id(headers: &axum::http::HeaderMap) -> Option<String> {
-    use opentelemetry::trace::TraceContextExt;
-    client_context(headers).map(|cx| cx.span().span_context().trace_id().to_string())
-}
-
-fn client_context(headers: &axum::http::HeaderMap) -> Option<Context> {
     use opentelemetry::trace::TraceContextExt;
     let propagator = opentelemetry_sdk::propagation::TraceContextPropagator::new();
     let cx = propagator.extract(&opentelemetry_http::HeaderExtractor(headers));
     cx.span().span_context().is_valid().then_some(cx)
 }
 
-/// Runs `work` with `parent` as the trace context any turn it starts continues.
+/// The id of the trace `cx` belongs to.
+pub fn trace_id(cx: &Context) -> String {
+    use opentelemetry::trace::TraceContextExt;
+    cx.span().span_context().trace_id().to_string()
+}
+
+/// Runs `work` with `parent` as the trace context any turn it starts continues; with traces off, just `work`.
 pub async fn with_parent<F: std::future::Future>(parent: Context, work: F) -> F::Output {
+    if traces().is_none() {
+        return work.await;
+    }
     PARENT.scope(parent, work).await
 }
 

@@ -45,17 +45,34 @@ pub async fn versions(client: &deadpool_postgres::Object) -> Result<(Vec<i32>, i
         .query_one("SELECT to_regclass('service_schema') IS NOT NULL", &[])
         .await
         .map_err(|e| said(&e))?;
-    let mut applied = Vec::new();
-    if made.get::<_, bool>(0) {
-        applied = client
-            .query("SELECT version FROM service_schema ORDER BY version", &[])
-            .await
-            .map_err(|e| said(&e))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-    }
-    Ok((applied, MIGRATIONS.last().map_or(0, |m| m.0)))
+    let applied = match made.get::<_, bool>(0) {
+        true => applied(client).await?,
+        false => Vec::new(),
+    };
+    Ok((applied, newest()))
+}
+
+/// The newest version this release knows.
+fn newest() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}
+
+/// The versions recorded in `service_schema`, in order.
+async fn applied(client: &impl deadpool_postgres::GenericClient) -> Result<Vec<i32>, String> {
+    Ok(client
+        .query("SELECT version FROM service_schema ORDER BY version", &[])
+        .await
+        .map_err(|e| said(&e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// What to say of a database whose schema is at version `v`, newer than this release's `ours`.
+fn newer(v: i32, ours: i32) -> String {
+    format!(
+        "the database's schema is at version {v}, newer than this service-rs knows ({ours}); upgrade this node"
+    )
 }
 
 /// Checks, without writing anything, that the database holds the schema of this release: for commands that open
@@ -72,10 +89,7 @@ pub async fn check(client: &deadpool_postgres::Object) -> Result<(), String> {
             "the database's schema is at version {v}, older than this service-rs's ({ours}): run `service-rs \
              migrate --store URL` of this release first"
         )),
-        v if v > ours => Err(format!(
-            "the database's schema is at version {v}, newer than this service-rs knows ({ours}); upgrade this \
-             service-rs"
-        )),
+        v if v > ours => Err(newer(v, ours)),
         _ => Ok(()),
     }
 }
@@ -94,18 +108,9 @@ pub async fn migrate(client: &mut deadpool_postgres::Object) -> Result<(), Strin
     )
     .await
     .map_err(|e| said(&e))?;
-    let applied: Vec<i32> = tx
-        .query("SELECT version FROM service_schema", &[])
-        .await
-        .map_err(|e| said(&e))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
-    if let Some(v) = applied.iter().find(|v| **v > newest) {
-        return Err(format!(
-            "the database's schema is at version {v}, newer than this service-rs knows ({newest}); upgrade this node"
-        ));
+    let applied = applied(&tx).await?;
+    if let Some(v) = applied.iter().find(|v| **v > newest()) {
+        return Err(newer(*v, newest()));
     }
     for (version, sql) in MIGRATIONS {
         if applied.contains(version) {
