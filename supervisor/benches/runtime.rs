@@ -27,6 +27,9 @@
 //!     limits: what the sandbox's mounts cost before the worker runs;
 //!   - before each round, the time to make a new file in the home's file system, which tells a run that met
 //!     recent deletions (below) from a slower build;
+//! - against a model that takes 300 ms before each answer (`runtime/slow_model.rs`, alone with
+//!   `BENCH_ONLY=slow_model`): the confined one-shot against the same with `--dangerous-sandbox-mode`, with one
+//!   Bash call and with a text answer;
 //! - workers as the session gets them (`service-worker`, the small binary beside `service-rs`) and as
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
@@ -65,6 +68,9 @@ mod loopback;
 
 #[path = "runtime/host_mounts.rs"]
 mod host_mounts;
+
+#[path = "runtime/slow_model.rs"]
+mod slow_model;
 
 #[path = "common/session_sandbox.rs"]
 mod session_sandbox;
@@ -271,6 +277,9 @@ fn main() -> BenchResult<()> {
     let exe = std::env::var_os("BENCH_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("slow_model") {
+        return slow_model::rows(&exe, iters);
+    }
     let home = tempfile::TempDir::new()?;
     let host_bundle = tempfile::TempDir::new()?;
     write_bundle(host_bundle.path(), "danger_full_access")?;
@@ -300,6 +309,7 @@ fn main() -> BenchResult<()> {
     // First: the rows below create and delete hundreds of sessions, and on ext4 without a journal a new file
     // costs more for a while after many were deleted (see the header). The one-shots should not measure that.
     loopback::rows(&exe, &worker_exe, iters, &tokio)?;
+    slow_model::rows(&exe, iters)?;
 
     let m = tokio.block_on(async {
         // Interleaved, so the sandboxed create and its baseline share the machine's drift.

@@ -27,7 +27,14 @@ pub struct Server {
     pub bash: String,
     /// The same with a Glob call: a tool that starts no shell.
     pub glob: String,
+    /// The `bash` model taking [`SLOW`] before each answer, as a hosted model's first byte does.
+    pub slow_bash: String,
+    /// The text model taking [`SLOW`] before each answer.
+    pub slow: String,
 }
+
+/// How long the `slow` models wait before each answer.
+pub const SLOW: Duration = Duration::from_millis(300);
 
 /// How long the `thinking` model waits before it answers.
 pub const THINKING: Duration = Duration::from_millis(30);
@@ -144,6 +151,20 @@ pub fn start() -> std::io::Result<Server> {
                         }),
                     )
                     .route(
+                        "/slow/v1/chat/completions",
+                        axum::routing::post(|body: axum::body::Bytes| async move {
+                            tokio::time::sleep(SLOW).await;
+                            completions(body).await
+                        }),
+                    )
+                    .route(
+                        "/slow-bash/v1/chat/completions",
+                        axum::routing::post(|body: axum::body::Bytes| async move {
+                            tokio::time::sleep(SLOW).await;
+                            respond(&body, Some(("Bash", r#"{"command":"true"}"#)))
+                        }),
+                    )
+                    .route(
                         "/glob/v1/chat/completions",
                         axum::routing::post(|body: axum::body::Bytes| async move {
                             respond(&body, Some(("Glob", r#"{"pattern":"*"}"#)))
@@ -157,6 +178,8 @@ pub fn start() -> std::io::Result<Server> {
         thinking: format!("http://{addr}/thinking/v1"),
         bash: format!("http://{addr}/bash/v1"),
         glob: format!("http://{addr}/glob/v1"),
+        slow_bash: format!("http://{addr}/slow-bash/v1"),
+        slow: format!("http://{addr}/slow/v1"),
     })
 }
 

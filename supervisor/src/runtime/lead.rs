@@ -4,7 +4,9 @@
 //! library's own functions build it), and streams the reply as the turn's events. A reply with no tool call ends
 //! the turn there: no sandbox is started, and no worker is involved, for a turn that runs nothing. A reply with
 //! tool calls starts the worker (a spare when one is ready) when none runs, and hands it the turn in `RunTurn`,
-//! carrying the reply: the worker runs the calls and goes on as for any turn.
+//! carrying the reply: the worker runs the calls and goes on as for any turn. When the bundle offers tools and the
+//! first call has not answered within [`AHEAD_AFTER`] (by default), the worker starts beside it, so that with a real model the
+//! sandbox's start is behind the model's time rather than added to the turn.
 //!
 //! Nothing here comes from the sandbox: the supervisor chose the model and wrote the query from its own state, and
 //! the worker receives only what the model answered, which it would have been sent anyway. Bundles with MCP servers
@@ -102,7 +104,16 @@ pub(super) struct Led {
     /// The workspace's checkpoint before the turn, taken while the first call is on the wire: no tool runs, and
     /// the turn does not end, before it is done.
     pub checkpoint: Option<super::checkpoints::Pending>,
+    /// Cancelled once the first call has its answer: a worker not yet started ahead of the turn is not started
+    /// then (see `RuntimeOptions::worker_ahead_after`).
+    pub first_done: CancellationToken,
 }
+
+/// How long a turn's first model call runs, by default, before the session's worker starts beside it, when the
+/// bundle offers tools. A model on loopback answers within a few milliseconds, and a turn that ends in that text starts no
+/// sandbox; a real model takes hundreds, behind which the sandbox's start (about 10 ms) is hidden. A turn that
+/// ends in text after that keeps the worker as the session's, as any turn that ran a tool does.
+pub(super) const AHEAD_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A turn's first model call, as its lead gets it.
 pub(super) enum FirstCall {
@@ -125,7 +136,9 @@ enum Outcome {
 impl Led {
     /// Leads the turn from its `first` call to its end, or to its worker, started with `start_worker`.
     pub(super) async fn run(mut self, first: FirstCall, start_worker: StartWorker) {
-        let outcome = match self.first_reply(first).await {
+        let outcome = self.first_reply(first).await;
+        self.first_done.cancel();
+        let outcome = match outcome {
             done @ Outcome::Done(..) => {
                 match super::checkpoints::settled(self.checkpoint.take()).await {
                     Ok(()) => done,

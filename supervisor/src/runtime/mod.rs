@@ -103,6 +103,9 @@ pub struct RuntimeOptions {
     /// Keep a sandboxed worker started ahead for each bundle in use, for its next session (see `prestart`), and
     /// make the files sandboxes share when a session is created rather than at its worker's start.
     pub prestart_sandboxes: bool,
+    /// How long a led turn's first model call runs before the session's worker starts beside it, when the bundle
+    /// offers tools (see `lead`); None starts it only once the model calls a tool.
+    pub worker_ahead_after: Option<Duration>,
     /// Bytes a session's journal may hold; past it the running turn fails with `journal_quota` and no new turn
     /// starts.
     pub journal_quota: u64,
@@ -150,6 +153,7 @@ impl RuntimeOptions {
             dangerous_sandbox_mode: false,
             sandbox_user: crate::sandbox::identity::SandboxUser::default_for_this_process(),
             prestart_sandboxes: false,
+            worker_ahead_after: Some(lead::AHEAD_AFTER),
             journal_quota: std::env::var("SERVICE_JOURNAL_QUOTA_MB")
                 .ok()
                 .and_then(|v| v.parse::<u64>().ok())
@@ -617,6 +621,30 @@ impl ServiceRuntime {
         if let Some(w) = slot.as_ref().filter(|w| w.is_alive()) {
             return Ok(w.clone());
         }
+        self.start_worker_in(session, &mut slot).await
+    }
+
+    /// Starts the session's worker ahead of turn `turn_id`'s need for it, while the turn's first model call runs
+    /// (see `lead`): not when one runs, nor once that turn has ended (the session may be gone with it).
+    async fn worker_ahead(&self, session: &Arc<Session>, turn_id: &str) {
+        let mut slot = session.worker.lock().await;
+        if slot.as_ref().is_some_and(|w| w.is_alive())
+            || session.active_turn().as_deref() != Some(turn_id)
+        {
+            return;
+        }
+        if let Err(e) = self.start_worker_in(session, &mut slot).await {
+            // The turn's own start says it, if the turn comes to need the worker.
+            tracing::debug!(session = %session.id, "the worker started ahead failed: {e}");
+        }
+    }
+
+    /// Starts the session's worker into its `slot`, held locked.
+    async fn start_worker_in(
+        &self,
+        session: &Arc<Session>,
+        slot: &mut Option<WorkerHandle>,
+    ) -> Result<WorkerHandle> {
         if !session.bundle.root.is_dir() {
             return Err(RuntimeError::BundleRemoved(session.bundle.reference()));
         }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
 
 use service_ipc::{
     EventPayload, ModelRef, SandboxMode, Task, ToWorker, TurnContext, TurnOverrides,
@@ -257,6 +258,24 @@ impl ServiceRuntime {
         let (rt, for_worker) = (self.clone(), session.clone());
         let start_worker: lead::StartWorker =
             Box::new(move || async move { rt.worker(&for_worker).await }.boxed());
+        let first_done = CancellationToken::new();
+        let running =
+            (session.worker.try_lock()).is_ok_and(|w| w.as_ref().is_some_and(|w| w.is_alive()));
+        if let Some(after) = self
+            .inner
+            .options
+            .worker_ahead_after
+            .filter(|_| !running && !session.bundle.manifest.tools.is_empty())
+        {
+            let (rt, session, turn) = (self.clone(), session.clone(), turn_id.to_string());
+            let done = first_done.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = done.cancelled() => {}
+                    _ = tokio::time::sleep(after) => rt.worker_ahead(&session, &turn).await,
+                }
+            });
+        }
         let led = Led {
             rt: self.inner.clone(),
             session: session.clone(),
@@ -266,6 +285,7 @@ impl ServiceRuntime {
             model,
             cancel,
             checkpoint,
+            first_done,
         };
         tokio::spawn(led.run(first, start_worker));
         Ok(())

@@ -12,10 +12,12 @@ use super::providers::{bundle, local, openai_text, openai_tool_call};
 use super::support::Env;
 
 /// A session of a host-mode bundle using the openai provider at `server`, in a runtime whose worker wrapper appends
-/// a line to the returned file each time it starts the real worker.
+/// a line to the returned file each time it starts the real worker. `ahead` is when a worker starts beside a turn's
+/// first model call (`RuntimeOptions::worker_ahead_after`; `Default` as the runtime has it).
 async fn counted_session(
     env: &Env,
     server: &ProviderServer,
+    ahead: Ahead,
 ) -> (
     service_supervisor::ServiceRuntime,
     String,
@@ -45,13 +47,27 @@ async fn counted_session(
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = wrapper);
+    let rt = super::support::runtime_with(env.home.path(), |o| {
+        o.worker_exe = wrapper;
+        if ahead == Ahead::Never {
+            o.worker_ahead_after = None;
+        }
+    });
     let id = rt
         .create_session(dir.to_str().unwrap(), None)
         .await
         .unwrap()
         .id;
     (rt, id, starts)
+}
+
+/// Whether a session's worker may start beside a turn's first model call.
+#[derive(PartialEq)]
+enum Ahead {
+    /// As the runtime does by default: once the call has run a few milliseconds.
+    Default,
+    /// Only once the model calls a tool: what a turn with a model that answers at once does.
+    Never,
 }
 
 fn starts(file: &std::path::Path) -> usize {
@@ -79,7 +95,7 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
         openai_tool_call("echo last"),
         openai_text("Fourth."),
     ]);
-    let (rt, id, started) = counted_session(&env, &server).await;
+    let (rt, id, started) = counted_session(&env, &server, Ahead::Never).await;
 
     // A text answer: the supervisor asked the model itself, and no worker started.
     let (first, events) = super::support::run_turn(&rt, &id, "hi").await;
@@ -180,7 +196,7 @@ async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_message
         openai_tool_call("echo next"),
         openai_text("Next."),
     ]);
-    let (rt, id, started) = counted_session(&env, &server).await;
+    let (rt, id, started) = counted_session(&env, &server, Ahead::Never).await;
     let turn = {
         let (rt, id) = (rt.clone(), id.clone());
         tokio::spawn(async move { super::support::run_turn(&rt, &id, "hi").await.0 })
@@ -218,13 +234,14 @@ async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_interrupted_led_turn_ends_at_once_keeps_its_prompt_and_starts_no_worker() {
+async fn an_interrupted_led_turn_ends_at_once_and_keeps_its_prompt_with_its_worker_started_beside_it(
+) {
     let env = Env::new();
     let server = ProviderServer::start(vec![
         openai_text("Never finished.").pause_after("Never", Duration::from_secs(30)),
         openai_text("Fine."),
     ]);
-    let (rt, id, started) = counted_session(&env, &server).await;
+    let (rt, id, started) = counted_session(&env, &server, Ahead::Default).await;
     let mut events = rt.subscribe_session(&id).await.unwrap();
     let pending = rt
         .start_turn(&id, service_ipc::Task::new("wait"), Default::default())
@@ -237,6 +254,17 @@ async fn an_interrupted_led_turn_ends_at_once_keeps_its_prompt_and_starts_no_wor
             break;
         }
     }
+    // The model is mid-answer for 30 s: the worker has started beside it.
+    let worker_file = started.clone();
+    tokio::task::spawn_blocking(move || {
+        super::support::wait_until(
+            Duration::from_secs(10),
+            || starts(&worker_file) == 1,
+            || "no worker started beside the long first call".into(),
+        )
+    })
+    .await
+    .unwrap();
     let t = Instant::now();
     assert_eq!(rt.interrupt(&id).await.unwrap(), pending.turn_id);
     let outcome = tokio::time::timeout(Duration::from_secs(5), pending.outcome)
@@ -245,7 +273,6 @@ async fn an_interrupted_led_turn_ends_at_once_keeps_its_prompt_and_starts_no_wor
         .unwrap();
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert_eq!(outcome.error.map(|e| e.0).as_deref(), Some("interrupted"));
-    assert_eq!(starts(&started), 0);
 
     let (next, _) = super::support::run_turn(&rt, &id, "go on").await;
     assert_eq!(next.final_message, "Fine.");
@@ -254,6 +281,62 @@ async fn an_interrupted_led_turn_ends_at_once_keeps_its_prompt_and_starts_no_wor
     // system, wait (kept, unanswered), go on
     assert_eq!(asked.len(), 3, "{asked:?}");
     assert_eq!(asked[1]["content"], "wait");
+    assert_eq!(
+        starts(&started),
+        1,
+        "the worker started ahead is the session's"
+    );
+    rt.shutdown("test over").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_first_call_has_the_worker_started_beside_it_which_then_holds_that_turn_once() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(1500)),
+        openai_tool_call("echo next"),
+        openai_text("Next."),
+    ]);
+    let (rt, id, started) = counted_session(&env, &server, Ahead::Default).await;
+    let turn = {
+        let (rt, id) = (rt.clone(), id.clone());
+        tokio::spawn(async move { super::support::run_turn(&rt, &id, "hi").await.0 })
+    };
+    let worker_file = started.clone();
+    tokio::task::spawn_blocking(move || {
+        super::support::wait_until(
+            Duration::from_secs(10),
+            || starts(&worker_file) == 1,
+            || "no worker started beside the slow first call".into(),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        !turn.is_finished(),
+        "the worker started only after the model's answer"
+    );
+    let first = turn.await.unwrap();
+    assert_eq!(
+        first.final_message, "Slow answer here.",
+        "{:?}",
+        first.error
+    );
+
+    // The worker read the history before the turn ended and was told of the turn after: it holds it once.
+    let (second, _) = super::support::run_turn(&rt, &id, "and then").await;
+    assert_eq!(second.final_message, "Next.", "{:?}", second.error);
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 3, "one call per reply");
+    let asked = reqs[2].body["messages"].as_array().unwrap();
+    // system, hi, Slow answer here., and then, the call, its result
+    assert_eq!(asked.len(), 6, "{asked:?}");
+    assert_eq!(asked[2]["content"], "Slow answer here.");
+    assert_eq!(
+        starts(&started),
+        1,
+        "the turn's tool call ran on that worker"
+    );
     rt.shutdown("test over").await;
 }
 
