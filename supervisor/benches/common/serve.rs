@@ -10,10 +10,12 @@ use std::process::{Child, Command, Stdio};
 pub const TOKEN: &str = "bench-token";
 
 /// A server over `home` with `extra` arguments, on a free loopback port; the child (the caller kills it) and its
-/// base URL.
+/// base URL. `BENCH_EXE` names the `service-rs` to run instead of this build's.
 pub fn serve(home: &Path, extra: &[&str]) -> Result<(Child, String), Box<dyn std::error::Error>> {
     use std::io::BufRead;
-    let exe = env!("CARGO_BIN_EXE_service-rs");
+    // `BENCH_EXE` runs another build (to compare two in one sitting).
+    let exe =
+        std::env::var_os("BENCH_EXE").unwrap_or_else(|| env!("CARGO_BIN_EXE_service-rs").into());
     let mut command = Command::new(exe);
     command
         .args(["serve", "--bind", "127.0.0.1:0", "--token", TOKEN])
