@@ -411,63 +411,115 @@ fn a_fork_storm_hits_the_process_limit() {
     assert!(out.contains("storm-over"), "{out}");
 }
 
+/// A directory an unprivileged user owns, with copies of the binaries (the build's own directory may be closed to
+/// that user), its store, and the bundles made there; as root, commands run as `nobody`.
+struct Unprivileged {
+    dir: tempfile::TempDir,
+    env: Env,
+    root: bool,
+}
+
+impl Unprivileged {
+    fn new() -> Unprivileged {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let built = super::support::binary();
+        for name in ["service-rs", "service-worker"] {
+            std::fs::copy(built.with_file_name(name), bin.join(name)).unwrap();
+        }
+        Unprivileged {
+            dir,
+            env: Env::new(),
+            root: nix::unistd::geteuid().is_root(),
+        }
+    }
+
+    /// A bundle whose model runs `command`, in `sandbox`, at `<dir>/<name>`.
+    fn bundle(&self, name: &str, sandbox: &str, command: &str) -> std::path::PathBuf {
+        bundle(&self.env, name, sandbox, command);
+        let project = self.dir.path().join(name);
+        std::fs::rename(self.env.path(name), &project).unwrap();
+        project
+    }
+
+    /// Runs `service-rs args` in the directory as the unprivileged user (everything in it made theirs first).
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = self.dir.path().join("bin/service-rs");
+        let mut command = if self.root {
+            for entry in walkdir::WalkDir::new(self.dir.path()).into_iter().flatten() {
+                std::os::unix::fs::lchown(entry.path(), Some(65534), Some(65534)).unwrap();
+            }
+            std::fs::set_permissions(self.dir.path(), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "nobody", "--"]).arg(bin);
+            c
+        } else {
+            std::process::Command::new(bin)
+        };
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("SERVICE_HOME", self.dir.path().join("home"))
+            .env("HOME", self.dir.path())
+            .output()
+            .unwrap()
+    }
+}
+
 #[test]
 fn a_supervisor_started_by_an_unprivileged_user_runs_commands_in_its_sandbox() {
-    use std::os::unix::fs::PermissionsExt;
-    // A directory the unprivileged user owns, with copies of the binaries (the build's own directory may be closed
-    // to that user), its store and its bundle.
-    let dir = tempfile::tempdir().unwrap();
-    let root = nix::unistd::geteuid().is_root();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let built = super::support::binary();
-    for name in ["service-rs", "service-worker"] {
-        std::fs::copy(built.with_file_name(name), bin.join(name)).unwrap();
-    }
-    let env = Env::new();
-    bundle(
-        &env,
+    let user = Unprivileged::new();
+    let project = user.bundle(
         "plain",
         r#"{ mode: "workspace_write", permissions: { network: [] } }"#,
         "id -u; echo made > /workspace/made.txt && cat /workspace/made.txt",
     );
-    let project = dir.path().join("plain");
-    std::fs::rename(env.path("plain"), &project).unwrap();
-    let home = dir.path().join("home");
-    if root {
-        for entry in walkdir::WalkDir::new(dir.path()).into_iter().flatten() {
-            std::os::unix::fs::lchown(entry.path(), Some(65534), Some(65534)).unwrap();
-        }
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let run = |args: &[&str]| {
-        let mut command = if root {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "nobody", "--"]).arg(bin.join("service-rs"));
-            c
-        } else {
-            std::process::Command::new(bin.join("service-rs"))
-        };
-        command
-            .args(args)
-            .current_dir(dir.path())
-            .env("SERVICE_HOME", &home)
-            .env("HOME", dir.path())
-            .output()
-            .unwrap()
-    };
-    let built = run(&["build", project.to_str().unwrap()]);
+    let built = user.run(&["build", project.to_str().unwrap()]);
     assert!(
         built.status.success(),
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let out = run(&["run", "plain", "--prompt", "go"]);
+    let out = user.run(&["run", "plain", "--prompt", "go"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains("1000\nmade"),
         "the command ran as the sandbox's uid 1000 and wrote its workspace: {text}{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_unprivileged_user_with_dangerous_sandbox_mode_runs_commands_on_the_host_as_themselves() {
+    let user = Unprivileged::new();
+    let project = user.bundle(
+        "host",
+        r#"{ mode: "workspace_write", permissions: { network: [] } }"#,
+        "id -u; echo made > made.txt && cat made.txt",
+    );
+    let out = user.run(&[
+        "run",
+        project.to_str().unwrap(),
+        "--prompt",
+        "go",
+        "--dangerous-sandbox-mode",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let uid = match user.root {
+        true => 65534,
+        false => nix::unistd::geteuid().as_raw(),
+    };
+    assert!(
+        out.status.success() && text.contains(&format!("{uid}\nmade")),
+        "the command ran on the host as the user and wrote the directory it ran in: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(user.dir.path().join("made.txt")).unwrap(),
+        "made\n"
     );
 }
 

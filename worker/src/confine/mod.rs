@@ -90,6 +90,12 @@ pub fn confine(
 fn in_child(prep: &Prepared, strictness: Strictness) -> std::io::Result<()> {
     // SAFETY: see `confine`.
     unsafe {
+        if strictness == Strictness::BestEffort {
+            // The worker is not dumpable (`hardening`), so its `/proc/self` files are root's: a worker that is not
+            // root could not write the new namespace's uid_map. On the host that is every user's worker; the
+            // command is dumpable from its exec on anyway, and until then runs only this hook.
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+        }
         if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC) == 0 {
             map_ids(prep)?;
             become_reaper_of_pid_one()?;
