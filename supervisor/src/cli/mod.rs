@@ -266,8 +266,14 @@ pub fn run(cli: Cli) -> ExitCode {
             eprintln!("warning: {e}; going on without traces");
         }
     }
+    let json = server && cli.log_format == logging::LogFormat::Json;
     let code = match dispatch(cli) {
         Ok(code) => code,
+        // A server logging JSON says its last word as JSON too.
+        Err(err) if json => {
+            tracing::error!(error = %message(&err), "serve failed");
+            ExitCode::FAILURE
+        }
         Err(err) => {
             eprintln!("error: {}", message(&err));
             ExitCode::FAILURE
@@ -310,6 +316,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Some(base) = cli.remote.as_deref() {
         return dispatch_remote(base, cli.command);
     }
+    let log_format = cli.log_format;
     match cli.command {
         Command::Init {
             dir,
@@ -341,7 +348,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pull { source, access } => registry::pull(&home()?, &source, &access),
         Command::Run(args) => run::run(home()?, args),
         Command::Batch(args) => batch::run(home()?, args),
-        Command::Serve(args) => serve::serve(home()?, *args),
+        Command::Serve(args) => serve::serve(home()?, *args, log_format),
         Command::Sessions(args) => sessions::run(
             backend::Backend::Local(runtime(home()?, false, false, &[], None)?),
             args,

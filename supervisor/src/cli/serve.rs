@@ -226,7 +226,65 @@ fn allowed_registries(values: &[String]) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
-pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// What `serve` says about itself, beside its log: plain lines, or under `--log-format json` log events like every
+/// other line of stderr, and a JSON object for the address on stdout, so a log collector reads nothing but JSON.
+#[derive(Clone, Copy)]
+struct Notices {
+    json: bool,
+}
+
+impl Notices {
+    fn warning(self, text: &str) {
+        match self.json {
+            true => tracing::warn!("{text}"),
+            false => eprintln!("warning: {text}"),
+        }
+    }
+
+    /// The address on stdout, where scripts read it (`--bind 127.0.0.1:0` picks the port).
+    fn listening(self, bound: SocketAddr) {
+        let url = format!("http://{bound}");
+        match self.json {
+            true => {
+                println!("{}", serde_json::json!({ "listening": url }));
+                tracing::info!(address = %url, "listening");
+            }
+            false => println!("service-rs listening on {url}"),
+        }
+    }
+
+    /// Where the token is. A JSON log is shipped to collectors, so it names the file and never the token.
+    fn token(self, made: Option<&str>, kept: bool, file: &std::path::Path) {
+        let file = file.display();
+        match (self.json, made) {
+            (true, Some(_)) => tracing::info!(token_file = %file, "a new token was made; it is in the token file"),
+            (true, None) if kept => tracing::info!(token_file = %file, "the token is the one in the token file"),
+            (false, Some(token)) => eprintln!(
+                "token: {token} (stored in {file}; --remote clients on this machine read it from there)"
+            ),
+            (false, None) if kept => eprintln!(
+                "token: the one in {file} (kept across restarts; serve --rotate-token makes a new one)"
+            ),
+            _ => {}
+        }
+    }
+
+    fn stopped(self) {
+        match self.json {
+            true => tracing::info!("stopped"),
+            false => eprintln!("service-rs stopped"),
+        }
+    }
+}
+
+pub fn serve(
+    home: ServiceHome,
+    args: ServeArgs,
+    log_format: super::logging::LogFormat,
+) -> anyhow::Result<ExitCode> {
+    let notices = Notices {
+        json: log_format == super::logging::LogFormat::Json,
+    };
     service_supervisor::telemetry::init(args.otlp_endpoint.as_deref())?;
     // `localhost` means IPv4 loopback, without asking a resolver that might answer ::1 or something else.
     let bind = match args.bind.strip_prefix("localhost:") {
@@ -241,7 +299,9 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     if args.dangerous_sandbox_mode {
-        eprintln!("warning: --dangerous-sandbox-mode: every session worker runs on the host without confinement");
+        notices.warning(
+            "--dangerous-sandbox-mode: every session worker runs on the host without confinement",
+        );
     }
     for m in &args.allow_model {
         if !m.contains('/') {
@@ -327,14 +387,11 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
                     service_supervisor::runtime::store::postgres::Schema::Migrate,
                 )
                 .await
-                    .context("cannot open the session store")?
+                .context("cannot open the session store")?
                 .with_turn_flush(runtime_options.turn_flush);
                 let marker = home.cluster_file();
-                std::fs::write(
-                    &marker,
-                    format!("{}\n", store.describe()),
-                )
-                .with_context(|| format!("cannot write {}", marker.display()))?;
+                std::fs::write(&marker, format!("{}\n", store.describe()))
+                    .with_context(|| format!("cannot write {}", marker.display()))?;
                 options.cluster = Some(server::forward::Cluster {
                     node_id: shared.node.id,
                     token: shared.cluster_token,
@@ -347,25 +404,15 @@ pub fn serve(home: ServiceHome, args: ServeArgs) -> anyhow::Result<ExitCode> {
             rt,
             options,
             |bound, token| {
-                println!("service-rs listening on http://{bound}");
-                if let Some(token) = token {
-                    eprintln!(
-                        "token: {token} (stored in {}; --remote clients on this machine read it from there)",
-                        token_file.display()
-                    );
-                } else if keeps_token {
-                    eprintln!(
-                        "token: the one in {} (kept across restarts; serve --rotate-token makes a new one)",
-                        token_file.display()
-                    );
-                }
+                notices.listening(bound);
+                notices.token(token, keeps_token, &token_file);
             },
             stop_signal(),
         )
         .await?;
         anyhow::Ok(())
     })?;
-    eprintln!("service-rs stopped");
+    notices.stopped();
     Ok(ExitCode::SUCCESS)
 }
 

@@ -356,11 +356,16 @@ impl Server {
         let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("read serve stdout");
+        // `service-rs listening on URL`, or `{"listening": URL}` under `--log-format json`.
+        let line = line.trim();
         let base = line
-            .trim()
             .strip_prefix("service-rs listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
-            .to_string();
+            .map(str::to_string)
+            .or_else(|| {
+                let json: serde_json::Value = serde_json::from_str(line).ok()?;
+                json["listening"].as_str().map(str::to_string)
+            })
+            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"));
         let token = std::fs::read_to_string(home.join("serve.token"))
             .ok()
             .map(|t| t.trim().to_string());
