@@ -13,5 +13,10 @@ fn main() -> std::process::ExitCode {
         return code;
     }
     cli::complete::answer_if_asked();
+    // Still one thread: the environment may change.
+    if let Err(e) = cli::secret_files::load() {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     cli::run(cli::Cli::parse_args())
 }

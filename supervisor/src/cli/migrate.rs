@@ -11,7 +11,7 @@ use service_supervisor::runtime::store::postgres::{Node, PgStore, Schema};
 /// `service-rs migrate`.
 #[derive(Debug, clap::Args)]
 pub struct MigrateArgs {
-    /// The PostgreSQL database shared by the `serve` nodes.
+    /// The PostgreSQL database shared by the `serve` nodes (SERVICE_STORE_URL_FILE names a file holding it).
     #[arg(
         long,
         env = "SERVICE_STORE_URL",

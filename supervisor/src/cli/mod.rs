@@ -25,6 +25,7 @@ mod remote;
 mod run;
 mod run_args;
 mod run_start;
+pub(crate) mod secret_files;
 mod serve;
 mod session_pick;
 mod sessions;

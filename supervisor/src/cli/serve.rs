@@ -19,7 +19,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = server::DEFAULT_BIND)]
     bind: String,
     /// Bearer token every endpoint but /healthz requires; without one, the token in $SERVICE_HOME/serve.token (mode
-    /// 0600) is used, generated and printed once when there is none.
+    /// 0600) is used, generated and printed once when there is none. SERVICE_TOKEN_FILE names a file holding it.
     #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Replace the stored token with a new one (signed-in browsers and scripts must then use the new one).
@@ -106,7 +106,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pass_env: Vec<String>,
     /// Keep sessions in this PostgreSQL database, shared with other `serve` nodes (default: files under
-    /// $SERVICE_HOME). See SCALING.md.
+    /// $SERVICE_HOME). See SCALING.md. SERVICE_STORE_URL_FILE names a file holding it.
     #[arg(
         long,
         env = "SERVICE_STORE_URL",
@@ -122,6 +122,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL")]
     advertise_url: Option<String>,
     /// Token the nodes sharing the store present to each other when they forward requests; the same on every node.
+    /// SERVICE_CLUSTER_TOKEN_FILE names a file holding it.
     #[arg(
         long,
         env = "SERVICE_CLUSTER_TOKEN",

@@ -23,7 +23,8 @@ pub struct TokensArgs {
 /// Which store's tenant directory a local command reads.
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
-    /// The PostgreSQL store the servers share, instead of the files under $SERVICE_HOME.
+    /// The PostgreSQL store the servers share, instead of the files under $SERVICE_HOME (SERVICE_STORE_URL_FILE
+    /// names a file holding it).
     #[arg(
         long,
         global = true,

@@ -66,6 +66,7 @@ mod run_headless;
 mod run_terminal;
 mod sandbox;
 mod schema_access;
+mod secret_files;
 mod serve_output;
 mod sessions_cli;
 mod sessions_here;
