@@ -5,8 +5,8 @@
 //! the turn there: no sandbox is started, and no worker is involved, for a turn that runs nothing. A reply with
 //! tool calls starts the worker (a spare when one is ready) when none runs, and hands it the turn in `RunTurn`,
 //! carrying the reply: the worker runs the calls and goes on as for any turn. When the bundle offers tools and the
-//! first call has not answered within [`AHEAD_AFTER`] (by default), the worker starts beside it, so that with a real model the
-//! sandbox's start is behind the model's time rather than added to the turn.
+//! first call has not answered within [`AHEAD_AFTER`] (by default), the worker starts beside it, so that with a
+//! real model the sandbox's start is behind the model's time rather than added to the turn.
 //!
 //! Nothing here comes from the sandbox: the supervisor chose the model and wrote the query from its own state, and
 //! the worker receives only what the model answered, which it would have been sent anyway. Bundles with MCP servers
@@ -110,9 +110,9 @@ pub(super) struct Led {
 }
 
 /// How long a turn's first model call runs, by default, before the session's worker starts beside it, when the
-/// bundle offers tools. A model on loopback answers within a few milliseconds, and a turn that ends in that text starts no
-/// sandbox; a real model takes hundreds, behind which the sandbox's start (about 10 ms) is hidden. A turn that
-/// ends in text after that keeps the worker as the session's, as any turn that ran a tool does.
+/// bundle offers tools. A model on loopback answers within a few milliseconds, and a turn that ends in that text
+/// starts no sandbox; a real model takes hundreds, behind which the sandbox's start (about 10 ms) is hidden. A
+/// turn that ends in text after that keeps the worker as the session's, as any turn that ran a tool does.
 pub(super) const AHEAD_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A turn's first model call, as its lead gets it.

@@ -74,6 +74,52 @@ fn starts(file: &std::path::Path) -> usize {
     std::fs::read_to_string(file).map_or(0, |s| s.lines().count())
 }
 
+/// Waits until the worker has started once, as counted in `file`.
+async fn started_once(file: &std::path::Path, what: &'static str) {
+    let file = file.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        super::support::wait_until(
+            Duration::from_secs(10),
+            || starts(&file) == 1,
+            || what.into(),
+        )
+    })
+    .await
+    .unwrap();
+}
+
+/// A model whose first answer is text that takes 1.5 s, then a tool call and its answer.
+fn slow_text_then_a_tool_call() -> ProviderServer {
+    ProviderServer::start(vec![
+        openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(1500)),
+        openai_tool_call("echo next"),
+        openai_text("Next."),
+    ])
+}
+
+/// The slow text turn's answer, then a tool-calling turn whose worker's request holds the first turn once.
+async fn the_worker_holds_the_slow_turn_once(
+    rt: &service_supervisor::ServiceRuntime,
+    id: &str,
+    server: &ProviderServer,
+    first: service_supervisor::runtime::TurnOutcome,
+) {
+    assert_eq!(
+        first.final_message, "Slow answer here.",
+        "{:?}",
+        first.error
+    );
+    // A tool call: the worker's own request after it shows the worker's copy of the conversation.
+    let (second, _) = super::support::run_turn(rt, id, "and then").await;
+    assert_eq!(second.final_message, "Next.", "{:?}", second.error);
+    let reqs = server.recorded();
+    assert_eq!(reqs.len(), 3, "one call per reply");
+    let asked = reqs[2].body["messages"].as_array().unwrap();
+    // system, hi, Slow answer here., and then, the call, its result
+    assert_eq!(asked.len(), 6, "the worker lacks the led turn: {asked:?}");
+    assert_eq!(asked[2]["content"], "Slow answer here.");
+}
+
 /// Event kinds in order, but for `checkpoint_created`, which lands anywhere among the first reply's events.
 fn kinds(events: &[service_ipc::EventMsg]) -> Vec<&'static str> {
     events
@@ -191,11 +237,7 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_messages() {
     let env = Env::new();
-    let server = ProviderServer::start(vec![
-        openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(1500)),
-        openai_tool_call("echo next"),
-        openai_text("Next."),
-    ]);
+    let server = slow_text_then_a_tool_call();
     let (rt, id, started) = counted_session(&env, &server, Ahead::Never).await;
     let turn = {
         let (rt, id) = (rt.clone(), id.clone());
@@ -216,20 +258,7 @@ async fn a_worker_started_by_a_command_during_a_led_turn_gets_that_turns_message
     assert_eq!(command.exit_code, Some(0));
     assert_eq!(starts(&started), 1);
     let first = turn.await.unwrap();
-    assert_eq!(
-        first.final_message, "Slow answer here.",
-        "{:?}",
-        first.error
-    );
-
-    // A tool call: the worker's own request after it shows the worker's copy of the conversation.
-    let (second, _) = super::support::run_turn(&rt, &id, "and then").await;
-    assert_eq!(second.final_message, "Next.", "{:?}", second.error);
-    let reqs = server.recorded();
-    let asked = reqs[2].body["messages"].as_array().unwrap();
-    // system, hi, Slow answer here., and then, the call, its result
-    assert_eq!(asked.len(), 6, "the worker lacks the led turn: {asked:?}");
-    assert_eq!(asked[2]["content"], "Slow answer here.");
+    the_worker_holds_the_slow_turn_once(&rt, &id, &server, first).await;
     rt.shutdown("test over").await;
 }
 
@@ -255,16 +284,7 @@ async fn an_interrupted_led_turn_ends_at_once_and_keeps_its_prompt_with_its_work
         }
     }
     // The model is mid-answer for 30 s: the worker has started beside it.
-    let worker_file = started.clone();
-    tokio::task::spawn_blocking(move || {
-        super::support::wait_until(
-            Duration::from_secs(10),
-            || starts(&worker_file) == 1,
-            || "no worker started beside the long first call".into(),
-        )
-    })
-    .await
-    .unwrap();
+    started_once(&started, "no worker started beside the long first call").await;
     let t = Instant::now();
     assert_eq!(rt.interrupt(&id).await.unwrap(), pending.turn_id);
     let outcome = tokio::time::timeout(Duration::from_secs(5), pending.outcome)
@@ -292,46 +312,20 @@ async fn an_interrupted_led_turn_ends_at_once_and_keeps_its_prompt_with_its_work
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_first_call_has_the_worker_started_beside_it_which_then_holds_that_turn_once() {
     let env = Env::new();
-    let server = ProviderServer::start(vec![
-        openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(1500)),
-        openai_tool_call("echo next"),
-        openai_text("Next."),
-    ]);
+    let server = slow_text_then_a_tool_call();
     let (rt, id, started) = counted_session(&env, &server, Ahead::Default).await;
     let turn = {
         let (rt, id) = (rt.clone(), id.clone());
         tokio::spawn(async move { super::support::run_turn(&rt, &id, "hi").await.0 })
     };
-    let worker_file = started.clone();
-    tokio::task::spawn_blocking(move || {
-        super::support::wait_until(
-            Duration::from_secs(10),
-            || starts(&worker_file) == 1,
-            || "no worker started beside the slow first call".into(),
-        )
-    })
-    .await
-    .unwrap();
+    started_once(&started, "no worker started beside the slow first call").await;
     assert!(
         !turn.is_finished(),
         "the worker started only after the model's answer"
     );
-    let first = turn.await.unwrap();
-    assert_eq!(
-        first.final_message, "Slow answer here.",
-        "{:?}",
-        first.error
-    );
-
     // The worker read the history before the turn ended and was told of the turn after: it holds it once.
-    let (second, _) = super::support::run_turn(&rt, &id, "and then").await;
-    assert_eq!(second.final_message, "Next.", "{:?}", second.error);
-    let reqs = server.recorded();
-    assert_eq!(reqs.len(), 3, "one call per reply");
-    let asked = reqs[2].body["messages"].as_array().unwrap();
-    // system, hi, Slow answer here., and then, the call, its result
-    assert_eq!(asked.len(), 6, "{asked:?}");
-    assert_eq!(asked[2]["content"], "Slow answer here.");
+    let first = turn.await.unwrap();
+    the_worker_holds_the_slow_turn_once(&rt, &id, &server, first).await;
     assert_eq!(
         starts(&started),
         1,
