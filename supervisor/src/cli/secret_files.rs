@@ -1,6 +1,6 @@
-//! `NAME_FILE` for the secrets the server's commands read from the environment (`serve`, `migrate`, `tokens`): a
-//! container platform mounts a secret as a file, while a variable's value shows in the pod's spec and in every
-//! `ps e`. The file's content, less trailing whitespace, becomes the variable's value before the command line is
+//! `NAME_FILE` for the secrets read from the environment by the server's commands (`serve`, `migrate`, `tokens`)
+//! and by `--remote` clients (`SERVICE_TOKEN`): a container platform mounts a secret as a file, while a variable's
+//! value shows in the pod's spec and in every `ps e`. The file's content, less trailing whitespace, becomes the variable's value before the command line is
 //! parsed, so a flag given on the command line still wins.
 
 /// The variables that may come from a file.
