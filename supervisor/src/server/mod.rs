@@ -10,6 +10,7 @@
 pub mod access;
 pub mod admission;
 pub mod api;
+pub mod audit;
 pub mod bundle_routes;
 pub mod console;
 pub mod contract;

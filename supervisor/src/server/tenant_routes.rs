@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::api::ApiResult;
 use super::api::{ApiError, ApiJson, ApiPath, ApiQuery, Body};
+use super::audit::Actor;
 use super::state::AppState;
 use super::tenants::admin_only;
 use crate::tenancy::usage::{self, UsageReport};
@@ -102,6 +103,7 @@ fn validity(text: &str) -> Option<std::time::Duration> {
 pub async fn create_token(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
+    actor: Actor,
     ApiJson(req): ApiJson<CreateToken>,
 ) -> ApiResult<impl IntoResponse> {
     admin_only(&caller, "making tokens")?;
@@ -127,6 +129,11 @@ pub async fn create_token(
     )
     .await
     .map_err(directory_error)?;
+    actor.record(
+        "token_created",
+        &made.id,
+        serde_json::json!({"tenant": made.tenant, "admin": made.admin, "expires_at": made.expires_at}),
+    );
     Ok((StatusCode::CREATED, Json(made)))
 }
 
@@ -153,6 +160,7 @@ pub async fn list_tokens(
 pub async fn revoke_token(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     admin_only(&caller, "revoking tokens")?;
@@ -166,6 +174,7 @@ pub async fn revoke_token(
     if !gone {
         return Err(directory_error(TenancyError::UnknownToken(id)));
     }
+    actor.record("token_revoked", &id, serde_json::Value::Null);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -176,6 +185,7 @@ pub async fn revoke_token(
 pub async fn set_quota(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
+    actor: Actor,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(quota): ApiJson<Quota>,
 ) -> ApiResult<Json<Quota>> {
@@ -187,6 +197,11 @@ pub async fn set_quota(
         .set_quota(&tenant, &quota)
         .await
         .map_err(directory_error)?;
+    actor.record(
+        "quota_set",
+        &tenant,
+        serde_json::to_value(quota).unwrap_or_default(),
+    );
     Ok(Json(quota))
 }
 
@@ -199,6 +214,7 @@ pub async fn set_quota(
 pub async fn grant_bundle(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
+    actor: Actor,
     ApiPath((tenant, reference)): ApiPath<(String, String)>,
 ) -> ApiResult<Json<serde_json::Value>> {
     admin_only(&caller, "granting bundles")?;
@@ -210,6 +226,11 @@ pub async fn grant_bundle(
         .grant_now(&tenant, &name)
         .await
         .map_err(directory_error)?;
+    actor.record(
+        "bundle_granted",
+        &tenant,
+        serde_json::json!({"bundle": name}),
+    );
     Ok(Json(serde_json::json!({"tenant": tenant, "bundle": name})))
 }
 
@@ -221,6 +242,7 @@ pub async fn grant_bundle(
 pub async fn ungrant_bundle(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
+    actor: Actor,
     ApiPath((tenant, reference)): ApiPath<(String, String)>,
 ) -> ApiResult<StatusCode> {
     admin_only(&caller, "taking grants back")?;
@@ -240,6 +262,11 @@ pub async fn ungrant_bundle(
             format!("tenant \"{tenant}\" has no grant of {name}"),
         ));
     }
+    actor.record(
+        "bundle_ungranted",
+        &tenant,
+        serde_json::json!({"bundle": name}),
+    );
     Ok(StatusCode::NO_CONTENT)
 }
 

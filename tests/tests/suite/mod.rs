@@ -4,6 +4,7 @@ mod acp;
 mod acp_projects;
 mod approval_reasons;
 mod approvals;
+mod audit;
 mod batch;
 mod browser;
 mod budgets;

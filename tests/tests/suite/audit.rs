@@ -1,0 +1,74 @@
+//! The audit trail: each change to who may do what (a token made or revoked, a quota set) is one `audit` log line
+//! naming the actor's tenant and token id, the client's address, the action and what it changed, and never a
+//! token's secret; a refused attempt changes nothing and leaves no audit line. Against the real `serve`.
+
+use serde_json::{json, Value};
+
+use super::http_client::Api;
+use super::support::{Env, Server};
+
+#[tokio::test]
+async fn token_and_quota_changes_each_leave_an_audit_line_naming_actor_client_and_change() {
+    let env = Env::new();
+    let server = Server::start(env.home.path(), &["--log-format", "json"], &[]);
+    let operator = Api::new(server);
+    let (status, made) = operator
+        .post("/tokens", json!({"tenant": "acme", "admin": true}))
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let (acme_id, acme_token) = (
+        made["id"].as_str().unwrap().to_string(),
+        made["token"].as_str().unwrap().to_string(),
+    );
+    // A tenant's admin token acts as itself: the trail names its id.
+    let acme = operator.beside(&acme_token);
+    let (status, second) = acme.post("/tokens", json!({"tenant": "acme"})).await;
+    assert_eq!(status, 201, "{second}");
+    let second_id = second["id"].as_str().unwrap().to_string();
+    let (status, body) = acme
+        .put("/tenants/acme/quota", json!({"sessions": 3}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = acme.delete(&format!("/tokens/{second_id}")).await;
+    assert_eq!(status, 204);
+    // Refused: a token that is not one changes nothing, and no audit line says it did.
+    let stranger = operator.beside("not-a-token");
+    let (status, _) = stranger.post("/tokens", json!({"tenant": "acme"})).await;
+    assert_eq!(status, 401);
+
+    let log = operator
+        .server
+        .json_log_with("for the revocation", |l| l["action"] == "token_revoked");
+    let audit: Vec<&Value> = log.iter().filter(|l| l["message"] == "audit").collect();
+    let seen: Vec<(&str, &str, &str)> = audit
+        .iter()
+        .map(|l| {
+            (
+                l["action"].as_str().unwrap_or_default(),
+                l["object"].as_str().unwrap_or_default(),
+                l["actor_token"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("token_created", acme_id.as_str(), "server"),
+            ("token_created", second_id.as_str(), acme_id.as_str()),
+            ("quota_set", "acme", acme_id.as_str()),
+            ("token_revoked", second_id.as_str(), acme_id.as_str()),
+        ],
+        "{audit:#?}"
+    );
+    for line in &audit {
+        assert_eq!(line["client"], "127.0.0.1", "{line}");
+    }
+    assert_eq!(audit[0]["actor_tenant"], "default", "{}", audit[0]);
+    assert!(audit[2]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("\"sessions\":3"));
+    let text = serde_json::to_string(&log).unwrap();
+    assert!(!text.contains(&acme_token), "a token reached the log");
+    assert!(!text.contains(second["token"].as_str().unwrap()));
+}
