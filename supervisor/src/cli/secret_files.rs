@@ -8,6 +8,7 @@ const SECRETS: &[&str] = &[
     "SERVICE_TOKEN",
     "SERVICE_CLUSTER_TOKEN",
     "SERVICE_STORE_URL",
+    "SERVICE_METRICS_TOKEN",
 ];
 
 /// Sets each secret whose `_FILE` variable names a file from that file. Call before any thread starts: it

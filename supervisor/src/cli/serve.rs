@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// for the per-client caps and the log. The header of any other peer is ignored.
     #[arg(long, value_name = "CIDR", value_parser = trusted_proxy)]
     trusted_proxy: Vec<ipnet::IpNet>,
+    /// A token that may read GET /metrics and nothing else, for a scraper (admin tokens still may).
+    /// SERVICE_METRICS_TOKEN_FILE names a file holding it.
+    #[arg(long, env = "SERVICE_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
     /// Stop a session's worker after it has been idle this long (and spare workers no session took); its next turn
     /// starts one again. `0` keeps them.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
@@ -339,6 +343,7 @@ pub fn serve(
     }
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
     options.policy.trusted_proxies = args.trusted_proxy.clone();
+    options.policy.metrics_token = args.metrics_token.clone().filter(|t| !t.is_empty());
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     let clustered = shared.is_some();

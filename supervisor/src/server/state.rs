@@ -58,6 +58,9 @@ pub struct ClientPolicy {
     /// against the caps, and is logged, as the client's address that header gives. From anyone else the header is
     /// ignored, since a client may write it.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// A token that may read `GET /metrics` and nothing else (`--metrics-token`), for a scraper that should hold
+    /// no admin token.
+    pub metrics_token: Option<String>,
     /// A tenant sees only the installed bundles granted to it, or that it pulled or imported
     /// (`--tenant-bundles`); otherwise every tenant sees every bundle.
     pub tenant_bundles: bool,

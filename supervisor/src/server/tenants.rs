@@ -140,6 +140,17 @@ pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Authenticated {
 
 /// Requires a token the server knows (unless it runs with `--no-auth`) and hands its [`Caller`] to the handler.
 pub async fn require_caller(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if metrics_scrape(&st, &req) {
+        // The scraper's token reads the metrics, as the operator, and nothing else.
+        let mut req = req;
+        req.extensions_mut().insert(Caller::operator());
+        let mut response = next.run(req).await;
+        response.extensions_mut().insert(super::access::Identity {
+            tenant: Caller::operator().tenant,
+            token_id: "metrics".into(),
+        });
+        return response;
+    }
     match authenticate(&st, req.headers()).await {
         Authenticated::Caller(caller) => run_as(&st, caller, req, next).await,
         Authenticated::Unchecked(why) => ApiError::store_unavailable(why).into_response(),
@@ -151,6 +162,17 @@ pub async fn require_caller(State(st): State<AppState>, req: Request, next: Next
         )
         .into_response(),
     }
+}
+
+/// Whether `req` is `GET /metrics` with the metrics token (`--metrics-token`), which opens that and nothing else.
+fn metrics_scrape(st: &AppState, req: &Request) -> bool {
+    let Some(expected) = st.policy.metrics_token.as_deref() else {
+        return false;
+    };
+    req.method() == axum::http::Method::GET
+        && req.uri().path() == "/metrics"
+        && bearer(req.headers())
+            .is_some_and(|given| token::same_secret(given.as_bytes(), expected.as_bytes()))
 }
 
 /// What a path names: `/sessions/{id}…` or `/approvals/{id}`.

@@ -46,6 +46,7 @@ mod llama_server;
 mod mcp;
 mod mcp_confinement;
 mod mcp_real;
+mod metrics_access;
 mod openai_facade;
 mod operations;
 mod paper_cuts;
