@@ -91,6 +91,20 @@ impl Tmux {
         }
     }
 
+    /// Waits until `text` is no longer on the screen (a key's effect, before the next keys land on it).
+    #[track_caller]
+    pub fn wait_gone(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.screen().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "{text:?} never went; the screen:\n{}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn running(&self) -> bool {
         self.cmd(&["has-session", "-t", "main"])
             .output()

@@ -156,6 +156,8 @@ fn at_opens_a_file_picker_that_skips_ignored_files_and_slash_opens_the_commands(
         tmux.screen()
     );
     tmux.keys(&["C-c"]);
+    // The input is cleared before the next keys come, or they would land in it.
+    tmux.wait_gone("@built");
 
     tmux.keys(&["-l", "/he"]);
     let screen = tmux.wait_for("commands · Tab completes");
