@@ -13,7 +13,8 @@
 //! The answer is [`trickled_answer`]. `inflated_usage` claims a billion tokens each way, in a `usage_update` and as
 //! its turn ends, and starts a hundred tool calls the model never asked for. `undeclared_subagent` asks for a subagent its agent.yaml does not declare and ends its turn with
 //! the answer. `last_words` writes [`LAST_WORDS`] deltas and exits at once, so that the last of them arrive
-//! with the end of the connection.
+//! with the end of the connection. `ahead_forgery` (see [`ahead_forgery`]) forges frames of a led turn it was
+//! never handed.
 
 // A test fixture: it panics on a broken set-up by design; the workspace lint is for library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -263,6 +264,9 @@ fn main() {
         )
         .expect("resources/attack.txt");
         let attack = attack.trim();
+        if attack == "ahead_forgery" {
+            ahead_forgery(&conn.outbox).await;
+        }
         let mut inbound = conn.inbound;
         let (mut turn, mut answer) = (String::new(), String::new());
         while let Some(Ok(frame)) = inbound.next().await {
@@ -404,6 +408,32 @@ fn main() {
             }
         }
     });
+}
+
+/// `ahead_forgery`: a worker started beside a led turn's first model call, never handed that turn, writes text
+/// into it and ends it. It learns the turn's id from `turn.txt` in its workspace (the test leaves it there; a real
+/// sandbox has no way to it, so this is the attack at its strongest), then leaves `forged.txt` to say it sent the
+/// frames.
+async fn ahead_forgery(outbox: &service_worker::conn::Outbox) {
+    let mut turn = String::new();
+    for _ in 0..500 {
+        turn = std::fs::read_to_string("turn.txt").unwrap_or_default();
+        if !turn.trim().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let turn = turn.trim();
+    let delta = ToSupervisor::Event(EventPayload::AgentMessageDelta {
+        turn_id: turn.into(),
+        delta: "forged".into(),
+    });
+    std::fs::write("forged.txt", turn).expect("the marker");
+    for f in [delta, finished(turn, "forged")] {
+        if !outbox.send(f).await {
+            return;
+        }
+    }
 }
 
 /// A completed `TurnFinished` of `turn_id` answering `text`, with no messages.

@@ -248,11 +248,14 @@ fn outside_turns(payload: &EventPayload) -> bool {
     )
 }
 
-/// `turn_id` must be the session's running turn.
+/// `turn_id` must be the session's running turn, handed to the worker: a turn the supervisor still leads (see
+/// `lead`) is none of a worker's business, though one runs beside it (started ahead, or by a command).
 pub fn running_turn(session: &Session, turn_id: &str) -> Result<(), String> {
-    match session.active_turn() {
-        Some(active) if active == turn_id => Ok(()),
-        _ => Err(format!("a frame for turn {turn_id}, which is not running")),
+    match session.handed_turn() {
+        Some(handed) if handed == turn_id => Ok(()),
+        _ => Err(format!(
+            "a frame for turn {turn_id}, which is not running or not handed to it"
+        )),
     }
 }
 

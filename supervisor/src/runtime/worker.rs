@@ -497,12 +497,13 @@ impl Actor {
                 error,
             } => {
                 // A turn the supervisor already ended (interrupted while the worker was slow) may still report; it
-                // changes nothing. Any other turn id is a forgery.
-                if self.session.active_turn().as_deref() != Some(turn_id.as_str()) {
-                    if self.session.knows_turn(&turn_id) {
+                // changes nothing. Any other turn id is a forgery, the turn the supervisor leads among them.
+                if let Err(e) = frame_guard::running_turn(&self.session, &turn_id) {
+                    let ended = self.session.active_turn().as_deref() != Some(turn_id.as_str());
+                    if ended && self.session.knows_turn(&turn_id) {
                         return Ok(());
                     }
-                    return Err(format!("finished turn {turn_id}, which it was never given"));
+                    return Err(format!("finished turn {turn_id}: {e}"));
                 }
                 self.rt.approvals.drop_turn(&turn_id);
                 self.session.finish_turn(TurnEnd {

@@ -450,3 +450,70 @@ async fn a_taken_over_worker_killed_for_a_forgery_cannot_end_a_text_turn_it_has_
     );
     rt.shutdown("test over").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_ahead_of_a_led_turn_can_neither_write_into_it_nor_end_it() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("Patient answer.").pause_after("Patient", Duration::from_millis(1500))
+    ]);
+    // A confined bundle whose worker is the escape suite's hostile one, playing `ahead_forgery`: started beside the
+    // slow first call, inside its sandbox, it forges that turn's text and end with the turn's own id.
+    bundle(&env, "forger", "openai", "gpt-test", local(&server));
+    let dir = env.path("forger");
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(dir.join("resources/attack.txt"), "ahead_forgery").unwrap();
+    let exe = super::support::binary().with_file_name("hostile-worker");
+    let rt = super::support::runtime_with(env.home.path(), |o| o.worker_exe = exe);
+    let record = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap();
+    let mut events = rt.subscribe_session(&record.id).await.unwrap();
+    let pending = rt
+        .start_turn(&record.id, service_ipc::Task::new("hi"), Default::default())
+        .await
+        .unwrap();
+    let workspace = std::path::Path::new(&record.cwd);
+    std::fs::write(workspace.join("turn.txt"), &pending.turn_id).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), pending.outcome)
+        .await
+        .expect("the turn ended")
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("forged.txt"))
+            .ok()
+            .as_deref(),
+        Some(pending.turn_id.as_str()),
+        "the worker started ahead never sent its forgery"
+    );
+    assert_eq!(
+        outcome.final_message, "Patient answer.",
+        "the forged end ended the supervisor's turn: {:?}",
+        outcome.error
+    );
+    let mut seen = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(
+        Duration::from_millis(200),
+        futures::StreamExt::next(&mut events),
+    )
+    .await
+    {
+        seen.push(msg);
+    }
+    let payloads = format!("{:?}", seen.iter().map(|e| &e.payload).collect::<Vec<_>>());
+    assert!(
+        !payloads.contains("forged"),
+        "a forged frame reached the turn's events: {payloads}"
+    );
+    assert_eq!(
+        kinds(&seen),
+        [
+            "turn_started",
+            "agent_message_delta",
+            "agent_message_delta",
+            "turn_completed"
+        ]
+    );
+    rt.shutdown("test over").await;
+}
