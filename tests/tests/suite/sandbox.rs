@@ -524,6 +524,42 @@ fn an_unprivileged_user_with_dangerous_sandbox_mode_runs_commands_on_the_host_as
 }
 
 #[test]
+fn a_host_command_of_an_unprivileged_user_cannot_read_its_reaper_or_its_worker_through_proc() {
+    let user = Unprivileged::new();
+    // The shell's parent (host pids: /proc is the host's) is the reaper forked from the worker, and its parent the
+    // worker: a command of the same user tries their environment and descriptors.
+    let probe = r#"read -r -a me < /proc/self/stat; reaper=${me[3]}; read -r -a r < /proc/$reaper/stat; worker=${r[3]}
+echo "worker comm: $(cat /proc/$worker/comm)"
+for p in $reaper $worker; do
+  if cat /proc/$p/environ > /dev/null 2>&1; then echo "read the environment of $p"; else echo "environment of $p refused"; fi
+  if ls /proc/$p/fd > /dev/null 2>&1; then echo "listed the descriptors of $p"; fi
+done"#;
+    let project = user.bundle(
+        "snoop",
+        r#"{ mode: "workspace_write", permissions: { network: [] } }"#,
+        probe,
+    );
+    let out = user.run(&[
+        "run",
+        project.to_str().unwrap(),
+        "--prompt",
+        "go",
+        "--dangerous-sandbox-mode",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("worker comm: service-worker"),
+        "the probe did not find the worker: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("refused").count(), 2, "{text}");
+    assert!(
+        !text.contains("read the environment") && !text.contains("listed the descriptors"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_store_under_a_long_path_still_starts_sandboxes_that_reach_the_network() {
     // The egress proxy's socket lives in the store; its path here is longer than a socket address may be.
     let base = tempfile::tempdir().unwrap();

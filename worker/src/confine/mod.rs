@@ -98,6 +98,9 @@ fn in_child(prep: &Prepared, strictness: Strictness) -> std::io::Result<()> {
         }
         if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC) == 0 {
             map_ids(prep)?;
+            // Not dumpable again: the reaper forked next is a copy of the worker's memory, and the command, of
+            // the same user, must not read it through /proc.
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             become_reaper_of_pid_one()?;
             // From here we are the command's shell, pid 1 of its namespace.
             drop_capabilities();
