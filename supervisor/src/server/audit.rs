@@ -8,21 +8,27 @@ use axum::http::request::Parts;
 
 use super::access::Identity;
 use super::listener::ClientAddr;
+use super::state::AppState;
+use crate::tenancy::Caller;
 
-/// Who asked for a change: the identity `tenants::run_as` put on the request and the client `access::log`
-/// resolved.
+/// Who asked for a change: the caller `tenants::run_as` put on the request, named as the access log names it, and
+/// the client `access::log` resolved. Worked out only by the handlers that change something.
 #[derive(Debug, Clone)]
 pub struct Actor {
     identity: Option<Identity>,
     client: Option<String>,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for Actor {
+impl FromRequestParts<AppState> for Actor {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Self::Rejection> {
+        let identity = parts
+            .extensions
+            .get::<Caller>()
+            .map(|caller| super::tenants::identity(st, caller, &parts.headers));
         Ok(Actor {
-            identity: parts.extensions.get::<Identity>().cloned(),
+            identity,
             client: parts
                 .extensions
                 .get::<ClientAddr>()

@@ -80,8 +80,6 @@ pub fn identity(st: &AppState, caller: &Caller, headers: &HeaderMap) -> super::a
 pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next) -> Response {
     let identity = identity(st, &caller, req.headers());
     req.extensions_mut().insert(caller);
-    // For the audit trail (`audit::Actor`).
-    req.extensions_mut().insert(identity.clone());
     let mut response = next.run(req).await;
     response.extensions_mut().insert(identity);
     response

@@ -1,6 +1,7 @@
 //! The audit trail: each change to who may do what (a token made or revoked, a quota set) is one `audit` log line
-//! naming the actor's tenant and token id, the client's address, the action and what it changed, and never a
-//! token's secret; a refused attempt changes nothing and leaves no audit line. Against the real `serve`.
+//! naming the actor's tenant and token id, the client's address as it connected (whatever address its headers
+//! claim), the action and what it changed, and never a token's secret; a refused attempt changes nothing and leaves
+//! no audit line. Against the real `serve`.
 
 use serde_json::{json, Value};
 
@@ -29,8 +30,14 @@ async fn token_and_quota_changes_each_leave_an_audit_line_naming_actor_client_an
         .put("/tenants/acme/quota", json!({"sessions": 3}))
         .await;
     assert_eq!(status, 200, "{body}");
-    let (status, _) = acme.delete(&format!("/tokens/{second_id}")).await;
-    assert_eq!(status, 204);
+    // A client names another address: no proxy is trusted, so the trail keeps the one it came from.
+    let revoked = acme
+        .req(reqwest::Method::DELETE, &format!("/tokens/{second_id}"))
+        .header("x-forwarded-for", "203.0.113.9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 204);
     // Refused: a token that is not one changes nothing, and no audit line says it did.
     let stranger = operator.beside("not-a-token");
     let (status, _) = stranger.post("/tokens", json!({"tenant": "acme"})).await;
