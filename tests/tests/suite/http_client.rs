@@ -112,10 +112,6 @@ impl Api {
         self.call(reqwest::Method::PUT, path, Some(body)).await
     }
 
-    pub(super) async fn delete(&self, path: &str) -> (u16, Value) {
-        self.call(reqwest::Method::DELETE, path, None).await
-    }
-
     pub(super) async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::PATCH, path, Some(body)).await
     }
