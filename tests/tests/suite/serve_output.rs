@@ -11,7 +11,12 @@ use super::support::{Env, Server};
 async fn serve_with_json_logs_writes_only_json_lines_and_names_the_token_file_not_the_token() {
     let env = Env::new();
     // Started without a token: serve makes one, which a text log would show.
-    let server = Server::start(env.home.path(), &["--log-format", "json"], &[]);
+    // No pre-stop delay: SIGTERM stops it at once, rather than after the 5 s a load balancer is given.
+    let server = Server::start(
+        env.home.path(),
+        &["--log-format", "json", "--pre-stop-delay", "0s"],
+        &[],
+    );
     let token = server.token.clone().expect("serve made a token");
     let health = reqwest::get(format!("{}/healthz", server.base))
         .await
