@@ -94,7 +94,11 @@ pub fn body(request: &ModelRequest, settings: &ModelSettings) -> Value {
 }
 
 /// Streams the completion of `request`.
-pub fn stream(request: ModelRequest, keys: KeyPolicy, on_retry: OnRetry) -> ChunkStream {
+pub fn stream(
+    request: std::sync::Arc<ModelRequest>,
+    keys: KeyPolicy,
+    on_retry: OnRetry,
+) -> ChunkStream {
     http::spawn_stream(move |tx| async move {
         let end = run(&request, &keys, on_retry, &tx).await;
         let _ = tx.send(end).await;
@@ -155,7 +159,7 @@ async fn run(
     };
     let own = auth_headers(&ep);
     let headers = http::headers(own, &settings);
-    let resp = match http::send(&ep, &headers, &body(request, &settings)).await {
+    let resp = match http::send(&ep, &headers, http::json_bytes(&body(request, &settings))).await {
         Ok(r) => r,
         Err(failed) => return failed,
     };

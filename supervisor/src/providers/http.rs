@@ -176,16 +176,31 @@ fn transport_cause(e: &reqwest::Error) -> (Cause, String) {
     (cause, text)
 }
 
-/// POSTs `body` (with `headers`) and returns the response of the first attempt that is not retryable.
+/// A JSON request to `ep` of `body`, serialized already.
+fn post_json(ep: &Endpoint, body: &bytes::Bytes) -> reqwest::RequestBuilder {
+    client()
+        .post(&ep.url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.clone())
+}
+
+/// `body` as a request's JSON, for a wire format that builds it as a `Value`.
+pub fn json_bytes(body: &Value) -> Vec<u8> {
+    serde_json::to_vec(body).unwrap_or_default()
+}
+
+/// POSTs `body`, a JSON document (with `headers`), and returns the response of the first attempt that is not
+/// retryable.
 pub async fn send(
     ep: &Endpoint,
     headers: &[(String, String)],
-    body: &Value,
+    body: Vec<u8>,
 ) -> Result<reqwest::Response, ModelChunk> {
+    let body = bytes::Bytes::from(body);
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut req = client().post(&ep.url).json(body);
+        let mut req = post_json(ep, &body);
         for (k, v) in headers {
             req = req.header(k.as_str(), v);
         }
@@ -280,12 +295,13 @@ pub async fn get(
 pub async fn probe(
     ep: &Endpoint,
     headers: &[(String, String)],
-    body: &Value,
+    body: Vec<u8>,
 ) -> Option<ModelChunk> {
+    let body = bytes::Bytes::from(body);
     // Twice: the pooled connection the broken stream used may be the one that is handed out first, and dead.
     let mut resp = None;
     for _ in 0..2 {
-        let mut req = client().post(&ep.url).json(body);
+        let mut req = post_json(ep, &body);
         for (k, v) in headers {
             req = req.header(k.as_str(), v);
         }

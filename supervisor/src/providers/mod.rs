@@ -146,11 +146,11 @@ pub async fn reach(model: &ModelRef, keys: &keys::KeyPolicy) -> Reach {
 pub fn stream(
     bundle: &Bundle,
     keys: &keys::KeyPolicy,
-    request: ModelRequest,
+    request: std::sync::Arc<ModelRequest>,
     on_retry: OnRetry,
 ) -> ChunkStream {
     match request.model.provider.as_str() {
-        "scripted" => scripted::stream(bundle, request),
+        "scripted" => scripted::stream(bundle, &request),
         "openai" => openai::stream(request, keys.clone(), on_retry),
         "anthropic" => anthropic::stream(request, keys.clone(), on_retry),
         choice::AUTO => futures::stream::once(futures::future::ready(ModelChunk::Failed {

@@ -182,7 +182,7 @@ pub async fn run(
     let body = body(request, settings);
     let stored = settings.store == Some(true);
     let headers = http::headers(own, settings);
-    let resp = match http::send(ep, &headers, &body).await {
+    let resp = match http::send(ep, &headers, http::json_bytes(&body)).await {
         Ok(r) => r,
         Err(failed) => return failed,
     };

@@ -72,8 +72,8 @@ fn echo(name: &str, messages: &[ChatMessage]) -> Vec<(u64, ModelChunk)> {
 }
 
 /// Streams the scripted reply to `request`.
-pub fn stream(bundle: &Bundle, request: ModelRequest) -> ChunkStream {
-    let chunks = match plan(bundle, &request) {
+pub fn stream(bundle: &Bundle, request: &ModelRequest) -> ChunkStream {
+    let chunks = match plan(bundle, request) {
         Ok(c) => c,
         Err(message) => vec![(
             0,

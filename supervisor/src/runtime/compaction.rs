@@ -207,7 +207,12 @@ async fn summarise(
     let on_retry: crate::providers::OnRetry =
         Arc::new(|r| tracing::info!("summary call retried: {}", r.reason));
     let request_model = request.model.clone();
-    let mut chunks = crate::providers::stream(&session.bundle, &rt.options.keys, request, on_retry);
+    let mut chunks = crate::providers::stream(
+        &session.bundle,
+        &rt.options.keys,
+        Arc::new(request),
+        on_retry,
+    );
     let mut text = String::new();
     while let Some(chunk) = chunks.next().await {
         match chunk {

@@ -72,6 +72,8 @@ fn compacting(
     session: &Arc<Session>,
     request: ModelRequest,
 ) -> BoxStream<'static, ModelChunk> {
+    // Shared with the call rather than copied: a retry after an overflow reads it again.
+    let request = Arc::new(request);
     let mut first = once(rt, session, request.clone());
     if session.bundle.agent.memory.compaction == crate::bundle::agent::Compaction::Off {
         return first;
@@ -84,7 +86,7 @@ fn compacting(
                 if let Some(again) =
                     super::compaction::after_overflow(&rt, &session, &request).await
                 {
-                    return once(&rt, &session, again);
+                    return once(&rt, &session, Arc::new(again));
                 }
             }
         }
@@ -98,7 +100,7 @@ fn compacting(
 fn once(
     rt: &Arc<Inner>,
     session: &Arc<Session>,
-    request: ModelRequest,
+    request: Arc<ModelRequest>,
 ) -> BoxStream<'static, ModelChunk> {
     let retried = session.clone();
     let turn_id = request.turn_id.clone();
@@ -127,13 +129,12 @@ fn once(
 fn provider_stream(
     bundle: &Bundle,
     rt: &Inner,
-    request: ModelRequest,
+    request: Arc<ModelRequest>,
     on_retry: providers::OnRetry,
 ) -> BoxStream<'static, ModelChunk> {
-    let offered: std::collections::HashSet<String> =
-        request.tools.iter().map(|t| t.name.clone()).collect();
+    let offered = request.clone();
     providers::stream(bundle, &rt.options.keys, request, on_retry)
-        .map(move |chunk| checked_call(chunk, &offered))
+        .map(move |chunk| checked_call(chunk, &offered.tools))
         .boxed()
 }
 
@@ -144,11 +145,11 @@ const MAX_CALL_ID_BYTES: usize = 128;
 /// [`crate::telemetry::MAX_LABEL_BYTES`]: the worker answers the model that there is no such tool, and no event,
 /// span or log line carries the model's whole string. A call id longer than [`MAX_CALL_ID_BYTES`] is replaced by
 /// `call_` and a digest of it, the same each time, so its result still pairs with it.
-fn checked_call(chunk: ModelChunk, offered: &std::collections::HashSet<String>) -> ModelChunk {
+fn checked_call(chunk: ModelChunk, offered: &[service_ipc::ToolSpec]) -> ModelChunk {
     let ModelChunk::ToolCall { mut call } = chunk else {
         return chunk;
     };
-    if !offered.contains(&call.name) {
+    if !offered.iter().any(|t| t.name == call.name) {
         call.name = crate::telemetry::label(&call.name);
     }
     if call.id.len() > MAX_CALL_ID_BYTES || call.id.chars().any(char::is_control) {
@@ -221,7 +222,7 @@ pub(super) fn ahead(rt: &Inner, bundle: &Bundle, session_id: &str, request: Mode
     });
     let mut call = crate::metrics::ProviderCall::start(&rt.metrics, session_id, &request.model);
     let (began, model) = (std::time::SystemTime::now(), request.model.clone());
-    let mut chunks = provider_stream(bundle, rt, request, on_retry);
+    let mut chunks = provider_stream(bundle, rt, Arc::new(request), on_retry);
     let task = tokio::spawn(async move {
         while let Some(chunk) = chunks.next().await {
             call.saw(&chunk);
