@@ -12,6 +12,7 @@ use futures::FutureExt;
 use service_ipc::{ChatMessage, EventMsg, EventPayload};
 
 use super::files_history::{append_lines, lines, tail_lines};
+use super::files_recent::Recent;
 use super::Published;
 use super::{Claim, Publish, SessionLog, Store, TurnFlush};
 use crate::home::ServiceHome;
@@ -161,6 +162,8 @@ pub struct FilesLog {
     state: Mutex<JournalFile>,
     publish: Publish,
     flush: TurnFlush,
+    /// The history's end, as last read or written; held while the history is written.
+    recent: Mutex<Recent>,
 }
 
 struct JournalFile {
@@ -197,11 +200,37 @@ impl FilesLog {
             }),
             publish,
             flush,
+            recent: Mutex::new(Recent::default()),
         })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, JournalFile> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `messages` to the history, after a reset line when `reset`, and flushes them.
+    fn append_messages(&self, messages: &[ChatMessage], reset: bool) -> Result<()> {
+        let mut buf = Vec::new();
+        if reset {
+            buf.extend_from_slice(super::HISTORY_RESET.as_bytes());
+            buf.push(b'\n');
+        }
+        buf.extend_from_slice(&lines(messages));
+        let mut recent = self.recent();
+        match append_lines(&self.dir.join("history.jsonl"), &buf) {
+            Ok(at) => {
+                recent.appended(at, buf.len() as u64, messages, reset);
+                Ok(())
+            }
+            Err(e) => {
+                recent.forget();
+                Err(e)
+            }
+        }
     }
 }
 
@@ -235,13 +264,11 @@ impl SessionLog for FilesLog {
         if messages.is_empty() {
             return Ok(());
         }
-        append_lines(&self.dir.join("history.jsonl"), &lines(messages))
+        self.append_messages(messages, false)
     }
 
     fn reset_history(&self, messages: &[ChatMessage]) -> Result<()> {
-        let mut buf = format!("{}\n", super::HISTORY_RESET).into_bytes();
-        buf.extend_from_slice(&lines(messages));
-        append_lines(&self.dir.join("history.jsonl"), &buf)
+        self.append_messages(messages, true)
     }
 
     fn save_turn_end(
@@ -249,7 +276,8 @@ impl SessionLog for FilesLog {
         messages: &[ChatMessage],
         record: &SessionRecord,
     ) -> (Result<()>, Result<()>) {
-        super::files_history::save_turn_end(&self.dir, messages, record, self.flush)
+        let mut recent = self.recent();
+        super::files_history::save_turn_end(&self.dir, messages, record, self.flush, &mut recent)
     }
 
     fn history(&self) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
@@ -296,28 +324,43 @@ impl SessionLog for FilesLog {
         }
         let mut buf = lines.join("\n").into_bytes();
         buf.push(b'\n');
-        append_lines(&self.dir.join("history.jsonl"), &buf)
+        // Lines not parsed here: the next read goes to the file.
+        let mut recent = self.recent();
+        recent.forget();
+        append_lines(&self.dir.join("history.jsonl"), &buf).map(drop)
     }
 
+    /// From what is kept of the history's end while the file has not changed (see `files_recent`), else from the
+    /// file's tail.
     fn recent_history(&self, n: usize) -> BoxFuture<'_, Result<Vec<ChatMessage>>> {
         let path = self.dir.join("history.jsonl");
         async move {
-            let tail = match tail_lines(&path, n) {
+            let mut recent = self.recent();
+            let len = match std::fs::metadata(&path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
+            };
+            if let Some(kept) = recent.get(len, n) {
+                return Ok(kept);
+            }
+            let (tail, len) = match tail_lines(&path, n) {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
                 Err(e) => return Err(RuntimeError::io("cannot read", &path, e)),
             };
             // Only the last lines are parsed (one more for a torn end, which does not parse).
-            let mut recent: Vec<ChatMessage> = tail
+            let mut messages: Vec<ChatMessage> = tail
                 .rsplit(|b| *b == b'\n')
                 .filter(|l| !l.is_empty())
                 .take(n.saturating_add(1))
                 .take_while(|l| *l != super::HISTORY_RESET.as_bytes())
                 .filter_map(|l| serde_json::from_slice(l).ok())
                 .collect();
-            recent.truncate(n);
-            recent.reverse();
-            Ok(recent)
+            messages.truncate(n);
+            messages.reverse();
+            recent.read(len, &messages, n);
+            Ok(messages)
         }
         .boxed()
     }
@@ -504,5 +547,63 @@ mod tests {
         before.sort();
         after.sort();
         assert_eq!(before, after, "a save made a file");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_memory_window_follows_every_write_and_a_write_from_elsewhere() {
+        use service_ipc::{ChatMessage, ChatRole};
+        let said = |texts: &[&str]| -> Vec<ChatMessage> {
+            texts
+                .iter()
+                .map(|t| ChatMessage::text(ChatRole::User, *t))
+                .collect()
+        };
+        let home = tempfile::TempDir::new().unwrap();
+        let dir = home.path().join("s1");
+        std::fs::create_dir_all(&dir).unwrap();
+        let record: SessionRecord = serde_json::from_value(serde_json::json!({
+            "id": "s1", "bundle_ref": "b",
+            "bundle": {"reference": "local/b:1.0.0", "id": "b", "version": "1.0.0", "digest": "sha256:0"},
+            "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
+            "cwd": "/tmp", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
+        }))
+        .unwrap();
+        for flush in [super::TurnFlush::Turn, super::TurnFlush::Background] {
+            let _ = std::fs::remove_file(dir.join("history.jsonl"));
+            let log =
+                super::FilesLog::open("s1", &dir, std::sync::Arc::new(|_| {}), flush).unwrap();
+            let log: &dyn super::SessionLog = &log;
+            let window = |n| async move {
+                let got = log.recent_history(n).await.unwrap();
+                got.into_iter().map(|m| m.content).collect::<Vec<_>>()
+            };
+            assert!(window(2).await.is_empty());
+            log.append_history(&said(&["a", "b", "c"])).unwrap();
+            assert_eq!(window(2).await, ["b", "c"]);
+            let (history, saved) = log.save_turn_end(&said(&["d", "e"]), &record);
+            history.unwrap();
+            saved.unwrap();
+            assert_eq!(window(2).await, ["d", "e"]);
+            // Another process appends: the window reads it from the file.
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("history.jsonl"))
+                .unwrap();
+            std::io::Write::write_all(&mut file, &super::lines(&said(&["f"]))).unwrap();
+            assert_eq!(window(2).await, ["e", "f"]);
+            log.reset_history(&said(&["summary"])).unwrap();
+            assert_eq!(window(2).await, ["summary"]);
+            log.append_history(&said(&["g"])).unwrap();
+            assert_eq!(window(3).await, ["summary", "g"]);
+            log.append_history_lines(vec![r#"{"role":"user","content":"h"}"#.into()])
+                .unwrap();
+            assert_eq!(window(2).await, ["g", "h"]);
+            // What a fresh reader of the file sees, the window saw.
+            let fresh =
+                super::FilesLog::open("s1", &dir, std::sync::Arc::new(|_| {}), flush).unwrap();
+            let all = super::SessionLog::recent_history(&fresh, 2).await.unwrap();
+            let all: Vec<String> = all.into_iter().map(|m| m.content).collect();
+            assert_eq!(all, ["g", "h"], "{flush:?}");
+        }
     }
 }

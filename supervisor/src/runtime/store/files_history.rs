@@ -6,60 +6,73 @@ use std::path::Path;
 
 use service_ipc::ChatMessage;
 
+use super::files_recent::Recent;
 use super::TurnFlush;
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::record::SessionRecord;
 
 /// Appends a turn's `messages` to the history in `dir` and saves its end `record` there: the history's result, then
-/// the record's. Both are written before it returns; `flush` says whether they are also on disk.
+/// the record's. Both are written before it returns; `flush` says whether they are also on disk. `recent` follows
+/// the history's new end.
 pub(super) fn save_turn_end(
     dir: &Path,
     messages: &[ChatMessage],
     record: &SessionRecord,
     flush: TurnFlush,
+    recent: &mut Recent,
 ) -> (Result<()>, Result<()>) {
     let (path, record_path) = (dir.join("history.jsonl"), dir.join("session.json"));
-    match flush {
-        TurnFlush::Turn if messages.is_empty() => (Ok(()), record.save(&record_path)),
-        TurnFlush::Turn => {
+    if messages.is_empty() {
+        let saved = match flush {
+            TurnFlush::Turn => record.save(&record_path),
+            TurnFlush::Background => record
+                .save_flushed_later(&record_path)
+                .map(|file| super::files_flush::flush_soon(vec![file])),
+        };
+        return (Ok(()), saved);
+    }
+    // Written here, so the errors a write meets (a full disk among them) fail the turn whatever the flush.
+    let buf = lines(messages);
+    let appended = append_unflushed(&path, &buf);
+    let at = appended.as_ref().ok().map(|(_, at)| *at);
+    let (history, saved) = match (appended, flush) {
+        (Err(e), _) => (Err(e), record.save(&record_path)),
+        (Ok((file, _)), TurnFlush::Turn) => {
             // The two flushes at once: on ext4 they then share one journal commit. Measured with both files on
             // this machine's disk: one commit's time instead of two (5.9 against 9.9 ms while CI wrote to the same
             // disk). The history's goes to tokio's blocking pool, whose threads are kept: a thread started per turn
             // cost more than the flush it saved.
-            let buf = lines(messages);
-            let (done, appended) = std::sync::mpsc::sync_channel(1);
-            let append = {
-                let path = path.clone();
-                move || {
-                    let _ = done.send(append_lines(&path, &buf));
-                }
+            let (done, synced) = std::sync::mpsc::sync_channel(1);
+            let flushing = path.clone();
+            let sync = move || {
+                let flushed = file.sync_data();
+                let _ = done
+                    .send(flushed.map_err(|e| RuntimeError::io("cannot append to", &flushing, e)));
             };
             match tokio::runtime::Handle::try_current() {
-                Ok(rt) => drop(rt.spawn_blocking(append)),
-                Err(_) => drop(std::thread::spawn(append)),
+                Ok(rt) => drop(rt.spawn_blocking(sync)),
+                Err(_) => drop(std::thread::spawn(sync)),
             }
             let saved = record.save(&record_path);
-            let history = appended.recv().unwrap_or_else(|_| {
+            let history = synced.recv().unwrap_or_else(|_| {
                 let stopped = std::io::Error::other("its writer stopped before it was done");
                 Err(RuntimeError::io("cannot append to", &path, stopped))
             });
             (history, saved)
         }
-        TurnFlush::Background => {
-            // Written here, so the errors a write meets (a full disk among them) still fail the turn.
-            let history = if messages.is_empty() {
-                Ok(None)
-            } else {
-                append_unflushed(&path, &lines(messages)).map(Some)
-            };
+        (Ok((file, _)), TurnFlush::Background) => {
             let saved = record.save_flushed_later(&record_path);
-            let mut files = Vec::new();
-            let history = history.map(|file| files.extend(file));
-            let saved = saved.map(|file| files.push(file));
+            let mut files = vec![file];
+            let saved = saved.map(|record| files.push(record));
             super::files_flush::flush_soon(files);
-            (history, saved)
+            (Ok(()), saved)
         }
+    };
+    match at {
+        Some(at) => recent.appended(at, buf.len() as u64, messages, false),
+        None => recent.forget(),
     }
+    (history, saved)
 }
 
 /// `messages` as history lines, one JSON object each.
@@ -72,31 +85,37 @@ pub(super) fn lines(messages: &[ChatMessage]) -> Vec<u8> {
     buf
 }
 
-/// Appends `buf` to the file at `path` and flushes it.
-pub(super) fn append_lines(path: &Path, buf: &[u8]) -> Result<()> {
-    let file = append_unflushed(path, buf)?;
+/// Appends `buf` to the file at `path` and flushes it; the file's length before.
+pub(super) fn append_lines(path: &Path, buf: &[u8]) -> Result<u64> {
+    let (file, at) = append_unflushed(path, buf)?;
     file.sync_data()
-        .map_err(|e| RuntimeError::io("cannot append to", path, e))
+        .map_err(|e| RuntimeError::io("cannot append to", path, e))?;
+    Ok(at)
 }
 
-/// Appends `buf` to the file at `path`, unflushed; the open file, to flush.
-fn append_unflushed(path: &Path, buf: &[u8]) -> Result<File> {
+/// Appends `buf` to the file at `path`, unflushed; the open file, to flush, and its length before.
+fn append_unflushed(path: &Path, buf: &[u8]) -> Result<(File, u64)> {
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
         .map_err(|e| RuntimeError::io("cannot open", path, e))?;
+    let at = file
+        .metadata()
+        .map_err(|e| RuntimeError::io("cannot read", path, e))?
+        .len();
     file.write_all(buf)
         .map_err(|e| RuntimeError::io("cannot append to", path, e))?;
-    Ok(file)
+    Ok((file, at))
 }
 
 /// An end of the file at `path` that starts at a line and holds at least its last `n` complete lines (and a torn
-/// line after them, if any), read backwards in blocks.
-pub(super) fn tail_lines(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
+/// line after them, if any), read backwards in blocks; and the file's length.
+pub(super) fn tail_lines(path: &Path, n: usize) -> std::io::Result<(Vec<u8>, u64)> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = File::open(path)?;
-    let mut start = file.metadata()?.len();
+    let len = file.metadata()?.len();
+    let mut start = len;
     let mut tail = Vec::new();
     // A memory window of messages is usually a few KiB: start small, double.
     let mut block: u64 = 16 * 1024;
@@ -116,7 +135,7 @@ pub(super) fn tail_lines(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
         let first_end = tail.iter().position(|b| *b == b'\n').map_or(0, |i| i + 1);
         tail.drain(..first_end);
     }
-    Ok(tail)
+    Ok((tail, len))
 }
 
 #[cfg(test)]
@@ -147,7 +166,13 @@ mod tests {
             let mut record = record(dir.path());
             for turn in 1..=2 {
                 record.turn_count = turn;
-                let (history, saved) = save_turn_end(dir.path(), &messages, &record, flush);
+                let (history, saved) = save_turn_end(
+                    dir.path(),
+                    &messages,
+                    &record,
+                    flush,
+                    &mut Recent::default(),
+                );
                 history.unwrap();
                 saved.unwrap();
                 // Read at once: a write left to the flushing thread would not be there yet.
@@ -158,7 +183,8 @@ mod tests {
             }
             // A turn without messages saves its record alone.
             record.turn_count = 3;
-            let (history, saved) = save_turn_end(dir.path(), &[], &record, flush);
+            let (history, saved) =
+                save_turn_end(dir.path(), &[], &record, flush, &mut Recent::default());
             history.unwrap();
             saved.unwrap();
             let path = dir.path().join("session.json");
@@ -175,7 +201,13 @@ mod tests {
             std::fs::create_dir(dir.path().join("history.jsonl")).unwrap();
             record.turn_count = 1;
             let messages = [ChatMessage::text(ChatRole::User, "hi")];
-            let (history, saved) = save_turn_end(dir.path(), &messages, &record, flush);
+            let (history, saved) = save_turn_end(
+                dir.path(),
+                &messages,
+                &record,
+                flush,
+                &mut Recent::default(),
+            );
             let e = history.unwrap_err().to_string();
             assert!(e.contains("history.jsonl"), "{flush:?}: {e}");
             saved.unwrap();
@@ -200,7 +232,7 @@ mod tests {
         std::fs::write(&path, all.join("\n") + "\n").unwrap();
         // Whole lines only, the file's last ones, at least as many as asked.
         let suffix = |n: usize| {
-            let tail = text_lines(&tail_lines(&path, n).unwrap());
+            let tail = text_lines(&tail_lines(&path, n).unwrap().0);
             assert!(
                 tail.len() >= n.min(all.len()),
                 "{} lines for {n}",
@@ -215,7 +247,7 @@ mod tests {
 
         // A crash mid-append leaves a torn last line: the whole lines before it are all there.
         std::fs::write(&path, all.join("\n") + "\n{\"line\": 60").unwrap();
-        let tail = text_lines(&tail_lines(&path, 3).unwrap());
+        let tail = text_lines(&tail_lines(&path, 3).unwrap().0);
         let (torn, whole) = tail.split_last().unwrap();
         assert_eq!(torn, "{\"line\": 60");
         assert!(whole.len() >= 3);

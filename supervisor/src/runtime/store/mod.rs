@@ -30,6 +30,7 @@ mod files_flush;
 mod files_history;
 pub mod files_lock;
 mod files_names;
+mod files_recent;
 pub mod postgres;
 
 use std::sync::Arc;

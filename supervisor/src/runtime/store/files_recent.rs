@@ -1,0 +1,149 @@
+//! The end of a session's `history.jsonl` as this process last read or wrote it, so that a warm turn takes its
+//! memory window from memory instead of reading and parsing the file's tail again (a fifth of a warm turn's CPU).
+//!
+//! What is kept is tied to the file's length at the time: the history only grows (a compaction appends a reset
+//! line), so a length that differs means someone else wrote it, and the file is read again. Every write made
+//! through this process's log says where it began (the file's length before it) and how long it was; a write that
+//! did not begin where the kept end did, which only a second writer could cause, drops what was kept.
+
+use std::collections::VecDeque;
+
+use service_ipc::ChatMessage;
+
+/// The kept end of one history, if any.
+#[derive(Default)]
+pub(super) struct Recent {
+    tail: Option<Tail>,
+    /// The most messages a read has asked for: as many are kept.
+    keep: usize,
+}
+
+struct Tail {
+    /// The file's length when these were its last messages.
+    len: u64,
+    /// Its last messages after its last reset line, oldest first.
+    messages: VecDeque<ChatMessage>,
+    /// True when they are all the messages after that reset line (or the file's start).
+    whole: bool,
+}
+
+impl Recent {
+    /// The last `n` messages of the history when its file is `len` bytes long, if they are kept.
+    pub(super) fn get(&self, len: u64, n: usize) -> Option<Vec<ChatMessage>> {
+        let tail = self.tail.as_ref().filter(|t| t.len == len)?;
+        if tail.messages.len() < n && !tail.whole {
+            return None;
+        }
+        let skip = tail.messages.len().saturating_sub(n);
+        Some(tail.messages.iter().skip(skip).cloned().collect())
+    }
+
+    /// Keeps `messages`, the last of the history as read from a file of `len` bytes when `n` were asked for.
+    pub(super) fn read(&mut self, len: u64, messages: &[ChatMessage], n: usize) {
+        self.keep = self.keep.max(n);
+        self.tail = Some(Tail {
+            len,
+            messages: messages.iter().cloned().collect(),
+            whole: messages.len() < n,
+        });
+    }
+
+    /// Follows a write of `written` bytes, appended to a file of `at` bytes, that held `messages`, after a reset
+    /// line when `reset`.
+    pub(super) fn appended(
+        &mut self,
+        at: u64,
+        written: u64,
+        messages: &[ChatMessage],
+        reset: bool,
+    ) {
+        let len = at + written;
+        let tail = match self.tail.as_mut() {
+            _ if reset => self.tail.insert(Tail {
+                len,
+                messages: VecDeque::new(),
+                whole: true,
+            }),
+            Some(tail) if tail.len == at => tail,
+            _ => return self.forget(),
+        };
+        tail.len = len;
+        tail.messages.extend(messages.iter().cloned());
+        while tail.messages.len() > self.keep {
+            tail.messages.pop_front();
+            tail.whole = false;
+        }
+    }
+
+    /// Drops what is kept: the next read goes to the file.
+    pub(super) fn forget(&mut self) {
+        self.tail = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use service_ipc::ChatRole;
+
+    fn said(texts: &[&str]) -> Vec<ChatMessage> {
+        texts
+            .iter()
+            .map(|t| ChatMessage::text(ChatRole::User, *t))
+            .collect()
+    }
+
+    fn contents(messages: Option<Vec<ChatMessage>>) -> Option<Vec<String>> {
+        messages.map(|m| m.into_iter().map(|m| m.content).collect())
+    }
+
+    #[test]
+    fn kept_messages_answer_only_for_the_length_they_were_kept_at() {
+        let mut recent = Recent::default();
+        assert!(recent.get(0, 2).is_none(), "nothing read yet");
+        recent.read(10, &said(&["a", "b", "c"]), 3);
+        assert_eq!(
+            contents(recent.get(10, 2)),
+            Some(vec!["b".into(), "c".into()])
+        );
+        // Another writer made the file longer: read it again.
+        assert!(recent.get(11, 2).is_none());
+        // More than was kept, and there may be more in the file.
+        assert!(recent.get(10, 4).is_none());
+    }
+
+    #[test]
+    fn a_short_history_read_whole_answers_any_window() {
+        let mut recent = Recent::default();
+        recent.read(10, &said(&["a"]), 8);
+        assert_eq!(contents(recent.get(10, 50)), Some(vec!["a".into()]));
+    }
+
+    #[test]
+    fn appends_extend_the_kept_end_and_a_write_elsewhere_drops_it() {
+        let mut recent = Recent::default();
+        recent.read(10, &said(&["a", "b"]), 2);
+        recent.appended(10, 5, &said(&["c"]), false);
+        assert_eq!(
+            contents(recent.get(15, 2)),
+            Some(vec!["b".into(), "c".into()])
+        );
+        // Only as many as were asked for are kept, so a longer window reads the file.
+        assert!(recent.get(15, 3).is_none());
+        // A write that did not start at the kept end: someone else wrote between.
+        recent.appended(20, 5, &said(&["e"]), false);
+        assert!(recent.get(25, 1).is_none());
+        assert!(recent.get(15, 1).is_none());
+    }
+
+    #[test]
+    fn a_reset_starts_the_kept_end_over_whatever_was_kept() {
+        let mut recent = Recent::default();
+        recent.read(10, &said(&["a", "b", "c"]), 3);
+        recent.appended(99, 7, &said(&["summary", "d"]), true);
+        assert_eq!(
+            contents(recent.get(106, 3)),
+            Some(vec!["summary".into(), "d".into()])
+        );
+    }
+}
