@@ -99,7 +99,7 @@ pub fn stream(
     keys: KeyPolicy,
     on_retry: OnRetry,
 ) -> ChunkStream {
-    http::spawn_stream(move |tx| async move {
+    http::produced_stream(move |tx| async move {
         let end = run(&request, &keys, on_retry, &tx).await;
         let _ = tx.send(end).await;
     })

@@ -443,15 +443,21 @@ pub fn events(
     })
 }
 
-/// Runs `produce` on its own task and streams what it sends; dropping the stream stops it at its next send.
-pub fn spawn_stream<F, Fut>(produce: F) -> super::ChunkStream
+/// Streams what `produce` sends, running it as the stream is polled; dropping the stream abandons it at once.
+///
+/// It runs in the reader's task rather than on one of its own: each chunk then goes from the HTTP connection to the
+/// reader without a hand-off between threads, a measurable part of a warm turn on a small machine.
+pub fn produced_stream<F, Fut>(produce: F) -> super::ChunkStream
 where
     F: FnOnce(mpsc::Sender<ModelChunk>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(produce(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+    // The producer's future yields no item of its own; it ends once it has sent its last chunk, and the channel
+    // once that is read.
+    let producing =
+        futures::stream::once(produce(tx)).filter_map(|()| futures::future::ready(None));
+    futures::stream::select(tokio_stream::wrappers::ReceiverStream::new(rx), producing).boxed()
 }
 
 /// The request headers: the provider's own, then the bundle's `extra_headers` (which may not name credentials).
