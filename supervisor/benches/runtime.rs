@@ -30,6 +30,8 @@
 //! - against a model that takes 300 ms before each answer (`runtime/slow_model.rs`, alone with
 //!   `BENCH_ONLY=slow_model`): the confined one-shot against the same with `--dangerous-sandbox-mode`, with one
 //!   Bash call and with a text answer;
+//! - against Odyssey 0.1.1 (`runtime/odyssey.rs`, when `BENCH_ODYSSEY` names its binary; alone with
+//!   `BENCH_ONLY=odyssey`): the confined one-shot whose model calls Bash once, each whole process;
 //! - workers as the session gets them (`service-worker`, the small binary beside `service-rs`) and as
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
@@ -71,6 +73,9 @@ mod host_mounts;
 
 #[path = "runtime/slow_model.rs"]
 mod slow_model;
+
+#[path = "runtime/odyssey.rs"]
+mod odyssey;
 
 #[path = "common/session_sandbox.rs"]
 mod session_sandbox;
@@ -277,8 +282,10 @@ fn main() -> BenchResult<()> {
     let exe = std::env::var_os("BENCH_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
-    if std::env::var("BENCH_ONLY").as_deref() == Ok("slow_model") {
-        return slow_model::rows(&exe, iters);
+    match std::env::var("BENCH_ONLY").as_deref() {
+        Ok("slow_model") => return slow_model::rows(&exe, iters),
+        Ok("odyssey") => return odyssey::rows(&exe, iters),
+        _ => {}
     }
     let home = tempfile::TempDir::new()?;
     let host_bundle = tempfile::TempDir::new()?;
@@ -310,6 +317,7 @@ fn main() -> BenchResult<()> {
     // costs more for a while after many were deleted (see the header). The one-shots should not measure that.
     loopback::rows(&exe, &worker_exe, iters, &tokio)?;
     slow_model::rows(&exe, iters)?;
+    odyssey::rows(&exe, iters)?;
 
     let m = tokio.block_on(async {
         // Interleaved, so the sandboxed create and its baseline share the machine's drift.

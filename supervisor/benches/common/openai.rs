@@ -117,6 +117,46 @@ fn respond(body: &[u8], tool: Option<(&str, &str)>) -> Response {
         .unwrap_or_default()
 }
 
+/// The `bash` model over the Responses API (for clients that speak only that, as Odyssey does): a Bash call of
+/// `true` to a conversation that has no call's output yet, else `ok`, as streamed events.
+fn respond_responses(body: &[u8]) -> Response {
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Response::builder()
+            .status(400)
+            .body(Body::from("not JSON"))
+            .unwrap_or_default();
+    };
+    let input = request["input"].as_array();
+    let called = input.is_some_and(|i| i.iter().any(|i| i["type"] == "function_call_output"));
+    let usage = serde_json::json!({"input_tokens": 12, "output_tokens": 1, "total_tokens": 13});
+    let events = if called {
+        vec![
+            serde_json::json!({"type": "response.output_text.delta", "output_index": 0, "delta": "ok"}),
+            serde_json::json!({"type": "response.completed", "response": {"usage": usage}}),
+        ]
+    } else {
+        let item = serde_json::json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
+            "name": "Bash", "arguments": r#"{"command":"true"}"#});
+        let mut added = item.clone();
+        added["arguments"] = "".into();
+        vec![
+            serde_json::json!({"type": "response.output_item.added", "output_index": 0, "item": added}),
+            serde_json::json!({"type": "response.function_call_arguments.delta", "output_index": 0,
+                "item_id": "fc_1", "delta": item["arguments"]}),
+            serde_json::json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+            serde_json::json!({"type": "response.completed", "response": {"usage": usage, "output": [item]}}),
+        ]
+    };
+    let events = futures::stream::iter(events.into_iter().map(|e| {
+        let text = format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or(""));
+        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(text))
+    }));
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(events))
+        .unwrap_or_default()
+}
+
 /// Starts the server; it lives as long as the bench process.
 pub fn start() -> std::io::Result<Server> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -162,6 +202,12 @@ pub fn start() -> std::io::Result<Server> {
                         axum::routing::post(|body: axum::body::Bytes| async move {
                             tokio::time::sleep(SLOW).await;
                             respond(&body, Some(("Bash", r#"{"command":"true"}"#)))
+                        }),
+                    )
+                    .route(
+                        "/bash/v1/responses",
+                        axum::routing::post(|body: axum::body::Bytes| async move {
+                            respond_responses(&body)
                         }),
                     )
                     .route(
