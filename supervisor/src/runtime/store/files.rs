@@ -486,18 +486,23 @@ mod tests {
     use crate::home::ServiceHome;
     use crate::runtime::record::SessionRecord;
 
-    #[tokio::test]
-    async fn a_session_prepared_for_its_first_turn_has_every_file_and_its_saves_make_none() {
-        use std::os::unix::fs::MetadataExt;
-        let home = tempfile::TempDir::new().unwrap();
-        let store = FilesStore::new(ServiceHome::new(home.path()));
-        let mut record: SessionRecord = serde_json::from_value(serde_json::json!({
+    /// An idle session's record, `s1`.
+    fn record() -> SessionRecord {
+        serde_json::from_value(serde_json::json!({
             "id": "s1", "bundle_ref": "b",
             "bundle": {"reference": "local/b:1.0.0", "id": "b", "version": "1.0.0", "digest": "sha256:0"},
             "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
             "cwd": "/tmp", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
         }))
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_session_prepared_for_its_first_turn_has_every_file_and_its_saves_make_none() {
+        use std::os::unix::fs::MetadataExt;
+        let home = tempfile::TempDir::new().unwrap();
+        let store = FilesStore::new(ServiceHome::new(home.path()));
+        let mut record = record();
         let dir = home.path().join("sessions/s1");
         std::fs::create_dir_all(&dir).unwrap();
         store.insert(&record).await.unwrap();
@@ -561,13 +566,7 @@ mod tests {
         let home = tempfile::TempDir::new().unwrap();
         let dir = home.path().join("s1");
         std::fs::create_dir_all(&dir).unwrap();
-        let record: SessionRecord = serde_json::from_value(serde_json::json!({
-            "id": "s1", "bundle_ref": "b",
-            "bundle": {"reference": "local/b:1.0.0", "id": "b", "version": "1.0.0", "digest": "sha256:0"},
-            "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
-            "cwd": "/tmp", "status": "idle", "active_turn": null, "turn_count": 0, "last_turn": null
-        }))
-        .unwrap();
+        let record = record();
         for flush in [super::TurnFlush::Turn, super::TurnFlush::Background] {
             let _ = std::fs::remove_file(dir.join("history.jsonl"));
             let log =
