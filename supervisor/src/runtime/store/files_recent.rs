@@ -10,21 +10,62 @@ use std::collections::VecDeque;
 
 use service_ipc::ChatMessage;
 
+/// About how much of a history's end one session keeps in memory: a window of long messages (tool output) is read
+/// from the file instead, so that many sessions loaded in `serve` hold little each.
+const KEEP_BYTES: usize = 64 * 1024;
+
 /// The kept end of one history, if any.
 #[derive(Default)]
 pub(super) struct Recent {
     tail: Option<Tail>,
-    /// The most messages a read has asked for: as many are kept.
+    /// The most messages a read has asked for: as many are kept, within [`KEEP_BYTES`].
     keep: usize,
 }
 
 struct Tail {
     /// The file's length when these were its last messages.
     len: u64,
-    /// Its last messages after its last reset line, oldest first.
-    messages: VecDeque<ChatMessage>,
+    /// Its last messages after its last reset line, oldest first, each with its rough size.
+    messages: VecDeque<(ChatMessage, usize)>,
+    /// The sum of those sizes.
+    bytes: usize,
     /// True when they are all the messages after that reset line (or the file's start).
     whole: bool,
+}
+
+impl Tail {
+    fn new(len: u64) -> Tail {
+        Tail {
+            len,
+            messages: VecDeque::new(),
+            bytes: 0,
+            whole: true,
+        }
+    }
+
+    /// Adds `messages` at the end, then lets go of the oldest beyond `keep` messages or [`KEEP_BYTES`].
+    fn extend(&mut self, messages: &[ChatMessage], keep: usize) {
+        for m in messages {
+            let size = weight(m);
+            self.bytes += size;
+            self.messages.push_back((m.clone(), size));
+        }
+        while self.messages.len() > keep || self.bytes > KEEP_BYTES {
+            let Some((_, size)) = self.messages.pop_front() else {
+                break;
+            };
+            self.bytes -= size;
+            self.whole = false;
+        }
+    }
+}
+
+/// About what `m` takes in memory.
+fn weight(m: &ChatMessage) -> usize {
+    let calls: usize = (m.tool_calls.iter())
+        .map(|c| c.id.len() + c.name.len() + c.arguments.len() + 64)
+        .sum();
+    m.content.len() + calls + 256 * m.opaque.len() + 64
 }
 
 impl Recent {
@@ -35,17 +76,22 @@ impl Recent {
             return None;
         }
         let skip = tail.messages.len().saturating_sub(n);
-        Some(tail.messages.iter().skip(skip).cloned().collect())
+        Some(
+            tail.messages
+                .iter()
+                .skip(skip)
+                .map(|(m, _)| m.clone())
+                .collect(),
+        )
     }
 
     /// Keeps `messages`, the last of the history as read from a file of `len` bytes when `n` were asked for.
     pub(super) fn read(&mut self, len: u64, messages: &[ChatMessage], n: usize) {
         self.keep = self.keep.max(n);
-        self.tail = Some(Tail {
-            len,
-            messages: messages.iter().cloned().collect(),
-            whole: messages.len() < n,
-        });
+        let mut tail = Tail::new(len);
+        tail.whole = messages.len() < n;
+        tail.extend(messages, self.keep);
+        self.tail = Some(tail);
     }
 
     /// Follows a write of `written` bytes, appended to a file of `at` bytes, that held `messages`, after a reset
@@ -59,20 +105,12 @@ impl Recent {
     ) {
         let len = at + written;
         let tail = match self.tail.as_mut() {
-            _ if reset => self.tail.insert(Tail {
-                len,
-                messages: VecDeque::new(),
-                whole: true,
-            }),
+            _ if reset => self.tail.insert(Tail::new(len)),
             Some(tail) if tail.len == at => tail,
             _ => return self.forget(),
         };
         tail.len = len;
-        tail.messages.extend(messages.iter().cloned());
-        while tail.messages.len() > self.keep {
-            tail.messages.pop_front();
-            tail.whole = false;
-        }
+        tail.extend(messages, self.keep);
     }
 
     /// Drops what is kept: the next read goes to the file.
@@ -134,6 +172,19 @@ mod tests {
         recent.appended(20, 5, &said(&["e"]), false);
         assert!(recent.get(25, 1).is_none());
         assert!(recent.get(15, 1).is_none());
+    }
+
+    #[test]
+    fn long_messages_are_kept_only_up_to_a_bound_and_the_rest_is_read_again() {
+        let mut recent = Recent::default();
+        let long = "x".repeat(KEEP_BYTES / 3);
+        recent.read(10, &said(&["a"]), 40);
+        recent.appended(10, 5, &said(&[&long, &long, &long, "b"]), false);
+        let tail = recent.tail.as_ref().unwrap();
+        assert!(tail.bytes <= KEEP_BYTES, "{} bytes kept", tail.bytes);
+        // The last two fit; a window of three is not kept whole, so it is read from the file.
+        assert_eq!(contents(recent.get(15, 2)).map(|c| c.len()), Some(2));
+        assert!(recent.get(15, 40).is_none());
     }
 
     #[test]
