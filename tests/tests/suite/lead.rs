@@ -475,7 +475,9 @@ async fn a_worker_started_ahead_of_a_led_turn_can_neither_write_into_it_nor_end_
         .await
         .unwrap();
     let workspace = std::path::Path::new(&record.cwd);
-    std::fs::write(workspace.join("turn.txt"), &pending.turn_id).unwrap();
+    // Whole or not at all, for the worker and for the start checkpoint that may be reading the workspace now.
+    std::fs::write(workspace.join(".turn.txt"), &pending.turn_id).unwrap();
+    std::fs::rename(workspace.join(".turn.txt"), workspace.join("turn.txt")).unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(20), pending.outcome)
         .await
         .expect("the turn ended")
@@ -506,6 +508,12 @@ async fn a_worker_started_ahead_of_a_led_turn_can_neither_write_into_it_nor_end_
         !payloads.contains("forged"),
         "a forged frame reached the turn's events: {payloads}"
     );
+    // The worker writes its marker while the start checkpoint may be reading the workspace: a file that grows as it
+    // is read is passed over and said so, which is not what this test is about.
+    let seen: Vec<_> = seen
+        .into_iter()
+        .filter(|e| e.payload.kind() != "checkpoint_skipped")
+        .collect();
     assert_eq!(
         kinds(&seen),
         [
