@@ -11,7 +11,9 @@
 //! the next frame's header, the rest of it later, its payload in 1 KiB writes with pauses, so that the
 //! supervisor's reads end inside a frame, right after handling a complete one (where it gives idle buffers back).
 //! The answer is [`trickled_answer`]. `inflated_usage` claims a billion tokens each way, in a `usage_update` and as
-//! its turn ends, and starts a hundred tool calls the model never asked for. `undeclared_subagent` asks for a subagent its agent.yaml does not declare and ends its turn with
+//! its turn ends, and starts a hundred tool calls the model never asked for. `crafted_query` makes the model call
+//! of `resources/query.json` (messages and tools written to break out of their JSON strings) and ends its turn with
+//! the messages of `resources/history.json` (more than the supervisor keeps of a history in memory). `undeclared_subagent` asks for a subagent its agent.yaml does not declare and ends its turn with
 //! the answer. `last_words` writes [`LAST_WORDS`] deltas and exits at once, so that the last of them arrive
 //! with the end of the connection. `ahead_forgery` (see [`ahead_forgery`]) forges frames of a led turn it was
 //! never handed.
@@ -267,6 +269,15 @@ fn main() {
         if attack == "ahead_forgery" {
             ahead_forgery(&conn.outbox).await;
         }
+        // `crafted_query`: the query and the history it ends its turn with, as the test wrote them.
+        let crafted = |name: &str| -> serde_json::Value {
+            let path = Path::new(&conn.config.bundle_dir).join("resources").join(name);
+            std::fs::read(path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default()
+        };
+        let (query, history) = (crafted("query.json"), crafted("history.json"));
         let mut inbound = conn.inbound;
         let (mut turn, mut answer) = (String::new(), String::new());
         while let Some(Ok(frame)) = inbound.next().await {
@@ -278,6 +289,15 @@ fn main() {
                         turn_id,
                         messages: vec![ChatMessage::text(ChatRole::User, "a query of my own")],
                         tools: Vec::new(),
+                    })]
+                }
+                ToWorker::RunTurn { turn_id, .. } if attack == "crafted_query" => {
+                    turn = turn_id.clone();
+                    vec![ToSupervisor::ModelRequest(ModelQuery {
+                        request_id: "crafted".into(),
+                        turn_id,
+                        messages: serde_json::from_value(query["messages"].clone()).expect("messages"),
+                        tools: serde_json::from_value(query["tools"].clone()).expect("tools"),
                     })]
                 }
                 ToWorker::RunTurn { turn_id, .. } if attack == "late_forgery" => {
@@ -392,7 +412,7 @@ fn main() {
                             turn_id: turn.clone(),
                             status: TurnStatus::Completed,
                             final_message: answer.clone(),
-                            messages: Vec::new(),
+                            messages: serde_json::from_value(history.clone()).unwrap_or_default(),
                             usage: Usage::default(),
                             error: None,
                         }]
