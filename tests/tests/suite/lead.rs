@@ -384,6 +384,7 @@ async fn a_workers_crafted_query_and_oversized_history_reach_the_model_as_text_a
         openai_tool_call("echo hi"),
         openai_text("crafted answer"),
         openai_text("next"),
+        openai_text("last"),
     ]);
     // The hostile worker (escape suite) plays `crafted_query`: handed the turn, it asks a query whose every string
     // tries to close its JSON string and set the request's own keys, then ends the turn with a history of long
@@ -434,7 +435,7 @@ async fn a_workers_crafted_query_and_oversized_history_reach_the_model_as_text_a
     let sent = &reqs[1].body;
     let mut keys: Vec<&str> = sent
         .as_object()
-        .unwrap()
+        .unwrap_or_else(|| panic!("the model was sent no JSON object: {sent}"))
         .keys()
         .map(|k| k.as_str())
         .collect();
@@ -463,23 +464,30 @@ async fn a_workers_crafted_query_and_oversized_history_reach_the_model_as_text_a
                 "parameters": query["tools"][0]["parameters"]}}])
     );
 
-    // The next turn, led by the supervisor, asks with a window of 40 messages (the default: the last 39 of those,
-    // then its prompt), read whole although they are more than it keeps in memory.
-    let (outcome, _) = super::support::run_turn(&rt, &id, "again").await;
-    assert_eq!(outcome.final_message, "next", "{:?}", outcome.error);
-    let reqs = server.recorded();
-    let contents: Vec<&str> = (reqs[2].body["messages"].as_array().unwrap().iter())
-        .map(|m| m["content"].as_str().unwrap())
+    // The next turns, led by the supervisor, ask with a window of 40 messages (the default: the history's last 39,
+    // then the prompt), whole although they are more than it keeps in memory: the second reads them from the file,
+    // the third after the supervisor kept what it read and wrote.
+    let mut said: Vec<String> = (history.iter())
+        .map(|m| m["content"].as_str().unwrap().to_string())
         .collect();
-    let expected: Vec<&str> = (history[61..].iter())
-        .map(|m| m["content"].as_str().unwrap())
-        .collect();
-    assert_eq!(contents.len(), 41, "the system prompt and a window of 40");
-    assert!(
-        contents[1..40] == expected[..],
-        "the window holds the history's last 39 messages"
-    );
-    assert_eq!(contents[40], "again");
+    for (prompt, answer) in [("again", "next"), ("third", "last")] {
+        let (outcome, _) = super::support::run_turn(&rt, &id, prompt).await;
+        assert_eq!(outcome.final_message, answer, "{:?}", outcome.error);
+        let reqs = server.recorded();
+        let asked = reqs.last().unwrap().body["messages"].as_array().unwrap();
+        let contents: Vec<&str> = asked
+            .iter()
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        let window: Vec<&str> = said[said.len() - 39..].iter().map(String::as_str).collect();
+        assert_eq!(contents.len(), 41, "the system prompt and a window of 40");
+        assert!(
+            contents[1..40] == window[..],
+            "{prompt}: the window holds the history's last 39 messages"
+        );
+        assert_eq!(contents[40], prompt);
+        said.extend([prompt.to_string(), answer.to_string()]);
+    }
     rt.shutdown("test over").await;
 }
 
