@@ -381,15 +381,7 @@ async fn hostile_events(
     )
     .await;
     let mut events = rt.subscribe_session_from(&id, 0).await.unwrap();
-    let mut seen = Vec::new();
-    while let Ok(Some(msg)) = tokio::time::timeout(
-        Duration::from_millis(200),
-        futures::StreamExt::next(&mut events),
-    )
-    .await
-    {
-        seen.push(msg);
-    }
+    let seen = super::support::until_quiet(&mut events).await;
     let outcome = outcome
         .unwrap_or_else(|_| {
             let kinds: Vec<&str> = seen.iter().map(|m| m.payload.kind()).collect();

@@ -443,6 +443,12 @@ impl Unprivileged {
         project
     }
 
+    /// `service-rs run PROJECT --prompt go --dangerous-sandbox-mode`, as the unprivileged user.
+    fn dangerous_one_shot(&self, project: &std::path::Path) -> std::process::Output {
+        let project = project.to_str().unwrap();
+        self.run(&["run", project, "--prompt", "go", "--dangerous-sandbox-mode"])
+    }
+
     /// Runs `service-rs args` in the directory as the unprivileged user (everything in it made theirs first).
     fn run(&self, args: &[&str]) -> std::process::Output {
         use std::os::unix::fs::PermissionsExt;
@@ -500,13 +506,7 @@ fn an_unprivileged_user_with_dangerous_sandbox_mode_runs_commands_on_the_host_as
         r#"{ mode: "workspace_write", permissions: { network: [] } }"#,
         "id -u; echo made > made.txt && cat made.txt",
     );
-    let out = user.run(&[
-        "run",
-        project.to_str().unwrap(),
-        "--prompt",
-        "go",
-        "--dangerous-sandbox-mode",
-    ]);
+    let out = user.dangerous_one_shot(&project);
     let text = String::from_utf8_lossy(&out.stdout);
     let uid = match user.root {
         true => 65534,
@@ -539,13 +539,7 @@ done"#;
         r#"{ mode: "workspace_write", permissions: { network: [] } }"#,
         probe,
     );
-    let out = user.run(&[
-        "run",
-        project.to_str().unwrap(),
-        "--prompt",
-        "go",
-        "--dangerous-sandbox-mode",
-    ]);
+    let out = user.dangerous_one_shot(&project);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains("worker comm: service-worker"),

@@ -286,6 +286,17 @@ pub async fn events_of_turn(
 /// Event kinds in order, with runs of the same streaming kind collapsed to one entry. `checkpoint_created` is
 /// left out: the checkpoint is taken while the first model call streams, so where it lands among the reply's
 /// events varies (`checkpoints.rs` tests it).
+/// What `events` yields until it has been quiet for 200 ms (or ends).
+pub async fn until_quiet<T>(events: &mut (impl futures::Stream<Item = T> + Unpin)) -> Vec<T> {
+    let mut seen = Vec::new();
+    while let Ok(Some(item)) =
+        tokio::time::timeout(Duration::from_millis(200), futures::StreamExt::next(events)).await
+    {
+        seen.push(item);
+    }
+    seen
+}
+
 pub fn kinds(events: &[service_ipc::EventMsg]) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
     for e in events {

@@ -155,6 +155,16 @@ mod tests {
         record
     }
 
+    /// A turn's end saved in `dir`, with nothing kept of the history before.
+    fn end(
+        dir: &Path,
+        messages: &[ChatMessage],
+        record: &SessionRecord,
+        flush: TurnFlush,
+    ) -> (Result<()>, Result<()>) {
+        save_turn_end(dir, messages, record, flush, &mut Recent::default())
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_turn_end_is_written_before_it_returns_whether_flushed_then_or_after() {
         let messages = [
@@ -166,13 +176,7 @@ mod tests {
             let mut record = record(dir.path());
             for turn in 1..=2 {
                 record.turn_count = turn;
-                let (history, saved) = save_turn_end(
-                    dir.path(),
-                    &messages,
-                    &record,
-                    flush,
-                    &mut Recent::default(),
-                );
+                let (history, saved) = end(dir.path(), &messages, &record, flush);
                 history.unwrap();
                 saved.unwrap();
                 // Read at once: a write left to the flushing thread would not be there yet.
@@ -183,8 +187,7 @@ mod tests {
             }
             // A turn without messages saves its record alone.
             record.turn_count = 3;
-            let (history, saved) =
-                save_turn_end(dir.path(), &[], &record, flush, &mut Recent::default());
+            let (history, saved) = end(dir.path(), &[], &record, flush);
             history.unwrap();
             saved.unwrap();
             let path = dir.path().join("session.json");
@@ -201,13 +204,7 @@ mod tests {
             std::fs::create_dir(dir.path().join("history.jsonl")).unwrap();
             record.turn_count = 1;
             let messages = [ChatMessage::text(ChatRole::User, "hi")];
-            let (history, saved) = save_turn_end(
-                dir.path(),
-                &messages,
-                &record,
-                flush,
-                &mut Recent::default(),
-            );
+            let (history, saved) = end(dir.path(), &messages, &record, flush);
             let e = history.unwrap_err().to_string();
             assert!(e.contains("history.jsonl"), "{flush:?}: {e}");
             saved.unwrap();
