@@ -132,6 +132,17 @@ pub struct WorkerConfig {
     /// The operator's hook scripts, read-only (`SERVICE_OPERATOR_HOOKS_DIR` for hooks), when the store has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_hooks_dir: Option<String>,
+    /// What confines a sandboxed worker, which decides how it confines its commands.
+    #[serde(default = "default_backend")]
+    pub sandbox_backend: crate::SandboxBackend,
+    /// Under Landlock: the inherited descriptor of the loopback listener the supervisor made for the egress
+    /// forwarder (Landlock lets the sandbox connect to its port and bind none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_listener_fd: Option<i32>,
+}
+
+fn default_backend() -> crate::SandboxBackend {
+    crate::SandboxBackend::Bwrap
 }
 
 /// One hook command: what starts it, and how it runs.

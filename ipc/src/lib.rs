@@ -36,7 +36,7 @@ pub use event::{
 pub use message::{HookAnswer, ToSupervisor, ToWorker};
 pub use names::{
     ApprovalDecision, BuiltinTool, ExecutorKind, HookEvent, HookSource, MemoryProvider,
-    PermissionAction, SandboxMode, SystemToolsMode, UnknownName,
+    PermissionAction, SandboxBackend, SandboxMode, SystemToolsMode, UnknownName,
 };
 pub use task::{ModelRef, Task, TurnContext, TurnOverrides};
 

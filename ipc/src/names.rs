@@ -93,6 +93,16 @@ name_enum! {
 }
 
 name_enum! {
+    /// What confines a sandboxed worker: bubblewrap's namespaces, or Landlock and seccomp in the host's.
+    pub enum SandboxBackend {
+        /// bubblewrap: mount, PID, IPC, network and user namespaces of the sandbox's own.
+        Bwrap => "bwrap",
+        /// Landlock's file and TCP rules and a seccomp filter, with no namespace.
+        Landlock => "landlock",
+    }
+}
+
+name_enum! {
     /// A point of a session where hooks run, spelled as Claude Code and codex spell their hook events.
     pub enum HookEvent {
         /// A session's worker starts (a new session, a resumed one, a fork, after compaction).

@@ -7,6 +7,7 @@
 //! approvals = "auto-edit"           # ask (default), auto-edit or deny
 //! turn_flush = "background"         # turn (default) or background: when a turn's end is flushed to disk
 //! sandbox_user = "root"             # a root supervisor's sandbox user where root owns the directory (containers)
+//! sandbox_backend = "auto"          # bwrap, landlock or auto (bubblewrap where it can start, else Landlock)
 //! notify = "osc9"                   # bell (default), osc9 or off: how the TUI calls you back
 //! checkpoint_ignore = ["*.log"]      # left out of checkpoints besides .gitignore and .serviceignore
 //!
@@ -116,6 +117,10 @@ pub struct ConfigFile {
     /// `root` in a container where everything is root's). `--sandbox-user` and `SERVICE_SANDBOX_USER` come first.
     #[serde(default)]
     pub sandbox_user: Option<String>,
+    /// What confines sandboxes: `bwrap`, `landlock` or `auto` (bubblewrap where it starts, else Landlock).
+    /// `--sandbox-backend` and `SERVICE_SANDBOX_BACKEND` come first.
+    #[serde(default)]
+    pub sandbox_backend: Option<String>,
     /// Model prices by `provider/name`, in US dollars per million tokens: usage reports gain a cost.
     #[serde(default)]
     pub prices: BTreeMap<String, crate::tenancy::usage::Price>,

@@ -61,32 +61,55 @@ impl Check {
     }
 }
 
-/// bubblewrap, and a real confined worker of a throwaway session running `true`; `worker_exe` is the binary,
-/// `configured_user` the `sandbox_user` of config.toml.
-pub async fn sandbox(worker_exe: PathBuf, configured_user: Option<&str>) -> Vec<Check> {
+/// The sandbox backend `choice` resolves to here and what it guarantees, and a real confined worker of a throwaway
+/// session running `true`; `worker_exe` is the binary, `configured_user` the `sandbox_user` of config.toml.
+pub async fn sandbox(
+    worker_exe: PathBuf,
+    configured_user: Option<&str>,
+    choice: crate::sandbox::backend::BackendChoice,
+) -> Vec<Check> {
+    use crate::sandbox::backend::Resolved;
     let mut checks = Vec::new();
-    let Some(bwrap) = crate::sandbox::find_bwrap() else {
-        checks.push(Check::fail(
-            "bubblewrap (bwrap) is not installed, so no session can be confined",
-            Some(
-                "install it: apt-get install bubblewrap (Fedora: dnf install bubblewrap); until then only \
-                 --dangerous-sandbox-mode runs bundles, unconfined"
-                    .into(),
-            ),
-        ));
-        return checks;
-    };
-    let version = std::process::Command::new(&bwrap)
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "bubblewrap".into());
-    checks.push(Check::ok(format!("{version} at {}", bwrap.display())));
+    let resolved = crate::sandbox::backend::resolve(choice);
+    match &resolved {
+        Resolved::Unavailable(why) => {
+            checks.push(Check::fail(
+                format!("no sandbox can start here (sandbox_backend {choice}): {why}"),
+                Some(unavailable_fix()),
+            ));
+            return checks;
+        }
+        Resolved::Bwrap(bwrap) => {
+            let version = std::process::Command::new(bwrap)
+                .arg("--version")
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "bubblewrap".into());
+            checks.push(Check::ok(format!(
+                "sessions are confined by {version} at {} (sandbox_backend {choice}): namespaces of their own for \
+                 mounts, processes, IPC and the network",
+                bwrap.display()
+            )));
+        }
+        Resolved::Landlock { .. } => {
+            checks.push(Check::ok(format!(
+                "sessions are confined by {} (sandbox_backend {choice})",
+                resolved.describe()
+            )));
+            checks.push(Check::warn(
+                LANDLOCK_LOSSES,
+                "where bubblewrap can start (a host, or a container given user namespaces), \
+                 --sandbox-backend bwrap confines more",
+            ));
+        }
+    }
     checks.push(sandbox_user(configured_user));
-    checks.push(mount_table(Path::new("/proc/self/mountinfo")));
-    checks.push(match confined_command(worker_exe).await {
+    if matches!(resolved, Resolved::Bwrap(_)) {
+        checks.push(mount_table(Path::new("/proc/self/mountinfo")));
+    }
+    checks.push(match confined_command(worker_exe, choice).await {
         Ok(took) => Check::ok(format!(
             "a confined worker started and ran a command ({} ms)",
             took.as_millis()
@@ -149,7 +172,10 @@ fn sandbox_user(configured: Option<&str>) -> Check {
 }
 
 /// Starts a session of a scripted starter bundle in a throwaway store and runs `true` in its sandbox.
-async fn confined_command(worker_exe: PathBuf) -> Result<Duration, String> {
+async fn confined_command(
+    worker_exe: PathBuf,
+    choice: crate::sandbox::backend::BackendChoice,
+) -> Result<Duration, String> {
     let tmp = tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
     let project = tmp.path().join("doctor-probe");
     crate::bundle::template::init(
@@ -159,10 +185,9 @@ async fn confined_command(worker_exe: PathBuf) -> Result<Duration, String> {
         service_ipc::ExecutorKind::React,
     )
     .map_err(|e| e.to_string())?;
-    let rt = ServiceRuntime::new(
-        ServiceHome::new(tmp.path().join("home")),
-        RuntimeOptions::new(worker_exe),
-    );
+    let mut options = RuntimeOptions::new(worker_exe);
+    options.sandbox_backend = choice;
+    let rt = ServiceRuntime::new(ServiceHome::new(tmp.path().join("home")), options);
     let started = Instant::now();
     let result = async {
         let record = rt
@@ -184,6 +209,29 @@ async fn confined_command(worker_exe: PathBuf) -> Result<Duration, String> {
     .await;
     rt.shutdown("doctor is done").await;
     result
+}
+
+/// What the Landlock backend does not give that bubblewrap does (SECURITY.md has the whole table).
+const LANDLOCK_LOSSES: &str = "under Landlock a sandbox sees the host's paths (reaching only what it is granted), \
+    has no private /tmp (TMPDIR points at its own), /dev or process list, and its commands get no namespaces of \
+    their own, so a daemon a command starts with setsid outlives the command (its output is read for 250 ms \
+    after the shell exits), and the session too where no cgroup is writable; a command \
+    can open TCP connections only to the egress forwarder's port, but on any address";
+
+/// What to change when no backend can start: bubblewrap's namespaces, or Landlock's system calls.
+fn unavailable_fix() -> String {
+    let mut fix = String::from(
+        "in a container, either let bubblewrap make namespaces (Docker: --security-opt seccomp=unconfined \
+         --security-opt apparmor=unconfined; Podman: --security-opt unmask=ALL) or let Landlock run (a kernel of \
+         Linux 6.7 or later, and a seccomp profile that allows landlock_create_ruleset, landlock_add_rule and \
+         landlock_restrict_self, as Docker's and Podman's defaults do)",
+    );
+    if let Some(userns) = userns_fix(Path::new("/proc/sys")) {
+        fix.push_str("; on this host: ");
+        fix.push_str(&userns);
+    }
+    fix.push_str("; --dangerous-sandbox-mode runs bundles unconfined");
+    fix
 }
 
 /// The kernel setting under `proc_sys` that forbids unprivileged user namespaces, and how to lift it; None when

@@ -27,7 +27,8 @@ impl ServiceHome {
         }
     }
 
-    /// Makes the store root if missing, private to this user (0700): nothing below it (installed bundles, the layout
+    /// Makes the store root if missing, private to this user (0700, or 0710 with the Landlock backend's sandbox
+    /// group): nothing below it (installed bundles, the layout
     /// cache, sessions, sockets) is any other local user's to read or run. A root this user owns with wider modes
     /// is narrowed where the file system lets it (a read-only store is left as it is, and says so at its first
     /// write); one owned by someone else is left alone.
@@ -38,7 +39,10 @@ impl ServiceHome {
             .mode(0o700)
             .create(&self.root)?;
         let meta = std::fs::metadata(&self.root)?;
-        if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+        // Group search alone is kept: the Landlock backend gives it to a root supervisor's sandbox group, whose
+        // sandboxes reach their own directories here by path (see `sandbox::landlock_launch`).
+        let wider = !matches!(meta.mode() & 0o077, 0 | 0o010);
+        if meta.uid() == nix::unistd::geteuid().as_raw() && wider {
             let _ = std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700));
         }
         Ok(())

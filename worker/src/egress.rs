@@ -25,10 +25,25 @@ pub fn proxy_url() -> Option<&'static str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Listens on a loopback port, forwards it to the proxy `socket`, and sets [`env`] with `no_proxy` as the names
-/// commands reach directly.
-pub async fn start(socket: String, no_proxy: String) -> std::io::Result<u16> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+/// Listens on a loopback port (the inherited listener at descriptor `inherited`, else one of its own), forwards it
+/// to the proxy `socket`, and sets [`env`] with `no_proxy` as the names commands reach directly.
+pub async fn start(
+    socket: String,
+    no_proxy: String,
+    inherited: Option<i32>,
+) -> std::io::Result<u16> {
+    let listener = match inherited {
+        Some(fd) => {
+            use std::os::fd::FromRawFd;
+            // The descriptor is the one the supervisor names in the configuration it made; nothing else of the
+            // worker's uses it. A number that is not a listening socket fails `accept` at once, not silently.
+            // SAFETY: see above.
+            let std = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+            std.set_nonblocking(true)?;
+            TcpListener::from_std(std)?
+        }
+        None => TcpListener::bind(("127.0.0.1", 0)).await?,
+    };
     let port = listener.local_addr()?.port();
     let url = format!("http://127.0.0.1:{port}");
     let _ = PROXY_ENV.set(vec![

@@ -34,17 +34,16 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
         return Ok(());
     };
     tools::spare_shell::set_idle(Duration::from_millis(config.spare_shell_idle_ms));
-    crate::confine::set_strictness(
-        if config.sandbox_mode == service_ipc::SandboxMode::DangerFullAccess {
-            crate::confine::Strictness::BestEffort
-        } else {
-            crate::confine::Strictness::Required
-        },
-    );
+    crate::confine::set_strictness(match (config.sandbox_mode, config.sandbox_backend) {
+        (service_ipc::SandboxMode::DangerFullAccess, _) => crate::confine::Strictness::BestEffort,
+        (_, service_ipc::SandboxBackend::Landlock) => crate::confine::Strictness::Landlock,
+        (_, service_ipc::SandboxBackend::Bwrap) => crate::confine::Strictness::Required,
+    });
     if let Some(socket) = config.egress_proxy.clone() {
         // Without the forwarder every command would find its proxy variables pointing nowhere; the sandbox still
         // has no other way out, so this only costs the session its network.
-        if let Err(e) = crate::egress::start(socket, config.no_proxy.clone()).await {
+        let listener = config.egress_listener_fd;
+        if let Err(e) = crate::egress::start(socket, config.no_proxy.clone(), listener).await {
             eprintln!("service-rs worker: cannot open the loopback port to the egress proxy: {e}");
         }
     }

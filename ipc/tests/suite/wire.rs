@@ -410,6 +410,8 @@ fn every_to_worker() -> Vec<ToWorker> {
             codeact_timeout_ms: 5000,
             hooks: Vec::new(),
             operator_hooks_dir: Some("/operator-hooks".into()),
+            sandbox_backend: service_ipc::SandboxBackend::Bwrap,
+            egress_listener_fd: None,
             fork: true,
             mcp_servers: [(
                 "git".to_string(),

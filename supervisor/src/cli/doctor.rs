@@ -39,10 +39,12 @@ pub fn run(home: ServiceHome, args: DoctorArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("cannot find the service-rs binary: {e}"))?;
     let keys = service_supervisor::providers::keys::KeyPolicy::load(home.root());
     let config = service_supervisor::config_file::load(home.root())?;
+    let backend = super::sandbox_backend(&config)?;
     let checks = super::tokio()?.block_on(async {
         let mut checks = doctor::sandbox(
             service_supervisor::worker_beside(&exe),
             config.sandbox_user.as_deref(),
+            backend,
         )
         .await;
         checks.push(doctor::store(&home));

@@ -57,6 +57,15 @@ pub struct Cli {
     /// commands only when RUST_LOG asks).
     #[arg(long, global = true, value_enum, default_value_t)]
     log_format: logging::LogFormat,
+    /// What confines sandboxes: bwrap, landlock (Landlock and seccomp, for containers where bubblewrap cannot
+    /// start) or auto (bubblewrap where it starts, else Landlock); `sandbox_backend` in config.toml otherwise.
+    #[arg(
+        long,
+        global = true,
+        env = "SERVICE_SANDBOX_BACKEND",
+        value_name = "BACKEND"
+    )]
+    sandbox_backend: Option<service_supervisor::sandbox::backend::BackendChoice>,
     #[command(subcommand)]
     command: Command,
 }
@@ -254,6 +263,7 @@ fn bundle_hint(word: &str) -> Option<String> {
 /// Runs the parsed command line and turns any error into a message on stderr and a failing exit code.
 pub fn run(cli: Cli) -> ExitCode {
     quiet_when_a_reader_goes_away();
+    let _ = SANDBOX_BACKEND.set(cli.sandbox_backend);
     // `mcp serve` talks on stdio to a client that shows its stderr: it logs only when RUST_LOG asks.
     let server = matches!(cli.command, Command::Serve(_));
     logging::init(cli.log_format, if server { "info" } else { "off" });
@@ -454,6 +464,26 @@ fn runtime(
     Ok(service_supervisor::ServiceRuntime::new(home, options))
 }
 
+/// `--sandbox-backend` (or `SERVICE_SANDBOX_BACKEND`), when given.
+static SANDBOX_BACKEND: std::sync::OnceLock<
+    Option<service_supervisor::sandbox::backend::BackendChoice>,
+> = std::sync::OnceLock::new();
+
+/// The sandbox backend setting: `--sandbox-backend` (or its variable), else config.toml's, else `auto`.
+fn sandbox_backend(
+    config: &service_supervisor::config_file::ConfigFile,
+) -> anyhow::Result<service_supervisor::sandbox::backend::BackendChoice> {
+    Ok(match SANDBOX_BACKEND.get().copied().flatten() {
+        Some(choice) => choice,
+        None => match config.sandbox_backend.as_deref() {
+            Some(value) => value
+                .parse()
+                .map_err(|e| anyhow::anyhow!("sandbox_backend in config.toml: {e}"))?,
+            None => Default::default(),
+        },
+    })
+}
+
 /// The settings of a runtime over `home` (see [`runtime`]).
 fn runtime_options(
     home: &ServiceHome,
@@ -474,6 +504,7 @@ fn runtime_options(
         config.sandbox_user.as_deref(),
     )
     .map_err(anyhow::Error::msg)?;
+    options.sandbox_backend = sandbox_backend(&config)?;
     options.keys = service_supervisor::providers::keys::KeyPolicy::load(home.root())?;
     if let Some(mb) = config.checkpoint_max_mb {
         options.checkpoint_max_bytes = mb.saturating_mul(1024 * 1024);

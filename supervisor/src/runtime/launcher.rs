@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use service_ipc::SandboxMode;
+use service_ipc::{SandboxBackend, SandboxMode};
 
 use super::error::Result;
 use super::process_spawn::ProcessSpec;
@@ -33,6 +33,8 @@ pub struct LaunchSpec<'a> {
     pub egress_socket: Option<&'a Path>,
     /// The operator's hook scripts (host path), to bind read-only, when the store has them.
     pub operator_hooks: Option<&'a Path>,
+    /// The worker's own run directory (host path), removed when it ends; the launcher may make it.
+    pub run_dir: &'a Path,
 }
 
 /// A prepared worker command and the paths as the worker sees them.
@@ -53,6 +55,12 @@ pub struct Launch {
     /// Descriptors the command names in its arguments, which it must inherit (and no other process); closed once
     /// it has started.
     pub inherit: Vec<std::os::fd::OwnedFd>,
+    /// The egress proxy's socket as the worker sees it, when the sandbox may reach hosts.
+    pub egress_socket: Option<PathBuf>,
+    /// The inherited loopback listener the worker forwards to the proxy (the Landlock backend makes it).
+    pub egress_listener_fd: Option<std::os::fd::RawFd>,
+    /// What confines the worker (meaningful only when `confinement` is a confined mode).
+    pub backend: SandboxBackend,
 }
 
 /// How a worker of a bundle would see its session: known before one starts, for a turn that needs none yet.
@@ -128,6 +136,9 @@ impl Launcher for HostLauncher {
             confinement: view.confinement,
             limits: None,
             inherit: Vec::new(),
+            egress_socket: None,
+            egress_listener_fd: None,
+            backend: SandboxBackend::Bwrap,
         })
     }
 }

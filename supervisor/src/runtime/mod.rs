@@ -92,6 +92,8 @@ pub struct RuntimeOptions {
     /// The host user sandboxes run as (see [`crate::sandbox::identity`]): for a process running as root, by
     /// default the workspace's owner, or `nobody`.
     pub sandbox_user: crate::sandbox::identity::SandboxUser,
+    /// What confines sandboxes (see [`crate::sandbox::backend`]); by default `SERVICE_SANDBOX_BACKEND`, else `auto`.
+    pub sandbox_backend: crate::sandbox::backend::BackendChoice,
     /// How often workers send a heartbeat.
     pub heartbeat: Duration,
     /// Silence after which a worker counts as hung and is killed.
@@ -152,6 +154,10 @@ impl RuntimeOptions {
             handshake_timeout: Duration::from_secs(10),
             dangerous_sandbox_mode: false,
             sandbox_user: crate::sandbox::identity::SandboxUser::default_for_this_process(),
+            sandbox_backend: std::env::var(crate::sandbox::backend::BACKEND_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default(),
             prestart_sandboxes: false,
             worker_ahead_after: Some(lead::AHEAD_AFTER),
             journal_quota: std::env::var("SERVICE_JOURNAL_QUOTA_MB")
@@ -253,8 +259,11 @@ pub struct ServiceRuntime {
 impl ServiceRuntime {
     /// A runtime over the store at `home`, confining workers as their manifests say.
     pub fn new(home: ServiceHome, options: RuntimeOptions) -> Self {
-        let launcher =
-            SandboxLauncher::new(options.dangerous_sandbox_mode, options.sandbox_user.clone());
+        let launcher = SandboxLauncher::new(
+            options.dangerous_sandbox_mode,
+            options.sandbox_user.clone(),
+            options.sandbox_backend,
+        );
         Self::with_launcher(home, options, Box::new(launcher))
     }
 
@@ -276,8 +285,11 @@ impl ServiceRuntime {
         options: RuntimeOptions,
         store: Arc<dyn store::Store>,
     ) -> Self {
-        let launcher =
-            SandboxLauncher::new(options.dangerous_sandbox_mode, options.sandbox_user.clone());
+        let launcher = SandboxLauncher::new(
+            options.dangerous_sandbox_mode,
+            options.sandbox_user.clone(),
+            options.sandbox_backend,
+        );
         Self::with_parts(home, options, Box::new(launcher), store)
     }
 
@@ -607,6 +619,11 @@ impl ServiceRuntime {
     /// Whether every worker runs on the host (`--dangerous-sandbox-mode`).
     pub fn dangerous_sandbox_mode(&self) -> bool {
         self.inner.options.dangerous_sandbox_mode
+    }
+
+    /// The `sandbox_backend` setting of this runtime.
+    pub fn sandbox_backend(&self) -> crate::sandbox::backend::BackendChoice {
+        self.inner.options.sandbox_backend
     }
 
     /// Starts the session's worker now instead of at the first turn (a no-op when it runs).

@@ -39,6 +39,26 @@ pub struct ProcessSpec {
     pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     /// SIGKILL when the thread that started it exits.
     pub die_with_parent: bool,
+    /// Confinement it enters after its change of user and before `execve` (the Landlock backend).
+    pub confinement: Option<std::sync::Arc<Confinement>>,
+}
+
+/// A Landlock rule set and a seccomp filter, made by the supervisor, that a child applies to itself before it
+/// runs anything: `no_new_privs`, then the rule set, then the filter.
+pub struct Confinement {
+    /// The rule set's descriptor (see `landlock_restrict_self(2)`).
+    pub ruleset: OwnedFd,
+    /// The compiled filter.
+    pub filter: Vec<libc::sock_filter>,
+}
+
+impl std::fmt::Debug for Confinement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Confinement")
+            .field("ruleset", &self.ruleset)
+            .field("filter_len", &self.filter.len())
+            .finish()
+    }
 }
 
 impl ProcessSpec {
@@ -89,6 +109,9 @@ struct Prepared {
     user: Option<(libc::uid_t, libc::gid_t)>,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     die_with_parent: bool,
+    /// The rule set's descriptor and the filter's program, when the child confines itself.
+    confinement: Option<(RawFd, libc::sock_fprog)>,
+    _confinement: Option<std::sync::Arc<Confinement>>,
     stdin: RawFd,
     stdout: RawFd,
     inherit: Vec<RawFd>,
@@ -157,6 +180,16 @@ impl Prepared {
                 })
                 .collect(),
             die_with_parent: spec.die_with_parent,
+            confinement: spec.confinement.as_ref().map(|c| {
+                (
+                    c.ruleset.as_raw_fd(),
+                    libc::sock_fprog {
+                        len: c.filter.len() as libc::c_ushort,
+                        filter: c.filter.as_ptr().cast_mut(),
+                    },
+                )
+            }),
+            _confinement: spec.confinement.clone(),
             stdin: stdio.stdin.as_raw_fd(),
             stdout: stdio.stdout.as_raw_fd(),
             inherit: inherit.iter().map(|fd| fd.as_raw_fd()).collect(),
@@ -291,6 +324,22 @@ fn in_child(p: &Prepared, failed: *mut libc::c_int) -> isize {
             {
                 fail();
             }
+        }
+        if let Some((ruleset, filter)) = &p.confinement {
+            // The order matters: both the rule set and the filter need `no_new_privs` from a process without
+            // CAP_SYS_ADMIN, and the filter must not refuse the calls that come before it.
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_landlock_restrict_self, *ruleset, 0u32) != 0
+                || libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    filter as *const libc::sock_fprog,
+                ) != 0
+            {
+                fail();
+            }
+            // The rule set's descriptor is close-on-exec: the worker does not keep it.
         }
         let none: libc::sigset_t = std::mem::zeroed();
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());

@@ -51,6 +51,10 @@ pub(crate) struct Started {
     pub(super) confinement: SandboxMode,
     /// Its egress proxy, when the sandbox may reach hosts.
     pub(super) egress: Option<Egress>,
+    /// The proxy's socket in the worker's view, and the forwarder's inherited listener (Landlock).
+    pub(super) egress_view: (Option<PathBuf>, Option<i32>),
+    /// What confines it.
+    pub(super) backend: service_ipc::SandboxBackend,
     /// Its process id in the supervisor's view, from its connection's credentials (which the kernel checks).
     pub(super) pid: Option<u32>,
 }
@@ -104,6 +108,7 @@ pub(crate) async fn start(
         operator_hooks: Some(rt.home.operator_hooks_dir())
             .filter(|d| d.is_dir())
             .as_deref(),
+        run_dir: &run_dir,
     })?;
     // A worker on the host has the host's network; a proxy would only be a detour it need not take.
     let egress = egress.filter(|_| launch.confinement != SandboxMode::DangerFullAccess);
@@ -228,6 +233,8 @@ pub(crate) async fn start(
         workspace: launch.workspace,
         confinement: launch.confinement,
         egress,
+        egress_view: (launch.egress_socket, launch.egress_listener_fd),
+        backend: launch.backend,
         pid,
     })
 }
@@ -366,7 +373,10 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
         egress_proxy: started
             .egress
             .as_ref()
-            .map(|_| egress::SOCKET_IN_SANDBOX.to_string()),
+            .and(started.egress_view.0.as_ref())
+            .map(|p| p.display().to_string()),
+        egress_listener_fd: started.egress.as_ref().and(started.egress_view.1),
+        sandbox_backend: started.backend,
         mcp_servers: mcp_servers(rt, id, bundle),
         spare_shell_idle_ms: rt.options.spare_shell_idle.as_millis() as u64,
         a2a_agents: agent

@@ -12,10 +12,13 @@
 //! sandbox without another bwrap per command. `danger_full_access`, or `--dangerous-sandbox-mode`, runs the worker
 //! on the host; a confined mode without bwrap is an error that says how to fix it, never a silent fallback.
 
+pub mod backend;
 pub mod bwrap;
 pub mod etc_snapshot;
 pub mod host_dir;
 pub mod identity;
+pub mod landlock;
+mod landlock_launch;
 pub mod limits;
 pub mod occupancy;
 pub mod profile;
@@ -37,7 +40,9 @@ pub struct SandboxLauncher {
     user: identity::SandboxUser,
     /// The user namespace of each host user that sandboxes run as, made at the first such start.
     namespaces: Mutex<std::collections::HashMap<identity::HostId, std::os::fd::OwnedFd>>,
-    bwrap: Option<PathBuf>,
+    /// The backend setting, resolved on this host at the first confined start.
+    choice: backend::BackendChoice,
+    resolved: Arc<std::sync::OnceLock<backend::Resolved>>,
     /// The host views whose shared files [`Launcher::warm`] has made ready (or is making) in this process.
     warmed: Arc<Mutex<HashSet<Warmed>>>,
 }
@@ -46,16 +51,37 @@ pub struct SandboxLauncher {
 type Warmed = (service_ipc::SystemToolsMode, Vec<String>, bool, PathBuf);
 
 impl SandboxLauncher {
-    /// A launcher that finds bwrap in PATH and runs sandboxes as `user` says; `dangerous` runs every worker on the
-    /// host.
-    pub fn new(dangerous: bool, user: identity::SandboxUser) -> Self {
+    /// A launcher that confines with the backend `choice` resolves to here and runs sandboxes as `user` says;
+    /// `dangerous` runs every worker on the host.
+    pub fn new(
+        dangerous: bool,
+        user: identity::SandboxUser,
+        choice: backend::BackendChoice,
+    ) -> Self {
+        let resolved: Arc<std::sync::OnceLock<backend::Resolved>> = Arc::default();
+        if !dangerous && choice == backend::BackendChoice::Auto {
+            // `auto` starts bwrap once to find out whether it works here: on a thread of its own, so that it
+            // overlaps the store's opening and the first model call instead of adding to the first tool turn.
+            let ahead = resolved.clone();
+            let _ = std::thread::Builder::new()
+                .name("sandbox-backend".into())
+                .spawn(move || {
+                    ahead.get_or_init(|| backend::resolve(choice));
+                });
+        }
         SandboxLauncher {
             dangerous,
             user,
             namespaces: Mutex::default(),
-            bwrap: find_bwrap(),
+            choice,
+            resolved,
             warmed: Arc::default(),
         }
+    }
+
+    /// The backend sandboxes get here (resolved once).
+    pub fn resolved(&self) -> &backend::Resolved {
+        self.resolved.get_or_init(|| backend::resolve(self.choice))
     }
 
     /// The host mounts of a sandbox of `sandbox`, its `/etc` files as one snapshot in `cache_dir` when it can have
@@ -95,27 +121,43 @@ impl SandboxLauncher {
         })
     }
 
-    /// The bwrap to confine a worker of `sandbox` with and its mode's profile; None when it runs on the host.
-    fn confining(&self, sandbox: &SandboxSpec) -> Result<Option<(&PathBuf, profile::ModeProfile)>> {
+    /// What confines a worker of `sandbox` and its mode's profile; None when it runs on the host.
+    fn confining(
+        &self,
+        sandbox: &SandboxSpec,
+    ) -> Result<Option<(Confiner<'_>, profile::ModeProfile)>> {
         let mode = profile::mode_profile(sandbox.mode).map_err(RuntimeError::SandboxUnavailable)?;
         if self.dangerous || !mode.confined {
             return Ok(None);
         }
-        match (&self.bwrap, cfg!(target_os = "linux")) {
-            (Some(b), true) => Ok(Some((b, mode))),
-            _ => Err(unavailable(sandbox.mode)),
+        if !cfg!(target_os = "linux") {
+            return Err(unavailable(sandbox.mode));
+        }
+        match self.resolved() {
+            backend::Resolved::Bwrap(path) => Ok(Some((Confiner::Bwrap(path), mode))),
+            backend::Resolved::Landlock { abi, .. } => Ok(Some((Confiner::Landlock(*abi), mode))),
+            backend::Resolved::Unavailable(why) => Err(RuntimeError::SandboxUnavailable(format!(
+                "this bundle's sandbox mode {} needs a sandbox, and none can start here: {why}; or pass \
+                 --dangerous-sandbox-mode to run without confinement",
+                sandbox.mode
+            ))),
         }
     }
 }
 
-/// What confines workers, for logs: bubblewrap and where, or why nothing does.
-pub fn backend(dangerous: bool) -> String {
-    match (dangerous, find_bwrap()) {
-        (true, _) => "none (--dangerous-sandbox-mode)".into(),
-        (false, Some(path)) => format!("bubblewrap {}", path.display()),
-        (false, None) => {
-            "none found: install bubblewrap; only danger_full_access bundles can run".into()
-        }
+/// The mechanism that confines one worker.
+enum Confiner<'a> {
+    /// bubblewrap, at this path.
+    Bwrap(&'a PathBuf),
+    /// Landlock, at this ABI.
+    Landlock(i32),
+}
+
+/// What confines workers, for logs: the backend and why, or why nothing does.
+pub fn backend(dangerous: bool, choice: backend::BackendChoice) -> String {
+    match dangerous {
+        true => "none (--dangerous-sandbox-mode)".into(),
+        false => backend::resolve(choice).describe(),
     }
 }
 
@@ -132,24 +174,21 @@ pub fn find_bwrap() -> Option<PathBuf> {
 }
 
 fn unavailable(mode: service_ipc::SandboxMode) -> RuntimeError {
-    if cfg!(target_os = "linux") {
-        RuntimeError::SandboxUnavailable(format!(
-            "this bundle's sandbox mode {mode} needs bubblewrap, which is not installed: install the bubblewrap \
-             package (e.g. apt-get install bubblewrap) or pass --dangerous-sandbox-mode to run without confinement"
-        ))
-    } else {
-        RuntimeError::SandboxUnavailable(format!(
-            "this bundle's sandbox mode {mode} needs bubblewrap, which exists only on Linux: pass \
-             --dangerous-sandbox-mode to run without confinement"
-        ))
-    }
+    RuntimeError::SandboxUnavailable(format!(
+        "this bundle's sandbox mode {mode} needs bubblewrap or Landlock, which exist only on Linux: pass \
+         --dangerous-sandbox-mode to run without confinement"
+    ))
 }
 
 impl Launcher for SandboxLauncher {
     fn view(&self, sandbox: &SandboxSpec, workspace: &Path, fresh: bool) -> Result<View> {
         Ok(match self.confining(sandbox)? {
             None => HostLauncher.view(sandbox, workspace, fresh)?,
-            Some((_, mode)) => {
+            Some((Confiner::Landlock(_), _)) => View {
+                workspace: workspace.to_path_buf(),
+                confinement: sandbox.mode,
+            },
+            Some((Confiner::Bwrap(_), mode)) => {
                 // A fresh workspace is given to the sandbox user at the start; any other must suit it already.
                 if !fresh {
                     let dir = host_dir::open_no_links(workspace)
@@ -167,7 +206,7 @@ impl Launcher for SandboxLauncher {
     }
 
     fn warm(&self, sandbox: &SandboxSpec, cache_dir: &Path) {
-        if !matches!(self.confining(sandbox), Ok(Some(_))) {
+        if !matches!(self.confining(sandbox), Ok(Some((Confiner::Bwrap(_), _)))) {
             return;
         }
         let key = (
@@ -200,8 +239,12 @@ impl Launcher for SandboxLauncher {
 
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch> {
         let sandbox = spec.sandbox;
-        let Some((bwrap, mode)) = self.confining(sandbox)? else {
-            return HostLauncher.prepare(spec);
+        let (bwrap, mode) = match self.confining(sandbox)? {
+            None => return HostLauncher.prepare(spec),
+            Some((Confiner::Landlock(abi), mode)) => {
+                return self.prepare_landlock(spec, mode, abi);
+            }
+            Some((Confiner::Bwrap(bwrap), mode)) => (bwrap, mode),
         };
         let mounts = Self::mounts(sandbox, spec.cache_dir)?;
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
@@ -280,6 +323,11 @@ impl Launcher for SandboxLauncher {
                 .chain(hooks_fd)
                 .chain(userns)
                 .collect(),
+            egress_socket: spec
+                .egress_socket
+                .map(|_| PathBuf::from(crate::egress::SOCKET_IN_SANDBOX)),
+            egress_listener_fd: None,
+            backend: service_ipc::SandboxBackend::Bwrap,
         })
     }
 }

@@ -492,7 +492,7 @@ pub async fn serve(
     tracing::info!(
         bind = %bound,
         store = %rt.store().describe(),
-        sandbox = %crate::sandbox::backend(rt.dangerous_sandbox_mode()),
+        sandbox = %crate::sandbox::backend(rt.dangerous_sandbox_mode(), rt.sandbox_backend()),
         auth = if token.is_some() { "bearer token" } else { "none" },
         version = env!("CARGO_PKG_VERSION"),
         "service-rs serving"

@@ -67,6 +67,7 @@ mod run_cli;
 mod run_headless;
 mod run_terminal;
 mod sandbox;
+mod sandbox_landlock;
 mod schema_access;
 mod secret_files;
 mod serve_output;

@@ -210,7 +210,7 @@ fn workspace_write_mode_writes_reach_the_host() {
 }
 
 /// A listener on the host's loopback that records whether anyone connected.
-fn host_listener() -> (u16, std::sync::mpsc::Receiver<()>) {
+pub(super) fn host_listener() -> (u16, std::sync::mpsc::Receiver<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = std::sync::mpsc::channel();

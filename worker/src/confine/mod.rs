@@ -34,6 +34,8 @@ pub const COMMAND_UID: u32 = 1000;
 /// nothing in the hook allocates.
 struct Prepared {
     filter: BpfProgram,
+    /// Under Landlock: no `AF_UNIX` socket of a command's own (see [`seccomp::unix_socket_filter`]).
+    no_unix_sockets: Option<BpfProgram>,
     uid_map: CString,
     gid_map: CString,
 }
@@ -43,18 +45,25 @@ fn prepared() -> Result<&'static Prepared, String> {
     PREPARED
         .get_or_init(|| {
             let filter = seccomp::tool_filter().map_err(|e| e.to_string())?;
+            let no_unix_sockets = match strictness() {
+                Strictness::Landlock => {
+                    Some(seccomp::unix_socket_filter().map_err(|e| e.to_string())?)
+                }
+                _ => None,
+            };
             // SAFETY: getuid/getgid cannot fail.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
             // In a sandbox the worker is its namespace's root, and a command is uid 1000 of its own; on the host a
             // command keeps its uid.
             let inside = match strictness() {
                 Strictness::Required => |_: u32| COMMAND_UID,
-                Strictness::BestEffort => |id: u32| id,
+                Strictness::BestEffort | Strictness::Landlock => |id: u32| id,
             };
             let map =
                 |id: u32| CString::new(format!("{} {id} 1", inside(id))).map_err(|e| e.to_string());
             Ok(Prepared {
                 filter,
+                no_unix_sockets,
                 uid_map: map(uid)?,
                 gid_map: map(gid)?,
             })
@@ -70,6 +79,9 @@ pub enum Strictness {
     Required,
     /// On the host (`danger_full_access`): the namespace is made where the host allows it, else skipped.
     BestEffort,
+    /// Under Landlock (no namespaces, see the supervisor's `sandbox::landlock`): no namespace is made, since
+    /// containers refuse them, and the command may not make an `AF_UNIX` socket, which Landlock does not confine.
+    Landlock,
 }
 
 /// Adds the confinement to `command`'s pre-exec hooks. Fails when the seccomp filter cannot be built.
@@ -96,7 +108,10 @@ fn in_child(prep: &Prepared, strictness: Strictness) -> std::io::Result<()> {
             // command is dumpable from its exec on anyway, and until then runs only this hook.
             libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
         }
-        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC) == 0 {
+        if strictness == Strictness::Landlock {
+            // Nothing to unshare: the domain the worker runs in confines the command as it is.
+        } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC) == 0
+        {
             map_ids(prep)?;
             // Not dumpable again: the reaper forked next is a copy of the worker's memory, and the command, of
             // the same user, must not read it through /proc.
@@ -107,7 +122,12 @@ fn in_child(prep: &Prepared, strictness: Strictness) -> std::io::Result<()> {
         } else if strictness == Strictness::Required {
             return Err(std::io::Error::last_os_error());
         }
-        if seccompiler::apply_filter(&prep.filter).is_err() {
+        if seccompiler::apply_filter(&prep.filter).is_err()
+            || prep
+                .no_unix_sockets
+                .as_ref()
+                .is_some_and(|f| seccompiler::apply_filter(f).is_err())
+        {
             return Err(std::io::Error::other("cannot apply the seccomp filter"));
         }
     }

@@ -60,6 +60,30 @@ pub fn tool_filter() -> Result<BpfProgram, FilterError> {
         .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))
 }
 
+/// The filter a command gets under Landlock on top of [`tool_filter`]: `socket(AF_UNIX, ...)` answers `EPERM`,
+/// since Landlock (below ABI 9) does not confine connecting to a socket by its path, and the host's sockets, other
+/// sessions' proxies among them, would otherwise be a connect away. `socketpair` stays allowed.
+pub fn unix_socket_filter() -> Result<BpfProgram, FilterError> {
+    let unix = seccompiler::SeccompCondition::new(
+        0,
+        seccompiler::SeccompCmpArgLen::Dword,
+        seccompiler::SeccompCmpOp::Eq,
+        libc::AF_UNIX as u64,
+    )
+    .and_then(|c| seccompiler::SeccompRule::new(vec![c]))
+    .map_err(|e| FilterError(e.to_string()))?;
+    let filter = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_socket, vec![unix])]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        ARCH,
+    )
+    .map_err(|e| FilterError(e.to_string()))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -383,7 +383,7 @@ async fn run(
         } => {
             let startup = Duration::from_millis(startup_timeout_ms);
             if crate::egress::proxy_url().is_none()
-                && crate::confine::strictness() == crate::confine::Strictness::Required
+                && crate::confine::strictness() != crate::confine::Strictness::BestEffort
             {
                 let host = http::authority(&url);
                 fail(

@@ -306,8 +306,14 @@ async fn supervise(
     tokio::pin!(deadline);
     let mut status = None;
     let mut pipes_open = true;
+    // Under Landlock a command has no PID namespace whose end kills what it left: a daemon that escaped its
+    // process group (setsid) may hold the pipes open for ever, so they are read for a short while after the
+    // shell has exited, not until they close.
+    let leftovers = tokio::time::sleep(Duration::from_secs(86_400));
+    tokio::pin!(leftovers);
     while status.is_none() || pipes_open {
         tokio::select! {
+            _ = &mut leftovers, if status.is_some() => pipes_open = false,
             chunk = rx.recv(), if pipes_open => match chunk {
                 Some((stream, bytes)) => {
                     let text = decoders[stream as usize].push(&bytes);
@@ -319,6 +325,11 @@ async fn supervise(
                 status = Some(s.ok());
                 // The shell is gone; its leftovers would hold the pipes open forever.
                 kill_group(pgid);
+                if crate::confine::strictness() == crate::confine::Strictness::Landlock {
+                    leftovers
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + LEFTOVER_GRACE);
+                }
             }
             _ = &mut deadline, if status.is_none() => {
                 outcome.timed_out = true;
@@ -396,6 +407,9 @@ async fn emit_output(
         .await;
     }
 }
+
+/// How long a command's pipes are still read after its shell has exited, under Landlock (see `supervise`).
+const LEFTOVER_GRACE: Duration = Duration::from_millis(250);
 
 pub(crate) fn kill_group(pgid: Option<nix::unistd::Pid>) {
     if let Some(pgid) = pgid {
