@@ -109,6 +109,74 @@ perl -MSocket -e 'socketpair(my $a, my $b, AF_UNIX, SOCK_STREAM, 0) ? print "pai
 }
 
 #[test]
+fn under_landlock_a_listed_host_answers_through_the_proxy_and_nothing_else_is_reached_but_the_forwarders_port(
+) {
+    let env = env_with_workspace();
+    let plain = super::egress::Upstream::start(None);
+    let p = plain.port;
+    let port = "${HTTP_PROXY##*:}";
+    let probe = format!(
+        r#"curl -sS http://allowed.test:{p}/via-proxy
+curl -sS http://other.test:{p}/unlisted
+(exec 3<>/dev/tcp/127.0.0.1/{p}) 2>&1 | grep -q 'Permission denied' && echo "direct: denied" || echo "direct: ALLOWED"
+curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{p}/ >/dev/null 2>&1 && echo "noproxy: REACHED" || echo "noproxy: failed"
+perl -MSocket -e 'socket(my $s, AF_INET, SOCK_DGRAM, 0) ? print "udp: MADE
+" : print "udp: $!
+"'
+(exec 3<>/dev/tcp/127.0.0.2/{port}) 2>&1 | grep -q 'Connection refused' && echo "other address on the forwarder's port: not denied""#
+    );
+    let sandbox = format!(
+        r#"{{ mode: "workspace_write", permissions: {{ network: ["allowed.test:{p}"] }} }}"#
+    );
+    super::sandbox::bundle(&env, "egress", &sandbox, &probe);
+    let out = env
+        .run(&[
+            "--sandbox-backend",
+            "landlock",
+            "run",
+            "./egress",
+            "--prompt",
+            "go",
+            "--cwd",
+            "ws",
+            "--resolve",
+            &format!("allowed.test:{p}:127.0.0.1"),
+            "--resolve",
+            &format!("other.test:{p}:127.0.0.1"),
+        ])
+        .ok()
+        .to_string();
+    assert!(
+        out.contains(&format!("upstream allowed.test:{p} /via-proxy")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("other.test:{p} is not allowed")),
+        "{out}"
+    );
+    assert!(!out.contains("/unlisted"), "{out}");
+    for line in [
+        "direct: denied",
+        "noproxy: failed",
+        "udp: Operation not permitted",
+        // The bypass SECURITY.md names: Landlock matches the forwarder's port on any address, so this connection
+        // is refused by the address, which nothing listens on, and not by the sandbox.
+        "other address on the forwarder's port: not denied",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn under_landlock_a_command_cannot_set_up_io_uring_to_make_sockets_the_filter_does_not_see() {
+    let env = env_with_workspace();
+    // io_uring_setup(8, params): 120 bytes of zeroed parameters.
+    let probe = r#"perl -e '$p = "\0" x 120; $r = syscall(425, 8, $p); print "io_uring: ", ($r == -1 ? "$!" : "SET UP"), "\n"'"#;
+    let out = attempt(&env, "uring", WRITE, probe);
+    assert!(out.contains("io_uring: Operation not permitted"), "{out}");
+}
+
+#[test]
 fn under_landlock_a_daemon_a_command_leaves_does_not_hold_the_turn() {
     let env = env_with_workspace();
     let out = attempt(
