@@ -269,6 +269,17 @@ fn succeeded(cmd: &mut std::process::Command) -> BenchResult<Duration> {
     }
 }
 
+/// Times `cmd`, a one-shot whose model answers `ok`: its wall time, or what it said when it did not answer so.
+fn answered_ok(cmd: &mut std::process::Command) -> BenchResult<Duration> {
+    let t = Instant::now();
+    let out = cmd.output()?;
+    let took = t.elapsed();
+    if !out.status.success() || out.stdout != b"ok\n" {
+        return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    Ok(took)
+}
+
 fn main() -> BenchResult<()> {
     // First, while this process has one thread.
     let host_mounts = host_mounts::add(env_or("BENCH_HOST_MOUNTS", 0))?;

@@ -8,7 +8,7 @@ use service_ipc::{Task, TurnOverrides};
 use service_supervisor::{RuntimeOptions, ServiceHome, ServiceRuntime};
 
 use super::session_sandbox::SessionSandbox;
-use super::{bare_bwrap_once, ms, openai, stats, succeeded, BenchResult, Stats};
+use super::{answered_ok, bare_bwrap_once, ms, openai, stats, succeeded, BenchResult, Stats};
 
 /// Rounds of each comparison against the loopback server; each round's medians are printed.
 const ROUNDS: usize = 3;
@@ -63,16 +63,11 @@ pub(super) fn rows(
     // Another build whose one-shots are sampled in turn with this one's, so that both meet the same machine.
     let baseline = std::env::var_os("BENCH_BASELINE_EXE").map(std::path::PathBuf::from);
     let one_shot_of = |exe: &Path, reference: &str| -> BenchResult<Duration> {
-        let t = Instant::now();
-        let out = std::process::Command::new(exe)
-            .args(["run", reference, "--prompt", "hi"])
-            .env("SERVICE_HOME", home.path())
-            .output()?;
-        let took = t.elapsed();
-        if !out.status.success() || out.stdout != b"ok\n" {
-            return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
-        }
-        Ok(took)
+        answered_ok(
+            std::process::Command::new(exe)
+                .args(["run", reference, "--prompt", "hi"])
+                .env("SERVICE_HOME", home.path()),
+        )
     };
     let one_shot = |reference: &str| one_shot_of(exe, reference);
     let scratch = tempfile::TempDir::new()?;

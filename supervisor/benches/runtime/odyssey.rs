@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{ms, openai, stats, BenchResult};
+use super::{answered_ok, ms, openai, stats, BenchResult};
 
 /// An Odyssey bundle whose agent calls the model server at `base` (a Responses API root) and may run Bash.
 fn write_odyssey_bundle(dir: &Path, base: &str) -> std::io::Result<()> {
@@ -66,18 +66,13 @@ pub(super) fn rows(exe: &Path, iters: usize) -> BenchResult<()> {
         .into());
     }
     let ours_once = || -> BenchResult<Duration> {
-        let t = Instant::now();
-        let out = std::process::Command::new(exe)
-            .arg("run")
-            .arg(ours.path())
-            .args(["--prompt", "run true"])
-            .env("SERVICE_HOME", home.path())
-            .output()?;
-        let took = t.elapsed();
-        if !out.status.success() || out.stdout != b"ok\n" {
-            return Err(format!("run failed: {}", String::from_utf8_lossy(&out.stderr)).into());
-        }
-        Ok(took)
+        answered_ok(
+            std::process::Command::new(exe)
+                .arg("run")
+                .arg(ours.path())
+                .args(["--prompt", "run true"])
+                .env("SERVICE_HOME", home.path()),
+        )
     };
     let theirs_once = || -> BenchResult<Duration> {
         let t = Instant::now();

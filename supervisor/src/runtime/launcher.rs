@@ -82,6 +82,10 @@ pub trait Launcher: Send + Sync {
     /// Prepares the command for one worker.
     fn prepare(&self, spec: &LaunchSpec<'_>) -> Result<Launch>;
 
+    /// Starts finding out, in the background, what a worker of `sandbox` will be confined by, for a session that
+    /// is about to run; returns at once. Nothing to find out by default.
+    fn ahead(&self, _sandbox: &SandboxSpec) {}
+
     /// Starts making, in the background, what workers of `sandbox` share and find in `cache_dir`, so that no
     /// worker start waits for it; returns at once. Nothing to make by default.
     fn warm(&self, _sandbox: &SandboxSpec, _cache_dir: &Path) {}

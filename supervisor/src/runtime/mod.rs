@@ -424,6 +424,7 @@ impl ServiceRuntime {
         parent: Option<record::ParentLink>,
         tenant: Option<String>,
     ) -> Result<Arc<Session>> {
+        self.inner.launcher.ahead(&bundle.manifest.sandbox);
         // A long-running runtime makes what its sandboxes share while the session waits for its first turn, so that
         // no turn's worker start waits for it.
         if self.inner.options.prestart_sandboxes {

@@ -93,8 +93,8 @@ pub fn resolve(choice: BackendChoice) -> Resolved {
         BackendChoice::Only(SandboxBackend::Bwrap) => match super::find_bwrap() {
             Some(path) => Resolved::Bwrap(path),
             None => Resolved::Unavailable(
-                "bubblewrap is not installed: install the bubblewrap package (e.g. apt-get install bubblewrap), \
-                 or choose --sandbox-backend landlock"
+                "bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap, dnf install \
+                 bubblewrap) or choose --sandbox-backend landlock"
                     .into(),
             ),
         },

@@ -185,6 +185,8 @@ pub fn ruleset(policy: &Policy<'_>, abi: i32) -> Result<OwnedFd, LandlockError> 
 
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: i64 = 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
 const ARCH: TargetArch = TargetArch::aarch64;
 
@@ -226,13 +228,17 @@ pub fn filter(tcp: bool) -> Result<BpfProgram, LandlockError> {
         }
     }
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    rules.insert(libc::SYS_socket, socket);
-    for nr in [
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
+    for (nr, rule) in [
+        (libc::SYS_socket, socket),
+        (libc::SYS_io_uring_setup, Vec::new()),
+        (libc::SYS_io_uring_enter, Vec::new()),
+        (libc::SYS_io_uring_register, Vec::new()),
     ] {
-        rules.insert(nr, Vec::new());
+        // The x32 ABI shares x86_64's audit architecture and numbers these calls with a bit set: a kernel that
+        // allows x32 would otherwise let them through.
+        #[cfg(target_arch = "x86_64")]
+        rules.insert(nr | X32_SYSCALL_BIT, rule.clone());
+        rules.insert(nr, rule);
     }
     SeccompFilter::new(
         rules,

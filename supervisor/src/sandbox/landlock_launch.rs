@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use service_ipc::SandboxBackend;
 
-use super::{host_dir, identity, landlock, limits, profile, SandboxLauncher};
+use super::{host_dir, identity, landlock, profile, SandboxLauncher};
 use crate::runtime::error::{Result, RuntimeError};
 use crate::runtime::launcher::{minimal_env, Launch, LaunchSpec};
 use crate::runtime::process_spawn::{Confinement, ProcessSpec};
@@ -72,33 +72,14 @@ impl SandboxLauncher {
         mode: profile::ModeProfile,
         abi: i32,
     ) -> Result<Launch> {
-        let sandbox = spec.sandbox;
-        let tools = profile::tools_profile(sandbox.system_tools_mode)
-            .map_err(RuntimeError::SandboxUnavailable)?;
-        let mounts = profile::host_mounts(
-            &tools,
-            &sandbox.executables,
-            sandbox.permissions.network_enabled(),
-        )
-        .map_err(RuntimeError::SandboxUnavailable)?;
+        let (_, mounts) = super::host_mounts(spec.sandbox)?;
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
-        let bind_err = |e: host_dir::HostDirError| RuntimeError::WorkerUnavailable(e.to_string());
-        let workspace_fd = host_dir::open_no_links(spec.workspace).map_err(bind_err)?;
-        let bundle_fd = host_dir::open_no_links(spec.bundle_root).map_err(bind_err)?;
-        let hooks_fd = spec
-            .operator_hooks
-            .map(host_dir::open_no_links)
-            .transpose()
-            .map_err(bind_err)?;
-        let runs_as = self
-            .user
-            .over(
-                workspace_fd.as_fd(),
-                spec.workspace,
-                mode.workspace_writable,
-                spec.fresh_workspace,
-            )
-            .map_err(RuntimeError::WorkerUnavailable)?;
+        let super::Opened {
+            workspace: workspace_fd,
+            bundle: bundle_fd,
+            hooks: hooks_fd,
+            runs_as,
+        } = self.open(spec, &mode)?;
         if abi < landlock::SCOPED_ABI && runs_as.is_none() {
             return Err(unavailable(format!(
                 "the Landlock backend needs ABI {} (Linux 6.12) to keep a sandbox that runs as the supervisor's own \
@@ -126,13 +107,10 @@ impl SandboxLauncher {
                 }
             }
         }
-        let tmp_fd = host_dir::open_no_links(&tmp).map_err(bind_err)?;
+        let tmp_fd = host_dir::open_no_links(&tmp)
+            .map_err(|e| RuntimeError::WorkerUnavailable(e.to_string()))?;
         let (listener, egress_port) = match spec.egress_socket {
-            Some(socket) => {
-                if let Some(id) = runs_as {
-                    identity::give_socket(socket, id)
-                        .map_err(|e| RuntimeError::io("cannot hand over", socket, e))?;
-                }
+            Some(_) => {
                 let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(|e| {
                     unavailable(format!("cannot open the egress forwarder's port: {e}"))
                 })?;
@@ -180,13 +158,7 @@ impl SandboxLauncher {
         minimal_env(&mut command, spec.workspace);
         command.env("TMPDIR", &tmp);
         command.confinement = Some(Arc::new(confinement));
-        let limits = Arc::new(limits::Limits::new(
-            spec.session_id,
-            limits::Budget {
-                cpu: sandbox.resources.cpu,
-                memory_mb: sandbox.resources.memory_mb,
-            },
-        ));
+        let limits = super::limits_of(spec);
         command.rlimits = limits.spawn_rlimits();
         command.user = runs_as.map(|id| (id.uid, id.gid));
         Ok(Launch {
@@ -194,7 +166,7 @@ impl SandboxLauncher {
             bundle_dir: spec.bundle_root.to_path_buf(),
             operator_hooks: spec.operator_hooks.map(Path::to_path_buf),
             workspace: spec.workspace.to_path_buf(),
-            confinement: sandbox.mode,
+            confinement: spec.sandbox.mode,
             limits: Some(limits),
             egress_listener_fd: listener.as_ref().map(|fd| fd.as_raw_fd()),
             egress_socket: spec.egress_socket.map(Path::to_path_buf),

@@ -1,16 +1,19 @@
-//! Confinement of session workers with bubblewrap, as the bundle's manifest asks.
+//! Confinement of session workers, as the bundle's manifest asks, by one of two backends ([`backend`]).
 //!
 //! - [`profile`]: the embedded `sandbox-profiles/` data and its resolution against the host.
 //! - [`bwrap`]: the pure function from a resolved profile to the bwrap argument vector.
 //! - [`etc_snapshot`]: the profile's `/etc` files as one snapshot directory, bound once.
+//! - [`landlock`]: the same profile as Landlock rules and a seccomp filter, where bubblewrap cannot start
+//!   (`landlock_launch` starts such a worker).
 //! - [`host_dir`]: the bundle and workspace directories, opened without following links and bound by descriptor.
 //! - [`identity`], [`userns`]: the host user a sandbox runs as (never root unless the operator says so), and the
 //!   user namespace that maps it.
 //! - [`limits`]: cgroups and rlimits for `sandbox.resources`.
 //!
-//! The launcher wraps the worker process itself, so the Bash tool and operator commands run inside the same
-//! sandbox without another bwrap per command. `danger_full_access`, or `--dangerous-sandbox-mode`, runs the worker
-//! on the host; a confined mode without bwrap is an error that says how to fix it, never a silent fallback.
+//! The launcher confines the worker process itself, so the Bash tool and operator commands run inside the same
+//! sandbox without another one per command. `danger_full_access`, or `--dangerous-sandbox-mode`, runs the worker
+//! on the host; a confined mode with no backend that can start is an error that says how to fix it, never a
+//! silent fallback to the host. `auto` choosing Landlock is said by `doctor` and in `serve`'s start-up line.
 
 pub mod backend;
 pub mod bwrap;
@@ -43,6 +46,8 @@ pub struct SandboxLauncher {
     /// The backend setting, resolved on this host at the first confined start.
     choice: backend::BackendChoice,
     resolved: Arc<std::sync::OnceLock<backend::Resolved>>,
+    /// A thread resolving it ahead has been started (see [`Launcher::ahead`]).
+    resolving: std::sync::atomic::AtomicBool,
     /// The host views whose shared files [`Launcher::warm`] has made ready (or is making) in this process.
     warmed: Arc<Mutex<HashSet<Warmed>>>,
 }
@@ -58,23 +63,13 @@ impl SandboxLauncher {
         user: identity::SandboxUser,
         choice: backend::BackendChoice,
     ) -> Self {
-        let resolved: Arc<std::sync::OnceLock<backend::Resolved>> = Arc::default();
-        if !dangerous && choice == backend::BackendChoice::Auto {
-            // `auto` starts bwrap once to find out whether it works here: on a thread of its own, so that it
-            // overlaps the store's opening and the first model call instead of adding to the first tool turn.
-            let ahead = resolved.clone();
-            let _ = std::thread::Builder::new()
-                .name("sandbox-backend".into())
-                .spawn(move || {
-                    ahead.get_or_init(|| backend::resolve(choice));
-                });
-        }
         SandboxLauncher {
             dangerous,
             user,
             namespaces: Mutex::default(),
             choice,
-            resolved,
+            resolved: Arc::default(),
+            resolving: std::sync::atomic::AtomicBool::new(false),
             warmed: Arc::default(),
         }
     }
@@ -87,19 +82,45 @@ impl SandboxLauncher {
     /// The host mounts of a sandbox of `sandbox`, its `/etc` files as one snapshot in `cache_dir` when it can have
     /// one (made if missing; see [`etc_snapshot`]).
     fn mounts(sandbox: &SandboxSpec, cache_dir: &Path) -> Result<Vec<profile::Mount>> {
-        let tools = profile::tools_profile(sandbox.system_tools_mode)
-            .map_err(RuntimeError::SandboxUnavailable)?;
-        let mounts = profile::host_mounts(
-            &tools,
-            &sandbox.executables,
-            sandbox.permissions.network_enabled(),
-        )
-        .map_err(RuntimeError::SandboxUnavailable)?;
+        let (tools, mounts) = host_mounts(sandbox)?;
         Ok(etc_snapshot::consolidate(
             mounts,
             &tools.network_files,
             cache_dir,
         ))
+    }
+
+    /// The directories a worker of `spec` gets, opened as they are now through no link (a workspace, a parent
+    /// of a session's `cwd`, may have been changed by a sandbox; the bundle too, for one rule for every
+    /// directory), and the host user it runs as, who is handed the egress socket.
+    fn open(&self, spec: &LaunchSpec<'_>, mode: &profile::ModeProfile) -> Result<Opened> {
+        let bind_err = |e: host_dir::HostDirError| RuntimeError::WorkerUnavailable(e.to_string());
+        let workspace = host_dir::open_no_links(spec.workspace).map_err(bind_err)?;
+        let bundle = host_dir::open_no_links(spec.bundle_root).map_err(bind_err)?;
+        let hooks = spec
+            .operator_hooks
+            .map(host_dir::open_no_links)
+            .transpose()
+            .map_err(bind_err)?;
+        let runs_as = self
+            .user
+            .over(
+                workspace.as_fd(),
+                spec.workspace,
+                mode.workspace_writable,
+                spec.fresh_workspace,
+            )
+            .map_err(RuntimeError::WorkerUnavailable)?;
+        if let (Some(id), Some(socket)) = (runs_as, spec.egress_socket) {
+            identity::give_socket(socket, id)
+                .map_err(|e| RuntimeError::io("cannot hand over", socket, e))?;
+        }
+        Ok(Opened {
+            workspace,
+            bundle,
+            hooks,
+            runs_as,
+        })
     }
 
     /// A descriptor of the user namespace for sandboxes that run as `id`, made at the first call.
@@ -143,6 +164,39 @@ impl SandboxLauncher {
             ))),
         }
     }
+}
+
+/// The system tools profile of `sandbox` and its host mounts, before any snapshot of `/etc`.
+fn host_mounts(sandbox: &SandboxSpec) -> Result<(profile::ToolsProfile, Vec<profile::Mount>)> {
+    let tools = profile::tools_profile(sandbox.system_tools_mode)
+        .map_err(RuntimeError::SandboxUnavailable)?;
+    let mounts = profile::host_mounts(
+        &tools,
+        &sandbox.executables,
+        sandbox.permissions.network_enabled(),
+    )
+    .map_err(RuntimeError::SandboxUnavailable)?;
+    Ok((tools, mounts))
+}
+
+/// The limits of the worker of `spec`, as its manifest's `sandbox.resources` says.
+fn limits_of(spec: &LaunchSpec<'_>) -> Arc<limits::Limits> {
+    Arc::new(limits::Limits::new(
+        spec.session_id,
+        limits::Budget {
+            cpu: spec.sandbox.resources.cpu,
+            memory_mb: spec.sandbox.resources.memory_mb,
+        },
+    ))
+}
+
+/// What [`SandboxLauncher::open`] opened for one worker.
+struct Opened {
+    workspace: std::os::fd::OwnedFd,
+    bundle: std::os::fd::OwnedFd,
+    hooks: Option<std::os::fd::OwnedFd>,
+    /// The host user it runs as, when not the supervisor's.
+    runs_as: Option<identity::HostId>,
 }
 
 /// The mechanism that confines one worker.
@@ -205,6 +259,27 @@ impl Launcher for SandboxLauncher {
         })
     }
 
+    fn ahead(&self, sandbox: &SandboxSpec) {
+        let confined = profile::mode_profile(sandbox.mode).is_ok_and(|m| m.confined);
+        if self.dangerous
+            || !confined
+            || self.resolved.get().is_some()
+            || self
+                .resolving
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        // `auto` starts bwrap once to find out whether it works here: on a thread of its own, so that it overlaps
+        // the session's set-up and first model call instead of adding to its first tool turn.
+        let (resolved, choice) = (self.resolved.clone(), self.choice);
+        let _ = std::thread::Builder::new()
+            .name("sandbox-backend".into())
+            .spawn(move || {
+                resolved.get_or_init(|| backend::resolve(choice));
+            });
+    }
+
     fn warm(&self, sandbox: &SandboxSpec, cache_dir: &Path) {
         if !matches!(self.confining(sandbox), Ok(Some((Confiner::Bwrap(_), _)))) {
             return;
@@ -248,35 +323,13 @@ impl Launcher for SandboxLauncher {
         };
         let mounts = Self::mounts(sandbox, spec.cache_dir)?;
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
-        // What a sandbox may have changed (a workspace, a parent of a session's `cwd`) is bound as it is now,
-        // through no link; the store's bundle too, for one rule for every directory.
-        let bind_err = |e: host_dir::HostDirError| RuntimeError::WorkerUnavailable(e.to_string());
-        let workspace_fd = host_dir::open_no_links(spec.workspace).map_err(bind_err)?;
-        let bundle_fd = host_dir::open_no_links(spec.bundle_root).map_err(bind_err)?;
-        let hooks_fd = spec
-            .operator_hooks
-            .map(host_dir::open_no_links)
-            .transpose()
-            .map_err(bind_err)?;
-        let runs_as = self
-            .user
-            .over(
-                workspace_fd.as_fd(),
-                spec.workspace,
-                mode.workspace_writable,
-                spec.fresh_workspace,
-            )
-            .map_err(RuntimeError::WorkerUnavailable)?;
-        let userns = match runs_as {
-            Some(id) => {
-                if let Some(socket) = spec.egress_socket {
-                    identity::give_socket(socket, id)
-                        .map_err(|e| RuntimeError::io("cannot hand over", socket, e))?;
-                }
-                Some(self.namespace(id)?)
-            }
-            None => None,
-        };
+        let Opened {
+            workspace: workspace_fd,
+            bundle: bundle_fd,
+            hooks: hooks_fd,
+            runs_as,
+        } = self.open(spec, &mode)?;
+        let userns = runs_as.map(|id| self.namespace(id)).transpose()?;
         let paths = bwrap::HostPaths {
             exe,
             ipc_fd: spec.ipc_fd,
@@ -296,13 +349,7 @@ impl Launcher for SandboxLauncher {
         command.args = bwrap::args(&mounts, &paths, perms, &lang, &term);
         // bwrap's own environment is visible in the sandbox as /proc/1/environ: give it nothing worth reading.
         command.env("PATH", bwrap::SANDBOX_PATH);
-        let limits = Arc::new(limits::Limits::new(
-            spec.session_id,
-            limits::Budget {
-                cpu: sandbox.resources.cpu,
-                memory_mb: sandbox.resources.memory_mb,
-            },
-        ));
+        let limits = limits_of(spec);
         if let Some(id) = runs_as {
             // Without supplementary groups, and with the rlimits set before bwrap runs (see `spawn_rlimits`).
             command.user = Some((id.uid, id.gid));

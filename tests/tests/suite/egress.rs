@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use serde_json::{json, Value};
 
 use super::http_client::{task, Api};
-use super::sandbox::bundle_with_agent;
+use super::sandbox::{bundle_with_agent, env_with_workspace};
 use super::support::{Env, Server};
 
 /// An HTTP (or, with a certificate, HTTPS) server on a free loopback port that answers every GET with its Host
@@ -133,13 +133,6 @@ fn network(events: &[Value]) -> Vec<&Value> {
         })
         .map(|e| &e["payload"])
         .collect()
-}
-
-fn env_with_workspace() -> Env {
-    let env = Env::new();
-    std::fs::create_dir(env.path("ws")).unwrap();
-    super::support::give_to_sandbox(&env.path("ws"));
-    env
 }
 
 #[test]

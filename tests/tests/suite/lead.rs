@@ -53,12 +53,16 @@ async fn counted_session(
             o.worker_ahead_after = None;
         }
     });
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
+    let id = session_over(&rt, &dir).await;
+    (rt, id, starts)
+}
+
+/// A new session of the bundle at `dir`; its id.
+async fn session_over(rt: &service_supervisor::ServiceRuntime, dir: &std::path::Path) -> String {
+    rt.create_session(dir.to_str().unwrap(), None)
         .await
         .unwrap()
-        .id;
-    (rt, id, starts)
+        .id
 }
 
 /// Whether a session's worker may start beside a turn's first model call.
@@ -366,11 +370,7 @@ async fn a_taken_over_worker_handed_a_turn_gets_the_answer_to_its_own_query() {
     // A confined bundle whose worker is the hostile one (escape suite), playing `own_query`: handed the turn after
     // the first reply called a tool, it asks a query of its own making.
     let (rt, dir) = hostile(&env, "owned", &server, "own_query");
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session_over(&rt, &dir).await;
     let (outcome, _) = super::support::run_turn(&rt, &id, "go").await;
     assert_eq!(
         outcome.final_message, "the answer to its own query",
@@ -426,11 +426,7 @@ async fn a_workers_crafted_query_and_oversized_history_reach_the_model_as_text_a
         json!(history).to_string(),
     )
     .unwrap();
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session_over(&rt, &dir).await;
     let (outcome, _) = super::support::run_turn(&rt, &id, "go").await;
     assert_eq!(
         outcome.final_message, "crafted answer",
@@ -512,11 +508,7 @@ async fn a_led_turn_asks_with_the_memory_window_of_a_longer_history() {
                        "system_prompt": "Be brief.", "memory": {"provider": "sliding_window", "window": 3}});
     std::fs::write(dir.join("agent.yaml"), agent.to_string()).unwrap();
     let rt = super::support::runtime(env.home.path());
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session_over(&rt, &dir).await;
     for prompt in ["first", "second", "third"] {
         let (outcome, _) = super::support::run_turn(&rt, &id, prompt).await;
         assert_eq!(outcome.error, None);
@@ -542,11 +534,7 @@ async fn a_taken_over_worker_killed_for_a_forgery_cannot_end_a_text_turn_it_has_
     // A confined bundle whose worker is the escape suite's hostile one, playing `late_forgery`: it ends the turn
     // it is handed, then forges a frame 300 ms later, inside its sandbox, and is killed for it.
     let (rt, dir) = hostile(&env, "forger", &server, "late_forgery");
-    let id = rt
-        .create_session(dir.to_str().unwrap(), None)
-        .await
-        .unwrap()
-        .id;
+    let id = session_over(&rt, &dir).await;
     let (handed, _) = super::support::run_turn(&rt, &id, "go").await;
     assert_eq!(handed.final_message, "handed", "{:?}", handed.error);
     // The next turn is a text answer the supervisor streams itself; the worker dies in the middle of it.

@@ -44,12 +44,26 @@ pub(super) fn bundle_with_agent(
 
 /// Runs the bundle's turn and returns what the command printed (the final answer).
 fn attempt(env: &Env, name: &str, sandbox: &str, command: &str) -> String {
-    bundle(env, name, sandbox, command);
-    let run = env.run(&["run", &format!("./{name}"), "--prompt", "go", "--cwd", "ws"]);
-    run.ok().to_string()
+    attempt_with(env, &[], name, sandbox, command)
 }
 
-fn env_with_workspace() -> Env {
+/// As [`attempt`], with `global` options before the command (`--sandbox-backend landlock`).
+pub(super) fn attempt_with(
+    env: &Env,
+    global: &[&str],
+    name: &str,
+    sandbox: &str,
+    command: &str,
+) -> String {
+    bundle(env, name, sandbox, command);
+    let bundle = format!("./{name}");
+    let mut args = global.to_vec();
+    args.extend(["run", &bundle, "--prompt", "go", "--cwd", "ws"]);
+    env.run(&args).ok().to_string()
+}
+
+/// An env with a `work/ws` the sandbox user owns, for sessions started with `--cwd ws`.
+pub(super) fn env_with_workspace() -> Env {
     let env = Env::new();
     std::fs::create_dir(env.path("ws")).unwrap();
     super::support::give_to_sandbox(&env.path("ws"));

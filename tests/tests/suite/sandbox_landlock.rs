@@ -4,31 +4,15 @@
 
 use std::time::Duration;
 
+use super::sandbox::env_with_workspace;
 use super::support::Env;
 
 /// Runs `command` with Bash in a Landlock sandbox of `sandbox` over `work/ws`, and returns what it printed.
 fn attempt(env: &Env, name: &str, sandbox: &str, command: &str) -> String {
-    super::sandbox::bundle(env, name, sandbox, command);
-    let run = env.run(&[
-        "--sandbox-backend",
-        "landlock",
-        "run",
-        &format!("./{name}"),
-        "--prompt",
-        "go",
-        "--cwd",
-        "ws",
-    ]);
-    run.ok().to_string()
+    super::sandbox::attempt_with(env, LANDLOCK, name, sandbox, command)
 }
 
-fn env_with_workspace() -> Env {
-    let env = Env::new();
-    std::fs::create_dir(env.path("ws")).unwrap();
-    super::support::give_to_sandbox(&env.path("ws"));
-    env
-}
-
+const LANDLOCK: &[&str] = &["--sandbox-backend", "landlock"];
 const READ_ONLY: &str = r#"{ mode: "read_only", permissions: { network: [] } }"#;
 const WRITE: &str = r#"{ mode: "workspace_write", permissions: { network: [] } }"#;
 
@@ -120,9 +104,7 @@ fn under_landlock_a_listed_host_answers_through_the_proxy_and_nothing_else_is_re
 curl -sS http://other.test:{p}/unlisted
 (exec 3<>/dev/tcp/127.0.0.1/{p}) 2>&1 | grep -q 'Permission denied' && echo "direct: denied" || echo "direct: ALLOWED"
 curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:{p}/ >/dev/null 2>&1 && echo "noproxy: REACHED" || echo "noproxy: failed"
-perl -MSocket -e 'socket(my $s, AF_INET, SOCK_DGRAM, 0) ? print "udp: MADE
-" : print "udp: $!
-"'
+perl -MSocket -e 'socket(my $s, AF_INET, SOCK_DGRAM, 0) ? print "udp: MADE\n" : print "udp: $!\n"'
 (exec 3<>/dev/tcp/127.0.0.2/{port}) 2>&1 | grep -q 'Connection refused' && echo "other address on the forwarder's port: not denied""#
     );
     let sandbox = format!(
@@ -131,8 +113,8 @@ perl -MSocket -e 'socket(my $s, AF_INET, SOCK_DGRAM, 0) ? print "udp: MADE
     super::sandbox::bundle(&env, "egress", &sandbox, &probe);
     let out = env
         .run(&[
-            "--sandbox-backend",
-            "landlock",
+            LANDLOCK[0],
+            LANDLOCK[1],
             "run",
             "./egress",
             "--prompt",

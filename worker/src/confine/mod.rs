@@ -34,8 +34,6 @@ pub const COMMAND_UID: u32 = 1000;
 /// nothing in the hook allocates.
 struct Prepared {
     filter: BpfProgram,
-    /// Under Landlock: no `AF_UNIX` socket of a command's own (see [`seccomp::unix_socket_filter`]).
-    no_unix_sockets: Option<BpfProgram>,
     uid_map: CString,
     gid_map: CString,
 }
@@ -44,13 +42,8 @@ fn prepared() -> Result<&'static Prepared, String> {
     static PREPARED: OnceLock<Result<Prepared, String>> = OnceLock::new();
     PREPARED
         .get_or_init(|| {
-            let filter = seccomp::tool_filter().map_err(|e| e.to_string())?;
-            let no_unix_sockets = match strictness() {
-                Strictness::Landlock => {
-                    Some(seccomp::unix_socket_filter().map_err(|e| e.to_string())?)
-                }
-                _ => None,
-            };
+            let filter = seccomp::tool_filter(strictness() == Strictness::Landlock)
+                .map_err(|e| e.to_string())?;
             // SAFETY: getuid/getgid cannot fail.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
             // In a sandbox the worker is its namespace's root, and a command is uid 1000 of its own; on the host a
@@ -63,7 +56,6 @@ fn prepared() -> Result<&'static Prepared, String> {
                 |id: u32| CString::new(format!("{} {id} 1", inside(id))).map_err(|e| e.to_string());
             Ok(Prepared {
                 filter,
-                no_unix_sockets,
                 uid_map: map(uid)?,
                 gid_map: map(gid)?,
             })
@@ -122,12 +114,7 @@ fn in_child(prep: &Prepared, strictness: Strictness) -> std::io::Result<()> {
         } else if strictness == Strictness::Required {
             return Err(std::io::Error::last_os_error());
         }
-        if seccompiler::apply_filter(&prep.filter).is_err()
-            || prep
-                .no_unix_sockets
-                .as_ref()
-                .is_some_and(|f| seccompiler::apply_filter(f).is_err())
-        {
+        if seccompiler::apply_filter(&prep.filter).is_err() {
             return Err(std::io::Error::other("cannot apply the seccomp filter"));
         }
     }

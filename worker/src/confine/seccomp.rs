@@ -35,8 +35,10 @@ const ARCH: TargetArch = TargetArch::aarch64;
 #[error("cannot build the seccomp filter for tool processes: {0}")]
 pub struct FilterError(String);
 
-/// The compiled filter: denied calls answer `EPERM`, the rest run.
-pub fn tool_filter() -> Result<BpfProgram, FilterError> {
+/// The compiled filter: denied calls answer `EPERM`, the rest run. `no_unix_sockets` (under Landlock) also refuses
+/// `socket(AF_UNIX, ...)`: Landlock (below ABI 9) does not confine connecting to a socket by its path, and the
+/// host's sockets, other sessions' proxies among them, would otherwise be a connect away. `socketpair` stays allowed.
+pub fn tool_filter(no_unix_sockets: bool) -> Result<BpfProgram, FilterError> {
     let mut rules = BTreeMap::new();
     for &(_, nr) in DENIED {
         rules.insert(nr, Vec::new());
@@ -48,32 +50,21 @@ pub fn tool_filter() -> Result<BpfProgram, FilterError> {
         // x32's own numbers for ptrace and process_vm_readv/writev (compat structures).
         rules.insert(nr | X32_SYSCALL_BIT, Vec::new());
     }
+    if no_unix_sockets {
+        let unix = seccompiler::SeccompCondition::new(
+            0,
+            seccompiler::SeccompCmpArgLen::Dword,
+            seccompiler::SeccompCmpOp::Eq,
+            libc::AF_UNIX as u64,
+        )
+        .and_then(|c| seccompiler::SeccompRule::new(vec![c]))
+        .map_err(|e| FilterError(e.to_string()))?;
+        rules.insert(libc::SYS_socket, vec![unix.clone()]);
+        #[cfg(target_arch = "x86_64")]
+        rules.insert(libc::SYS_socket | X32_SYSCALL_BIT, vec![unix]);
+    }
     let filter = SeccompFilter::new(
         rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        ARCH,
-    )
-    .map_err(|e| FilterError(e.to_string()))?;
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| FilterError(e.to_string()))
-}
-
-/// The filter a command gets under Landlock on top of [`tool_filter`]: `socket(AF_UNIX, ...)` answers `EPERM`,
-/// since Landlock (below ABI 9) does not confine connecting to a socket by its path, and the host's sockets, other
-/// sessions' proxies among them, would otherwise be a connect away. `socketpair` stays allowed.
-pub fn unix_socket_filter() -> Result<BpfProgram, FilterError> {
-    let unix = seccompiler::SeccompCondition::new(
-        0,
-        seccompiler::SeccompCmpArgLen::Dword,
-        seccompiler::SeccompCmpOp::Eq,
-        libc::AF_UNIX as u64,
-    )
-    .and_then(|c| seccompiler::SeccompRule::new(vec![c]))
-    .map_err(|e| FilterError(e.to_string()))?;
-    let filter = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_socket, vec![unix])]),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         ARCH,
@@ -90,7 +81,7 @@ mod tests {
 
     /// Runs `probe` in a forked child under the filter and returns the child's exit code.
     fn in_filtered_child(probe: fn() -> i32) -> i32 {
-        let filter = tool_filter().unwrap();
+        let filter = tool_filter(false).unwrap();
         // SAFETY: the child only makes system calls and exits; it touches no lock the parent may hold.
         match unsafe { nix::unistd::fork() }.unwrap() {
             nix::unistd::ForkResult::Child => {
