@@ -74,7 +74,7 @@ pub async fn sandbox(
     match &resolved {
         Resolved::Unavailable(why) => {
             checks.push(Check::fail(
-                format!("no sandbox can start here (sandbox_backend {choice}): {why}"),
+                format!("{why} (sandbox_backend {choice}): no session can be confined"),
                 Some(unavailable_fix()),
             ));
             return checks;
@@ -88,8 +88,8 @@ pub async fn sandbox(
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| "bubblewrap".into());
             checks.push(Check::ok(format!(
-                "sessions are confined by {version} at {} (sandbox_backend {choice}): namespaces of their own for \
-                 mounts, processes, IPC and the network",
+                "{version} at {} confines sessions (sandbox_backend {choice}): namespaces of their own for mounts, \
+                 processes, IPC and the network",
                 bwrap.display()
             )));
         }

@@ -333,12 +333,16 @@ async fn every_error_status_has_the_error_shape() {
         .await;
     assert_eq!(status, 202);
 
-    // A server that cannot confine workers answers 503 for a sandboxed session.
+    // A server that cannot confine workers answers 503 for a sandboxed session: told to use bubblewrap only,
+    // which it cannot find (with `auto` it would fall back to Landlock).
     let home2 = TempDir::new().unwrap();
     let no_bwrap = Api::new(Server::start(
         home2.path(),
         &[],
-        &[("PATH", "/nonexistent")],
+        &[
+            ("PATH", "/nonexistent"),
+            ("SERVICE_SANDBOX_BACKEND", "bwrap"),
+        ],
     ));
     let id = no_bwrap.session(&example()).await;
     let (status, body) = no_bwrap

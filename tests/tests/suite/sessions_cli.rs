@@ -432,10 +432,12 @@ fn doctor_checks_the_sandbox_the_store_and_a_bundles_model_server_and_key() {
         "{text}"
     );
 
-    // Without bwrap on PATH: a failing line that says how to install it.
+    // Told to use bubblewrap, without bwrap on PATH: a failing line that says how to install it (`auto` would fall
+    // back to Landlock).
     let no_bwrap = env
         .command(&["doctor"])
         .env("PATH", "/nonexistent")
+        .env("SERVICE_SANDBOX_BACKEND", "bwrap")
         .output()
         .unwrap();
     assert_eq!(no_bwrap.status.code(), Some(1));
