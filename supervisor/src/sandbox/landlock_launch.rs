@@ -109,6 +109,22 @@ impl SandboxLauncher {
         }
         let tmp_fd = host_dir::open_no_links(&tmp)
             .map_err(|e| RuntimeError::WorkerUnavailable(e.to_string()))?;
+        // The proxy's socket is reached through its directory's descriptor, as the supervisor binds it: its host
+        // path may be longer than a socket address holds, and lie below directories the sandbox user cannot enter.
+        let socket_dir = spec
+            .egress_socket
+            .and_then(|socket| Some((socket.parent()?, socket.file_name()?)))
+            .map(|(dir, name)| {
+                host_dir::open_no_links(dir)
+                    .map(|fd| {
+                        let seen = Path::new("/proc/self/fd")
+                            .join(fd.as_raw_fd().to_string())
+                            .join(name);
+                        (fd, seen)
+                    })
+                    .map_err(|e| RuntimeError::WorkerUnavailable(e.to_string()))
+            })
+            .transpose()?;
         let (listener, egress_port) = match spec.egress_socket {
             Some(_) => {
                 let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(|e| {
@@ -169,9 +185,12 @@ impl SandboxLauncher {
             confinement: spec.sandbox.mode,
             limits: Some(limits),
             egress_listener_fd: listener.as_ref().map(|fd| fd.as_raw_fd()),
-            egress_socket: spec.egress_socket.map(Path::to_path_buf),
+            egress_socket: socket_dir.as_ref().map(|(_, seen)| seen.clone()),
             backend: SandboxBackend::Landlock,
-            inherit: listener.into_iter().collect(),
+            inherit: listener
+                .into_iter()
+                .chain(socket_dir.map(|(fd, _)| fd))
+                .collect(),
         })
     }
 }
