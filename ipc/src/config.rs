@@ -69,6 +69,11 @@ pub struct SkillInfo {
     pub path: String,
 }
 
+/// The workspace as a bubblewrap sandbox shows it, and as permission rules and bundles name it on every backend.
+pub const WORKSPACE_IN_SANDBOX: &str = "/workspace";
+/// The bundle as a bubblewrap sandbox shows it, and as permission rules and bundles name it on every backend.
+pub const BUNDLE_IN_SANDBOX: &str = "/bundle";
+
 /// Everything a worker needs to run turns for one session. Paths are as the worker sees them (inside the sandbox).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerConfig {

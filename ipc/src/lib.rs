@@ -27,7 +27,7 @@ pub use chat::{
 pub use codec::{shrink_idle, CodecError, FrameCodec, IDLE_BUFFER, MAX_FRAME_LEN};
 pub use config::{
     A2aAgent, HookSpec, McpServer, PermissionRule, Permissions, SkillInfo, SubagentInfo,
-    WorkerConfig,
+    WorkerConfig, BUNDLE_IN_SANDBOX, WORKSPACE_IN_SANDBOX,
 };
 pub use event::{
     EventMsg, EventPayload, ExecStream, HookRef, NetworkDecision, PlanItem, PlanStatus,

@@ -14,6 +14,28 @@ pub fn evaluate(perms: &Permissions, tool: &str, key: &str) -> (PermissionAction
     (perms.default, None)
 }
 
+/// `key` as rules name it. Under Landlock the worker sees the host's paths, while rules, written for every backend,
+/// name the workspace and the bundle as a bubblewrap sandbox shows them (`/workspace/...`, `/bundle/...`): a key
+/// that starts with either directory is given that name, so a rule means the same on both backends.
+pub fn as_rules_name_it<'a>(
+    key: &'a str,
+    workspace: &str,
+    bundle: &str,
+) -> std::borrow::Cow<'a, str> {
+    for (host, named) in [
+        (workspace, service_ipc::WORKSPACE_IN_SANDBOX),
+        (bundle, service_ipc::BUNDLE_IN_SANDBOX),
+    ] {
+        let host = host.trim_end_matches('/');
+        if let Some(rest) = key.strip_prefix(host) {
+            if !host.is_empty() && (rest.is_empty() || rest.starts_with('/')) {
+                return format!("{named}{rest}").into();
+            }
+        }
+    }
+    key.into()
+}
+
 /// A rule's tool and the glob in its parentheses: `Agent(reviewer)` is the tool `Agent` for the key `reviewer`, as
 /// Claude Code writes rules; a plain name has none.
 pub fn split_tool(tool: &str) -> (&str, Option<&str>) {
@@ -102,6 +124,17 @@ mod tests {
             pattern: pattern.map(Into::into),
             action,
         }
+    }
+
+    #[test]
+    fn a_host_path_under_the_workspace_or_the_bundle_is_named_as_rules_name_it() {
+        let named = |key| as_rules_name_it(key, "/srv/proj/", "/store/b").into_owned();
+        assert_eq!(named("/srv/proj/src/a.rs"), "/workspace/src/a.rs");
+        assert_eq!(named("/srv/proj"), "/workspace");
+        assert_eq!(named("/store/b/skills/x.md"), "/bundle/skills/x.md");
+        // A sibling that only shares the prefix, and a command, keep their names.
+        assert_eq!(named("/srv/project2/a"), "/srv/project2/a");
+        assert_eq!(named("cat /srv/proj/a"), "cat /srv/proj/a");
     }
 
     #[test]

@@ -285,9 +285,16 @@ impl Turn<'_> {
         let args = pre.args;
         let key = registry.key_argument(&tool, &args, &self.cwd);
         // The supervisor decides subagents' rules itself, asking when they say so: this worker may not be trusted.
+        let config = &self.shared.config;
+        let ruled = match crate::confine::strictness() {
+            crate::confine::Strictness::Landlock => {
+                permissions::as_rules_name_it(&key, &config.workspace, &config.bundle_dir)
+            }
+            _ => key.as_str().into(),
+        };
         let (mut action, rule) = match tool {
             Tool::Agent => (PermissionAction::Allow, None),
-            _ => permissions::evaluate(&self.shared.config.permissions, name, &key),
+            _ => permissions::evaluate(&config.permissions, name, &ruled),
         };
         if pre.ask && action == PermissionAction::Allow {
             action = PermissionAction::Ask;

@@ -377,7 +377,7 @@ fn config_for(rt: &Inner, assignment: Assignment<'_>, started: &Started) -> Work
             .map(|p| p.display().to_string()),
         egress_listener_fd: started.egress.as_ref().and(started.egress_view.1),
         sandbox_backend: started.backend,
-        mcp_servers: mcp_servers(rt, id, bundle),
+        mcp_servers: mcp_servers(rt, id, bundle, started),
         spare_shell_idle_ms: rt.options.spare_shell_idle.as_millis() as u64,
         a2a_agents: agent
             .a2a_agents
@@ -460,18 +460,44 @@ fn mcp_servers(
     rt: &Inner,
     id: &str,
     bundle: &Bundle,
+    started: &Started,
 ) -> std::collections::BTreeMap<String, service_ipc::McpServer> {
+    let landlock = started.backend == service_ipc::SandboxBackend::Landlock
+        && started.confinement != SandboxMode::DangerFullAccess;
     bundle
         .agent
         .mcp_servers
         .iter()
         .map(|(name, spec)| {
-            (
-                name.clone(),
-                spec.to_worker(|var| host_variable(rt, id, var)),
-            )
+            let mut server = spec.to_worker(|var| host_variable(rt, id, var));
+            if landlock {
+                seen_at_host_paths(&mut server, &started.workspace, &started.bundle_dir);
+            }
+            (name.clone(), server)
         })
         .collect()
+}
+
+/// A stdio server's command, arguments, environment and directory with the sandbox's names of the workspace and the
+/// bundle replaced by the host paths a Landlock sandbox sees (see `sandbox::landlock::host_named`).
+fn seen_at_host_paths(server: &mut service_ipc::McpServer, workspace: &Path, bundle: &Path) {
+    use crate::sandbox::landlock::host_named;
+    if let service_ipc::McpServer::Stdio {
+        command,
+        args,
+        env,
+        cwd,
+        ..
+    } = server
+    {
+        for value in std::iter::once(command)
+            .chain(args.iter_mut())
+            .chain(env.values_mut())
+            .chain(cwd.iter_mut())
+        {
+            *value = host_named(value, workspace, bundle);
+        }
+    }
 }
 
 /// Host variable `name` for a bundle (`env_from_host`, an A2A agent's `token_env`): only when the operator listed it,

@@ -40,11 +40,11 @@ use super::profile::Mount;
 /// The worker binary inside the sandbox.
 pub const WORKER_EXE: &str = "/run/service/worker";
 /// The bundle inside the sandbox.
-pub const BUNDLE_DIR: &str = "/bundle";
+pub const BUNDLE_DIR: &str = service_ipc::BUNDLE_IN_SANDBOX;
 /// The operator's hook scripts inside the sandbox.
 pub const OPERATOR_HOOKS_DIR: &str = "/operator-hooks";
 /// The workspace inside the sandbox.
-pub const WORKSPACE_DIR: &str = "/workspace";
+pub const WORKSPACE_DIR: &str = service_ipc::WORKSPACE_IN_SANDBOX;
 /// The uid and gid of the worker in the sandbox's user namespace: the host user who started bwrap, mapped onto
 /// the namespace's root (commands are uid 1000 in namespaces of their own, see `service_worker::confine`).
 pub const SANDBOX_UID: &str = "0";

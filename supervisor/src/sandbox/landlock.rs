@@ -183,6 +183,30 @@ pub fn ruleset(policy: &Policy<'_>, abi: i32) -> Result<OwnedFd, LandlockError> 
         .ok_or_else(|| LandlockError::Unsupported("the kernel did not make the rule set".into()))
 }
 
+/// `value` with the sandbox's names of the workspace and the bundle (`/workspace`, `/bundle`, which bundles write
+/// for every backend) at the start of it, or of any of its `:`-separated parts, replaced by their host paths: a
+/// Landlock sandbox sees the host's paths. An MCP server's command, arguments, environment and directory go
+/// through it.
+pub fn host_named(value: &str, workspace: &Path, bundle: &Path) -> String {
+    value
+        .split(':')
+        .map(|part| {
+            [
+                (service_ipc::WORKSPACE_IN_SANDBOX, workspace),
+                (service_ipc::BUNDLE_IN_SANDBOX, bundle),
+            ]
+            .iter()
+            .find_map(|(named, host)| {
+                let rest = part.strip_prefix(named)?;
+                (rest.is_empty() || rest.starts_with('/'))
+                    .then(|| format!("{}{rest}", host.display()))
+            })
+            .unwrap_or_else(|| part.to_string())
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "x86_64")]
@@ -254,6 +278,18 @@ pub fn filter(tcp: bool) -> Result<BpfProgram, LandlockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sandboxs_names_become_host_paths_at_the_start_of_each_part() {
+        let (ws, b) = (Path::new("/srv/proj"), Path::new("/store/b"));
+        assert_eq!(host_named("/workspace/run.sh", ws, b), "/srv/proj/run.sh");
+        assert_eq!(
+            host_named("/workspace/vendor:/bundle/lib:/usr/lib", ws, b),
+            "/srv/proj/vendor:/store/b/lib:/usr/lib"
+        );
+        assert_eq!(host_named("/workspaces/x", ws, b), "/workspaces/x");
+        assert_eq!(host_named("--dir=/workspace", ws, b), "--dir=/workspace");
+    }
 
     #[test]
     fn the_filter_builds_with_and_without_tcp() {

@@ -174,3 +174,48 @@ fn under_landlock_a_daemon_a_command_leaves_does_not_hold_the_turn() {
         .args(["-f", "sleep 318"])
         .status();
 }
+
+#[test]
+fn under_landlock_a_rule_that_names_a_path_in_the_workspace_as_bwrap_shows_it_still_holds() {
+    let env = env_with_workspace();
+    let dir = env.path("rules");
+    std::fs::create_dir_all(dir.join("resources")).unwrap();
+    std::fs::write(
+        dir.join("service.bundle.json5"),
+        r#"{ manifest_version: "service.bundle/v1", id: "rules", version: "1.0.0", tools: ["Write", "Bash"], sandbox: { mode: "workspace_write", permissions: { network: [] } } }"#,
+    )
+    .unwrap();
+    // Rules and bundles name the workspace as bubblewrap shows it, on every backend.
+    std::fs::write(
+        dir.join("agent.yaml"),
+        "model: { provider: scripted, name: s, config: { script: resources/script.json5 } }\n\
+         permissions:\n  default: allow\n  rules:\n    - { tool: Write, match: \"/workspace/secret/**\", action: deny }\n",
+    )
+    .unwrap();
+    std::fs::create_dir(env.path("ws/secret")).unwrap();
+    super::support::give_to_sandbox(&env.path("ws/secret"));
+    let script = serde_json::json!({"turns": [{"replies": [
+        {"tool_calls": [{"name": "Write", "arguments": {"file_path": "secret/key.txt", "content": "planted"}}]},
+        {"tool_calls": [{"name": "Write", "arguments": {"file_path": "open.txt", "content": "written"}}]},
+        {"text": "done"},
+    ]}]});
+    std::fs::write(dir.join("resources/script.json5"), script.to_string()).unwrap();
+    env.run(&[
+        LANDLOCK[0],
+        LANDLOCK[1],
+        "run",
+        "./rules",
+        "--prompt",
+        "go",
+        "--cwd",
+        "ws",
+    ]);
+    assert!(
+        !env.path("ws/secret/key.txt").exists(),
+        "the deny rule did not hold under Landlock"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/open.txt")).unwrap(),
+        "written"
+    );
+}
