@@ -32,6 +32,8 @@
 //!   Bash call and with a text answer;
 //! - against Odyssey 0.1.1 (`runtime/odyssey.rs`, when `BENCH_ODYSSEY` names its binary; alone with
 //!   `BENCH_ONLY=odyssey`): the confined one-shot whose model calls Bash once, each whole process;
+//! - bubblewrap against Landlock (`runtime/backends.rs`, alone with `BENCH_ONLY=backends`): the confined one-shot
+//!   whose model calls Bash once, whole process, under each sandbox backend;
 //! - workers as the session gets them (`service-worker`, the small binary beside `service-rs`) and as
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
@@ -76,6 +78,9 @@ mod slow_model;
 
 #[path = "runtime/odyssey.rs"]
 mod odyssey;
+
+#[path = "runtime/backends.rs"]
+mod backends;
 
 #[path = "common/session_sandbox.rs"]
 mod session_sandbox;
@@ -269,6 +274,33 @@ fn succeeded(cmd: &mut std::process::Command) -> BenchResult<Duration> {
     }
 }
 
+/// Runs `a` and `b` once each uncounted, then `iters` pairs (at most 100), which goes first alternating so neither
+/// always follows the other's teardown: both series and the median of the pairs' ratios a/b.
+fn alternating(
+    iters: usize,
+    mut a: impl FnMut() -> BenchResult<Duration>,
+    mut b: impl FnMut() -> BenchResult<Duration>,
+) -> BenchResult<(Vec<Duration>, Vec<Duration>, f64)> {
+    a()?;
+    b()?;
+    let (mut xs, mut ys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..iters.min(100) {
+        let (x, y) = if i % 2 == 0 {
+            let x = a()?;
+            (x, b()?)
+        } else {
+            let y = b()?;
+            (a()?, y)
+        };
+        ratios.push(x.as_secs_f64() / y.as_secs_f64());
+        xs.push(x);
+        ys.push(y);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN);
+    Ok((xs, ys, median))
+}
+
 /// Times `cmd`, a one-shot whose model answers `ok`: its wall time, or what it said when it did not answer so.
 fn answered_ok(cmd: &mut std::process::Command) -> BenchResult<Duration> {
     let t = Instant::now();
@@ -296,6 +328,7 @@ fn main() -> BenchResult<()> {
     match std::env::var("BENCH_ONLY").as_deref() {
         Ok("slow_model") => return slow_model::rows(&exe, iters),
         Ok("odyssey") => return odyssey::rows(&exe, iters),
+        Ok("backends") => return backends::rows(&exe, iters),
         _ => {}
     }
     let home = tempfile::TempDir::new()?;
@@ -329,6 +362,7 @@ fn main() -> BenchResult<()> {
     loopback::rows(&exe, &worker_exe, iters, &tokio)?;
     slow_model::rows(&exe, iters)?;
     odyssey::rows(&exe, iters)?;
+    backends::rows(&exe, iters)?;
 
     let m = tokio.block_on(async {
         // Interleaved, so the sandboxed create and its baseline share the machine's drift.

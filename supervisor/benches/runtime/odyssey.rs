@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{answered_ok, ms, openai, stats, BenchResult};
+use super::{alternating, answered_ok, ms, openai, stats, BenchResult};
 
 /// An Odyssey bundle whose agent calls the model server at `base` (a Responses API root) and may run Bash.
 fn write_odyssey_bundle(dir: &Path, base: &str) -> std::io::Result<()> {
@@ -90,23 +90,7 @@ pub(super) fn rows(exe: &Path, iters: usize) -> BenchResult<()> {
         Ok(took)
     };
     // One of each first, uncounted: the first runs fill caches.
-    ours_once()?;
-    theirs_once()?;
-    let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..iters.min(100) {
-        // Which goes first alternates, so neither always follows the other's teardown.
-        let (x, y) = if i % 2 == 0 {
-            let x = ours_once()?;
-            (x, theirs_once()?)
-        } else {
-            let y = theirs_once()?;
-            (ours_once()?, y)
-        };
-        ratios.push(x.as_secs_f64() / y.as_secs_f64());
-        a.push(x);
-        b.push(y);
-    }
-    ratios.sort_by(f64::total_cmp);
+    let (a, b, ratio) = alternating(iters, ours_once, theirs_once)?;
     println!();
     println!(
         "Against Odyssey, a one-shot whose model calls Bash once, confined and read-only, whole processes, {} pairs:",
@@ -127,8 +111,7 @@ pub(super) fn rows(exe: &Path, iters: usize) -> BenchResult<()> {
     );
     println!(
         "| {:<64} | {:>9.2}x |",
-        "service-rs / Odyssey, median of the pairs' ratios (target at most 0.5)",
-        ratios[ratios.len() / 2]
+        "service-rs / Odyssey, median of the pairs' ratios (target at most 0.5)", ratio
     );
     Ok(())
 }
