@@ -214,9 +214,8 @@ async fn confined_command(
 /// What the Landlock backend does not give that bubblewrap does (SECURITY.md has the whole table).
 const LANDLOCK_LOSSES: &str = "under Landlock a sandbox sees the host's paths (reaching only what it is granted), \
     has no private /tmp (TMPDIR points at its own), /dev or process list, and its commands get no namespaces of \
-    their own, so a daemon a command starts with setsid outlives the command (its output is read for 250 ms \
-    after the shell exits), and the session too where no cgroup is writable; a command \
-    can open TCP connections only to the egress forwarder's port, but on any address";
+    their own (the worker kills what escapes a command's process group once it ends, but IPC objects outlive \
+    it); a command can open TCP connections only to the egress forwarder's port, but on any address";
 
 /// What to change when no backend can start: bubblewrap's namespaces, or Landlock's system calls.
 fn unavailable_fix() -> String {

@@ -36,6 +36,7 @@ pub mod executor;
 pub mod footprint;
 pub mod hardening;
 pub mod hooks;
+pub mod leftovers;
 pub mod mcp;
 pub mod memory;
 pub mod orphans;

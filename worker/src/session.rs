@@ -39,6 +39,9 @@ pub async fn serve(socket: std::os::unix::net::UnixStream) -> Result<()> {
         (_, service_ipc::SandboxBackend::Landlock) => crate::confine::Strictness::Landlock,
         (_, service_ipc::SandboxBackend::Bwrap) => crate::confine::Strictness::Required,
     });
+    if crate::confine::strictness() == crate::confine::Strictness::Landlock {
+        crate::leftovers::adopt();
+    }
     if let Some(socket) = config.egress_proxy.clone() {
         // Without the forwarder every command would find its proxy variables pointing nowhere; the sandbox still
         // has no other way out, so this only costs the session its network.

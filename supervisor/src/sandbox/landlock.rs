@@ -16,8 +16,9 @@
 //! | Unix sockets | commands may not make an `AF_UNIX` socket (seccomp; pairs are allowed), so a socket of the host's, another session's proxy among them, is out of reach; abstract sockets are scoped to the domain (ABI 6) | the worker itself may connect, to reach the proxy |
 //! | `io_uring` | seccomp refuses its set-up, since its requests would skip the socket filter | none |
 //!
-//! Lost against bubblewrap, and listed by `doctor`: no private `/tmp`, `/dev` or PID space; per-command user,
-//! PID and IPC namespaces only where the host allows them (a container usually does not); the host's paths.
+//! Lost against bubblewrap, and listed by `doctor`: no private `/tmp`, `/dev` or PID space; no per-command user,
+//! PID or IPC namespaces (containers refuse them; the worker kills what escapes a command's process group
+//! instead, see the worker's `leftovers`); the host's paths.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};

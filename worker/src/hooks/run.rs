@@ -68,7 +68,7 @@ pub async fn run(launch: Launch<'_>, cancel: &tokio_util::sync::CancellationToke
     } else {
         Ok(())
     };
-    let child = prepared.and_then(|()| command.spawn());
+    let child = prepared.and_then(|()| crate::leftovers::spawn(&mut command));
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {

@@ -347,7 +347,7 @@ async fn run(
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            let mut child = match cmd.spawn() {
+            let mut child = match crate::leftovers::spawn(&mut cmd) {
                 Ok(child) => child,
                 Err(e) => {
                     fail(server, outbox, format!("cannot start \"{command}\": {e}")).await;

@@ -195,7 +195,7 @@ pub async fn run(out: &Outbox, mut req: ExecRequest, cancel: &CancellationToken)
             None => {
                 let mut command = tokio::process::Command::new(shell());
                 command.arg("-c").arg(&req.command).current_dir(&req.cwd);
-                configure(&mut command).and_then(|()| command.spawn())
+                configure(&mut command).and_then(|()| crate::leftovers::spawn(&mut command))
             }
         },
     };
@@ -245,7 +245,7 @@ fn spawn_inheriting(req: &ExecRequest, inherit: Inherit) -> std::io::Result<toki
         });
     }
     configure(&mut command)?;
-    let child = command.spawn();
+    let child = crate::leftovers::spawn(&mut command);
     drop(inherit.fd);
     child
 }
@@ -306,9 +306,9 @@ async fn supervise(
     tokio::pin!(deadline);
     let mut status = None;
     let mut pipes_open = true;
-    // Under Landlock a command has no PID namespace whose end kills what it left: a daemon that escaped its
-    // process group (setsid) may hold the pipes open for ever, so they are read for a short while after the
-    // shell has exited, not until they close.
+    // Under Landlock a command has no PID namespace whose end kills what it left: the worker kills what it adopted
+    // once the shell has exited (`leftovers`), and the pipes are read for a short while after that, not until they
+    // close, in case something still holds them.
     let leftovers = tokio::time::sleep(Duration::from_secs(86_400));
     tokio::pin!(leftovers);
     while status.is_none() || pipes_open {
@@ -326,6 +326,8 @@ async fn supervise(
                 // The shell is gone; its leftovers would hold the pipes open forever.
                 kill_group(pgid);
                 if crate::confine::strictness() == crate::confine::Strictness::Landlock {
+                    // What escaped the group was handed to the worker: it goes now, and with it the pipes.
+                    let _ = tokio::task::spawn_blocking(crate::leftovers::kill_adopted).await;
                     leftovers
                         .as_mut()
                         .reset(tokio::time::Instant::now() + LEFTOVER_GRACE);

@@ -168,7 +168,7 @@ fn start(shell: &'static str, configure: Configure) {
             return;
         }
         command.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
-        let Ok(child) = command.spawn() else {
+        let Ok(child) = crate::leftovers::spawn(&mut command) else {
             return;
         };
         let Ok(mut ready) = SPARES_READY.lock() else {
