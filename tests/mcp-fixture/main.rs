@@ -156,13 +156,17 @@ impl ServerHandler for Fixture {
                             .collect()
                     })
                     .unwrap_or_default();
-                // The worker (and the reapers forked from it) as the escape suite finds it: by its command line.
+                // The worker (and the reapers forked from it) as the escape suite finds it: by its command line,
+                // `<binary> worker --ipc-fd ...` (bwrap's `/run/service/worker`, or the host's binary under
+                // Landlock).
                 let workers: Vec<u32> = others
                     .iter()
                     .copied()
                     .filter(|p| {
-                        std::fs::read(format!("/proc/{p}/cmdline"))
-                            .is_ok_and(|c| c.starts_with(b"/run/service/worker\0worker"))
+                        std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                            let mut args = c.split(|b| *b == 0).skip(1);
+                            args.next() == Some(b"worker") && args.next() == Some(b"--ipc-fd")
+                        })
                     })
                     .collect();
                 let fds: Vec<u32> = workers

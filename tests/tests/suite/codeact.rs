@@ -351,10 +351,15 @@ async fn an_ask_in_a_program_pauses_it_until_the_operator_answers() {
         "yes"
     );
     assert!(!cwd.path().join("asked-2.txt").exists());
+    // The path as the worker sees it: bwrap's `/workspace`, or under Landlock the host's.
+    let asked = match super::support::landlock() {
+        true => cwd.path().join("asked-2.txt").display().to_string(),
+        false => "/workspace/asked-2.txt".to_string(),
+    };
     assert!(
-        outcome
-            .final_message
-            .starts_with("refused: Write \"/workspace/asked-2.txt\" was denied by the operator"),
+        outcome.final_message.starts_with(&format!(
+            "refused: Write \"{asked}\" was denied by the operator"
+        )),
         "{}",
         outcome.final_message
     );

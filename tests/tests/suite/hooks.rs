@@ -251,13 +251,26 @@ fn a_stop_hook_keeps_the_turn_going_once_and_a_session_start_hook_adds_context()
 #[test]
 fn a_bundle_hook_cannot_read_a_host_file_or_reach_a_host_port() {
     let env = Env::new();
-    let secret = env.path("secret.txt");
+    // A file of the host's that any local user may read. Under bwrap the work directory is not in the sandbox at
+    // all; under Landlock the sandbox sees the host's paths, and the work directory is the session's workspace, so
+    // the file is put beside it instead, where only Landlock stands in the way.
+    let beside = tempfile::TempDir::new().unwrap();
+    let secret = match super::support::landlock() {
+        true => {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(beside.path(), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+            beside.path().join("secret.txt")
+        }
+        false => env.path("secret.txt"),
+    };
     std::fs::write(&secret, "host-secret-42").unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
     let probe = format!(
-        "import socket\nprint('read:', open({secret:?}).read() if __import__('os').path.exists({secret:?}) else 'none')\n\
+        "import socket\ntry:\n    print('read:', open({secret:?}).read() if __import__('os').path.exists({secret:?}) else 'none')\n\
+         except OSError as e:\n    print('read refused', e)\n\
          try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('connected')\n\
          except OSError as e:\n    print('refused', e)\n",
         secret = secret.display().to_string()
