@@ -72,7 +72,9 @@ impl SandboxLauncher {
         mode: profile::ModeProfile,
         abi: i32,
     ) -> Result<Launch> {
-        let (_, mounts) = super::host_mounts(spec.sandbox)?;
+        // The network files too, network or not: bwrap leaves them out, and a program (Node reading
+        // `/etc/ssl/openssl.cnf`) that takes a missing file in its stride fails on one it may not read.
+        let (_, mounts) = super::host_mounts(spec.sandbox, true)?;
         let exe = std::fs::canonicalize(spec.exe).unwrap_or_else(|_| spec.exe.to_path_buf());
         let super::Opened {
             workspace: workspace_fd,

@@ -82,7 +82,7 @@ impl SandboxLauncher {
     /// The host mounts of a sandbox of `sandbox`, its `/etc` files as one snapshot in `cache_dir` when it can have
     /// one (made if missing; see [`etc_snapshot`]).
     fn mounts(sandbox: &SandboxSpec, cache_dir: &Path) -> Result<Vec<profile::Mount>> {
-        let (tools, mounts) = host_mounts(sandbox)?;
+        let (tools, mounts) = host_mounts(sandbox, sandbox.permissions.network_enabled())?;
         Ok(etc_snapshot::consolidate(
             mounts,
             &tools.network_files,
@@ -166,16 +166,16 @@ impl SandboxLauncher {
     }
 }
 
-/// The system tools profile of `sandbox` and its host mounts, before any snapshot of `/etc`.
-fn host_mounts(sandbox: &SandboxSpec) -> Result<(profile::ToolsProfile, Vec<profile::Mount>)> {
+/// The system tools profile of `sandbox` and its host mounts, before any snapshot of `/etc`; the network files
+/// among them when `network`.
+fn host_mounts(
+    sandbox: &SandboxSpec,
+    network: bool,
+) -> Result<(profile::ToolsProfile, Vec<profile::Mount>)> {
     let tools = profile::tools_profile(sandbox.system_tools_mode)
         .map_err(RuntimeError::SandboxUnavailable)?;
-    let mounts = profile::host_mounts(
-        &tools,
-        &sandbox.executables,
-        sandbox.permissions.network_enabled(),
-    )
-    .map_err(RuntimeError::SandboxUnavailable)?;
+    let mounts = profile::host_mounts(&tools, &sandbox.executables, network)
+        .map_err(RuntimeError::SandboxUnavailable)?;
     Ok((tools, mounts))
 }
 

@@ -112,6 +112,12 @@ fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_wr
     let env = Env::new();
     into_workspace(&dir.join("node"), &env.path("ws"));
     let store = env.home.path().display().to_string();
+    // The workspace as the server sees it: bwrap's `/workspace`, or under Landlock the host's path.
+    let landlock = super::support::landlock();
+    let new_file = match landlock {
+        true => env.path("ws/new.txt").display().to_string(),
+        false => "/workspace/new.txt".to_string(),
+    };
     let server = json!({
         "command": "/usr/bin/node",
         "args": ["/workspace/node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "/"],
@@ -126,7 +132,7 @@ fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_wr
             ("mcp__fs__list_directory", json!({"path": store})),
             (
                 "mcp__fs__write_file",
-                json!({"path": "/workspace/new.txt", "content": "x"}),
+                json!({"path": new_file, "content": "x"}),
             ),
             (
                 "mcp__fs__write_file",
@@ -137,11 +143,16 @@ fn the_filesystem_server_from_npm_sees_only_what_the_sandbox_shows_and_cannot_wr
     let events = run(&env, "fs");
     let out = outputs(&events);
     let root = &out[0].1;
-    assert!(root.contains("usr") && root.contains("workspace"), "{root}");
-    assert!(
-        !root.contains("root") && !root.contains("home"),
-        "no host home in the sandbox: {root}"
-    );
+    if landlock {
+        // The host's `/` is not granted: it cannot even be listed.
+        assert_eq!(out[0].0, "error", "{root}");
+    } else {
+        assert!(root.contains("usr") && root.contains("workspace"), "{root}");
+        assert!(
+            !root.contains("root") && !root.contains("home"),
+            "no host home in the sandbox: {root}"
+        );
+    }
     assert_eq!(
         out[1].0, "error",
         "the store is not in the sandbox: {:?}",

@@ -131,12 +131,14 @@ fn etc_shows_the_host_files_read_only_and_the_network_files_only_with_the_networ
         "head -n 1 /etc/passwd; echo hosts=$(wc -c < /etc/hosts); echo x > /etc/planted; echo end";
     let out = attempt(&env, "etc-off", NO_NET, cmd);
     assert!(out.contains(first_user), "{out}");
-    // bwrap shows an empty file; Landlock grants no network file to a sandbox without the network.
+    // bwrap shows an empty file. Not held under Landlock (SECURITY.md): the network files are readable without the
+    // network, since a program that would take them missing fails on a file it may not read.
+    let hosts_len = std::fs::metadata("/etc/hosts").unwrap().len();
     let no_hosts = match landlock() {
-        true => "/etc/hosts: Permission denied",
-        false => "hosts=0",
+        true => format!("hosts={hosts_len}"),
+        false => "hosts=0".to_string(),
     };
-    assert!(out.contains(no_hosts), "{out}");
+    assert!(out.contains(&no_hosts), "{out}");
     assert!(
         out.contains(write_refused()) && out.contains("end"),
         "{out}"
@@ -169,7 +171,6 @@ fn a_sandbox_that_binds_each_etc_file_shows_them_read_only_and_nothing_else_of_t
             "/etc/passwd: Permission denied",
             "/etc/planted: Permission denied",
             "/etc/ssh': Permission denied",
-            "/etc/hosts: Permission denied",
         ] {
             assert!(out.contains(line), "missing {line:?} in:\n{out}");
         }
