@@ -81,15 +81,30 @@ pub fn kill_adopted() -> usize {
     killed.len()
 }
 
-/// The children of `parent`, from `/proc/<pid>/stat`.
-fn children(parent: u32) -> Vec<u32> {
+/// The children of this process: from each of its threads' `children` list, or, where the kernel keeps none, from
+/// every process's `stat`.
+fn children(me: u32) -> Vec<u32> {
+    let listed: Option<Vec<u32>> = std::fs::read_dir("/proc/self/task").ok().and_then(|tasks| {
+        let mut all = Vec::new();
+        for task in tasks.flatten() {
+            let list = std::fs::read_to_string(task.path().join("children")).ok()?;
+            all.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+        Some(all)
+    });
+    if let Some(listed) = listed {
+        return listed;
+    }
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| stat_field(pid, 1).is_some_and(|p| p == u64::from(parent)))
+        .filter(|&pid| stat_field(pid, 1).is_some_and(|p| p == u64::from(me)))
         .collect()
 }
 
@@ -109,6 +124,18 @@ fn stat_field(pid: u32, index: usize) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_of_this_process_is_listed_among_its_children() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let listed = children(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listed.contains(&child.id()), "{listed:?}");
+    }
 
     #[test]
     fn the_parent_and_start_time_of_this_process_are_read_from_its_stat() {
