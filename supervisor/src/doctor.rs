@@ -116,11 +116,15 @@ pub async fn sandbox(
         )),
         Err(e) => Check::fail(
             format!("a confined worker could not run a command: {e}"),
-            Some(userns_fix(Path::new("/proc/sys")).unwrap_or_else(|| {
-                "run `service-rs run <bundle> --verbose` for details; a worker needs unprivileged user namespaces \
-                 and bubblewrap"
-                    .into()
-            })),
+            Some(match resolved {
+                Resolved::Bwrap(_) => userns_fix(Path::new("/proc/sys")).unwrap_or_else(|| {
+                    "bubblewrap needs unprivileged user namespaces and a /proc it may mount; where they cannot be \
+                     had (a container under its engine's default profile), --sandbox-backend landlock confines \
+                     without them (`run <bundle> --verbose` shows details)"
+                        .into()
+                }),
+                _ => "run `service-rs run <bundle> --verbose` for details".into(),
+            }),
         ),
     });
     checks

@@ -54,8 +54,8 @@ pub enum LandlockError {
     Build(String),
 }
 
-/// The kernel's Landlock ABI: 0 when it has none, negative when it is built in but disabled at boot.
-pub fn kernel_abi() -> i32 {
+/// The kernel's Landlock ABI, or the error number of the version query.
+fn kernel_abi() -> Result<i32, i32> {
     // SAFETY: the version query takes no attribute and returns a number or -1.
     let v = unsafe {
         libc::syscall(
@@ -66,33 +66,77 @@ pub fn kernel_abi() -> i32 {
         )
     };
     match v {
-        v if v > 0 => v as i32,
-        _ => match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::EOPNOTSUPP) => -1,
-            _ => 0,
-        },
+        v if v > 0 => Ok(v as i32),
+        _ => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOSYS)),
     }
 }
 
 /// Whether this kernel can run the backend, or why not, with what to change.
 pub fn available() -> Result<i32, LandlockError> {
-    match kernel_abi() {
-        abi if abi >= MINIMUM_ABI => Ok(abi),
-        -1 => Err(LandlockError::Unsupported(
-            "Landlock is built into this kernel but not enabled: add \"landlock\" to the lsm= boot parameter"
-                .into(),
-        )),
-        0 => Err(LandlockError::Unsupported(
-            "this kernel has no Landlock (Linux 6.7 or later has what the sandbox needs), or the container's \
-             seccomp profile refuses its calls: allow landlock_create_ruleset, landlock_add_rule and \
-             landlock_restrict_self"
-                .into(),
-        )),
-        abi => Err(LandlockError::Unsupported(format!(
+    let abi = match kernel_abi() {
+        Ok(abi) => abi,
+        Err(errno) => return Err(LandlockError::Unsupported(absent(errno, &kernel_release()))),
+    };
+    if abi < MINIMUM_ABI {
+        return Err(LandlockError::Unsupported(format!(
             "this kernel's Landlock ABI is {abi}, and the sandbox needs {MINIMUM_ABI} (Linux 6.7) for its network \
              rules"
-        ))),
+        )));
     }
+    Ok(abi)
+}
+
+const CALLS: &str = "landlock_create_ruleset, landlock_add_rule and landlock_restrict_self";
+
+/// Why the version query failed with `errno` on kernel `release`. A kernel without Landlock and a seccomp profile
+/// that refuses its calls both answer `ENOSYS` (Podman's and Docker's default for calls they do not list), so a
+/// kernel recent enough to have it, under a filter, names the filter.
+fn absent(errno: i32, release: &str) -> String {
+    if errno == libc::EOPNOTSUPP {
+        return "Landlock is built into this kernel but not enabled: add \"landlock\" to the lsm= boot parameter"
+            .into();
+    }
+    let refused = format!(
+        "the seccomp filter this process runs under (a container engine's profile) refuses Landlock's calls: allow \
+         {CALLS} in it"
+    );
+    if errno != libc::ENOSYS {
+        return refused;
+    }
+    let version: Vec<u32> = release
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    // Landlock came with Linux 5.13; its network rules with 6.7.
+    let has_landlock = version.as_slice() >= [5, 13].as_slice();
+    if has_landlock && under_seccomp() {
+        refused
+    } else if has_landlock {
+        format!(
+            "this kernel ({release}) was built without Landlock: a kernel with CONFIG_SECURITY_LANDLOCK, Linux 6.7 \
+             or later, has what the sandbox needs"
+        )
+    } else {
+        format!("this kernel ({release}) has no Landlock: Linux 6.7 or later has what the sandbox needs")
+    }
+}
+
+/// This kernel's release (`uname -r`).
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| r.trim().to_string())
+        .unwrap_or_else(|_| "of an unknown release".into())
+}
+
+/// Whether a seccomp filter confines this process (`Seccomp: 2` in its status).
+fn under_seccomp() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.strip_prefix("Seccomp:").is_some_and(|v| v.trim() == "2"))
+    })
 }
 
 /// What one worker's sandbox may reach.
@@ -290,6 +334,16 @@ mod tests {
         );
         assert_eq!(host_named("/workspaces/x", ws, b), "/workspaces/x");
         assert_eq!(host_named("--dir=/workspace", ws, b), "--dir=/workspace");
+    }
+
+    #[test]
+    fn a_missing_landlock_is_told_apart_from_a_kernel_too_old_and_from_one_disabled() {
+        assert!(
+            absent(libc::ENOSYS, "5.10.0-28-amd64").contains("(5.10.0-28-amd64) has no Landlock")
+        );
+        assert!(absent(libc::EOPNOTSUPP, "6.1.0").contains("lsm= boot parameter"));
+        // Docker's default profile answers EPERM for a call it does not list.
+        assert!(absent(libc::EPERM, "6.1.0").contains("seccomp filter"));
     }
 
     #[test]
