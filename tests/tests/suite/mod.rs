@@ -23,6 +23,7 @@ mod codeact;
 mod commands;
 mod compaction;
 mod console;
+mod container;
 mod contract;
 mod crash_points;
 mod defaults;
