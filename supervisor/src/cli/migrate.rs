@@ -1,12 +1,12 @@
 //! `service-rs migrate`: the command that brings a shared database's schema to this release's, or with
-//! `--status` says where it is without writing. Other commands that open the database never change its schema
-//! (`serve` applies what is missing when it starts).
+//! `--status` says where it is and with `--dry-run` prints what it would apply, without writing. Other commands
+//! that open the database never change its schema (`serve` only with `--migrate`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use service_supervisor::runtime::store::postgres::{Node, PgStore, Schema};
+use service_supervisor::runtime::store::postgres::{self, Node, PgStore, Schema};
 
 /// `service-rs migrate`.
 #[derive(Debug, clap::Args)]
@@ -24,8 +24,11 @@ pub struct MigrateArgs {
     store_ca: Option<PathBuf>,
     /// Say which versions are applied and which this release would apply, and change nothing: exit 0 when none is
     /// pending, 1 otherwise.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dry_run")]
     status: bool,
+    /// Print the SQL of the migrations this release would apply, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// Runs `migrate`.
@@ -35,7 +38,8 @@ pub fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
             id: format!("migrate-{}", std::process::id()),
             url: String::new(),
         };
-        let schema = if args.status { Schema::Leave } else { Schema::Migrate };
+        let writes = !(args.status || args.dry_run);
+        let schema = if writes { Schema::Migrate } else { Schema::Leave };
         let store = PgStore::connect_with(
             &args.store,
             node,
@@ -46,16 +50,43 @@ pub fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         .await?;
         let status = store.schema_status().await?;
         let at = status.applied.iter().max().copied().unwrap_or(0);
-        if !args.status {
-            println!("the schema is at version {at}, this release's");
+        let known = status.known;
+        if writes {
+            match at > known {
+                true => println!(
+                    "the schema is at version {at}, newer than this release's ({known}), and still serves it: \
+                     nothing to apply"
+                ),
+                false => println!("the schema is at version {at}, this release's"),
+            }
             return Ok(ExitCode::SUCCESS);
         }
-        if at > status.known {
-            println!(
-                "the schema is at version {at}, newer than this service-rs knows ({}); upgrade this service-rs",
-                status.known
-            );
-            return Ok(ExitCode::FAILURE);
+        if args.dry_run {
+            for v in &status.pending {
+                println!(
+                    "-- schema version {v}\n{}",
+                    postgres::sql_of(*v).unwrap_or_default().trim_end()
+                );
+            }
+            if status.pending.is_empty() {
+                println!("-- the schema is at version {at}: nothing to apply");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        if at > known {
+            return Ok(match &status.runs_here {
+                Ok(()) => {
+                    println!(
+                        "the schema is at version {at}, newer than this release's ({known}), and still serves it: \
+                         nothing to apply"
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(why) => {
+                    println!("{why}");
+                    ExitCode::FAILURE
+                }
+            });
         }
         if status.pending.is_empty() {
             println!("the schema is at version {at}, this release's: nothing to apply");

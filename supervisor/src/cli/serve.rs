@@ -146,6 +146,10 @@ pub struct ServeArgs {
     /// server against it (as `sslmode=require` in the URL does against the web's roots).
     #[arg(long, env = "SERVICE_STORE_CA", value_name = "PEM", requires = "store")]
     store_ca: Option<PathBuf>,
+    /// Apply the migrations the database lacks before serving, as `service-rs migrate` does. Without it, a node
+    /// changes no schema and starts only on one its release runs on (its own, or a newer one that still serves it).
+    #[arg(long, requires = "store")]
+    migrate: bool,
 }
 
 /// Where a `serve` node keeps sessions, as its flags say.
@@ -155,6 +159,7 @@ struct StoreArgs {
     cluster_token: String,
     lease: Duration,
     ca: Option<PathBuf>,
+    migrate: bool,
 }
 
 impl StoreArgs {
@@ -196,6 +201,7 @@ impl StoreArgs {
             cluster_token,
             lease: args.lease.max(Duration::from_millis(300)),
             ca: args.store_ca.clone(),
+            migrate: args.migrate,
         }))
     }
 }
@@ -390,7 +396,10 @@ pub fn serve(
                     shared.node.clone(),
                     shared.lease,
                     shared.ca.as_deref(),
-                    service_supervisor::runtime::store::postgres::Schema::Migrate,
+                    match shared.migrate {
+                        true => service_supervisor::runtime::store::postgres::Schema::Migrate,
+                        false => service_supervisor::runtime::store::postgres::Schema::Require,
+                    },
                 )
                 .await
                 .context("cannot open the session store")?

@@ -70,6 +70,7 @@ mod run_terminal;
 mod sandbox;
 mod sandbox_landlock;
 mod schema_access;
+mod schema_compat;
 mod secret_files;
 mod serve_output;
 mod sessions_cli;

@@ -212,10 +212,12 @@ impl Postgres {
         format!("postgres://service@127.0.0.1:{}/postgres", self.port)
     }
 
-    /// The `serve` arguments of node `id` over this cluster: its store, node id, cluster token and lease.
+    /// The `serve` arguments of node `id` over this cluster: its store, node id, cluster token and lease, and
+    /// `--migrate`, since the nodes of a test start together on a fresh database.
     pub fn node_args(&self, id: &str, cluster_token: &str, lease: &str) -> Vec<String> {
         let url = self.url();
         [
+            "--migrate",
             "--store",
             &url,
             "--node-id",

@@ -1,6 +1,7 @@
 //! The shared store: one PostgreSQL database under many `serve` nodes (`serve --store postgres://…`).
 //!
-//! - Records, events and history are rows; the schema is embedded ([`schema`]) and applied at start.
+//! - Records, events and history are rows; the schema is embedded ([`schema`]) and applied by `migrate` or
+//!   `serve --migrate`.
 //! - Each session's writes go through one ordered writer that commits what has queued up as one transaction
 //!   ([`log`]): event sequence numbers are given out inside it, so they are dense even with two writers.
 //! - A committed batch of events is announced with `NOTIFY`; every node `LISTEN`s and reads the rows by sequence,
@@ -15,6 +16,7 @@
 mod listen;
 mod log;
 mod schema;
+pub use schema::{newest as newest_schema, oldest_release_served, sql_of};
 mod tenants;
 mod tls;
 
@@ -41,9 +43,10 @@ pub struct Node {
 /// What opening the store may do to the database's schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schema {
-    /// Apply the migrations it lacks (`serve`).
+    /// Apply the migrations it lacks (`migrate`, `serve --migrate`).
     Migrate,
-    /// Change nothing, and refuse a schema that is not this release's (CLI commands such as `tokens --store`).
+    /// Change nothing, and refuse a schema this release does not run on: an older one, or a newer one with a
+    /// migration that no longer serves it (`serve`, and CLI commands such as `tokens --store`).
     Require,
     /// Change nothing and check nothing (`migrate --status`, which reports).
     Leave,
@@ -58,6 +61,8 @@ pub struct SchemaStatus {
     pub known: i32,
     /// The versions this release would apply.
     pub pending: Vec<i32>,
+    /// Whether this release runs on the schema as it is, or what to do.
+    pub runs_here: std::result::Result<(), String>,
 }
 
 /// The store over one database.
@@ -289,9 +294,12 @@ impl PgStore {
                     host: self.inner.host.clone(),
                     message,
                 })?;
-        let pending = schema::known().filter(|v| !applied.contains(v)).collect();
+        let pending = schema::known()
+            .filter(|v| !applied.iter().any(|a| a.version == *v))
+            .collect();
         Ok(SchemaStatus {
-            applied,
+            runs_here: schema::compatible(&applied, known),
+            applied: applied.iter().map(|a| a.version).collect(),
             known,
             pending,
         })
