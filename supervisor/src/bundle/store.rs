@@ -21,28 +21,102 @@ struct InstallMeta {
     digest: String,
     installed_at: String,
     source: PathBuf,
+    /// Installed from, or shared with, the bundles of a cluster's store: the node gives it up when the cluster does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    shared: bool,
 }
 
 /// Validates the project at `project` and installs it as `local/<id>/<version>`, replacing that version if present.
 pub fn install(home: &ServiceHome, project: &Path) -> Result<Bundle> {
-    install_as(home, project, LOCAL_NAMESPACE)
+    install_as(home, project, LOCAL_NAMESPACE, false)
+}
+
+/// The content tar of an installed bundle, which its digest is the SHA-256 of: what a cluster's store keeps.
+pub fn content_of(bundle: &Bundle) -> Result<Vec<u8>> {
+    archive::pack(&bundle.root)
+}
+
+/// Installs `local/<id>/<version>` from `content`, a bundle's content tar another node shared, when its SHA-256 is
+/// `digest`, marked as the cluster's.
+pub fn install_shared(home: &ServiceHome, content: &[u8], digest: &str) -> Result<Bundle> {
+    let tampered = |actual: &str| {
+        BundleError::Layout {
+        path: PathBuf::from("the cluster's copy of a bundle"),
+        message: format!(
+            "its content's digest is {actual}, not the {digest} recorded with it; import the bundle again through \
+             any node"
+        ),
+    }
+    };
+    let actual = archive::sha256_digest(content);
+    if actual != digest {
+        return Err(tampered(&actual));
+    }
+    let incoming = home
+        .installs()
+        .join(format!(".incoming-{}", uuid::Uuid::new_v4()));
+    let installed = archive::unpack(content, &incoming)
+        .and_then(|()| install_as(home, &incoming, LOCAL_NAMESPACE, true));
+    let _ = std::fs::remove_dir_all(&incoming);
+    let bundle = installed?;
+    if bundle.digest != digest {
+        let _ = remove(home, &bundle);
+        return Err(tampered(&bundle.digest));
+    }
+    Ok(bundle)
+}
+
+/// Whether installed bundle `local/<id>/<version>` is the cluster's (see [`install_shared`], [`mark_shared`]).
+pub fn is_shared(home: &ServiceHome, id: &str, version: &str) -> bool {
+    read_meta(&home.installs().join(LOCAL_NAMESPACE).join(id).join(version))
+        .is_some_and(|m| m.shared)
+}
+
+/// Marks an installed bundle as shared with the cluster's store.
+pub fn mark_shared(bundle: &Bundle) -> Result<()> {
+    let Some(mut meta) = read_meta(&bundle.root) else {
+        return Err(damaged_meta(&bundle.root));
+    };
+    meta.shared = true;
+    write_meta(&bundle.root, &meta)
+}
+
+fn read_meta(root: &Path) -> Option<InstallMeta> {
+    std::fs::read(root.join(INSTALL_META))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+fn write_meta(root: &Path, meta: &InstallMeta) -> Result<()> {
+    let path = root.join(INSTALL_META);
+    let json = serde_json::to_vec_pretty(meta).unwrap_or_default();
+    std::fs::write(&path, json).map_err(|e| BundleError::io("cannot write", &path, e))
+}
+
+fn damaged_meta(root: &Path) -> BundleError {
+    BundleError::NotABundle {
+        path: root.to_path_buf(),
+        message: format!(
+            "install metadata {INSTALL_META} is missing or damaged; rebuild the bundle"
+        ),
+    }
 }
 
 /// [`install`] into `namespace`.
-fn install_as(home: &ServiceHome, project: &Path, namespace: &str) -> Result<Bundle> {
+fn install_as(home: &ServiceHome, project: &Path, namespace: &str, shared: bool) -> Result<Bundle> {
     let (manifest, _, _) = load_files(project)?;
     let content = archive::pack(project)?;
     let digest = archive::sha256_digest(&content);
     let parent = home.installs().join(namespace).join(&manifest.id);
     std::fs::create_dir_all(&parent).map_err(|e| BundleError::io("cannot create", &parent, e))?;
     let staging = parent.join(format!(".staging-{}", uuid::Uuid::new_v4()));
-    let result = stage_and_swap(
-        &content,
-        &digest,
-        project,
-        &staging,
-        &parent.join(&manifest.version),
-    );
+    let meta = InstallMeta {
+        digest: digest.clone(),
+        installed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        source: std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf()),
+        shared,
+    };
+    let result = stage_and_swap(&content, &meta, &staging, &parent.join(&manifest.version));
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
@@ -74,7 +148,7 @@ pub fn install_builtins(home: &ServiceHome) -> Result<()> {
         let tmp = tempfile::tempdir()
             .map_err(|e| BundleError::io("cannot create", Path::new("a temporary directory"), e))?;
         builtin.write_to(tmp.path())?;
-        install_as(home, tmp.path(), builtin::NAMESPACE)?;
+        install_as(home, tmp.path(), builtin::NAMESPACE, false)?;
     }
     done().push(home.root().to_path_buf());
     Ok(())
@@ -117,22 +191,9 @@ pub fn has_any_version(home: &ServiceHome, id: &str) -> bool {
         .unwrap_or(true)
 }
 
-fn stage_and_swap(
-    content: &[u8],
-    digest: &str,
-    project: &Path,
-    staging: &Path,
-    target: &Path,
-) -> Result<()> {
+fn stage_and_swap(content: &[u8], meta: &InstallMeta, staging: &Path, target: &Path) -> Result<()> {
     archive::unpack(content, staging)?;
-    let meta = InstallMeta {
-        digest: digest.to_string(),
-        installed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        source: std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf()),
-    };
-    let meta_path = staging.join(INSTALL_META);
-    let json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
-    std::fs::write(&meta_path, json).map_err(|e| BundleError::io("cannot write", &meta_path, e))?;
+    write_meta(staging, meta)?;
     swap_into_place(staging, target)
 }
 
@@ -196,16 +257,7 @@ pub fn load_installed(
 ) -> Result<Bundle> {
     let root = home.installs().join(namespace).join(id).join(version);
     let (manifest, agent, skills) = load_files(&root)?;
-    let meta_path = root.join(INSTALL_META);
-    let meta: InstallMeta = std::fs::read(&meta_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| BundleError::NotABundle {
-            path: root.clone(),
-            message: format!(
-                "install metadata {INSTALL_META} is missing or damaged; rebuild the bundle"
-            ),
-        })?;
+    let meta = read_meta(&root).ok_or_else(|| damaged_meta(&root))?;
     Ok(Bundle {
         root,
         manifest,

@@ -1,6 +1,7 @@
 //! A node of a cluster loading a session whose bundle it never installed: another node created the session. When the
 //! session was made from a registry reference on a registry the operator allows (`serve --allow-registry`), the node
 //! pulls it, verified blob by blob, and then runs it only if its digest is the one the session was created with.
+//! A `local/` bundle installed through another node's API is installed from the shared store (`shared_bundles`).
 //! Any other reference must be installed on every node (or its store path shared).
 
 use super::error::{Result, RuntimeError};
@@ -19,6 +20,10 @@ impl ServiceRuntime {
         };
         let source = record.bundle_ref;
         if !is_registry_reference(&source) {
+            // Installed through another node's API: the store keeps it for every node.
+            if self.bundle_from_cluster(&record.bundle.reference).await? {
+                return Ok(());
+            }
             return Err(missing.into());
         }
         let allowed = registry::registry_of(&source)

@@ -17,7 +17,8 @@
 //! - [`operations`]: metrics, idle workers reaped, bundles removed, directories left without a record removed;
 //!   `teardown`: sessions stopped and deleted, and the runtime's end.
 //! - `ownership`: which node of a shared store runs a session, and its leases kept alive; `bundle_fetch`: a
-//!   session's bundle pulled by a node that lacks it.
+//!   session's bundle pulled by a node that lacks it; `shared_bundles`: bundles installed through any node, kept in
+//!   a shared store for every node.
 //! - `subagents`: an `Agent` call run as a child session, confined to its parent's sandbox.
 
 pub mod approvals;
@@ -36,6 +37,7 @@ pub mod journal;
 pub mod launcher;
 mod lead;
 mod model_call;
+mod shared_bundles;
 pub use model_call::BUDGET_EXCEEDED;
 mod names;
 pub mod operations;
@@ -243,6 +245,8 @@ pub(crate) struct Inner {
     tenancy: Arc<crate::tenancy::Tenancy>,
     /// Where the server's stop is.
     drain: drain::Drain,
+    /// The shared bundles the last sync could not bring in line, each with why (see `shared_bundles`).
+    bundle_drift: Mutex<Vec<String>>,
 }
 
 fn messages(published: PublishedStream) -> EventStream {
@@ -318,6 +322,7 @@ impl ServiceRuntime {
                 own_addrs: Mutex::default(),
                 lost_checked: Mutex::default(),
                 drain: drain::Drain::default(),
+                bundle_drift: Mutex::default(),
             }),
         }
     }

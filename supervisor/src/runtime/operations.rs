@@ -89,6 +89,25 @@ impl ServiceRuntime {
         reference: &str,
         force: bool,
     ) -> Result<crate::bundle::BundleInfo> {
+        self.remove_bundle_with(reference, force, true).await
+    }
+
+    /// [`ServiceRuntime::remove_bundle`] on this node only: the shared store keeps its copy (a sync gives up
+    /// what the cluster no longer has).
+    pub(super) async fn remove_installed(
+        &self,
+        reference: &str,
+        force: bool,
+    ) -> Result<crate::bundle::BundleInfo> {
+        self.remove_bundle_with(reference, force, false).await
+    }
+
+    async fn remove_bundle_with(
+        &self,
+        reference: &str,
+        force: bool,
+        unshare: bool,
+    ) -> Result<crate::bundle::BundleInfo> {
         let bundle = crate::bundle::resolve(&self.inner.home, reference)?;
         let users: Vec<Arc<Session>> = self
             .sessions()
@@ -139,6 +158,15 @@ impl ServiceRuntime {
                 reference: bundle.reference(),
                 sessions: live.iter().map(|s| s.id.clone()).collect(),
             });
+        }
+        // The cluster's copy goes first: a node that still has it would give this one its bundle back.
+        if unshare
+            && matches!(&bundle.origin, crate::bundle::Origin::Installed { namespace } if namespace == crate::bundle::store::LOCAL_NAMESPACE)
+        {
+            self.inner
+                .store
+                .unshare_bundle(&bundle.manifest.id, &bundle.manifest.version)
+                .await?;
         }
         for session in &live {
             self.stop_session(session, "its bundle was removed").await;

@@ -185,6 +185,10 @@ pub struct Health {
     pub version: String,
     /// Whether the other endpoints need a bearer token, so that a client asks for one before it calls them.
     pub token_required: bool,
+    /// `/readyz` over a shared store: the cluster's bundles this node could not bring in line at its last sync,
+    /// each with why (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bundles_differ: Vec<String>,
 }
 
 /// The error body.

@@ -110,6 +110,8 @@ pub async fn import_bundle(
         .await
         .map_err(|_| blocking_failed("importing the bundle"))??;
     debug_assert!(matches!(installed.origin, Origin::Installed { .. }));
+    // Over a shared store every node runs it: the store keeps its content for them.
+    st.rt.share_bundle(&installed).await?;
     Ok((
         StatusCode::CREATED,
         Json(installed.info().for_caller(caller.admin)),

@@ -26,18 +26,25 @@ pub async fn healthz(State(st): State<AppState>) -> Json<Health> {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         token_required: st.token.is_some(),
+        bundles_differ: Vec::new(),
     })
 }
 
 /// Readiness: whether this node can serve sessions now, that is, whether its store answers (the database, with
-/// `--store postgres://…`). 503 with the cause when it does not; never needs a token.
+/// `--store postgres://…`). 503 with the cause when it does not; never needs a token. Over a shared store it also
+/// lists the cluster's bundles this node could not bring in line (`bundles_differ`).
 #[utoipa::path(get, path = "/readyz", responses((status = 200, body = Health), (status = 503, body = crate::server::api::ErrorEnvelope)))]
 pub async fn readyz(State(st): State<AppState>) -> ApiResult<Json<Health>> {
     if st.rt.draining() {
         return Err(crate::runtime::RuntimeError::Draining.into());
     }
     st.rt.store().ready().await?;
-    Ok(healthz(State(st)).await)
+    let bundles_differ = st.rt.bundle_drift();
+    let Json(health) = healthz(State(st)).await;
+    Ok(Json(Health {
+        bundles_differ,
+        ..health
+    }))
 }
 
 /// Installed bundles.
@@ -46,6 +53,8 @@ pub async fn list_bundles(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> ApiResult<Json<Vec<bundle::BundleInfo>>> {
+    // Over a shared store, the list is the cluster's: what other nodes installed is installed here first.
+    st.rt.sync_bundles().await;
     let home = st.rt.home().clone();
     let loaded = tokio::task::spawn_blocking(move || bundle::store::list(&home))
         .await
@@ -95,7 +104,7 @@ pub async fn create_session(
     ApiJson(req): ApiJson<CreateSession>,
 ) -> ApiResult<impl IntoResponse> {
     super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
-    super::registry_routes::pull_on_first_use(&st, &req.bundle_ref).await?;
+    super::registry_routes::fetch_on_first_use(&st, &req.bundle_ref).await?;
     let cwd = match req.cwd.as_deref() {
         Some(c) => Some(super::policy::cwd(&st.policy, c)?),
         None => None,

@@ -412,6 +412,22 @@ async fn reap_idle(
     }
 }
 
+/// How often a node of a shared store brings its bundles in line with the cluster's.
+const BUNDLE_SYNC: Duration = Duration::from_secs(10);
+
+/// Syncs this node's bundles with the shared store's every `every` until `shutdown` (see
+/// `runtime::shared_bundles`): what another node installed is here before a client asks for it.
+async fn sync_bundles(rt: ServiceRuntime, every: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => rt.sync_bundles().await,
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
 /// The stop's first steps: not ready at once, new turns taken for `pre_stop_delay`, then refused while running
 /// turns get up to `timeout` to end.
 async fn drain_turns(rt: &ServiceRuntime, drain: Drain) {
@@ -513,6 +529,9 @@ pub async fn serve(
             tick,
             shutdown.clone(),
         ));
+    }
+    if rt.store().shared() {
+        tokio::spawn(sync_bundles(rt.clone(), BUNDLE_SYNC, shutdown.clone()));
     }
     let app = router(state);
     let drain = options.drain;

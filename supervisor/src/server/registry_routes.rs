@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use super::api::ApiResult;
 use super::api::{ApiError, ApiJson, Body};
 use super::state::{AppState, ClientPolicy};
-use crate::bundle::{self, reference::is_registry_reference, BundleError};
+use crate::bundle::{self, reference::is_registry_reference};
 use crate::registry::{self, Access, Pushed, RegistryError};
 
 /// Credentials for the registry, instead of the server's own.
@@ -156,21 +156,34 @@ pub async fn push_bundle(
     Ok(Json(pushed))
 }
 
-/// For `POST /sessions` with a registry reference on an allowed registry that was never pulled: pulls it with the
-/// server's credentials. Anything else is left to the resolver (which answers `bundle_not_pulled`).
-pub async fn pull_on_first_use(st: &AppState, reference: &str) -> Result<(), ApiError> {
-    if !is_registry_reference(reference) || allowed(&st.policy, reference).is_err() {
+/// For `POST /sessions` (and the OpenAI routes' model): a registry reference on an allowed registry that was never
+/// pulled is pulled with the server's credentials; a `local/` bundle another node of a shared store installed is
+/// installed from the store. Anything else is left to the resolver (which answers `bundle_not_pulled` or
+/// `bundle_not_found`).
+pub async fn fetch_on_first_use(st: &AppState, reference: &str) -> Result<(), ApiError> {
+    if resolve_blocking(st, reference.to_string()).await.is_ok() {
         return Ok(());
     }
-    if let Err(BundleError::NotPulled(_)) = bundle::resolve(st.rt.home(), reference) {
+    if !is_registry_reference(reference) {
+        st.rt.bundle_from_cluster(reference).await?;
+    } else if allowed(&st.policy, reference).is_ok() {
         let installed = registry::pull(st.rt.home(), reference, &Access::default()).await?;
         tracing::info!(reference, installed = %installed.reference(), "pulled on first use");
     }
     Ok(())
 }
 
-/// Resolves a bundle reference off the async threads (it reads the store).
+/// Resolves a bundle reference off the async threads (it reads the store), installing it first from a shared
+/// store when another node installed it.
 pub(super) async fn resolve_bundle(st: &AppState, reference: String) -> ApiResult<bundle::Bundle> {
+    let first = resolve_blocking(st, reference.clone()).await;
+    if first.is_err() && st.rt.bundle_from_cluster(&reference).await? {
+        return resolve_blocking(st, reference).await;
+    }
+    first
+}
+
+async fn resolve_blocking(st: &AppState, reference: String) -> ApiResult<bundle::Bundle> {
     let home = st.rt.home().clone();
     Ok(
         tokio::task::spawn_blocking(move || bundle::resolve(&home, &reference))

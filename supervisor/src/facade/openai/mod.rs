@@ -200,7 +200,7 @@ async fn bundle_of(st: &AppState, caller: &Caller, model: &str) -> Result<Bundle
         ));
     }
     // A registry the operator allowed serves its bundles as models too, pulled on first use.
-    crate::server::registry_routes::pull_on_first_use(st, model).await?;
+    crate::server::registry_routes::fetch_on_first_use(st, model).await?;
     use crate::facade::bundles::{resolve_allowed, Unserved};
     let not_found = || {
         // With bundles granted per tenant, the list would name other tenants' bundles.

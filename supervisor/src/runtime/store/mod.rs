@@ -124,6 +124,17 @@ pub enum Claim {
     },
 }
 
+/// A bundle kept in a shared store for every node: `local/<id>:<version>`, whose content tar's SHA-256 is `digest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedBundle {
+    /// Bundle id.
+    pub id: String,
+    /// Version.
+    pub version: String,
+    /// The content's digest (`sha256:…`).
+    pub digest: String,
+}
+
 /// The session records, and who runs each session.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
@@ -206,6 +217,31 @@ pub trait Store: Send + Sync {
 
     /// Whether the store answers now (`/readyz`).
     async fn ready(&self) -> Result<()>;
+
+    /// Keeps installed bundle `local/<id>:<version>`'s content tar (whose SHA-256 is `digest`) where every node
+    /// sharing the store finds it. A store of one process keeps none: its bundles are its own.
+    async fn share_bundle(&self, _bundle: &SharedBundle, _content: &[u8]) -> Result<()> {
+        Ok(())
+    }
+
+    /// The bundles kept for every node (those of id `id` only, when given), without their contents.
+    async fn shared_bundles(&self, _id: Option<&str>) -> Result<Vec<SharedBundle>> {
+        Ok(Vec::new())
+    }
+
+    /// The content tar of shared bundle `local/<id>:<version>`, with its digest.
+    async fn shared_bundle_content(
+        &self,
+        _id: &str,
+        _version: &str,
+    ) -> Result<Option<(String, Vec<u8>)>> {
+        Ok(None)
+    }
+
+    /// Stops sharing bundle `local/<id>:<version>` (it was removed through a node).
+    async fn unshare_bundle(&self, _id: &str, _version: &str) -> Result<()> {
+        Ok(())
+    }
 
     /// Where this store keeps tenants' tokens, quotas and spending.
     fn directory(&self) -> Arc<dyn crate::tenancy::Directory>;

@@ -13,6 +13,7 @@
 //! so `sqlx`'s query macros and its own runtime layer would add build time and binary size for nothing used, and
 //! `tokio-postgres` gives `LISTEN` notifications straight from its connection.
 
+mod bundles;
 mod listen;
 mod log;
 mod schema;
@@ -593,6 +594,26 @@ impl Store for PgStore {
                 ))
             }),
         }
+    }
+
+    async fn share_bundle(&self, bundle: &super::SharedBundle, content: &[u8]) -> Result<()> {
+        bundles::share(&self.inner, bundle, content).await
+    }
+
+    async fn shared_bundles(&self, id: Option<&str>) -> Result<Vec<super::SharedBundle>> {
+        bundles::list(&self.inner, id).await
+    }
+
+    async fn shared_bundle_content(
+        &self,
+        id: &str,
+        version: &str,
+    ) -> Result<Option<(String, Vec<u8>)>> {
+        bundles::content(&self.inner, id, version).await
+    }
+
+    async fn unshare_bundle(&self, id: &str, version: &str) -> Result<()> {
+        bundles::unshare(&self.inner, id, version).await
     }
 
     async fn named_session(&self, name: &str) -> Result<Option<String>> {

@@ -56,6 +56,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("007_bundle_owners.sql"),
         serves_from: 6,
     },
+    Migration {
+        version: 8,
+        sql: include_str!("008_bundles.sql"),
+        serves_from: 7,
+    },
 ];
 
 /// An arbitrary key for the advisory lock ("svc-rs" in ASCII).

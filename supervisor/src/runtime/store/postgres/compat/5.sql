@@ -1,5 +1,6 @@
--- The statements of the service-rs releases whose newest schema version is 5, read from supervisor/src/runtime/store/postgres/*.rs
--- (tests/tests/suite/schema_compat.rs). Kept as they are once a later release has its own set.
+-- The statements of the service-rs releases whose newest schema version is 5, read from
+-- supervisor/src/runtime/store/postgres/*.rs by tests/tests/suite/schema_compat.rs. Kept as they are once
+-- a later release has its own set.
 
 SELECT last_seq, journal_bytes, (SELECT count(*) FROM history WHERE session_id = $1) FROM sessions WHERE id = $1;
 

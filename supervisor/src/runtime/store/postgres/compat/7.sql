@@ -1,5 +1,6 @@
--- The statements of the service-rs releases whose newest schema version is 7, read from supervisor/src/runtime/store/postgres/*.rs
--- (tests/tests/suite/schema_compat.rs). Kept as they are once a later release has its own set.
+-- The statements of the service-rs releases whose newest schema version is 7 (at 73db38d and 1cacc9a), read from
+-- supervisor/src/runtime/store/postgres/*.rs by tests/tests/suite/schema_compat.rs. Kept as they are once
+-- a later release has its own set.
 
 SELECT last_seq, journal_bytes, (SELECT count(*) FROM history WHERE session_id = $1) FROM sessions WHERE id = $1;
 
@@ -100,4 +101,6 @@ INSERT INTO tokens (id, tenant, admin, label, created_at, expires_at, last_used_
 SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256 FROM tokens ORDER BY created_at, id;
 
 SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256 FROM tokens WHERE id = $1;
+
+SELECT version FROM service_schema ORDER BY version;
 
