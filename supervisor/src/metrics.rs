@@ -62,6 +62,23 @@ pub struct QuotaLabels {
     pub code: String,
 }
 
+/// Labels of an HTTP request's duration: the route's template (`/sessions/{id}/run-sync`), never an id, so the
+/// series stay few; `unmatched` for a path no route takes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The request's method.
+    pub method: String,
+    /// The route's template.
+    pub route: String,
+}
+
+/// Labels of a request forwarded to another node that failed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardLabels {
+    /// `unreachable` (no answer) or `refused` (the peer refused the cluster token).
+    pub reason: &'static str,
+}
+
 /// Labels of the build's info metric.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -152,6 +169,31 @@ pub struct Metrics {
     pub tokens: Family<TokenLabels, Counter>,
     /// Requests and turns refused by a tenant's quota.
     pub quota_refusals: Family<QuotaLabels, Counter>,
+    /// Turn duration, by outcome.
+    pub turn_seconds: Family<Outcome, Histogram>,
+    /// HTTP request duration, by method and route template (event streams excluded: they last as long as the client).
+    pub http_seconds: Family<RouteLabels, Histogram>,
+    /// Sessions this node took over from a node whose lease expired.
+    pub takeovers: Counter,
+    /// Requests forwarded to another node that failed, by reason.
+    pub forward_failures: Family<ForwardLabels, Counter>,
+    /// Sessions whose lease this node holds (a shared store).
+    pub leases_held: Gauge,
+    /// Database errors the shared store met.
+    pub store_errors: Gauge,
+    /// The shared store's connections: open, idle, and requests waiting for one.
+    pub store_connections: Family<ConnectionState, Gauge>,
+    /// Bytes the shared store's database takes on disk.
+    pub store_bytes: Gauge,
+    /// Free bytes on the file system of this node's home (`$SERVICE_HOME`).
+    pub home_free_bytes: Gauge,
+}
+
+/// Labels of the shared store's connections.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionState {
+    /// `open`, `idle` or `waiting`.
+    pub state: &'static str,
 }
 
 impl Default for Metrics {
@@ -172,6 +214,21 @@ impl Default for Metrics {
             workers_reaped: Counter::default(),
             tokens: Family::default(),
             quota_refusals: Family::default(),
+            // 10 ms to about 3 h: a text turn on loopback to an agent's long run.
+            turn_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.01, 4.0, 12))
+            }),
+            // 0.5 ms to about 16 s.
+            http_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            takeovers: Counter::default(),
+            forward_failures: Family::default(),
+            leases_held: Gauge::default(),
+            store_errors: Gauge::default(),
+            store_connections: Family::default(),
+            store_bytes: Gauge::default(),
+            home_free_bytes: Gauge::default(),
             registry: Registry::default(),
             process: Process::default(),
             process_registry: Registry::default(),
@@ -239,6 +296,55 @@ impl Default for Metrics {
             "Requests and turns refused by a tenant's quota, by tenant and code",
             m.quota_refusals.clone(),
         );
+        registry.register(
+            "turn_duration_seconds",
+            "Turn duration, from its start to its end, by outcome",
+            m.turn_seconds.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request duration until the response's head, by method and route template",
+            m.http_seconds.clone(),
+        );
+        registry.register(
+            "takeovers",
+            "Sessions this node took over from a node whose lease expired",
+            m.takeovers.clone(),
+        );
+        registry.register(
+            "forward_failures",
+            "Requests forwarded to the node running their session that failed, by reason",
+            m.forward_failures.clone(),
+        );
+        registry.register(
+            "leases_held",
+            "Sessions whose lease this node holds in the shared store",
+            m.leases_held.clone(),
+        );
+        registry.register(
+            "store_errors",
+            "Database errors the shared store met since the start",
+            m.store_errors.clone(),
+        );
+        registry.register(
+            "store_connections",
+            "The shared store's database connections: open, idle, and requests waiting for one",
+            m.store_connections.clone(),
+        );
+        registry.register(
+            "store_size_bytes",
+            "Bytes the shared store's database takes on disk",
+            m.store_bytes.clone(),
+        );
+        registry.register(
+            "home_free_bytes",
+            "Free bytes on the file system of this node's home ($SERVICE_HOME)",
+            m.home_free_bytes.clone(),
+        );
+        // Both reasons from the start, at 0, so an alert on their increase sees the first failure.
+        for reason in ["refused", "unreachable"] {
+            drop(m.forward_failures.get_or_create(&ForwardLabels { reason }));
+        }
         let process_registry = m.process.registry();
         Metrics {
             registry,
@@ -293,13 +399,30 @@ impl Metrics {
         out
     }
 
-    /// Counts a turn's end.
-    pub fn turn_ended(&self, outcome: &str) {
-        self.turns
-            .get_or_create(&Outcome {
-                outcome: crate::telemetry::label(outcome),
+    /// Counts a turn's end, after `seconds`.
+    pub fn turn_ended(&self, outcome: &str, seconds: f64) {
+        let outcome = Outcome {
+            outcome: crate::telemetry::label(outcome),
+        };
+        self.turn_seconds.get_or_create(&outcome).observe(seconds);
+        self.turns.get_or_create(&outcome).inc();
+    }
+
+    /// Times one HTTP request of `method` on route template `route`. A method outside HTTP's own is `other`, so a
+    /// client cannot make series of its own.
+    pub fn http_request(&self, method: &str, route: &str, seconds: f64) {
+        const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+        let method = METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("other");
+        self.http_seconds
+            .get_or_create(&RouteLabels {
+                method: method.to_string(),
+                route: route.to_string(),
             })
-            .inc();
+            .observe(seconds);
     }
 }
 

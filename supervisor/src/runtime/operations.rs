@@ -81,6 +81,34 @@ impl ServiceRuntime {
         m.clone()
     }
 
+    /// [`ServiceRuntime::metrics`], with the store's connections, errors and size and the home's free space read
+    /// now: for a scrape.
+    pub async fn metrics_now(&self) -> Arc<crate::metrics::Metrics> {
+        let m = self.metrics();
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        if let Some(stats) = self.inner.store.stats() {
+            for (state, n) in [
+                ("open", stats.open),
+                ("idle", stats.idle),
+                ("waiting", stats.waiting),
+            ] {
+                m.store_connections
+                    .get_or_create(&crate::metrics::ConnectionState { state })
+                    .set(gauge(n));
+            }
+            m.store_errors.set(gauge(stats.errors));
+        }
+        if let Some(bytes) = self.inner.store.size_bytes().await {
+            m.store_bytes.set(gauge(bytes));
+        }
+        if let Ok(fs) = nix::sys::statvfs::statvfs(self.inner.home.root()) {
+            m.home_free_bytes.set(gauge(
+                fs.blocks_available().saturating_mul(fs.fragment_size()),
+            ));
+        }
+        m
+    }
+
     /// Removes an installed bundle. A live session of it (a worker running or a turn) makes this refuse, naming
     /// the sessions, unless `force`, which stops them first; their records stay, and cannot run again until the
     /// bundle is installed again. Returns what was removed.

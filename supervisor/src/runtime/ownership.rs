@@ -53,6 +53,7 @@ impl ServiceRuntime {
                 drop(slot);
                 match taken_from {
                     Some(node) => {
+                        self.inner.metrics.takeovers.inc();
                         session
                             .repair_lost_turn(
                                 "node_lost",
@@ -62,14 +63,12 @@ impl ServiceRuntime {
                             )
                             .await
                     }
-                    None => {
-                        session
-                            .repair_lost_turn(
-                                "supervisor_restarted",
-                                "the supervisor stopped while this turn ran; the turn was abandoned",
-                            )
-                            .await
-                    }
+                    None => session
+                        .repair_lost_turn(
+                            "supervisor_restarted",
+                            "the supervisor stopped while this turn ran; the turn was abandoned",
+                        )
+                        .await,
                 }
             }
         }
@@ -122,7 +121,10 @@ impl ServiceRuntime {
                     }
                 }
                 match rt.inner.store.renew(&live).await {
-                    Ok(()) => renewed = std::time::Instant::now(),
+                    Ok(()) => {
+                        renewed = std::time::Instant::now();
+                        rt.inner.metrics.leases_held.set(live.len() as i64);
+                    }
                     Err(e) if renewed.elapsed() + lease / 3 >= lease => {
                         tracing::error!("session leases not renewed for {lease:?} ({e}); stopping this node's workers");
                         for s in &sessions {

@@ -47,6 +47,20 @@ pub struct Identity {
     pub token_id: String,
 }
 
+/// Puts the template of the route that took a request on its response, where [`log`] finds it for the request's
+/// duration: the router knows it only while the request is inside.
+pub async fn keep_route(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .cloned();
+    let mut response = next.run(req).await;
+    if let Some(route) = route {
+        response.extensions_mut().insert(route);
+    }
+    response
+}
+
 /// Runs the request inside a span that carries its id, logs it, and stamps the id on the response.
 pub async fn log(
     State(st): State<super::state::AppState>,
@@ -88,13 +102,18 @@ pub async fn log(
         None => next.run(req).instrument(span).await,
     };
     let status = response.status();
-    st.rt
-        .counters()
+    let counters = st.rt.counters();
+    counters
         .http_responses
         .get_or_create(&crate::metrics::Status {
             code: status.as_u16(),
         })
         .inc();
+    let route = response
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |r| r.as_str());
+    counters.http_request(method.as_str(), route, started.elapsed().as_secs_f64());
     // Microseconds are the finest a log reader needs.
     let latency_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
     let session = session_of(&path).unwrap_or("");

@@ -94,11 +94,13 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
             // The client's own token was good here; the owner refused this node's. Said as such, not as a 401 the
             // client would take for its own.
             tracing::warn!(owner = %owner, "the session's node refused this node's cluster token: give every node the same --cluster-token");
+            forward_failed(&st, "refused");
             ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 "cluster_auth_failed",
                 format!(
-                    "the node running this session ({owner}) refused this node's cluster token; the operator must                      give every node the same --cluster-token"
+                    "the node running this session ({owner}) refused this node's cluster token; the operator must \
+                     give every node the same --cluster-token"
                 ),
             )
             .into_response()
@@ -115,6 +117,7 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
         }
         Err(e) => {
             tracing::warn!(owner = %owner, "forwarding to the session's node failed: {e}");
+            forward_failed(&st, "unreachable");
             let mut error = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "owner_unreachable",
@@ -130,6 +133,15 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
             error
         }
     }
+}
+
+/// Counts a forwarded request that failed for `reason`.
+fn forward_failed(st: &AppState, reason: &'static str) {
+    st.rt
+        .counters()
+        .forward_failures
+        .get_or_create(&crate::metrics::ForwardLabels { reason })
+        .inc();
 }
 
 /// Whether reading a body failed on its size limit, rather than on a client that went away.

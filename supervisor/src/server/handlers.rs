@@ -473,7 +473,7 @@ pub async fn metrics(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        st.rt.metrics().encode(),
+        st.rt.metrics_now().await.encode(),
     ))
 }
 

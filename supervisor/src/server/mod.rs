@@ -203,6 +203,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::facade::openai::routes(&state))
         .merge(crate::facade::a2a::routes(&state))
         .merge(protected)
+        .route_layer(axum::middleware::from_fn(access::keep_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

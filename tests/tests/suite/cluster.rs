@@ -296,6 +296,20 @@ async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_e
         "failover took {:?}",
         killed.elapsed()
     );
+    // The surviving node counts the takeover, and what the dead node's requests cost it.
+    let metrics = a
+        .req(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("service_takeovers_total 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("service_forward_failures_total{reason=\"unreachable\"}"),
+        "{metrics}"
+    );
 
     // The subscriber on the surviving node saw every event once, in order: the lost turn's failure, then the next
     // turn.

@@ -376,7 +376,8 @@ impl Session {
             TurnStatus::Failed => "failed",
             TurnStatus::Interrupted => "interrupted",
         };
-        self.metrics.turn_ended(outcome);
+        self.metrics
+            .turn_ended(outcome, active.started.elapsed().as_secs_f64());
         let error = match end.status {
             TurnStatus::Completed => None,
             TurnStatus::Interrupted if active.stop_reason.is_some() => active.stop_reason.take(),

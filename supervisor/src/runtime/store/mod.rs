@@ -124,6 +124,19 @@ pub enum Claim {
     },
 }
 
+/// A shared store's connections and errors, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Connections open.
+    pub open: u64,
+    /// Connections open and idle.
+    pub idle: u64,
+    /// Requests waiting for a connection.
+    pub waiting: u64,
+    /// Database errors since the start.
+    pub errors: u64,
+}
+
 /// A bundle kept in a shared store for every node: `local/<id>:<version>`, whose content tar's SHA-256 is `digest`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedBundle {
@@ -217,6 +230,16 @@ pub trait Store: Send + Sync {
 
     /// Whether the store answers now (`/readyz`).
     async fn ready(&self) -> Result<()>;
+
+    /// The database's connections and errors so far; None for a store of one process.
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
+
+    /// Bytes the store's database takes on disk; None for a store of one process, or when it cannot say.
+    async fn size_bytes(&self) -> Option<u64> {
+        None
+    }
 
     /// Keeps installed bundle `local/<id>:<version>`'s content tar (whose SHA-256 is `digest`) where every node
     /// sharing the store finds it. A store of one process keeps none: its bundles are its own.

@@ -88,6 +88,8 @@ pub(crate) struct Inner {
     /// Commit sessions' writes without waiting for the WAL's flush (`turn_flush = background`, see
     /// [`PgStore::with_turn_flush`]).
     async_commit: std::sync::atomic::AtomicBool,
+    /// Database errors met since the start (`service_store_errors`).
+    errors: std::sync::atomic::AtomicU64,
 }
 
 impl Inner {
@@ -98,6 +100,8 @@ impl Inner {
 
     /// A database error as the runtime reports it.
     pub(crate) fn error(&self, e: impl std::fmt::Display) -> RuntimeError {
+        self.errors
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         RuntimeError::Database {
             host: self.host.clone(),
             message: e.to_string(),
@@ -258,6 +262,7 @@ impl PgStore {
             peers: Mutex::new(Vec::new()),
             logs: Mutex::new(HashMap::new()),
             async_commit: Default::default(),
+            errors: Default::default(),
         });
         let mut client = inner.pool.get().await.map_err(|e| match tls::refused(&e) {
             Some(why) => RuntimeError::InvalidRequest(format!(
@@ -594,6 +599,25 @@ impl Store for PgStore {
                 ))
             }),
         }
+    }
+
+    fn stats(&self) -> Option<super::StoreStats> {
+        let status = self.inner.pool.status();
+        Some(super::StoreStats {
+            open: status.size as u64,
+            idle: status.available as u64,
+            waiting: status.waiting as u64,
+            errors: self.inner.errors.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    async fn size_bytes(&self) -> Option<u64> {
+        let client = self.inner.client().await.ok()?;
+        let row = client
+            .query_one("SELECT pg_database_size(current_database())", &[])
+            .await
+            .ok()?;
+        u64::try_from(row.get::<_, i64>(0)).ok()
     }
 
     async fn share_bundle(&self, bundle: &super::SharedBundle, content: &[u8]) -> Result<()> {
