@@ -20,6 +20,7 @@ mod mcp;
 mod migrate;
 mod output_schema;
 mod progress;
+mod prune;
 mod registry;
 mod remote;
 mod run;
@@ -360,10 +361,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(home()?, args),
         Command::Batch(args) => batch::run(home()?, args),
         Command::Serve(args) => serve::serve(home()?, *args, log_format),
-        Command::Sessions(args) => sessions::run(
-            backend::Backend::Local(runtime(home()?, false, false, &[], None)?),
-            args,
-        ),
+        Command::Sessions(args) => match sessions::store_prune(&args) {
+            Some((url, ca, older_than, dry_run)) => {
+                prune::prune_store(url, ca, older_than, dry_run)
+            }
+            None => sessions::run(
+                backend::Backend::Local(runtime(home()?, false, false, &[], None)?),
+                args,
+            ),
+        },
         Command::Mcp(command) => mcp::run(home()?, command),
         Command::Acp(args) => acp::run(home()?, args),
         Command::Completions { shell } => {

@@ -87,6 +87,14 @@ pub struct ServeArgs {
     /// gave up). `0` keeps them.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     unused_session_timeout: Duration,
+    /// Delete sessions (record, journal, history, workspace and checkpoints) whose last change is older than this,
+    /// e.g. 30d; running ones are kept. Over a shared store one node at a time runs it, and every node's
+    /// directories go. Unset: sessions are kept until deleted.
+    #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+    retention: Option<Duration>,
+    /// The retention of one tenant's sessions, as TENANT=AGE (`default` is the server token's tenant); repeatable.
+    #[arg(long, value_name = "TENANT=AGE", value_parser = tenant_age)]
+    retention_for: Vec<(String, Duration)>,
     /// On SIGTERM (not Ctrl-C, which stops at once), `readyz` answers 503 at once and new turns are still taken this long, while load
     /// balancers notice; then they are refused with 503 `draining`.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
@@ -150,6 +158,16 @@ pub struct ServeArgs {
     /// changes no schema and starts only on one its release runs on (its own, or a newer one that still serves it).
     #[arg(long, requires = "store")]
     migrate: bool,
+}
+
+/// `TENANT=AGE` of `--retention-for`.
+fn tenant_age(text: &str) -> Result<(String, Duration), String> {
+    let (tenant, age) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text}: write TENANT=AGE, such as acme=30d"))?;
+    let age = humantime::parse_duration(age.trim())
+        .map_err(|e| format!("{text}: {e}; write an age such as 30d or 12h"))?;
+    Ok((tenant.trim().to_string(), age))
 }
 
 /// Where a `serve` node keeps sessions, as its flags say.
@@ -361,6 +379,10 @@ pub fn serve(
             .filter(|t| !t.is_zero()),
     };
     options.unused_sessions = Some(args.unused_session_timeout).filter(|t| !t.is_zero());
+    options.retention = service_supervisor::runtime::retention::Retention {
+        default: args.retention.filter(|t| !t.is_zero()),
+        tenants: args.retention_for.iter().cloned().collect(),
+    };
     options.drain = server::Drain {
         pre_stop_delay: args.pre_stop_delay,
         timeout: args.drain_timeout,

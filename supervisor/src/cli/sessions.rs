@@ -124,6 +124,19 @@ enum SessionsCommand {
         /// Only list what would be deleted.
         #[arg(long)]
         dry_run: bool,
+        /// Prune a cluster's sessions in its PostgreSQL database instead (SERVICE_STORE_URL_FILE names a file
+        /// holding the URL): their records, journals and histories go at once, and the nodes give up their workers
+        /// and directories.
+        #[arg(
+            long,
+            env = "SERVICE_STORE_URL",
+            value_name = "postgres://USER@HOST:PORT/DB",
+            hide_env_values = true
+        )]
+        store: Option<String>,
+        /// A PEM file of the CA that signed the database's certificate.
+        #[arg(long, env = "SERVICE_STORE_CA", value_name = "PEM", requires = "store")]
+        store_ca: Option<std::path::PathBuf>,
     },
 }
 
@@ -190,13 +203,29 @@ pub fn run(backend: Backend, args: SessionsArgs) -> anyhow::Result<ExitCode> {
             Some(SessionsCommand::Prune {
                 older_than,
                 dry_run,
-            }) => prune(&backend, older_than, dry_run).await,
+                ..
+            }) => super::prune::prune(&backend, older_than, dry_run).await,
         };
         if let Backend::Local(rt) = &backend {
             rt.shutdown("the command ended").await;
         }
         result
     })
+}
+
+/// The `--store` of `sessions prune`, when given: that prune runs on the database, with no runtime of its own.
+pub fn store_prune(
+    args: &SessionsArgs,
+) -> Option<(&str, Option<&std::path::Path>, Duration, bool)> {
+    match &args.command {
+        Some(SessionsCommand::Prune {
+            older_than,
+            dry_run,
+            store: Some(url),
+            store_ca,
+        }) => Some((url, store_ca.as_deref(), *older_than, *dry_run)),
+        _ => None,
+    }
 }
 
 /// The sessions `filter` shows, the most recently used first, as a table or JSON.
@@ -519,57 +548,6 @@ async fn compact(backend: &Backend, prefix: &str, focus: Option<&str>) -> anyhow
         );
     } else {
         println!("nothing to compact in {id}: it has no turns older than the ones kept");
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn prune(backend: &Backend, older_than: Duration, dry_run: bool) -> anyhow::Result<ExitCode> {
-    let cutoff = chrono::Utc::now()
-        - chrono::Duration::from_std(older_than)
-            .map_err(|_| anyhow::anyhow!("--older-than is too large"))?;
-    let stale: Vec<SessionRecord> = backend
-        .sessions()
-        .await?
-        .into_iter()
-        .filter(|r| r.active_turn.is_none())
-        .filter(|r| {
-            chrono::DateTime::parse_from_rfc3339(&r.updated_at)
-                .map(|t| t < cutoff)
-                .unwrap_or(false)
-        })
-        .collect();
-    for record in &stale {
-        if dry_run {
-            println!(
-                "would delete {} (last change {})",
-                record.id, record.updated_at
-            );
-        } else {
-            backend.delete(&record.id).await?;
-            println!("deleted {} (last change {})", record.id, record.updated_at);
-        }
-    }
-    // A server's leftovers are for its own operator: they are files on its machine.
-    let mut leftovers = 0;
-    if let Backend::Local(rt) = backend {
-        for dir in rt.unrecorded_session_dirs(older_than).await? {
-            let changed = chrono::DateTime::<chrono::Utc>::from(dir.modified)
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            let what = format!(
-                "{} (a session directory with no record, last change {changed})",
-                dir.path.display()
-            );
-            if dry_run {
-                println!("would delete {what}");
-            } else {
-                rt.remove_unrecorded(&dir).await?;
-                println!("deleted {what}");
-            }
-            leftovers += 1;
-        }
-    }
-    if stale.is_empty() && leftovers == 0 {
-        println!("no session is older than that");
     }
     Ok(ExitCode::SUCCESS)
 }

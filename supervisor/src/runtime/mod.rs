@@ -37,6 +37,7 @@ pub mod journal;
 pub mod launcher;
 mod lead;
 mod model_call;
+pub mod retention;
 mod shared_bundles;
 pub use model_call::BUDGET_EXCEEDED;
 mod names;

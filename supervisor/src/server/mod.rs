@@ -326,6 +326,8 @@ pub struct ServeOptions {
     /// How long a session may wait for its first turn before it is deleted (`--unused-session-timeout`); None
     /// keeps them.
     pub unused_sessions: Option<Duration>,
+    /// How long sessions are kept (`--retention`, `--retention-for`).
+    pub retention: crate::runtime::retention::Retention,
     /// This node's id and the cluster token, when nodes share a store.
     pub cluster: Option<state::Cluster>,
     /// The base URL clients reach this server at, when it is not `http://` and the bound address.
@@ -383,6 +385,7 @@ impl ServeOptions {
                 any: Some(DEFAULT_IDLE_TIMEOUT),
                 empty: Some(DEFAULT_EMPTY_IDLE_TIMEOUT),
             },
+            retention: Default::default(),
             cluster: None,
             advertise_url: None,
             drain: Drain::default(),
@@ -413,17 +416,45 @@ async fn reap_idle(
     }
 }
 
-/// How often a node of a shared store brings its bundles in line with the cluster's.
-const BUNDLE_SYNC: Duration = Duration::from_secs(10);
+/// How often a node of a shared store brings its bundles in line with the cluster's and gives up the sessions
+/// other nodes deleted.
+const UPKEEP: Duration = Duration::from_secs(10);
 
-/// Syncs this node's bundles with the shared store's every `every` until `shutdown` (see
-/// `runtime::shared_bundles`): what another node installed is here before a client asks for it.
-async fn sync_bundles(rt: ServiceRuntime, every: Duration, shutdown: CancellationToken) {
+/// A shared store's upkeep every `every` until `shutdown`: this node's bundles synced with the cluster's (see
+/// `runtime::shared_bundles`), so what another node installed is here before a client asks for it, and the sessions
+/// another node deleted given up (see `runtime::retention`).
+async fn cluster_upkeep(rt: ServiceRuntime, every: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tick.tick() => rt.sync_bundles().await,
+            _ = tick.tick() => {
+                rt.sync_bundles().await;
+                rt.drop_deleted_elsewhere().await;
+            }
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Runs the retention job (and, over a shared store, the sweep of what other nodes deleted) at its tick until
+/// `shutdown`; the job's lease lasts three ticks, so another node takes it over when this one stops.
+async fn retain(
+    rt: ServiceRuntime,
+    policy: crate::runtime::retention::Retention,
+    shutdown: CancellationToken,
+) {
+    let every = policy.tick();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let pass = rt.retain(&policy, every * 3).await;
+                if pass.expired + pass.swept > 0 {
+                    tracing::info!(expired = pass.expired, swept = pass.swept, "retention pass");
+                }
+            }
             _ = shutdown.cancelled() => return,
         }
     }
@@ -532,7 +563,14 @@ pub async fn serve(
         ));
     }
     if rt.store().shared() {
-        tokio::spawn(sync_bundles(rt.clone(), BUNDLE_SYNC, shutdown.clone()));
+        tokio::spawn(cluster_upkeep(rt.clone(), UPKEEP, shutdown.clone()));
+    }
+    if options.retention.is_on() || rt.store().shared() {
+        tokio::spawn(retain(
+            rt.clone(),
+            options.retention.clone(),
+            shutdown.clone(),
+        ));
     }
     let app = router(state);
     let drain = options.drain;

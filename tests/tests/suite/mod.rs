@@ -64,6 +64,7 @@ mod registry;
 mod registry_http;
 mod registry_server;
 mod responses_provider;
+mod retention;
 mod run_cli;
 mod run_headless;
 mod run_terminal;

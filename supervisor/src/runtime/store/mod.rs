@@ -231,6 +231,24 @@ pub trait Store: Send + Sync {
     /// Whether the store answers now (`/readyz`).
     async fn ready(&self) -> Result<()>;
 
+    /// Which of `ids` have a record: a shared store's check that a session another node may have deleted is still
+    /// there. A store of one process answers from its records too.
+    async fn recorded(&self, ids: &[String]) -> Result<std::collections::HashSet<String>> {
+        let mut out = std::collections::HashSet::new();
+        for id in ids {
+            if self.load(id).await?.is_some() {
+                out.insert(id.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes or renews this node's hold on the cluster's periodic job `job` for `lease`; false while another
+    /// live node holds it. A store of one process is its own cluster: always true.
+    async fn hold_job(&self, _job: &str, _lease: std::time::Duration) -> Result<bool> {
+        Ok(true)
+    }
+
     /// The database's connections and errors so far; None for a store of one process.
     fn stats(&self) -> Option<StoreStats> {
         None

@@ -13,7 +13,7 @@
 //! so `sqlx`'s query macros and its own runtime layer would add build time and binary size for nothing used, and
 //! `tokio-postgres` gives `LISTEN` notifications straight from its connection.
 
-mod bundles;
+mod cluster;
 mod listen;
 mod log;
 mod schema;
@@ -601,31 +601,28 @@ impl Store for PgStore {
         }
     }
 
+    async fn recorded(&self, ids: &[String]) -> Result<std::collections::HashSet<String>> {
+        cluster::recorded(&self.inner, ids).await
+    }
+
+    async fn hold_job(&self, job: &str, lease: Duration) -> Result<bool> {
+        cluster::hold_job(&self.inner, job, lease).await
+    }
+
     fn stats(&self) -> Option<super::StoreStats> {
-        let status = self.inner.pool.status();
-        Some(super::StoreStats {
-            open: status.size as u64,
-            idle: status.available as u64,
-            waiting: status.waiting as u64,
-            errors: self.inner.errors.load(std::sync::atomic::Ordering::Relaxed),
-        })
+        Some(cluster::stats(&self.inner))
     }
 
     async fn size_bytes(&self) -> Option<u64> {
-        let client = self.inner.client().await.ok()?;
-        let row = client
-            .query_one("SELECT pg_database_size(current_database())", &[])
-            .await
-            .ok()?;
-        u64::try_from(row.get::<_, i64>(0)).ok()
+        cluster::size_bytes(&self.inner).await
     }
 
     async fn share_bundle(&self, bundle: &super::SharedBundle, content: &[u8]) -> Result<()> {
-        bundles::share(&self.inner, bundle, content).await
+        cluster::share(&self.inner, bundle, content).await
     }
 
     async fn shared_bundles(&self, id: Option<&str>) -> Result<Vec<super::SharedBundle>> {
-        bundles::list(&self.inner, id).await
+        cluster::list(&self.inner, id).await
     }
 
     async fn shared_bundle_content(
@@ -633,11 +630,11 @@ impl Store for PgStore {
         id: &str,
         version: &str,
     ) -> Result<Option<(String, Vec<u8>)>> {
-        bundles::content(&self.inner, id, version).await
+        cluster::content(&self.inner, id, version).await
     }
 
     async fn unshare_bundle(&self, id: &str, version: &str) -> Result<()> {
-        bundles::unshare(&self.inner, id, version).await
+        cluster::unshare(&self.inner, id, version).await
     }
 
     async fn named_session(&self, name: &str) -> Result<Option<String>> {

@@ -58,7 +58,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 8,
-        sql: include_str!("008_bundles.sql"),
+        sql: include_str!("008_cluster.sql"),
         serves_from: 7,
     },
 ];

@@ -58,6 +58,12 @@ SELECT session_id FROM approvals WHERE request_id = $1;
 
 WITH ins AS (INSERT INTO names (name, session_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING session_id) SELECT session_id FROM ins UNION ALL SELECT session_id FROM names WHERE name = $1 LIMIT 1;
 
+SELECT id FROM sessions WHERE id = ANY($1);
+
+INSERT INTO jobs (name, node_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3)) ON CONFLICT (name) DO UPDATE SET node_id = $2, expires_at = now() + make_interval(secs => $3) WHERE jobs.node_id = $2 OR jobs.expires_at < now() RETURNING node_id;
+
+SELECT pg_database_size(current_database());
+
 SELECT session_id FROM names WHERE name = $1;
 
 INSERT INTO grants (session_id, grant_json) VALUES ($1, $2) ON CONFLICT DO NOTHING;

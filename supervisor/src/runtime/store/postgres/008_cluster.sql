@@ -1,5 +1,6 @@
 -- The bundles installed through any node's API (`local/<id>:<version>`), as the content tar their digest is the
--- SHA-256 of, so a node that lacks one installs it from here. Only added: a node of the previous release ignores it.
+-- SHA-256 of, so a node that lacks one installs it from here; and the cluster's periodic jobs (retention), each
+-- held by one node under a lease. Only added: a node of the previous release ignores both.
 CREATE TABLE bundles (
     id         text NOT NULL,
     version    text NOT NULL,
@@ -7,4 +8,10 @@ CREATE TABLE bundles (
     content    bytea NOT NULL,
     shared_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (id, version)
+);
+
+CREATE TABLE jobs (
+    name       text PRIMARY KEY,
+    node_id    text NOT NULL,
+    expires_at timestamptz NOT NULL
 );
