@@ -45,9 +45,13 @@ enum TokensCommand {
         /// The tenant it speaks for.
         #[arg(long)]
         tenant: String,
-        /// It sees every tenant's sessions and manages tokens.
-        #[arg(long)]
+        /// An operator's token: it sees every tenant and manages tokens, quotas and grants (as --role operator).
+        #[arg(long, conflicts_with = "role")]
         admin: bool,
+        /// What it may do: operator, tenant-admin (its tenant's sessions and tokens), user (the default; its
+        /// tenant's sessions) or read-only (GET only).
+        #[arg(long, value_parser = role)]
+        role: Option<tenancy::Role>,
         /// How long it is valid: 30d, 12h, 90m (default: until revoked).
         #[arg(long, value_parser = humantime::parse_duration)]
         expires: Option<Duration>,
@@ -157,18 +161,24 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
         TokensCommand::Create {
             tenant,
             admin,
+            role,
             expires,
             label,
             json,
         } => {
+            let role = match admin {
+                true => tenancy::Role::Operator,
+                false => role.unwrap_or(tenancy::Role::User),
+            };
             let made: NewToken = match &target {
                 Target::Local(dir) => {
-                    tenancy::create_token(&**dir, &tenant, admin, expires, label).await?
+                    tenancy::create_token(&**dir, &tenant, role, expires, label).await?
                 }
                 Target::Remote(r) => {
                     // The API takes a number and one unit.
                     let expires = expires.map(|d| format!("{}s", d.as_secs().max(1)));
-                    let body = json!({"tenant": tenant, "admin": admin, "expires": expires, "label": label});
+                    let body =
+                        json!({"tenant": tenant, "role": role, "expires": expires, "label": label});
                     serde_json::from_value(
                         r.call(reqwest::Method::POST, "/tokens", Some(body)).await?,
                     )?
@@ -183,10 +193,10 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
                 // Alone on stdout, so that `$(service-rs tokens create …)` is the token.
                 println!("{}", made.token);
                 eprintln!(
-                    "token {} for tenant {}{}: shown once; only its hash is kept",
+                    "token {} for tenant {} ({}): shown once; only its hash is kept",
                     made.id,
                     made.tenant,
-                    if made.admin { " (admin)" } else { "" }
+                    made.role.as_str()
                 );
             }
         }
@@ -315,19 +325,25 @@ fn print_tokens(all: &[TokenView]) {
             .map_or("-".to_string(), |t| t.chars().take(16).collect())
     };
     println!(
-        "{:<9} {:<16} {:<6} {:<16} {:<16} {:<16} LABEL",
-        "ID", "TENANT", "ADMIN", "CREATED", "EXPIRES", "LAST USED"
+        "{:<9} {:<16} {:<12} {:<16} {:<16} {:<16} LABEL",
+        "ID", "TENANT", "ROLE", "CREATED", "EXPIRES", "LAST USED"
     );
     for t in all {
         println!(
-            "{:<9} {:<16} {:<6} {:<16} {:<16} {:<16} {}",
+            "{:<9} {:<16} {:<12} {:<16} {:<16} {:<16} {}",
             t.id,
             t.tenant,
-            if t.admin { "yes" } else { "no" },
+            tenancy::Role::of(t.role, t.admin).as_str(),
             day(&Some(t.created_at.clone())),
             day(&t.expires_at),
             day(&t.last_used_at),
             t.label.as_deref().unwrap_or("")
         );
     }
+}
+
+/// A `--role` value.
+fn role(text: &str) -> Result<tenancy::Role, String> {
+    tenancy::Role::parse(text)
+        .ok_or_else(|| format!("{text}: a role is operator, tenant-admin, user or read-only"))
 }

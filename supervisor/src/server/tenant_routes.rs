@@ -13,7 +13,7 @@ use super::audit::Actor;
 use super::state::AppState;
 use super::tenants::admin_only;
 use crate::tenancy::usage::{self, UsageReport};
-use crate::tenancy::{self, Caller, NewToken, Quota, TenancyError, TokenView};
+use crate::tenancy::{self, Caller, NewToken, Quota, Role, TenancyError, TokenView};
 
 /// `POST /tokens`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -22,9 +22,15 @@ pub struct CreateToken {
     /// The tenant it speaks for (1-63 of a-z, 0-9, '.', '_', '-').
     #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$")]
     pub tenant: String,
-    /// An admin token sees every tenant and manages tokens.
+    /// An admin token is an operator's: it sees every tenant and manages tokens, quotas and grants (`role:
+    /// "operator"` says the same).
     #[serde(default)]
     pub admin: bool,
+    /// What it may do: `operator`, `tenant-admin` (its tenant's sessions and tokens), `user` (the default; its
+    /// tenant's sessions) or `read-only` (GET only). A tenant-admin token makes tokens of its own tenant, and no
+    /// operator's.
+    #[serde(default)]
+    pub role: Option<tenancy::Role>,
     /// How long it is valid: a number and a unit of s, m, h, d or w (`30d`, `12h`, `90m`); absent: until revoked.
     #[serde(default)]
     #[schema(pattern = r"^[0-9]{1,9}[smhdw]$")]
@@ -106,7 +112,21 @@ pub async fn create_token(
     actor: Actor,
     ApiJson(req): ApiJson<CreateToken>,
 ) -> ApiResult<impl IntoResponse> {
-    admin_only(&caller, "making tokens")?;
+    let role = match (req.admin, req.role) {
+        (true, None | Some(Role::Operator)) => Role::Operator,
+        (true, Some(other)) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!(
+                    "admin: true is the operator's role, and role says {}; send one of them",
+                    other.as_str()
+                ),
+            ))
+        }
+        (false, role) => role.unwrap_or(Role::User),
+    };
+    may_manage(&caller, &req.tenant, role, "making tokens")?;
     let valid_for = match req.expires.as_deref() {
         None => None,
         Some(text) => Some(validity(text).ok_or_else(|| {
@@ -123,7 +143,7 @@ pub async fn create_token(
     let made = tenancy::create_token(
         &**st.rt.tenancy().directory(),
         &req.tenant,
-        req.admin,
+        role,
         valid_for,
         req.label,
     )
@@ -132,7 +152,7 @@ pub async fn create_token(
     actor.record(
         "token_created",
         &made.id,
-        serde_json::json!({"tenant": made.tenant, "admin": made.admin, "expires_at": made.expires_at}),
+        serde_json::json!({"tenant": made.tenant, "role": made.role, "expires_at": made.expires_at}),
     );
     Ok((StatusCode::CREATED, Json(made)))
 }
@@ -143,7 +163,9 @@ pub async fn list_tokens(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> ApiResult<Json<Vec<TokenView>>> {
-    admin_only(&caller, "listing tokens")?;
+    if caller.role != Role::TenantAdmin {
+        admin_only(&caller, "listing tokens")?;
+    }
     let all = st
         .rt
         .tenancy()
@@ -151,7 +173,31 @@ pub async fn list_tokens(
         .tokens()
         .await
         .map_err(directory_error)?;
-    Ok(Json(all.into_iter().map(|t| t.token).collect()))
+    Ok(Json(
+        all.into_iter()
+            .map(|t| t.token)
+            .filter(|t| caller.admin || t.tenant == caller.tenant)
+            .collect(),
+    ))
+}
+
+/// Whether `caller` may make or revoke a token of `tenant` with `role`: an operator any, a tenant admin those of its
+/// own tenant but an operator's.
+fn may_manage(caller: &Caller, tenant: &str, role: Role, what: &str) -> Result<(), ApiError> {
+    match caller.role {
+        Role::Operator => Ok(()),
+        Role::TenantAdmin if tenant == caller.tenant && role != Role::Operator => Ok(()),
+        Role::TenantAdmin => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "tenant_admin_scope",
+            format!(
+                "{what}: a tenant-admin token of \"{}\" manages its own tenant's tokens, and never an operator's; \
+                 ask an operator",
+                caller.tenant
+            ),
+        )),
+        _ => admin_only(caller, what),
+    }
 }
 
 /// Revokes a token; every node refuses it within a second.
@@ -163,7 +209,24 @@ pub async fn revoke_token(
     actor: Actor,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
-    admin_only(&caller, "revoking tokens")?;
+    if caller.role == Role::TenantAdmin {
+        // Another tenant's token is as unknown to it as one that does not exist.
+        let token = st
+            .rt
+            .tenancy()
+            .directory()
+            .token(&id)
+            .await
+            .map_err(directory_error)?
+            .ok_or_else(|| directory_error(TenancyError::UnknownToken(id.clone())))?;
+        let role = Role::of(token.token.role, token.token.admin);
+        if token.token.tenant != caller.tenant {
+            return Err(directory_error(TenancyError::UnknownToken(id)));
+        }
+        may_manage(&caller, &token.token.tenant, role, "revoking tokens")?;
+    } else {
+        admin_only(&caller, "revoking tokens")?;
+    }
     let gone = st
         .rt
         .tenancy()

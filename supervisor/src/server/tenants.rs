@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use super::api::ApiError;
 use super::state::AppState;
 use crate::runtime::RuntimeError;
-use crate::tenancy::{token, Caller};
+use crate::tenancy::{token, Caller, Role};
 
 /// Set on a forwarded request, with the forwarding node's id: the owner answers it itself, never sends it on.
 pub const FORWARDED_BY: HeaderName = HeaderName::from_static("x-service-forwarded-by");
@@ -27,24 +27,22 @@ pub const CALLER: HeaderName = HeaderName::from_static("x-service-caller");
 
 /// The header value that names `caller` to another node.
 pub fn caller_header(caller: &Caller) -> HeaderValue {
-    let kind = if caller.admin { "admin" } else { "tenant" };
-    HeaderValue::from_str(&format!("{kind}:{}", caller.tenant))
-        .unwrap_or_else(|_| HeaderValue::from_static("tenant:"))
+    HeaderValue::from_str(&format!("{}:{}", caller.role.as_str(), caller.tenant))
+        .unwrap_or_else(|_| HeaderValue::from_static("read-only:"))
 }
 
+/// The caller a peer forwarded for: `ROLE:TENANT`. A value this release does not read is refused, never widened.
 fn caller_from_header(headers: &HeaderMap) -> Option<Caller> {
     let value = headers.get(&CALLER)?.to_str().ok()?;
     let (kind, tenant) = value.split_once(':')?;
     crate::tenancy::check_tenant(tenant).ok()?;
-    let admin = match kind {
-        "admin" => true,
-        "tenant" => false,
-        _ => return None,
+    // `admin` and `tenant` are what releases before roles send.
+    let role = match kind {
+        "admin" => Role::Operator,
+        "tenant" => Role::User,
+        other => Role::parse(other)?,
     };
-    Some(Caller {
-        tenant: tenant.to_string(),
-        admin,
-    })
+    Some(Caller::of(tenant, role))
 }
 
 /// The bearer token of a request, if it sends one.
@@ -77,8 +75,27 @@ pub fn identity(st: &AppState, caller: &Caller, headers: &HeaderMap) -> super::a
 }
 
 /// Runs the request as `caller` (handed to the handler), and names who it was on the response for the access log.
+/// A read-only caller's request that is not a GET or a HEAD is refused here, whichever front end it came through.
 pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next) -> Response {
     let identity = identity(st, &caller, req.headers());
+    let reads = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    if caller.role == Role::ReadOnly && !reads {
+        let mut response = ApiError::new(
+            StatusCode::FORBIDDEN,
+            "read_only_token",
+            format!(
+                "a read-only token of tenant \"{}\" may only read (GET); {} needs a user token",
+                caller.tenant,
+                req.method()
+            ),
+        )
+        .into_response();
+        response.extensions_mut().insert(identity);
+        return response;
+    }
     req.extensions_mut().insert(caller);
     let mut response = next.run(req).await;
     response.extensions_mut().insert(identity);
@@ -416,14 +433,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_caller_header_names_a_tenant_and_whether_it_is_an_admin() {
-        let acme = Caller {
-            tenant: "acme".into(),
-            admin: false,
-        };
+    fn a_caller_header_names_a_tenant_and_its_role() {
         let mut headers = HeaderMap::new();
-        headers.insert(CALLER, caller_header(&acme));
-        assert_eq!(caller_from_header(&headers), Some(acme));
+        for role in [
+            Role::Operator,
+            Role::TenantAdmin,
+            Role::User,
+            Role::ReadOnly,
+        ] {
+            let acme = Caller::of("acme", role);
+            headers.insert(CALLER, caller_header(&acme));
+            assert_eq!(caller_from_header(&headers), Some(acme));
+        }
+        // What a node of the release before roles sends.
+        headers.insert(CALLER, HeaderValue::from_static("tenant:acme"));
+        assert_eq!(
+            caller_from_header(&headers),
+            Some(Caller::of("acme", Role::User))
+        );
         for bad in ["root:acme", "tenant:", "tenant:Acme", "acme"] {
             headers.insert(CALLER, HeaderValue::from_static(bad));
             assert_eq!(caller_from_header(&headers), None, "{bad}");

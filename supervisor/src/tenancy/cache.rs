@@ -104,10 +104,10 @@ impl Tenancy {
             return Ok(None);
         }
         self.touch(&record.token.id);
-        Ok(Some(Caller {
-            tenant: record.token.tenant,
-            admin: record.token.admin,
-        }))
+        Ok(Some(Caller::of(
+            &record.token.tenant,
+            super::Role::of(record.token.role, record.token.admin),
+        )))
     }
 
     /// Writes `last_used_at` in the background, at most once a minute per token.

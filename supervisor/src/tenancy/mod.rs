@@ -73,6 +73,49 @@ pub fn check_tenant(name: &str) -> Result<()> {
     }
 }
 
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Every tenant: sessions, tokens, quotas and grants (the server's own token, and `admin` tokens).
+    Operator,
+    /// Its own tenant's sessions, and its tokens other than operators'.
+    TenantAdmin,
+    /// Its own tenant's sessions.
+    User,
+    /// Its own tenant's sessions, read only: GET and HEAD requests.
+    ReadOnly,
+}
+
+impl Role {
+    /// The role a record without one has: an `admin` token's is operator.
+    pub fn of(stored: Option<Role>, admin: bool) -> Role {
+        stored.unwrap_or(if admin { Role::Operator } else { Role::User })
+    }
+
+    /// Its name on the command line and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Operator => "operator",
+            Role::TenantAdmin => "tenant-admin",
+            Role::User => "user",
+            Role::ReadOnly => "read-only",
+        }
+    }
+
+    /// The role named `name`.
+    pub fn parse(name: &str) -> Option<Role> {
+        [
+            Role::Operator,
+            Role::TenantAdmin,
+            Role::User,
+            Role::ReadOnly,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+    }
+}
+
 /// A token as listings show it: everything but the token and its digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenView {
@@ -80,8 +123,11 @@ pub struct TokenView {
     pub id: String,
     /// The tenant it speaks for.
     pub tenant: String,
-    /// Whether it sees every tenant's sessions and may manage tokens.
+    /// Whether it sees every tenant's sessions and may manage tokens: an operator.
     pub admin: bool,
+    /// What it may do; absent on tokens made before roles, whose `admin` says operator or user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
     /// The operator's note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
@@ -212,8 +258,10 @@ pub struct NewToken {
     pub id: String,
     /// Its tenant.
     pub tenant: String,
-    /// Whether it is an admin token.
+    /// Whether it is an admin token: an operator.
     pub admin: bool,
+    /// What it may do.
+    pub role: Role,
     /// The token.
     pub token: String,
     /// When it expires (RFC 3339), if it does.
@@ -225,10 +273,11 @@ pub struct NewToken {
 pub async fn create_token(
     dir: &dyn Directory,
     tenant: &str,
-    admin: bool,
+    role: Role,
     valid_for: Option<Duration>,
     label: Option<String>,
 ) -> Result<NewToken> {
+    let admin = role == Role::Operator;
     check_tenant(tenant)?;
     let minted = token::mint().map_err(|e| TenancyError::Random(e.to_string()))?;
     let now = chrono::Utc::now();
@@ -243,6 +292,7 @@ pub async fn create_token(
             id: minted.id.clone(),
             tenant: tenant.to_string(),
             admin,
+            role: Some(role),
             label,
             created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             expires_at: expires_at.clone(),
@@ -255,6 +305,7 @@ pub async fn create_token(
         id: minted.id,
         tenant: tenant.to_string(),
         admin,
+        role,
         token: minted.token,
         expires_at,
     })
@@ -265,16 +316,24 @@ pub async fn create_token(
 pub struct Caller {
     /// Its tenant.
     pub tenant: String,
-    /// Whether it sees every tenant.
+    /// Whether it sees every tenant: an operator.
     pub admin: bool,
+    /// What it may do.
+    pub role: Role,
 }
 
 impl Caller {
     /// The server's own token, or a local command: the admin of the default tenant.
     pub fn operator() -> Caller {
+        Caller::of(DEFAULT_TENANT, Role::Operator)
+    }
+
+    /// A caller of `tenant` with `role`.
+    pub fn of(tenant: &str, role: Role) -> Caller {
         Caller {
-            tenant: DEFAULT_TENANT.into(),
-            admin: true,
+            tenant: tenant.to_string(),
+            admin: role == Role::Operator,
+            role,
         }
     }
 
@@ -342,10 +401,7 @@ mod tests {
 
     #[test]
     fn a_tenant_caller_sees_only_its_own_and_an_admin_sees_all() {
-        let acme = Caller {
-            tenant: "acme".into(),
-            admin: false,
-        };
+        let acme = Caller::of("acme", Role::User);
         assert!(acme.sees("acme") && !acme.sees("default"));
         assert!(Caller::operator().sees("acme"));
         assert_eq!(acme.owns().as_deref(), Some("acme"));

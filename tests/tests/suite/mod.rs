@@ -65,6 +65,7 @@ mod registry_http;
 mod registry_server;
 mod responses_provider;
 mod retention;
+mod roles;
 mod run_cli;
 mod run_headless;
 mod run_terminal;

@@ -1,6 +1,7 @@
 -- The bundles installed through any node's API (`local/<id>:<version>`), as the content tar their digest is the
--- SHA-256 of, so a node that lacks one installs it from here; and the cluster's periodic jobs (retention), each
--- held by one node under a lease. Only added: a node of the previous release ignores both.
+-- SHA-256 of, so a node that lacks one installs it from here; the cluster's periodic jobs (retention), each held by
+-- one node under a lease; and each token's role. Only added: a node of the previous release ignores them (and so
+-- takes a token with a role for what its `admin` says: an operator's is one, any other a user's).
 CREATE TABLE bundles (
     id         text NOT NULL,
     version    text NOT NULL,
@@ -15,3 +16,5 @@ CREATE TABLE jobs (
     node_id    text NOT NULL,
     expires_at timestamptz NOT NULL
 );
+
+ALTER TABLE tokens ADD COLUMN role text;

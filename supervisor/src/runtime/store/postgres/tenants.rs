@@ -41,13 +41,17 @@ fn token_of(row: &tokio_postgres::Row) -> TokenRecord {
             created_at: row.get(4),
             expires_at: row.get(5),
             last_used_at: row.get(6),
+            // A role this release does not know reads as none: the token is then what `admin` says.
+            role: row
+                .get::<_, Option<String>>(8)
+                .and_then(|r| crate::tenancy::Role::parse(&r)),
         },
         sha256: row.get(7),
     }
 }
 
 const TOKEN_COLUMNS: &str =
-    "id, tenant, admin, label, created_at, expires_at, last_used_at, sha256";
+    "id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role";
 
 #[async_trait::async_trait]
 impl Directory for PgDirectory {
@@ -56,7 +60,7 @@ impl Directory for PgDirectory {
             .await?
             .execute(
                 &format!(
-                    "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
                 ),
                 &[
                     &t.token.id,
@@ -67,6 +71,7 @@ impl Directory for PgDirectory {
                     &t.token.expires_at,
                     &t.token.last_used_at,
                     &t.sha256,
+                    &t.token.role.map(|r| r.as_str()),
                 ],
             )
             .await

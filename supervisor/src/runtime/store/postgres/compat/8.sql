@@ -2,6 +2,12 @@
 -- supervisor/src/runtime/store/postgres/*.rs by tests/tests/suite/schema_compat.rs. Kept as they are once
 -- a later release has its own set.
 
+SELECT id FROM sessions WHERE id = ANY($1);
+
+INSERT INTO jobs (name, node_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3)) ON CONFLICT (name) DO UPDATE SET node_id = $2, expires_at = now() + make_interval(secs => $3) WHERE jobs.node_id = $2 OR jobs.expires_at < now() RETURNING node_id;
+
+SELECT pg_database_size(current_database());
+
 INSERT INTO bundles (id, version, digest, content) VALUES ($1, $2, $3, $4) ON CONFLICT (id, version) DO UPDATE SET digest = $3, content = $4, shared_at = now();
 
 SELECT id, version, digest FROM bundles WHERE $1::text IS NULL OR id = $1 ORDER BY id, version;
@@ -58,12 +64,6 @@ SELECT session_id FROM approvals WHERE request_id = $1;
 
 WITH ins AS (INSERT INTO names (name, session_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING session_id) SELECT session_id FROM ins UNION ALL SELECT session_id FROM names WHERE name = $1 LIMIT 1;
 
-SELECT id FROM sessions WHERE id = ANY($1);
-
-INSERT INTO jobs (name, node_id, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3)) ON CONFLICT (name) DO UPDATE SET node_id = $2, expires_at = now() + make_interval(secs => $3) WHERE jobs.node_id = $2 OR jobs.expires_at < now() RETURNING node_id;
-
-SELECT pg_database_size(current_database());
-
 SELECT session_id FROM names WHERE name = $1;
 
 INSERT INTO grants (session_id, grant_json) VALUES ($1, $2) ON CONFLICT DO NOTHING;
@@ -110,9 +110,9 @@ INSERT INTO tenant_spent (tenant, day, model, bundle, input_tokens, output_token
 
 SELECT tenant, day, model, bundle, input_tokens, output_tokens, cached_tokens, reasoning_tokens, model_calls, turns, tool_calls, wall_ms, sandbox_cpu_ms FROM tenant_spent WHERE day >= $1 AND ($2::text IS NULL OR day <= $2) ORDER BY tenant, day, model, bundle;
 
-INSERT INTO tokens (id, tenant, admin, label, created_at, expires_at, last_used_at, sha256) VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+INSERT INTO tokens (id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
-SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256 FROM tokens ORDER BY created_at, id;
+SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role FROM tokens ORDER BY created_at, id;
 
-SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256 FROM tokens WHERE id = $1;
+SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role FROM tokens WHERE id = $1;
 
