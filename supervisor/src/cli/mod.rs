@@ -3,6 +3,7 @@
 mod acp;
 mod answer;
 mod approvals;
+mod audit;
 mod backend;
 mod batch;
 mod batch_files;
@@ -171,6 +172,9 @@ enum Command {
     /// What tenants spent: tokens, turns, tool calls, wall and sandbox CPU time, and cost where config.toml prices
     /// the models (from the local store, or over --remote).
     Usage(usage::UsageArgs),
+    /// Who changed tokens, quotas and grants, from where: the audit log (from the local store, or over --remote with
+    /// an operator's token).
+    Audit(audit::AuditArgs),
     /// The approvals kept "always in this project": list and remove them, per project directory.
     Approvals(approvals::ApprovalsArgs),
     /// The hooks a session here would run (the bundle's and the project's), and trusting the project's.
@@ -395,6 +399,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hooks(args) => hooks::run(&home()?, args),
         Command::Tokens(args) => tokens::run(home()?, args),
         Command::Usage(args) => usage::run(home()?, args),
+        Command::Audit(args) => audit::run(home()?, args),
     }
 }
 
@@ -444,6 +449,7 @@ fn dispatch_remote(base: &str, command: Command) -> anyhow::Result<ExitCode> {
         Command::Tui(args) => tui::run_remote(remote, args),
         Command::Tokens(args) => tokens::run_remote(remote, args),
         Command::Usage(args) => usage::run_remote(remote, args),
+        Command::Audit(args) => audit::run_remote(remote, args),
     }
 }
 

@@ -172,7 +172,10 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
             };
             let made: NewToken = match &target {
                 Target::Local(dir) => {
-                    tenancy::create_token(&**dir, &tenant, role, expires, label).await?
+                    let made = tenancy::create_token(&**dir, &tenant, role, expires, label).await?;
+                    let detail = json!({"tenant": made.tenant, "role": made.role, "expires_at": made.expires_at});
+                    audit(dir, "token_created", &made.id, detail).await;
+                    made
                 }
                 Target::Remote(r) => {
                     // The API takes a number and one unit.
@@ -219,6 +222,7 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
                     if !dir.revoke(&id).await? {
                         return Err(tenancy::TenancyError::UnknownToken(id).into());
                     }
+                    audit(dir, "token_revoked", &id, serde_json::Value::Null).await;
                 }
                 Target::Remote(r) => {
                     r.call(reqwest::Method::DELETE, &format!("/tokens/{id}"), None)
@@ -246,7 +250,8 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
             match &target {
                 Target::Local(dir) => {
                     tenancy::check_tenant(&tenant)?;
-                    dir.set_quota(&tenant, &quota).await?
+                    dir.set_quota(&tenant, &quota).await?;
+                    audit(dir, "quota_set", &tenant, serde_json::to_value(quota)?).await;
                 }
                 Target::Remote(r) => {
                     r.call(
@@ -271,6 +276,7 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
                 Target::Local(dir) => {
                     tenancy::check_tenant(&tenant)?;
                     dir.grant(&tenant, &name).await?;
+                    audit(dir, "bundle_granted", &tenant, json!({"bundle": name})).await;
                 }
                 Target::Remote(r) => {
                     r.call(
@@ -291,6 +297,7 @@ async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitC
                         dir.ungrant(&tenant, &name).await?,
                         "tenant \"{tenant}\" has no grant of {name}"
                     );
+                    audit(dir, "bundle_ungranted", &tenant, json!({"bundle": name})).await;
                 }
                 Target::Remote(r) => {
                     r.call(
@@ -346,4 +353,13 @@ fn print_tokens(all: &[TokenView]) {
 fn role(text: &str) -> Result<tenancy::Role, String> {
     tenancy::Role::parse(text)
         .ok_or_else(|| format!("{text}: a role is operator, tenant-admin, user or read-only"))
+}
+
+/// Appends a local command's change to the store's audit log, as the server does for its API's; a log that cannot
+/// be written is said on stderr, the change being made.
+async fn audit(dir: &Arc<dyn Directory>, action: &str, object: &str, detail: serde_json::Value) {
+    let entry = tenancy::audit::AuditEntry::now(action, object, detail).local();
+    if let Err(e) = dir.append_audit(&entry).await {
+        eprintln!("warning: the change is made, but not in the audit log: {e}");
+    }
 }

@@ -1,7 +1,7 @@
-//! The audit trail: one `audit` log line for each change to who may do what (tokens made and revoked, quotas set,
-//! bundles granted and taken back), naming the actor (its tenant and token id), the client's address (as the
-//! access log resolves it, trusted proxies included), the action and what it changed. Token secrets never appear;
-//! a token is named by its public id.
+//! The audit trail: for each change to who may do what (tokens made and revoked, quotas set, bundles granted and
+//! taken back), an entry appended to the store's audit log (see `tenancy::audit`) and an `audit` log line, naming
+//! the actor (its tenant and token id), the client's address (as the access log resolves it, trusted proxies
+//! included), the action and what it changed. Token secrets never appear; a token is named by its public id.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -9,14 +9,16 @@ use axum::http::request::Parts;
 use super::access::Identity;
 use super::listener::ClientAddr;
 use super::state::AppState;
+use crate::tenancy::audit::AuditEntry;
 use crate::tenancy::Caller;
 
 /// Who asked for a change: the caller `tenants::run_as` put on the request, named as the access log names it, and
 /// the client `access::log` resolved. Worked out only by the handlers that change something.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Actor {
     identity: Option<Identity>,
     client: Option<String>,
+    directory: std::sync::Arc<dyn crate::tenancy::Directory>,
 }
 
 impl FromRequestParts<AppState> for Actor {
@@ -33,21 +35,31 @@ impl FromRequestParts<AppState> for Actor {
                 .extensions
                 .get::<ClientAddr>()
                 .map(|c| c.0.ip().to_string()),
+            directory: st.rt.tenancy().directory().clone(),
         })
     }
 }
 
 impl Actor {
-    /// Logs that this actor did `action` to `object` (a tenant, a token id, a grant), with `detail`.
-    pub fn record(&self, action: &str, object: &str, detail: serde_json::Value) {
+    /// Records that this actor did `action` to `object` (a tenant, a token id, a grant), with `detail`: in the
+    /// store's audit log and as a log line. The change is made by then; an entry that cannot be stored is logged
+    /// as an error with everything it held.
+    pub async fn record(&self, action: &str, object: &str, detail: serde_json::Value) {
+        let mut entry = AuditEntry::now(action, object, detail);
+        entry.actor_tenant = self.identity.as_ref().map(|i| i.tenant.clone());
+        entry.actor_token = self.identity.as_ref().map(|i| i.token_id.clone());
+        entry.client = self.client.clone();
         tracing::info!(
             action,
             object,
-            detail = %detail,
-            actor_tenant = self.identity.as_ref().map(|i| i.tenant.as_str()),
-            actor_token = self.identity.as_ref().map(|i| i.token_id.as_str()),
-            client = self.client.as_deref(),
+            detail = %entry.detail,
+            actor_tenant = entry.actor_tenant.as_deref(),
+            actor_token = entry.actor_token.as_deref(),
+            client = entry.client.as_deref(),
             "audit"
         );
+        if let Err(e) = self.directory.append_audit(&entry).await {
+            tracing::error!(action, object, error = %e, "the audit entry above was not stored");
+        }
     }
 }

@@ -94,6 +94,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         tenant_routes::grant_bundle,
         tenant_routes::ungrant_bundle,
         tenant_routes::usage,
+        tenant_routes::audit_log,
         crate::facade::openai::models,
         crate::facade::openai::chat::completions,
         crate::facade::openai::responses::create,
@@ -129,6 +130,8 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8472";
         tenant_routes::CreateToken,
         crate::tenancy::NewToken,
         crate::tenancy::TokenView,
+        crate::tenancy::Role,
+        crate::tenancy::audit::AuditEntry,
         crate::tenancy::Quota,
         crate::tenancy::Spent,
         crate::tenancy::usage::UsageReport,
@@ -175,6 +178,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/openapi.json", get(handlers::openapi))
         .route("/metrics", get(handlers::metrics))
+        .route("/audit", get(tenant_routes::audit_log))
         .route(
             "/tokens",
             post(tenant_routes::create_token).get(tenant_routes::list_tokens),

@@ -153,7 +153,7 @@ pub async fn create_token(
         "token_created",
         &made.id,
         serde_json::json!({"tenant": made.tenant, "role": made.role, "expires_at": made.expires_at}),
-    );
+    ).await;
     Ok((StatusCode::CREATED, Json(made)))
 }
 
@@ -237,7 +237,9 @@ pub async fn revoke_token(
     if !gone {
         return Err(directory_error(TenancyError::UnknownToken(id)));
     }
-    actor.record("token_revoked", &id, serde_json::Value::Null);
+    actor
+        .record("token_revoked", &id, serde_json::Value::Null)
+        .await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -260,11 +262,13 @@ pub async fn set_quota(
         .set_quota(&tenant, &quota)
         .await
         .map_err(directory_error)?;
-    actor.record(
-        "quota_set",
-        &tenant,
-        serde_json::to_value(quota).unwrap_or_default(),
-    );
+    actor
+        .record(
+            "quota_set",
+            &tenant,
+            serde_json::to_value(quota).unwrap_or_default(),
+        )
+        .await;
     Ok(Json(quota))
 }
 
@@ -289,11 +293,13 @@ pub async fn grant_bundle(
         .grant_now(&tenant, &name)
         .await
         .map_err(directory_error)?;
-    actor.record(
-        "bundle_granted",
-        &tenant,
-        serde_json::json!({"bundle": name}),
-    );
+    actor
+        .record(
+            "bundle_granted",
+            &tenant,
+            serde_json::json!({"bundle": name}),
+        )
+        .await;
     Ok(Json(serde_json::json!({"tenant": tenant, "bundle": name})))
 }
 
@@ -325,11 +331,13 @@ pub async fn ungrant_bundle(
             format!("tenant \"{tenant}\" has no grant of {name}"),
         ));
     }
-    actor.record(
-        "bundle_ungranted",
-        &tenant,
-        serde_json::json!({"bundle": name}),
-    );
+    actor
+        .record(
+            "bundle_ungranted",
+            &tenant,
+            serde_json::json!({"bundle": name}),
+        )
+        .await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -383,4 +391,34 @@ mod tests {
             assert_eq!(validity(bad), None, "{bad}");
         }
     }
+}
+
+/// `GET /audit` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// How many of the last entries (default 100, at most 1,000).
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
+/// The last entries of the audit log, oldest first: who changed tokens, quotas and grants, from where (operator
+/// tokens).
+#[utoipa::path(get, path = "/audit", params(AuditQuery),
+    responses((status = 200, body = [tenancy::audit::AuditEntry])))]
+pub async fn audit_log(
+    State(st): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    ApiQuery(q): ApiQuery<AuditQuery>,
+) -> ApiResult<Json<Vec<tenancy::audit::AuditEntry>>> {
+    admin_only(&caller, "reading the audit log")?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let entries = st
+        .rt
+        .tenancy()
+        .directory()
+        .audit_tail(limit)
+        .await
+        .map_err(directory_error)?;
+    Ok(Json(entries))
 }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use super::audit::AuditEntry;
 use super::usage::LedgerKey;
 use super::{Directory, Grants, Quota, Result, Spent, TenancyError, TokenRecord, UsageRow};
 use crate::home::ServiceHome;
@@ -41,6 +42,8 @@ struct Document {
 pub struct FilesDirectory {
     path: PathBuf,
     lock: PathBuf,
+    /// The audit log, a JSON line per entry, only appended to.
+    audit: PathBuf,
 }
 
 impl FilesDirectory {
@@ -49,6 +52,7 @@ impl FilesDirectory {
         FilesDirectory {
             path: home.root().join("tenants.json"),
             lock: home.root().join("tenants.lock"),
+            audit: home.root().join("audit.jsonl"),
         }
     }
 
@@ -218,6 +222,45 @@ impl Directory for FilesDirectory {
                 }
             }
         })
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()> {
+        let mut line = serde_json::to_vec(entry).map_err(|e| self.error("write", e))?;
+        line.push(b'\n');
+        // One write of the whole line in append mode: concurrent writers' lines never interleave.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&self.audit)
+            .and_then(|mut f| f.write_all(&line))
+            .map_err(|e| {
+                TenancyError::Store(format!("cannot append to {}: {e}", self.audit.display()))
+            })
+    }
+
+    async fn audit_tail(&self, limit: usize) -> Result<Vec<AuditEntry>> {
+        let text = match std::fs::read_to_string(&self.audit) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(TenancyError::Store(format!(
+                    "cannot read {}: {e}",
+                    self.audit.display()
+                )))
+            }
+        };
+        let entries: Vec<AuditEntry> = text
+            .lines()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let mut e: AuditEntry = serde_json::from_str(l).ok()?;
+                e.seq = i as u64 + 1;
+                Some(e)
+            })
+            .collect();
+        let skip = entries.len().saturating_sub(limit);
+        Ok(entries.into_iter().skip(skip).collect())
     }
 
     async fn usage_between(&self, since: &str, until: Option<&str>) -> Result<Vec<UsageRow>> {

@@ -12,6 +12,7 @@
 //! [`TOKEN_TTL`] (a revocation holds everywhere within that), and counts each model call's tokens and each turn's
 //! tool calls and times against the tenant's day ([`usage`]).
 
+pub mod audit;
 mod cache;
 pub mod files;
 pub mod token;
@@ -249,6 +250,10 @@ pub trait Directory: Send + Sync {
     async fn add_usage(&self, rows: &[UsageRow]) -> Result<()>;
     /// The ledger's rows of days `since` to `until` (`YYYY-MM-DD`, both included; None: to the last).
     async fn usage_between(&self, since: &str, until: Option<&str>) -> Result<Vec<UsageRow>>;
+    /// Appends an entry to the audit log.
+    async fn append_audit(&self, entry: &audit::AuditEntry) -> Result<()>;
+    /// The last `limit` entries of the audit log, oldest first.
+    async fn audit_tail(&self, limit: usize) -> Result<Vec<audit::AuditEntry>>;
 }
 
 /// A token just made: its record and the token itself, which is shown once and never stored.

@@ -1,7 +1,8 @@
-//! The audit trail: each change to who may do what (a token made or revoked, a quota set) is one `audit` log line
-//! naming the actor's tenant and token id, the client's address as it connected (whatever address its headers
-//! claim), the action and what it changed, and never a token's secret; a refused attempt changes nothing and leaves
-//! no audit line. Against the real `serve`.
+//! The audit trail: each change to who may do what (a token made or revoked, a quota set) is an entry of the
+//! store's audit log and an `audit` log line, naming the actor's tenant and token id, the client's address as it
+//! connected (whatever address its headers claim), the action and what it changed, and never a token's secret; a
+//! refused attempt changes nothing and leaves no entry. `GET /audit` and `service-rs audit` read the log, where
+//! local `tokens` commands leave their entries too. Against the real `serve`, over both session stores.
 
 use serde_json::{json, Value};
 
@@ -78,4 +79,78 @@ async fn token_and_quota_changes_each_leave_an_audit_line_naming_actor_client_an
     let text = serde_json::to_string(&log).unwrap();
     assert!(!text.contains(&acme_token), "a token reached the log");
     assert!(!text.contains(second["token"].as_str().unwrap()));
+
+    // The same entries in the store's log, with their order; only an operator reads it.
+    let (status, stored) = operator.get("/audit").await;
+    assert_eq!(status, 200, "{stored}");
+    let kept: Vec<(&str, &str, &str, &str)> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap_or_default(),
+                e["object"].as_str().unwrap_or_default(),
+                e["actor_token"].as_str().unwrap_or_default(),
+                e["client"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            ("token_created", acme_id.as_str(), "server", "127.0.0.1"),
+            (
+                "token_created",
+                second_id.as_str(),
+                acme_id.as_str(),
+                "127.0.0.1"
+            ),
+            ("quota_set", "acme", acme_id.as_str(), "127.0.0.1"),
+            (
+                "token_revoked",
+                second_id.as_str(),
+                acme_id.as_str(),
+                "127.0.0.1"
+            ),
+        ],
+        "{stored:#}"
+    );
+    let seqs: Vec<u64> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(!stored.to_string().contains(&acme_token));
+    let (_, user) = operator.post("/tokens", json!({"tenant": "beta"})).await;
+    let beta = operator.beside(user["token"].as_str().unwrap());
+    let (status, refused) = beta.get("/audit").await;
+    assert_eq!(status, 403, "{refused}");
+
+    // A local command on the same store leaves its entry, as the user running it; `audit` reads them all.
+    let url =
+        super::store_backend::postgres().then(|| super::store_backend::url_for(env.home.path()));
+    let cli = |command: &str, args: &[&str]| {
+        super::tenants::store_command(env.home.path(), url.as_deref(), command, args)
+    };
+    let gamma: Value =
+        serde_json::from_str(&cli("tokens", &["create", "--tenant", "gamma", "--json"])).unwrap();
+    let tail: Value = serde_json::from_str(&cli("audit", &["--json", "--limit", "2"])).unwrap();
+    let last = &tail[1];
+    assert_eq!(
+        (
+            last["action"].as_str(),
+            last["object"].as_str(),
+            last["actor_token"].as_str()
+        ),
+        (Some("token_created"), gamma["id"].as_str(), Some("cli")),
+        "{tail:#}"
+    );
+    assert!(
+        last["client"].as_str().unwrap().starts_with("local "),
+        "{last}"
+    );
+    assert_eq!(tail[0]["object"], user["id"], "{tail:#}");
 }

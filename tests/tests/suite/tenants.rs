@@ -33,7 +33,12 @@ pub(super) fn tokens_in(home: &Path, store: Option<&str>, args: &[&str]) -> Stri
 }
 
 /// Runs `service-rs <command> <args>` with `home`, on the PostgreSQL store at `store` when given; its stdout.
-fn store_command(home: &Path, store: Option<&str>, command: &str, args: &[&str]) -> String {
+pub(super) fn store_command(
+    home: &Path,
+    store: Option<&str>,
+    command: &str,
+    args: &[&str],
+) -> String {
     let mut cmd = Command::new(binary());
     cmd.arg(command)
         .args(args)

@@ -1,7 +1,8 @@
--- The bundles installed through any node's API (`local/<id>:<version>`), as the content tar their digest is the
--- SHA-256 of, so a node that lacks one installs it from here; the cluster's periodic jobs (retention), each held by
--- one node under a lease; and each token's role. Only added: a node of the previous release ignores them (and so
--- takes a token with a role for what its `admin` says: an operator's is one, any other a user's).
+-- What a cluster's nodes share besides sessions: the bundles installed through any node's API
+-- (`local/<id>:<version>`), as the content tar their digest is the SHA-256 of, so a node that lacks one installs it
+-- from here; the periodic jobs (retention), each held by one node under a lease; each token's role; and the audit
+-- log, only ever appended to. Only added: a node of the previous release ignores them (and so takes a token with a
+-- role for what its `admin` says: an operator's is one, any other a user's).
 CREATE TABLE bundles (
     id         text NOT NULL,
     version    text NOT NULL,
@@ -18,3 +19,14 @@ CREATE TABLE jobs (
 );
 
 ALTER TABLE tokens ADD COLUMN role text;
+
+CREATE TABLE audit (
+    seq          bigserial PRIMARY KEY,
+    at           text NOT NULL,
+    actor_tenant text,
+    actor_token  text,
+    client       text,
+    action       text NOT NULL,
+    object       text NOT NULL,
+    detail       text NOT NULL
+);

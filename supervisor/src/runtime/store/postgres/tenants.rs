@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::tenancy::audit::AuditEntry;
 use crate::tenancy::{
     Directory, Grants, Quota, Result, Spent, TenancyError, TokenRecord, TokenView, UsageRow,
 };
@@ -293,6 +294,54 @@ impl Directory for PgDirectory {
             .map_err(store_error)?;
         }
         tx.commit().await.map_err(store_error)
+    }
+
+    async fn append_audit(&self, e: &AuditEntry) -> Result<()> {
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO audit (at, actor_tenant, actor_token, client, action, object, detail) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &e.at,
+                    &e.actor_tenant,
+                    &e.actor_token,
+                    &e.client,
+                    &e.action,
+                    &e.object,
+                    &e.detail.to_string(),
+                ],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn audit_tail(&self, limit: usize) -> Result<Vec<AuditEntry>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT seq, at, actor_tenant, actor_token, client, action, object, detail FROM \
+                 (SELECT * FROM audit ORDER BY seq DESC LIMIT $1) last ORDER BY seq",
+                &[&limit],
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| AuditEntry {
+                seq: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+                at: r.get(1),
+                actor_tenant: r.get(2),
+                actor_token: r.get(3),
+                client: r.get(4),
+                action: r.get(5),
+                object: r.get(6),
+                detail: serde_json::from_str(r.get(7)).unwrap_or_default(),
+            })
+            .collect())
     }
 
     async fn usage_between(&self, since: &str, until: Option<&str>) -> Result<Vec<UsageRow>> {

@@ -108,6 +108,10 @@ SELECT tenant, bundle FROM tenant_grants ORDER BY tenant, bundle;
 
 INSERT INTO tenant_spent (tenant, day, model, bundle, input_tokens, output_tokens, cached_tokens, reasoning_tokens, model_calls, turns, tool_calls, wall_ms, sandbox_cpu_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (tenant, day, model, bundle) DO UPDATE SET input_tokens = tenant_spent.input_tokens + $5, output_tokens = tenant_spent.output_tokens + $6, cached_tokens = tenant_spent.cached_tokens + $7, reasoning_tokens = tenant_spent.reasoning_tokens + $8, model_calls = tenant_spent.model_calls + $9, turns = tenant_spent.turns + $10, tool_calls = tenant_spent.tool_calls + $11, wall_ms = tenant_spent.wall_ms + $12, sandbox_cpu_ms = tenant_spent.sandbox_cpu_ms + $13;
 
+INSERT INTO audit (at, actor_tenant, actor_token, client, action, object, detail) VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+SELECT seq, at, actor_tenant, actor_token, client, action, object, detail FROM (SELECT * FROM audit ORDER BY seq DESC LIMIT $1) last ORDER BY seq;
+
 SELECT tenant, day, model, bundle, input_tokens, output_tokens, cached_tokens, reasoning_tokens, model_calls, turns, tool_calls, wall_ms, sandbox_cpu_ms FROM tenant_spent WHERE day >= $1 AND ($2::text IS NULL OR day <= $2) ORDER BY tenant, day, model, bundle;
 
 INSERT INTO tokens (id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
