@@ -50,6 +50,7 @@ mod mcp_real;
 mod metrics_access;
 mod openai_facade;
 mod operations;
+mod packaging;
 mod paper_cuts;
 mod postgres;
 mod prestart;
