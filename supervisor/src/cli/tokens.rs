@@ -332,18 +332,19 @@ fn print_tokens(all: &[TokenView]) {
             .map_or("-".to_string(), |t| t.chars().take(16).collect())
     };
     println!(
-        "{:<9} {:<16} {:<12} {:<16} {:<16} {:<16} LABEL",
-        "ID", "TENANT", "ROLE", "CREATED", "EXPIRES", "LAST USED"
+        "{:<9} {:<16} {:<12} {:<16} {:<16} {:<16} {:<16} LABEL",
+        "ID", "TENANT", "ROLE", "CREATED", "EXPIRES", "LAST USED", "REVOKED"
     );
     for t in all {
         println!(
-            "{:<9} {:<16} {:<12} {:<16} {:<16} {:<16} {}",
+            "{:<9} {:<16} {:<12} {:<16} {:<16} {:<16} {:<16} {}",
             t.id,
             t.tenant,
             tenancy::Role::of(t.role, t.admin).as_str(),
             day(&Some(t.created_at.clone())),
             day(&t.expires_at),
             day(&t.last_used_at),
+            day(&t.revoked_at),
             t.label.as_deref().unwrap_or("")
         );
     }

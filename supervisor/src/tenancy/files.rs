@@ -136,10 +136,18 @@ impl Directory for FilesDirectory {
     }
 
     async fn revoke(&self, id: &str) -> Result<bool> {
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         self.change(|d| {
-            let before = d.tokens.len();
-            d.tokens.retain(|t| t.token.id != id);
-            d.tokens.len() != before
+            let Some(t) = d
+                .tokens
+                .iter_mut()
+                .find(|t| t.token.id == id && t.token.revoked_at.is_none())
+            else {
+                return false;
+            };
+            t.token.revoked_at = Some(now);
+            t.sha256 = super::REVOKED_DIGEST.into();
+            true
         })
     }
 

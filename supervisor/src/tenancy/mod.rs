@@ -140,6 +140,9 @@ pub struct TokenView {
     /// RFC 3339, written at most once a minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_used_at: Option<String>,
+    /// RFC 3339: when it was revoked. A revoked token is kept for the record, with no digest it could match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<String>,
 }
 
 /// A stored token: what listings show, and the digest of the token, which itself is never kept.
@@ -152,14 +155,19 @@ pub struct TokenRecord {
     pub sha256: String,
 }
 
+/// What a revoked token's digest becomes: no SHA-256 in hex, so no token matches it, on any release.
+pub const REVOKED_DIGEST: &str = "revoked";
+
 impl TokenRecord {
-    /// Whether it has expired at `now`.
+    /// Whether it has expired at `now`, or was revoked.
     pub fn expired(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
-        self.token
-            .expires_at
-            .as_deref()
-            .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
-            .is_some_and(|e| e <= now)
+        self.token.revoked_at.is_some()
+            || self
+                .token
+                .expires_at
+                .as_deref()
+                .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
+                .is_some_and(|e| e <= now)
     }
 }
 
@@ -228,7 +236,7 @@ pub trait Directory: Send + Sync {
     async fn tokens(&self) -> Result<Vec<TokenRecord>>;
     /// The token with this id.
     async fn token(&self, id: &str) -> Result<Option<TokenRecord>>;
-    /// Deletes a token; false when none had the id.
+    /// Revokes a token: it is kept, with `revoked_at` and no digest; false when none had the id or it was revoked.
     async fn revoke(&self, id: &str) -> Result<bool>;
     /// Records that a token was used at `when` (RFC 3339).
     async fn touch(&self, id: &str, when: &str) -> Result<()>;
@@ -302,6 +310,7 @@ pub async fn create_token(
             created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             expires_at: expires_at.clone(),
             last_used_at: None,
+            revoked_at: None,
         },
         sha256: minted.sha256,
     };

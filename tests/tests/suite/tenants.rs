@@ -598,6 +598,50 @@ async fn a_revoked_or_expired_token_is_refused_and_the_servers_own_token_still_w
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    // Kept for the record, with when it was revoked; revoking it again finds nothing to revoke.
+    let listed: Value = serde_json::from_str(&tokens(home.path(), &["list", "--json"])).unwrap();
+    let kept = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .unwrap_or_else(|| panic!("the revoked token is gone: {listed}"));
+    assert!(kept["revoked_at"].as_str().is_some(), "{kept}");
+    // Its digest went with it: a node of a release before `revoked_at` matches nothing either.
+    let digest = if super::store_backend::postgres() {
+        let url = super::store_backend::url_for(home.path());
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let row = client
+            .query_one("SELECT sha256 FROM tokens WHERE id = $1", &[&id])
+            .await
+            .unwrap();
+        row.get::<_, String>(0)
+    } else {
+        let stored: Value =
+            serde_json::from_slice(&std::fs::read(home.path().join("tenants.json")).unwrap())
+                .unwrap();
+        stored["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()["sha256"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(digest, "revoked");
+    let (status, again) = t
+        .admin
+        .req(reqwest::Method::DELETE, &format!("/tokens/{id}"))
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), ()))
+        .unwrap();
+    assert_eq!((status, again), (404, ()));
     // A token that has expired.
     let short = tokens(
         home.path(),

@@ -1,7 +1,7 @@
 -- What a cluster's nodes share besides sessions: the bundles installed through any node's API
 -- (`local/<id>:<version>`), as the content tar their digest is the SHA-256 of, so a node that lacks one installs it
--- from here; the periodic jobs (retention), each held by one node under a lease; each token's role; and the audit
--- log, only ever appended to. Only added: a node of the previous release ignores them (and so takes a token with a
+-- from here; the periodic jobs (retention), each held by one node under a lease; each token's role and, for a
+-- revoked token (kept, its digest replaced), when it was revoked; and the audit log, only ever appended to. Only added: a node of the previous release ignores them (and so takes a token with a
 -- role for what its `admin` says: an operator's is one, any other a user's).
 CREATE TABLE bundles (
     id         text NOT NULL,
@@ -18,7 +18,7 @@ CREATE TABLE jobs (
     expires_at timestamptz NOT NULL
 );
 
-ALTER TABLE tokens ADD COLUMN role text;
+ALTER TABLE tokens ADD COLUMN role text, ADD COLUMN revoked_at text;
 
 CREATE TABLE audit (
     seq          bigserial PRIMARY KEY,

@@ -46,13 +46,14 @@ fn token_of(row: &tokio_postgres::Row) -> TokenRecord {
             role: row
                 .get::<_, Option<String>>(8)
                 .and_then(|r| crate::tenancy::Role::parse(&r)),
+            revoked_at: row.get(9),
         },
         sha256: row.get(7),
     }
 }
 
 const TOKEN_COLUMNS: &str =
-    "id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role";
+    "id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role, revoked_at";
 
 #[async_trait::async_trait]
 impl Directory for PgDirectory {
@@ -61,7 +62,7 @@ impl Directory for PgDirectory {
             .await?
             .execute(
                 &format!(
-                    "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                    "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
                 ),
                 &[
                     &t.token.id,
@@ -73,6 +74,7 @@ impl Directory for PgDirectory {
                     &t.token.last_used_at,
                     &t.sha256,
                     &t.token.role.map(|r| r.as_str()),
+                    &t.token.revoked_at,
                 ],
             )
             .await
@@ -110,7 +112,15 @@ impl Directory for PgDirectory {
         let n = self
             .client()
             .await?
-            .execute("DELETE FROM tokens WHERE id = $1", &[&id])
+            .execute(
+                // The digest goes with it: a node of a release that does not read `revoked_at` matches nothing.
+                "UPDATE tokens SET revoked_at = $2, sha256 = $3 WHERE id = $1 AND revoked_at IS NULL",
+                &[
+                    &id,
+                    &chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    &crate::tenancy::REVOKED_DIGEST,
+                ],
+            )
             .await
             .map_err(store_error)?;
         Ok(n > 0)

@@ -86,7 +86,7 @@ INSERT INTO service_schema (version) VALUES ($1);
 
 UPDATE service_schema SET serves_from = $2 WHERE version = $1 AND serves_from IS NULL;
 
-DELETE FROM tokens WHERE id = $1;
+UPDATE tokens SET revoked_at = $2, sha256 = $3 WHERE id = $1 AND revoked_at IS NULL;
 
 UPDATE tokens SET last_used_at = $2 WHERE id = $1;
 
@@ -114,9 +114,9 @@ SELECT seq, at, actor_tenant, actor_token, client, action, object, detail FROM (
 
 SELECT tenant, day, model, bundle, input_tokens, output_tokens, cached_tokens, reasoning_tokens, model_calls, turns, tool_calls, wall_ms, sandbox_cpu_ms FROM tenant_spent WHERE day >= $1 AND ($2::text IS NULL OR day <= $2) ORDER BY tenant, day, model, bundle;
 
-INSERT INTO tokens (id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9);
+INSERT INTO tokens (id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
-SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role FROM tokens ORDER BY created_at, id;
+SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role, revoked_at FROM tokens ORDER BY created_at, id;
 
-SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role FROM tokens WHERE id = $1;
+SELECT id, tenant, admin, label, created_at, expires_at, last_used_at, sha256, role, revoked_at FROM tokens WHERE id = $1;
 
