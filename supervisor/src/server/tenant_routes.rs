@@ -23,7 +23,7 @@ pub struct CreateToken {
     #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$")]
     pub tenant: String,
     /// An admin token is an operator's: it sees every tenant and manages tokens, quotas and grants (`role:
-    /// "operator"` says the same).
+    /// "operator"` says the same; a `role` given decides, whatever this says).
     #[serde(default)]
     pub admin: bool,
     /// What it may do: `operator`, `tenant-admin` (its tenant's sessions and tokens), `user` (the default; its
@@ -112,19 +112,11 @@ pub async fn create_token(
     actor: Actor,
     ApiJson(req): ApiJson<CreateToken>,
 ) -> ApiResult<impl IntoResponse> {
-    let role = match (req.admin, req.role) {
-        (true, None | Some(Role::Operator)) => Role::Operator,
-        (true, Some(other)) => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                format!(
-                    "admin: true is the operator's role, and role says {}; send one of them",
-                    other.as_str()
-                ),
-            ))
-        }
-        (false, role) => role.unwrap_or(Role::User),
+    // `role` decides when given; `admin` is the older spelling of the operator's.
+    let role = match (req.role, req.admin) {
+        (Some(role), _) => role,
+        (None, true) => Role::Operator,
+        (None, false) => Role::User,
     };
     may_manage(&caller, &req.tenant, role, "making tokens")?;
     let valid_for = match req.expires.as_deref() {
@@ -412,7 +404,14 @@ pub async fn audit_log(
     ApiQuery(q): ApiQuery<AuditQuery>,
 ) -> ApiResult<Json<Vec<tenancy::audit::AuditEntry>>> {
     admin_only(&caller, "reading the audit log")?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            format!("limit: {limit} is not from 1 to 1000"),
+        ));
+    }
     let entries = st
         .rt
         .tenancy()

@@ -31,8 +31,12 @@ pub struct AuditEntry {
 }
 
 impl AuditEntry {
-    /// An entry made now (its `seq` is the store's to give).
+    /// An entry made now (its `seq` is the store's to give); no detail is an empty object.
     pub fn now(action: &str, object: &str, detail: serde_json::Value) -> AuditEntry {
+        let detail = match detail {
+            serde_json::Value::Null => serde_json::json!({}),
+            detail => detail,
+        };
         AuditEntry {
             seq: 0,
             at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
