@@ -135,6 +135,13 @@ pub struct ConfigFile {
     /// Only the operator's hooks run; bundles' and projects' hooks are ignored.
     #[serde(default)]
     pub operator_hooks_only: bool,
+    /// `serve`'s options, by their long names (`bind = "0.0.0.0:8472"`, `allow-path = ["/srv"]`, `retention =
+    /// "30d"`, `migrate = true`): what `serve` takes when its command line does not say; the command line and the
+    /// options' environment variables come first. Secrets are never here: `SERVICE_TOKEN_FILE` and its like name
+    /// files holding them. `serve --config FILE` reads the section of FILE instead.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub serve: toml::Table,
 }
 
 /// Why `config.toml` could not be read or changed.

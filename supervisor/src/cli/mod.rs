@@ -29,6 +29,7 @@ mod run_args;
 mod run_start;
 pub(crate) mod secret_files;
 mod serve;
+mod serve_config;
 mod session_pick;
 mod sessions;
 mod stream_input;
@@ -237,6 +238,18 @@ impl Cli {
             args.push("tui".into());
         }
         let word = args.get(i).and_then(|a| a.to_str()).map(String::from);
+        if word.as_deref() == Some("serve") {
+            let home = ServiceHome::from_env();
+            match serve_config::options(&args[i + 1..], home.as_ref().map(|h| h.root())) {
+                Ok(options) => {
+                    args.splice(i + 1..i + 1, options);
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    std::process::exit(2);
+                }
+            }
+        }
         Cli::try_parse_from(args).unwrap_or_else(|e| {
             if e.kind() == clap::error::ErrorKind::InvalidSubcommand {
                 if let Some(hint) = word.as_deref().and_then(bundle_hint) {

@@ -12,9 +12,15 @@ use service_supervisor::runtime::store::Store;
 use service_supervisor::server::{self, Auth, ServeOptions};
 use service_supervisor::{ServiceHome, ServiceRuntime};
 
-/// Arguments of `serve`.
+/// Arguments of `serve`. A later option overrides an earlier one, so the command line's win over those of the
+/// config file's `[serve]` section, which go first (see `serve_config`).
 #[derive(Debug, clap::Args)]
+#[command(args_override_self = true)]
 pub struct ServeArgs {
+    /// Read serve's options from the [serve] section of FILE instead of $SERVICE_HOME/config.toml's (options on
+    /// the command line and in their environment variables still come first).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = server::DEFAULT_BIND)]
     bind: String,

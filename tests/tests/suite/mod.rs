@@ -75,6 +75,7 @@ mod sandbox_landlock;
 mod schema_access;
 mod schema_compat;
 mod secret_files;
+mod serve_config;
 mod serve_output;
 mod sessions_cli;
 mod sessions_here;
