@@ -71,6 +71,9 @@ pub struct ServeArgs {
     /// Event streams one client address may hold at once.
     #[arg(long, default_value_t = 128)]
     max_streams_per_client: usize,
+    /// Event streams one tenant's clients may hold at once, together (default: no cap but each client's).
+    #[arg(long, value_name = "N")]
+    max_streams_per_tenant: Option<usize>,
     /// A proxy or load balancer (an address or a CIDR block; repeatable) whose `X-Forwarded-For` names the client,
     /// for the per-client caps and the log. The header of any other peer is ignored.
     #[arg(long, value_name = "CIDR", value_parser = trusted_proxy)]
@@ -372,6 +375,7 @@ pub fn serve(
         options.advertise_url = Some(url.clone());
     }
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
+    options.policy.max_streams_per_tenant = args.max_streams_per_tenant.map(|n| n.max(1));
     options.policy.trusted_proxies = args.trusted_proxy.clone();
     options.policy.metrics_token = args.metrics_token.clone().filter(|t| !t.is_empty());
     options.limits.max_connections = args.max_connections.max(1);

@@ -97,28 +97,37 @@ pub fn client_address(peer: IpAddr, forwarded_for: &[&str], trusted: &[ipnet::Ip
     client
 }
 
-/// Counts the event streams each client address holds, to cap them.
+/// Whose event streams are counted: a client address's, or a tenant's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StreamKey {
+    /// A client address.
+    Client(std::net::IpAddr),
+    /// A tenant, whatever addresses its clients have.
+    Tenant(String),
+}
+
+/// Counts the event streams each client address and each tenant holds, to cap them.
 #[derive(Debug, Default)]
-pub struct StreamCounts(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+pub struct StreamCounts(std::sync::Mutex<std::collections::HashMap<StreamKey, usize>>);
 
 /// One open event stream; dropping it gives the slot back.
 pub struct StreamSlot {
     counts: Arc<StreamCounts>,
-    ip: std::net::IpAddr,
+    key: StreamKey,
 }
 
 impl StreamCounts {
-    /// Takes a slot for `ip`, or None when it already holds `max`.
-    pub fn take(self: &Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<StreamSlot> {
+    /// Takes a slot for `key`, or None when it already holds `max`.
+    pub fn take(self: &Arc<Self>, key: StreamKey, max: usize) -> Option<StreamSlot> {
         let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = counts.entry(ip).or_insert(0);
+        let n = counts.entry(key.clone()).or_insert(0);
         if *n >= max {
             return None;
         }
         *n += 1;
         Some(StreamSlot {
             counts: self.clone(),
-            ip,
+            key,
         })
     }
 }
@@ -126,10 +135,10 @@ impl StreamCounts {
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = counts.get_mut(&self.ip) {
+        if let Some(n) = counts.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
-                counts.remove(&self.ip);
+                counts.remove(&self.key);
             }
         }
     }

@@ -397,25 +397,38 @@ pub async fn events(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<EventsQuery>,
     client: Option<axum::Extension<super::listener::ClientAddr>>,
+    caller: Option<axum::Extension<Caller>>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    use super::admission::StreamKey;
+    let full = |held: usize, whose: String| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_streams",
+            format!("{whose} already holds {held} event streams; close one first"),
+        )
+    };
     let slot = match client {
         Some(axum::Extension(addr)) => Some(
             st.streams
-                .take(addr.0.ip(), st.policy.max_streams_per_client)
-                .ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "too_many_streams",
-                        format!(
-                            "this client already holds {} event streams; close one first",
-                            st.policy.max_streams_per_client
-                        ),
-                    )
-                })?,
+                .take(
+                    StreamKey::Client(addr.0.ip()),
+                    st.policy.max_streams_per_client,
+                )
+                .ok_or_else(|| full(st.policy.max_streams_per_client, "this client".into()))?,
         ),
         None => None,
     };
+    // A tenant's cap, over all of its clients: one tenant's streams leave room for the others'.
+    let tenant_slot = match (caller, st.policy.max_streams_per_tenant) {
+        (Some(axum::Extension(caller)), Some(max)) => Some(
+            st.streams
+                .take(StreamKey::Tenant(caller.tenant.clone()), max)
+                .ok_or_else(|| full(max, format!("tenant \"{}\"", caller.tenant)))?,
+        ),
+        _ => None,
+    };
+    let slot = (slot, tenant_slot);
     let last_event_id = match headers.get("last-event-id") {
         None => None,
         Some(v) => Some(

@@ -378,6 +378,7 @@ impl ServeOptions {
             allowed_hosts: Vec::new(),
             policy: ClientPolicy {
                 max_streams_per_client: 128,
+                max_streams_per_tenant: None,
                 ..ClientPolicy::default()
             },
             limits: listener::ConnLimits {

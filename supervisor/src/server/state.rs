@@ -48,6 +48,8 @@ pub struct ClientPolicy {
     pub allowed_models: Vec<String>,
     /// Event streams one client address may hold at once.
     pub max_streams_per_client: usize,
+    /// Event streams one tenant's clients may hold at once, together; None: no cap but the clients'.
+    pub max_streams_per_tenant: Option<usize>,
     /// Registries (`host[:port]`, lower case) the server pulls from and pushes to for clients (`--allow-registry`).
     pub allowed_registries: Vec<String>,
     /// How `/v1` requests answer permission requests (`--openai-approvals`).

@@ -801,3 +801,35 @@ async fn a_tenants_project_approval_never_answers_another_tenants_question_in_th
     let other = session_in(&t.beta, b, &root).await;
     assert!(write_answering(&t.beta, &other, "deny").await.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stream_cap_holds_over_all_of_its_clients_and_leaves_the_others_theirs() {
+    let home = TempDir::new().unwrap();
+    let t = tenants(home.path(), &["--max-streams-per-tenant", "1"]);
+    let dir = bundle();
+    let bundle_ref = dir.path().to_str().unwrap();
+    let (acme_id, beta_id) = (
+        t.acme.session(bundle_ref).await,
+        t.beta.session(bundle_ref).await,
+    );
+    let _held = t.acme.events(&acme_id, None).await;
+    // A second stream of acme's, from the same address as every client here: the tenant's cap says no.
+    let refused = t
+        .acme
+        .req(reqwest::Method::GET, &format!("/sessions/{acme_id}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 429);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tenant \"acme\""),
+        "{body}"
+    );
+    // Beta's first stream is its own to have.
+    let _beta = t.beta.events(&beta_id, None).await;
+}
