@@ -209,13 +209,17 @@ mod tests {
     }
 
     #[test]
-    fn stream_slots_are_capped_per_address_and_given_back() {
+    fn stream_slots_are_capped_per_address_and_per_tenant_and_given_back() {
         let counts = Arc::new(StreamCounts::default());
-        let ip = "127.0.0.1".parse().unwrap();
-        let a = counts.take(ip, 2).unwrap();
-        let _b = counts.take(ip, 2).unwrap();
-        assert!(counts.take(ip, 2).is_none());
+        let ip = StreamKey::Client(std::net::IpAddr::from([127, 0, 0, 1]));
+        let a = counts.take(ip.clone(), 2).unwrap();
+        let _b = counts.take(ip.clone(), 2).unwrap();
+        assert!(counts.take(ip.clone(), 2).is_none());
         drop(a);
         assert!(counts.take(ip, 2).is_some());
+        let acme = StreamKey::Tenant("acme".into());
+        let _c = counts.take(acme.clone(), 1).unwrap();
+        assert!(counts.take(acme, 1).is_none());
+        assert!(counts.take(StreamKey::Tenant("beta".into()), 1).is_some());
     }
 }
