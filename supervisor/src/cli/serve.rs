@@ -446,6 +446,7 @@ pub fn serve(
                 std::sync::Arc::new(store)
             }
         };
+        let stop = stop_signal()?;
         let rt = ServiceRuntime::with_store(home, runtime_options, store);
         server::serve(
             rt,
@@ -454,7 +455,7 @@ pub fn serve(
                 notices.listening(bound);
                 notices.token(token, keeps_token, &token_file);
             },
-            stop_signal(),
+            stop,
         )
         .await?;
         anyhow::Ok(())
@@ -471,18 +472,17 @@ fn trusted_proxy(text: &str) -> Result<ipnet::IpNet, String> {
         .map_err(|_| format!("\"{text}\" is not an address or a CIDR block such as 10.0.0.0/8"))
 }
 
-/// SIGTERM drains (an orchestrator stopping a node); Ctrl-C at a terminal stops at once.
-async fn stop_signal() -> server::Stop {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// SIGTERM drains (an orchestrator stopping a node); Ctrl-C at a terminal stops at once. Both handlers are installed
+/// here, before the node says it listens: a signal sent as soon as it does is then a stop, not the default action
+/// (death without a drain).
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = server::Stop>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => server::Stop::Now,
+            _ = term.recv() => server::Stop::Drain,
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => server::Stop::Now,
-        _ = term => server::Stop::Drain,
-    }
+    })
 }
