@@ -135,21 +135,7 @@ fn the_units_command_line_starts_a_node_that_drains_on_sigterm_inside_the_stop_t
     let base = listening["listening"].as_str().unwrap().to_string();
     // The status of `GET path` with the credential file's token.
     let status = |path: &str| {
-        let out = Command::new("curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--max-time",
-                "2",
-            ])
-            .args(["-H", "Authorization: Bearer unit-client-token"])
-            .arg(format!("{base}{path}"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
+        super::support::http_status(&format!("{base}{path}"), Some("unit-client-token"))
             .parse::<u16>()
             .unwrap_or(0)
     };

@@ -31,20 +31,7 @@ fn serve(env: &Env, args: &[&str]) -> (String, std::process::Child) {
 }
 
 fn status(url: &str) -> String {
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "5",
-            url,
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    super::support::http_status(url, None)
 }
 
 #[test]

@@ -611,3 +611,23 @@ pub fn installed(list: &serde_json::Value) -> Vec<serde_json::Value> {
         .cloned()
         .collect()
 }
+
+/// The status of `GET url` as curl reads it (with `token` as the bearer when given), or `000` when nothing
+/// answered: for tests that must not hold a client of their own across a server's stop.
+pub fn http_status(url: &str, token: Option<&str>) -> String {
+    let mut curl = Command::new("curl");
+    curl.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "5",
+    ]);
+    if let Some(token) = token {
+        curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let out = curl.arg(url).output().expect("run curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
