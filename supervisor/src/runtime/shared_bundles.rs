@@ -2,7 +2,8 @@
 //! in the store as its content tar, whose SHA-256 is its digest. A node that lacks it installs it from there on
 //! first use (a new session, a session another node made, an inspect or an export), at every listing, and at each
 //! sync; each copy is checked against its digest. A bundle removed through any node is given up by every node at
-//! its next sync, unless a live session there runs it. Bundles built on a node with the CLI stay that node's own.
+//! its next sync, unless a live session there runs it. Bundles built on a node with the CLI stay that node's own:
+//! one that holds the same version as the cluster's with other contents is never replaced, and is reported.
 
 use super::error::{Result, RuntimeError};
 use super::store::SharedBundle;
@@ -128,8 +129,17 @@ impl ServiceRuntime {
         let held = blocking(move || Ok(crate::bundle::resolve(&home, &reference).ok()))
             .await?
             .map(|held| held.digest);
-        if held.as_deref() == Some(b.digest.as_str()) {
-            return Ok(false);
+        match held.as_deref() {
+            Some(digest) if digest == b.digest => return Ok(false),
+            // Built on this node with other contents under the same version: this node's own, never replaced.
+            Some(_) if !store::is_shared(&self.inner.home, &b.id, &b.version) => {
+                return Err(RuntimeError::InvalidRequest(format!(
+                    "{LOCAL_NAMESPACE}/{}:{} was built on this node with other contents than the cluster's; remove \
+                     it here (`service-rs bundles remove`) to take the cluster's, or import this one through the API",
+                    b.id, b.version
+                )))
+            }
+            _ => {}
         }
         let Some((digest, content)) = self
             .inner

@@ -170,6 +170,52 @@ async fn a_shared_bundle_whose_content_no_longer_matches_its_digest_is_refused_a
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_built_on_one_node_is_never_replaced_by_the_clusters_of_the_same_version_and_is_reported(
+) {
+    let pg = Postgres::start();
+    let (b_home, b) = node_with(&pg, "b", "10s", &[]);
+    // B's own build, with the CLI on its home.
+    let own = TempDir::new().unwrap();
+    write_bundle(
+        own.path(),
+        r#"{turns: [{replies: [{text: "built on b"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let built = std::process::Command::new(super::support::binary())
+        .args(["build", own.path().to_str().unwrap()])
+        .env("SERVICE_HOME", b_home.path())
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // The cluster's, of the same id and version, imported through A.
+    let project = TempDir::new().unwrap();
+    write_bundle(project.path(), SCRIPT, "", "read_only");
+    let (_a_home, a) = node_with(&pg, "a", "10s", &[]);
+    assert_eq!(import(&a, tar_of(&project)).await, 201);
+
+    let (_, listed) = b.get("/bundles").await;
+    assert!(
+        listed.to_string().contains("local/fixture:1.0.0"),
+        "{listed}"
+    );
+    let (status, made) = b.post("/sessions", json!({"bundle_ref": "fixture"})).await;
+    assert_eq!(status, 201, "{made}");
+    let (_, result) = turn(&b, made["id"].as_str().unwrap(), "hi").await;
+    assert_eq!(result["final_message"], "built on b", "{result}");
+    let (_, ready) = b.get("/readyz").await;
+    let differ = ready["bundles_differ"].to_string();
+    assert!(
+        differ.contains("local/fixture:1.0.0") && differ.contains("built on this node"),
+        "{ready}"
+    );
+}
+
 /// Uploads an OCI layout tar through `api`'s node; the status.
 async fn import(api: &super::http_client::Api, tar: Vec<u8>) -> u16 {
     api.req(reqwest::Method::POST, "/bundles/import")
