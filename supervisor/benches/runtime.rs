@@ -301,6 +301,24 @@ fn alternating(
     Ok((xs, ys, median))
 }
 
+/// Prints what [`alternating`] measured: `title`, each side's median under its `names`, and the median of the
+/// pairs' ratios under `ratio_label`.
+fn print_pairs(
+    title: &str,
+    names: (&str, &str),
+    (a, b, ratio): (Vec<Duration>, Vec<Duration>, f64),
+    ratio_label: &str,
+) {
+    println!();
+    println!("{title}, {} pairs:", a.len());
+    println!();
+    println!("| {:<64} | {:>10} |", "benchmark", "median ms");
+    println!("|{:-<66}|{:-<12}|", "", "");
+    println!("| {:<64} | {:>10.2} |", names.0, ms(stats(a).median));
+    println!("| {:<64} | {:>10.2} |", names.1, ms(stats(b).median));
+    println!("| {:<64} | {:>9.2}x |", ratio_label, ratio);
+}
+
 /// Times `cmd`, a one-shot whose model answers `ok`: its wall time, or what it said when it did not answer so.
 fn answered_ok(cmd: &mut std::process::Command) -> BenchResult<Duration> {
     let t = Instant::now();

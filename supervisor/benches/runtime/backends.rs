@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{alternating, answered_ok, ms, openai, stats, BenchResult};
+use super::{alternating, answered_ok, openai, print_pairs, BenchResult};
 
 /// The rows: `iters` pairs (at most 100).
 pub(super) fn rows(exe: &Path, iters: usize) -> BenchResult<()> {
@@ -31,28 +31,11 @@ pub(super) fn rows(exe: &Path, iters: usize) -> BenchResult<()> {
                 .env("SERVICE_HOME", home.path()),
         )
     };
-    let (bwrap, landlock, ratio) = alternating(iters, || once("bwrap"), || once("landlock"))?;
-    println!();
-    println!(
-        "The sandbox backends, a one-shot whose model calls Bash once, confined and read-only, whole processes, {} pairs:",
-        bwrap.len()
-    );
-    println!();
-    println!("| {:<64} | {:>10} |", "benchmark", "median ms");
-    println!("|{:-<66}|{:-<12}|", "", "");
-    println!(
-        "| {:<64} | {:>10.2} |",
-        "`service-rs --sandbox-backend bwrap run`",
-        ms(stats(bwrap).median)
-    );
-    println!(
-        "| {:<64} | {:>10.2} |",
-        "`service-rs --sandbox-backend landlock run`",
-        ms(stats(landlock).median)
-    );
-    println!(
-        "| {:<64} | {:>9.2}x |",
-        "bwrap / Landlock, median of the pairs' ratios", ratio
+    print_pairs(
+        "The sandbox backends, a one-shot whose model calls Bash once, confined and read-only, whole processes",
+        ("`service-rs --sandbox-backend bwrap run`", "`service-rs --sandbox-backend landlock run`"),
+        alternating(iters, || once("bwrap"), || once("landlock"))?,
+        "bwrap / Landlock, median of the pairs' ratios",
     );
     Ok(())
 }

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{alternating, answered_ok, ms, openai, stats, BenchResult};
+use super::{alternating, answered_ok, openai, print_pairs, BenchResult};
 
 /// An Odyssey bundle whose agent calls the model server at `base` (a Responses API root) and may run Bash.
 fn write_odyssey_bundle(dir: &Path, base: &str) -> std::io::Result<()> {
@@ -90,28 +90,11 @@ pub(super) fn rows(exe: &Path, iters: usize) -> BenchResult<()> {
         Ok(took)
     };
     // One of each first, uncounted: the first runs fill caches.
-    let (a, b, ratio) = alternating(iters, ours_once, theirs_once)?;
-    println!();
-    println!(
-        "Against Odyssey, a one-shot whose model calls Bash once, confined and read-only, whole processes, {} pairs:",
-        a.len()
-    );
-    println!();
-    println!("| {:<64} | {:>10} |", "benchmark", "median ms");
-    println!("|{:-<66}|{:-<12}|", "", "");
-    println!(
-        "| {:<64} | {:>10.2} |",
-        "`service-rs run`",
-        ms(stats(a).median)
-    );
-    println!(
-        "| {:<64} | {:>10.2} |",
-        "`odyssey-rs run`",
-        ms(stats(b).median)
-    );
-    println!(
-        "| {:<64} | {:>9.2}x |",
-        "service-rs / Odyssey, median of the pairs' ratios (target at most 0.5)", ratio
+    print_pairs(
+        "Against Odyssey, a one-shot whose model calls Bash once, confined and read-only, whole processes",
+        ("`service-rs run`", "`odyssey-rs run`"),
+        alternating(iters, ours_once, theirs_once)?,
+        "service-rs / Odyssey, median of the pairs' ratios (target at most 0.5)",
     );
     Ok(())
 }

@@ -86,6 +86,7 @@ mod subagent_rules;
 mod subagents;
 mod support;
 mod tenant_bundle_names;
+mod tenant_usage;
 mod tenants;
 mod tenants_shared;
 mod terminal;

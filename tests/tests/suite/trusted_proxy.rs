@@ -1,6 +1,7 @@
 //! Clients behind a proxy: with `--trusted-proxy`, the per-client caps and the log see the client that the proxy's
 //! `X-Forwarded-For` names, so one client's streams do not use up another's; without it, the header is the
-//! client's own writing and changes nothing, so a client cannot dodge its cap by forging it.
+//! client's own writing and changes nothing, so a client cannot dodge its cap by forging it. A tenant's cap
+//! (`--max-streams-per-tenant`) holds over all of its clients.
 
 use serde_json::Value;
 use tempfile::TempDir;
@@ -76,4 +77,36 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_stream_cap_and_a_forged_
         clients_logged(api.server(), |l| l["status"] == 429),
         ["127.0.0.1", "127.0.0.1"]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stream_cap_holds_over_all_of_its_clients_and_leaves_the_others_theirs() {
+    let home = TempDir::new().unwrap();
+    let t = super::tenants::tenants(home.path(), &["--max-streams-per-tenant", "1"]);
+    let dir = super::tenants::bundle();
+    let bundle_ref = dir.path().to_str().unwrap();
+    let (acme_id, beta_id) = (
+        t.acme.session(bundle_ref).await,
+        t.beta.session(bundle_ref).await,
+    );
+    let _held = t.acme.events(&acme_id, None).await;
+    // A second stream of acme's, from the same address as every client here: the tenant's cap says no.
+    let refused = t
+        .acme
+        .req(reqwest::Method::GET, &format!("/sessions/{acme_id}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 429);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tenant \"acme\""),
+        "{body}"
+    );
+    // Beta's first stream is its own to have.
+    let _beta = t.beta.events(&beta_id, None).await;
 }
