@@ -187,6 +187,20 @@ pub struct Metrics {
     pub store_bytes: Gauge,
     /// Free bytes on the file system of this node's home (`$SERVICE_HOME`).
     pub home_free_bytes: Gauge,
+    /// Nodes of the cluster this node found gone (their lease expired on a session it then reached), each once.
+    pub nodes_lost: Counter,
+    nodes_seen_lost: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// What each tenant's quota leaves, read at scrape.
+    pub quota_headroom: Family<HeadroomLabels, Gauge>,
+}
+
+/// Labels of a tenant's quota headroom.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeadroomLabels {
+    /// The tenant.
+    pub tenant: String,
+    /// `sessions`, `concurrent_turns` or `tokens_per_day`.
+    pub quota: &'static str,
 }
 
 /// Labels of the shared store's connections.
@@ -229,6 +243,9 @@ impl Default for Metrics {
             store_connections: Family::default(),
             store_bytes: Gauge::default(),
             home_free_bytes: Gauge::default(),
+            nodes_lost: Counter::default(),
+            nodes_seen_lost: Default::default(),
+            quota_headroom: Family::default(),
             registry: Registry::default(),
             process: Process::default(),
             process_registry: Registry::default(),
@@ -341,6 +358,16 @@ impl Default for Metrics {
             "Free bytes on the file system of this node's home ($SERVICE_HOME)",
             m.home_free_bytes.clone(),
         );
+        registry.register(
+            "nodes_lost",
+            "Nodes of the cluster this node found gone, their lease expired on a session it reached; each counted once",
+            m.nodes_lost.clone(),
+        );
+        registry.register(
+            "tenant_quota_headroom",
+            "What a tenant's quota leaves now: sessions, turns at once, or tokens for the rest of the UTC day",
+            m.quota_headroom.clone(),
+        );
         // Both reasons from the start, at 0, so an alert on their increase sees the first failure.
         for reason in ["refused", "unreachable"] {
             drop(m.forward_failures.get_or_create(&ForwardLabels { reason }));
@@ -373,6 +400,17 @@ impl Metrics {
                     })
                     .inc_by(n);
             }
+        }
+    }
+
+    /// Counts `node` as lost, once however many of its sessions are found.
+    pub fn node_lost(&self, node: &str) {
+        let mut seen = self
+            .nodes_seen_lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if seen.insert(node.to_string()) {
+            self.nodes_lost.inc();
         }
     }
 

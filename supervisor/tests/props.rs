@@ -108,6 +108,7 @@ mod http {
             )),
             policy: Default::default(),
             streams: Default::default(),
+            rates: Default::default(),
             cluster: None,
             forwarder: Default::default(),
             public_url: "http://127.0.0.1:8472".into(),

@@ -26,6 +26,7 @@ pub struct ServeArgs {
     bind: String,
     /// Bearer token every endpoint but /healthz requires; without one, the token in $SERVICE_HOME/serve.token (mode
     /// 0600) is used, generated and printed once when there is none. SERVICE_TOKEN_FILE names a file holding it.
+    /// A token from a file is read again when the file changes (`service-rs tokens server --rotate`).
     #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Replace the stored token with a new one (signed-in browsers and scripts must then use the new one).
@@ -62,6 +63,13 @@ pub struct ServeArgs {
     /// The bundle whose agent card /.well-known/agent-card.json serves.
     #[arg(long, value_name = "BUNDLE", conflicts_with = "no_a2a")]
     a2a_default: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (the node's certificate first), for a node no TLS proxy fronts;
+    /// read again when it changes.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Connections served at once.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
@@ -74,12 +82,19 @@ pub struct ServeArgs {
     /// Event streams one tenant's clients may hold at once, together (default: no cap but each client's).
     #[arg(long, value_name = "N")]
     max_streams_per_tenant: Option<usize>,
-    /// A proxy or load balancer (an address or a CIDR block; repeatable) whose `X-Forwarded-For` names the client,
-    /// for the per-client caps and the log. The header of any other peer is ignored.
+    /// Requests each tenant may send this node, as N/s, N/m or N/h (a burst of N, then N per period); over it a
+    /// tenant gets 429 `rate_limited` with Retry-After. Operators' tokens are not limited.
+    #[arg(long, value_name = "RATE", value_parser = service_supervisor::server::rate::Rate::parse)]
+    tenant_request_rate: Option<service_supervisor::server::rate::Rate>,
+    /// One tenant's request rate, as TENANT=RATE (e.g. acme=100/s), over --tenant-request-rate; repeatable.
+    #[arg(long, value_name = "TENANT=RATE", value_parser = tenant_rate)]
+    tenant_request_rate_for: Vec<(String, service_supervisor::server::rate::Rate)>,
+    /// A proxy or load balancer (an address or a CIDR block; repeatable) whose `Forwarded` or `X-Forwarded-For`
+    /// header names the client, for the per-client caps and the log. The headers of any other peer are ignored.
     #[arg(long, value_name = "CIDR", value_parser = trusted_proxy)]
     trusted_proxy: Vec<ipnet::IpNet>,
     /// A token that may read GET /metrics and nothing else, for a scraper (admin tokens still may).
-    /// SERVICE_METRICS_TOKEN_FILE names a file holding it.
+    /// SERVICE_METRICS_TOKEN_FILE names a file holding it, read again when it changes.
     #[arg(long, env = "SERVICE_METRICS_TOKEN", hide_env_values = true)]
     metrics_token: Option<String>,
     /// Stop a session's worker after it has been idle this long (and spare workers no session took); its next turn
@@ -179,6 +194,17 @@ fn tenant_age(text: &str) -> Result<(String, Duration), String> {
     Ok((tenant.trim().to_string(), age))
 }
 
+/// `TENANT=RATE` of `--tenant-request-rate-for`.
+fn tenant_rate(text: &str) -> Result<(String, service_supervisor::server::rate::Rate), String> {
+    let (tenant, rate) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text}: write TENANT=RATE, such as acme=100/s"))?;
+    Ok((
+        tenant.trim().to_string(),
+        service_supervisor::server::rate::Rate::parse(rate)?,
+    ))
+}
+
 /// Where a `serve` node keeps sessions, as its flags say.
 struct StoreArgs {
     url: String,
@@ -269,6 +295,7 @@ fn allowed_registries(values: &[String]) -> anyhow::Result<Vec<String>> {
 #[derive(Clone, Copy)]
 struct Notices {
     json: bool,
+    tls: bool,
 }
 
 impl Notices {
@@ -281,7 +308,7 @@ impl Notices {
 
     /// The address on stdout, where scripts read it (`--bind 127.0.0.1:0` picks the port).
     fn listening(self, bound: SocketAddr) {
-        let url = format!("http://{bound}");
+        let url = format!("{}://{bound}", if self.tls { "https" } else { "http" });
         match self.json {
             true => {
                 println!("{}", serde_json::json!({ "listening": url }));
@@ -322,6 +349,7 @@ pub fn serve(
 ) -> anyhow::Result<ExitCode> {
     let notices = Notices {
         json: log_format == super::logging::LogFormat::Json,
+        tls: args.tls_cert.is_some(),
     };
     service_supervisor::telemetry::init(args.otlp_endpoint.as_deref())?;
     // `localhost` means IPv4 loopback, without asking a resolver that might answer ::1 or something else.
@@ -349,7 +377,10 @@ pub fn serve(
     let shared = StoreArgs::from(&args, addr)?;
     let mut options = ServeOptions::new(addr);
     options.auth = match (args.token.filter(|t| !t.is_empty()), args.no_auth) {
-        (Some(t), _) => Auth::Token(t),
+        (Some(t), _) => match from_file("SERVICE_TOKEN", &t) {
+            Some(file) => Auth::TokenFile { token: t, file },
+            None => Auth::Token(t),
+        },
         (None, true) => Auth::None,
         (None, false) => Auth::Generated {
             rotate: args.rotate_token,
@@ -377,7 +408,31 @@ pub fn serve(
     options.policy.max_streams_per_client = args.max_streams_per_client.max(1);
     options.policy.max_streams_per_tenant = args.max_streams_per_tenant.map(|n| n.max(1));
     options.policy.trusted_proxies = args.trusted_proxy.clone();
-    options.policy.metrics_token = args.metrics_token.clone().filter(|t| !t.is_empty());
+    options.policy.request_rates = server::rate::RequestRates {
+        default: args.tenant_request_rate,
+        tenants: args.tenant_request_rate_for.iter().cloned().collect(),
+    };
+    options.policy.metrics_token = args
+        .metrics_token
+        .clone()
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            let name = "metrics token";
+            std::sync::Arc::new(match from_file("SERVICE_METRICS_TOKEN", &t) {
+                Some(file) => server::live::LiveSecret::from_file(
+                    name,
+                    &t,
+                    file,
+                    server::live::read_secret_file,
+                ),
+                None => server::live::LiveSecret::fixed(name, &t),
+            })
+        });
+    options.tls = args
+        .tls_cert
+        .clone()
+        .zip(args.tls_key.clone())
+        .map(|(cert, key)| server::tls::TlsFiles { cert, key });
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
     let clustered = shared.is_some();
@@ -464,7 +519,13 @@ pub fn serve(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
+/// The file `{variable}_FILE` names, when `value` came from it (see `secret_files`) rather than from the command
+/// line, which wins over it: that file is then read again while serving.
+fn from_file(variable: &str, value: &str) -> Option<PathBuf> {
+    let file = std::env::var_os(format!("{variable}_FILE")).filter(|f| !f.is_empty())?;
+    (std::env::var(variable).ok().as_deref() == Some(value)).then(|| PathBuf::from(file))
+}
+
 /// `--trusted-proxy`: a CIDR block, or one address.
 fn trusted_proxy(text: &str) -> Result<ipnet::IpNet, String> {
     text.parse::<ipnet::IpNet>()

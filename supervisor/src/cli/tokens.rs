@@ -97,6 +97,14 @@ enum TokensCommand {
         /// The bundle: hello, local/hello, or a registry reference.
         bundle_ref: String,
     },
+    /// The server token of `serve` on this machine ($SERVICE_HOME/serve.token): its file, fingerprint and age.
+    /// With --rotate a new one replaces it, printed alone on stdout; a running serve takes it within 2 s and
+    /// refuses the old one from then on.
+    Server {
+        /// Replace it.
+        #[arg(long)]
+        rotate: bool,
+    },
     /// Take a grant back.
     Ungrant {
         /// The tenant.
@@ -142,8 +150,11 @@ pub(super) async fn local(
 pub fn run(home: ServiceHome, args: TokensArgs) -> anyhow::Result<ExitCode> {
     let rt = super::tokio()?;
     rt.block_on(async {
-        let target = Target::Local(local(&home, &args.store).await?);
-        execute(target, args.command).await
+        let dir = local(&home, &args.store).await?;
+        if let TokensCommand::Server { rotate } = args.command {
+            return server_token(&home, &dir, rotate).await;
+        }
+        execute(Target::Local(dir), args.command).await
     })
 }
 
@@ -156,8 +167,64 @@ pub fn run_remote(remote: Remote, args: TokensArgs) -> anyhow::Result<ExitCode> 
     super::tokio()?.block_on(execute(Target::Remote(remote), args.command))
 }
 
+/// `tokens server`: the server token's file, fingerprint and age, or with `rotate` a new token in its place.
+async fn server_token(
+    home: &ServiceHome,
+    dir: &Arc<dyn Directory>,
+    rotate: bool,
+) -> anyhow::Result<ExitCode> {
+    use service_supervisor::server::token;
+    let file = home.token_file();
+    if std::env::var_os("SERVICE_TOKEN").is_some()
+        || std::env::var_os("SERVICE_TOKEN_FILE").is_some()
+    {
+        eprintln!(
+            "note: SERVICE_TOKEN or SERVICE_TOKEN_FILE is set here; a serve started with it uses that token, not {}",
+            file.display()
+        );
+    }
+    if rotate {
+        let new = token::generate();
+        token::store(home, &new)?;
+        audit(
+            dir,
+            "server_token_rotated",
+            "server",
+            json!({ "fingerprint": token::fingerprint(&new) }),
+        )
+        .await;
+        println!("{new}");
+        eprintln!(
+            "the server token in {} is replaced; a running serve refuses the old one within 2 s",
+            file.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(current) = token::stored(home) else {
+        anyhow::bail!(
+            "{} holds no server token (64 hex digits, mode 0600, owned by this user): `service-rs serve` makes one,              or `service-rs tokens server --rotate` does",
+            file.display()
+        );
+    };
+    let changed = std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .map(|t| {
+            chrono::DateTime::<chrono::Utc>::from(t)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        })
+        .unwrap_or_default();
+    println!("file         {}", file.display());
+    println!("fingerprint  sha256:{}", token::fingerprint(&current));
+    println!("changed      {changed}");
+    println!("role         operator (tenant default)");
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn execute(target: Target, command: TokensCommand) -> anyhow::Result<ExitCode> {
     match command {
+        TokensCommand::Server { .. } => anyhow::bail!(
+            "the server token is a file of the node's own: run `service-rs tokens server` on that node, without              --remote"
+        ),
         TokensCommand::Create {
             tenant,
             admin,

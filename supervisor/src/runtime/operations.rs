@@ -101,12 +101,55 @@ impl ServiceRuntime {
         if let Some(bytes) = self.inner.store.size_bytes().await {
             m.store_bytes.set(gauge(bytes));
         }
+        self.quota_headroom(&m).await;
         if let Ok(fs) = nix::sys::statvfs::statvfs(self.inner.home.root()) {
             m.home_free_bytes.set(gauge(
                 fs.blocks_available().saturating_mul(fs.fragment_size()),
             ));
         }
         m
+    }
+
+    /// Sets each tenant's quota headroom: its limits less its sessions, running turns and today's tokens. A store
+    /// that does not answer leaves the last figures.
+    async fn quota_headroom(&self, m: &crate::metrics::Metrics) {
+        let Ok(quotas) = self.tenancy().directory().quotas().await else {
+            return;
+        };
+        if quotas.is_empty() {
+            return;
+        }
+        let Ok(sessions) = self.list_sessions().await else {
+            return;
+        };
+        let set = |tenant: &str, quota, left: i64| {
+            m.quota_headroom
+                .get_or_create(&crate::metrics::HeadroomLabels {
+                    tenant: tenant.to_string(),
+                    quota,
+                })
+                .set(left);
+        };
+        let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for (tenant, quota) in &quotas {
+            let mine = || sessions.iter().filter(|r| r.tenant() == tenant.as_str());
+            if let Some(limit) = quota.sessions {
+                set(tenant, "sessions", signed(limit) - mine().count() as i64);
+            }
+            if let Some(limit) = quota.concurrent_turns {
+                let running = mine()
+                    .filter(|r| {
+                        r.parent.is_none() && r.status == super::record::SessionStatus::Running
+                    })
+                    .count();
+                set(tenant, "concurrent_turns", signed(limit) - running as i64);
+            }
+            if let Some(limit) = quota.tokens_per_day {
+                if let Ok(spent) = self.tenancy().tokens_today(tenant).await {
+                    set(tenant, "tokens_per_day", signed(limit) - signed(spent));
+                }
+            }
+        }
     }
 
     /// Removes an installed bundle. A live session of it (a worker running or a turn) makes this refuse, naming

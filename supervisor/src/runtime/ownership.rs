@@ -22,10 +22,13 @@ impl ServiceRuntime {
             return Ok(());
         }
         match store.claim(&session.id).await? {
-            store::Claim::Lost { node_id } => Err(RuntimeError::WorkspaceLost {
-                session_id: session.id.clone(),
-                node_id,
-            }),
+            store::Claim::Lost { node_id } => {
+                self.inner.metrics.node_lost(&node_id);
+                Err(RuntimeError::WorkspaceLost {
+                    session_id: session.id.clone(),
+                    node_id,
+                })
+            }
             store::Claim::Elsewhere { node_id, url } => Err(RuntimeError::OwnedElsewhere {
                 session_id: session.id.clone(),
                 node_id,
@@ -54,6 +57,7 @@ impl ServiceRuntime {
                 match taken_from {
                     Some(node) => {
                         self.inner.metrics.takeovers.inc();
+                        self.inner.metrics.node_lost(&node);
                         session
                             .repair_lost_turn(
                                 "node_lost",

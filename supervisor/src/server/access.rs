@@ -72,20 +72,19 @@ pub async fn log(
     let method = req.method().clone();
     // The path only: a query may hold anything a client typed.
     let path = req.uri().path().to_string();
-    // Behind a trusted proxy, the client is who its `X-Forwarded-For` names: for the caps and for this line.
+    // Behind a trusted proxy, the client is who its `Forwarded` or `X-Forwarded-For` names: for the caps and for
+    // this line.
     let peer = req
         .extensions()
         .get::<super::listener::ClientAddr>()
         .map(|c| c.0);
     let client = peer.map(|peer| {
-        let forwarded: Vec<&str> = req
-            .headers()
-            .get_all("x-forwarded-for")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        let ip =
-            super::admission::client_address(peer.ip(), &forwarded, &st.policy.trusted_proxies);
+        let trusted = &st.policy.trusted_proxies;
+        let hops = match trusted.is_empty() {
+            true => Vec::new(),
+            false => super::admission::forwarded_hops(req.headers()),
+        };
+        let ip = super::admission::client_address(peer.ip(), &hops, trusted);
         std::net::SocketAddr::new(ip, if ip == peer.ip() { peer.port() } else { 0 })
     });
     if let Some(client) = client {

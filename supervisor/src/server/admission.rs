@@ -67,19 +67,44 @@ fn canonical_port(text: &str) -> Option<u16> {
     (digits && !padded).then(|| text.parse().ok()).flatten()
 }
 
-/// The client's address: `peer` itself, or, when `peer` is a trusted proxy, the right-most address of the
-/// `X-Forwarded-For` values that is not a trusted proxy (the left ones are whatever the client wrote). An entry
-/// that is not an address stops the walk at the last proxy that could be trusted.
-pub fn client_address(peer: IpAddr, forwarded_for: &[&str], trusted: &[ipnet::IpNet]) -> IpAddr {
+/// The hops a request came through, as its proxies wrote them: the `for=` of each element of `Forwarded`
+/// (RFC 7239) when it has that header, else the `X-Forwarded-For` entries, earliest first. An element with no
+/// address (`unknown`, an obfuscated name, no `for=`, or one that does not parse) becomes an entry that is not
+/// an address, which stops [`client_address`]'s walk there.
+pub fn forwarded_hops(headers: &axum::http::HeaderMap) -> Vec<String> {
+    let values = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("-"))
+            .collect::<Vec<_>>()
+    };
+    let standard = values("forwarded");
+    if !standard.is_empty() {
+        return standard
+            .iter()
+            .flat_map(|v| rfc7239::parse(v))
+            .map(|element| {
+                let ip = element.ok().and_then(|e| e.forwarded_for?.ip().copied());
+                ip.map_or_else(|| "-".into(), |ip| ip.to_string())
+            })
+            .collect();
+    }
+    values("x-forwarded-for")
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(|hop| hop.trim().to_string())
+        .collect()
+}
+
+/// The client's address: `peer` itself, or, when `peer` is a trusted proxy, the right-most of the `hops` (see
+/// [`forwarded_hops`]) that is not a trusted proxy (the left ones are whatever the client wrote). An entry that is
+/// not an address stops the walk at the last proxy that could be trusted.
+pub fn client_address(peer: IpAddr, hops: &[String], trusted: &[ipnet::IpNet]) -> IpAddr {
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
     if !is_trusted(&peer) {
         return peer;
     }
-    let hops = forwarded_for
-        .iter()
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect::<Vec<_>>();
     let mut client = peer;
     for hop in hops.iter().rev() {
         let parsed = hop
@@ -182,30 +207,79 @@ mod tests {
         let proxy: IpAddr = "10.1.2.3".parse().unwrap();
         let outsider: IpAddr = "198.51.100.9".parse().unwrap();
         let at = |s: &str| s.parse::<IpAddr>().unwrap();
+        let xff = |values: &[&str]| {
+            let mut headers = axum::http::HeaderMap::new();
+            for v in values {
+                headers.append("x-forwarded-for", v.parse().unwrap());
+            }
+            forwarded_hops(&headers)
+        };
         // From a client, the header is the client's own writing.
         assert_eq!(
-            client_address(outsider, &["203.0.113.1"], &trusted),
+            client_address(outsider, &xff(&["203.0.113.1"]), &trusted),
             outsider
         );
         // Through proxies: the client's forged entries on the left are skipped.
         assert_eq!(
-            client_address(proxy, &["1.2.3.4, 203.0.113.1, 10.9.9.9"], &trusted),
+            client_address(proxy, &xff(&["1.2.3.4, 203.0.113.1, 10.9.9.9"]), &trusted),
             at("203.0.113.1")
         );
         assert_eq!(
-            client_address(proxy, &["203.0.113.1", "10.9.9.9"], &trusted),
+            client_address(proxy, &xff(&["203.0.113.1", "10.9.9.9"]), &trusted),
             at("203.0.113.1")
         );
         assert_eq!(
-            client_address(proxy, &["[2001:db8::1]:443"], &trusted),
+            client_address(proxy, &xff(&["[2001:db8::1]:443"]), &trusted),
             at("2001:db8::1")
         );
         // Garbage stops the walk at the last proxy; no header leaves the proxy itself.
         assert_eq!(
-            client_address(proxy, &["evil, 10.9.9.9"], &trusted),
+            client_address(proxy, &xff(&["evil, 10.9.9.9"]), &trusted),
             at("10.9.9.9")
         );
-        assert_eq!(client_address(proxy, &[], &trusted), proxy);
+        assert_eq!(client_address(proxy, &xff(&[]), &trusted), proxy);
+    }
+
+    #[test]
+    fn the_standard_forwarded_header_names_the_client_and_wins_over_x_forwarded_for() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let proxy: IpAddr = "10.1.2.3".parse().unwrap();
+        let hops = |forwarded: &[&str], xff: Option<&str>| {
+            let mut headers = axum::http::HeaderMap::new();
+            for v in forwarded {
+                headers.append("forwarded", v.parse().unwrap());
+            }
+            if let Some(x) = xff {
+                headers.append("x-forwarded-for", x.parse().unwrap());
+            }
+            client_address(proxy, &forwarded_hops(&headers), &trusted).to_string()
+        };
+        assert_eq!(
+            hops(
+                &["for=192.0.2.60;proto=https;by=10.1.2.3"],
+                Some("198.51.100.1")
+            ),
+            "192.0.2.60"
+        );
+        assert_eq!(
+            hops(
+                &["for=1.2.3.4, for=\"[2001:db8::7]:4711\", for=10.9.9.9"],
+                None
+            ),
+            "2001:db8::7"
+        );
+        assert_eq!(
+            hops(&["for=1.2.3.4", "for=203.0.113.5"], None),
+            "203.0.113.5"
+        );
+        // An unknown or obfuscated hop, or an element without for=, stops the walk at the last trusted proxy.
+        assert_eq!(
+            hops(&["for=203.0.113.5, for=unknown, for=10.9.9.9"], None),
+            "10.9.9.9"
+        );
+        assert_eq!(hops(&["for=203.0.113.5, for=_hidden"], None), "10.1.2.3");
+        assert_eq!(hops(&["for=203.0.113.5, proto=https"], None), "10.1.2.3");
+        assert_eq!(hops(&["for=\"not an address"], None), "10.1.2.3");
     }
 
     #[test]

@@ -18,11 +18,15 @@ fn refuse(status: StatusCode, code: &str, message: String) -> Response {
 /// Refuses requests for another host, from a foreign page, or with a non-JSON body.
 pub async fn check_request(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let headers = req.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !st.hosts.allows(host) {
+    // HTTP/2 names the host in the request's authority (`:authority`) and may send no Host header; when both are
+    // there, both must name this server.
+    let authority = req.uri().authority().map(|a| a.as_str());
+    let host = headers.get(header::HOST).map(|v| v.to_str().unwrap_or("?"));
+    let refused = [host, authority]
+        .into_iter()
+        .flatten()
+        .find(|h| !st.hosts.allows(h));
+    if let Some(host) = refused.or_else(|| host.or(authority).is_none().then_some("")) {
         return refuse(
             StatusCode::FORBIDDEN,
             "forbidden_host",

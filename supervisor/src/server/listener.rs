@@ -1,6 +1,7 @@
 //! Accepting connections with bounds: at most `max_connections` at once (the next waits in the kernel's backlog
 //! until one ends), and a deadline for a request's headers, so half-open (slowloris) connections are closed rather
-//! than held forever. Each request carries its client's address ([`ClientAddr`]) for per-client caps.
+//! than held forever; under TLS the handshake gets the same deadline. Each request carries its client's address
+//! ([`ClientAddr`]) for per-client caps.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,9 +26,11 @@ pub struct ConnLimits {
     pub header_read_timeout: Duration,
 }
 
-/// Serves `app` on `listener` until `stop` resolves, then lets open requests finish (5 s at most).
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` resolves, then lets open requests finish
+/// (5 s at most).
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<Arc<super::tls::LiveTls>>,
     app: Router,
     limits: ConnLimits,
     stop: impl Future<Output = ()>,
@@ -64,14 +67,34 @@ pub async fn serve(
             },
         );
         let service = hyper_util::service::TowerToHyperService::new(service);
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = conn.await;
-            drop(permit);
-        });
+        match &tls {
+            None => {
+                let conn = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                    drop(permit);
+                });
+            }
+            Some(tls) => {
+                // The handshake runs on the connection's own task, so a slow client holds up no other.
+                let acceptor = tls.acceptor();
+                let (builder, deadline) = (builder.clone(), limits.header_read_timeout);
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let handshake = tokio::time::timeout(deadline, acceptor.accept(stream)).await;
+                    if let Ok(Ok(stream)) = handshake {
+                        let conn = builder
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .into_owned();
+                        let _ = watcher.watch(conn).await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;

@@ -19,13 +19,16 @@ pub mod guard;
 pub mod handlers;
 pub mod history_routes;
 pub mod listener;
+pub mod live;
 pub mod policy;
+pub mod rate;
 pub mod registry_routes;
 pub mod sse;
 pub mod state;
 pub mod tenant_routes;
 pub mod tenants;
-mod token;
+pub mod tls;
+pub mod token;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -295,6 +298,9 @@ pub enum ServeError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The TLS certificate or key cannot be served.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// How requests are authenticated.
@@ -302,6 +308,13 @@ pub enum ServeError {
 pub enum Auth {
     /// This token (`--token` or `SERVICE_TOKEN`).
     Token(String),
+    /// The token in `file` (`SERVICE_TOKEN_FILE`), now `token`; read again when the file changes.
+    TokenFile {
+        /// Its content at start.
+        token: String,
+        /// The file.
+        file: std::path::PathBuf,
+    },
     /// The token in `$SERVICE_HOME/serve.token`, generated and stored there when there is none, or always with
     /// `rotate` (`serve --rotate-token`).
     Generated {
@@ -338,6 +351,8 @@ pub struct ServeOptions {
     pub advertise_url: Option<String>,
     /// How the server stops on its signal (see `runtime::drain`).
     pub drain: Drain,
+    /// TLS on the listener (`--tls-cert`, `--tls-key`); None serves plain HTTP.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 /// How the server is asked to stop.
@@ -394,6 +409,7 @@ impl ServeOptions {
             cluster: None,
             advertise_url: None,
             drain: Drain::default(),
+            tls: None,
         }
     }
 }
@@ -503,31 +519,32 @@ pub async fn serve(
     if !addr.ip().is_loopback() && matches!(options.auth, Auth::None) {
         return Err(ServeError::InsecureBind(addr));
     }
+    let tls = match options.tls {
+        Some(files) => Some(Arc::new(tls::LiveTls::load(files)?)),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    let (token, generated) = match options.auth {
-        Auth::Token(t) => (Some(t), false),
-        Auth::None => (None, false),
-        Auth::Generated { rotate } => match token::stored(rt.home()).filter(|_| !rotate) {
-            // Kept across restarts, so that signed-in browsers and scripts keep working.
-            Some(t) => (Some(t), false),
-            None => {
-                let t = token::generate();
-                token::store(rt.home(), &t)?;
-                (Some(t), true)
-            }
-        },
-    };
+    let (token, generated) = token::resolve(options.auth, rt.home())?;
     let shutdown = CancellationToken::new();
+    let live_secrets = [token.clone(), options.policy.metrics_token.clone()];
+    tokio::spawn(live::watch(
+        live_secrets.into_iter().flatten().collect(),
+        tls.clone(),
+        live::RELOAD_EVERY,
+        shutdown.clone(),
+    ));
     let state = AppState {
         rt: rt.clone(),
-        token: token.as_deref().map(Arc::from),
+        token: token.clone(),
         shutdown: shutdown.clone(),
         hosts: Arc::new(admission::AllowedHosts::new(bound, &options.allowed_hosts)),
         policy: Arc::new(options.policy),
         streams: Arc::new(admission::StreamCounts::default()),
+        rates: Arc::default(),
         cluster: options.cluster.map(Arc::new),
         forwarder: reqwest::Client::new(),
         public_url: Arc::from(
@@ -535,11 +552,11 @@ pub async fn serve(
                 .advertise_url
                 .as_deref()
                 .map(|u| u.trim_end_matches('/').to_string())
-                .unwrap_or_else(|| format!("http://{bound}")),
+                .unwrap_or_else(|| format!("{scheme}://{bound}")),
         ),
         advertised: options.advertise_url.is_some(),
     };
-    rt.store().bound_at(&format!("http://{bound}"));
+    rt.store().bound_at(&format!("{scheme}://{bound}"));
     rt.reserve_address(bound);
     rt.keep_claims();
     tracing::info!(
@@ -547,10 +564,11 @@ pub async fn serve(
         store = %rt.store().describe(),
         sandbox = %crate::sandbox::backend(rt.dangerous_sandbox_mode(), rt.sandbox_backend()),
         auth = if token.is_some() { "bearer token" } else { "none" },
+        tls = tls.is_some(),
         version = env!("CARGO_PKG_VERSION"),
         "service-rs serving"
     );
-    ready(bound, token.as_deref().filter(|_| generated));
+    ready(bound, generated.as_deref());
     let unused_tick = options
         .unused_sessions
         .map(|after| (after / 10).clamp(Duration::from_millis(100), Duration::from_secs(60)));
@@ -589,6 +607,6 @@ pub async fn serve(
         tokio::time::sleep(Duration::from_millis(200)).await;
         shutdown.cancel();
     };
-    listener::serve(listener, app, options.limits, graceful).await;
+    listener::serve(listener, tls, app, options.limits, graceful).await;
     Ok(())
 }

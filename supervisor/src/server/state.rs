@@ -62,7 +62,9 @@ pub struct ClientPolicy {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// A token that may read `GET /metrics` and nothing else (`--metrics-token`), for a scraper that should hold
     /// no admin token.
-    pub metrics_token: Option<String>,
+    pub metrics_token: Option<Arc<super::live::LiveSecret>>,
+    /// Requests a tenant may send this node in a time (`--tenant-request-rate`, `--tenant-request-rate-for`).
+    pub request_rates: super::rate::RequestRates,
     /// A tenant sees only the installed bundles granted to it, or that it pulled or imported
     /// (`--tenant-bundles`); otherwise every tenant sees every bundle.
     pub tenant_bundles: bool,
@@ -74,7 +76,7 @@ pub struct AppState {
     /// The runtime.
     pub rt: ServiceRuntime,
     /// Bearer token every endpoint but /healthz requires; None only with `--no-auth`.
-    pub token: Option<Arc<str>>,
+    pub token: Option<Arc<super::live::LiveSecret>>,
     /// Cancelled at shutdown; ends the event streams.
     pub shutdown: CancellationToken,
     /// The host names requests may address.
@@ -83,6 +85,8 @@ pub struct AppState {
     pub policy: Arc<ClientPolicy>,
     /// Open event streams per client address.
     pub streams: Arc<StreamCounts>,
+    /// Each tenant's requests against its rate.
+    pub rates: Arc<super::rate::TenantLimiter>,
     /// This node's place in a cluster sharing one store; None for a server of its own.
     pub cluster: Option<Arc<Cluster>>,
     /// The client requests for other nodes go through.

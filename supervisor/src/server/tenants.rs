@@ -82,6 +82,11 @@ pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next)
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD
     );
+    if let Some(refused) = over_rate(st, &caller, &identity) {
+        let mut response = refused.into_response();
+        response.extensions_mut().insert(identity);
+        return response;
+    }
     if caller.role == Role::ReadOnly && !reads {
         let mut response = ApiError::new(
             StatusCode::FORBIDDEN,
@@ -100,6 +105,36 @@ pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next)
     let mut response = next.run(req).await;
     response.extensions_mut().insert(identity);
     response
+}
+
+/// 429 `rate_limited` when `caller`'s tenant is over its request rate on this node (see `rate`). Operators are not
+/// limited, and a request another node forwarded was counted where it came in.
+fn over_rate(
+    st: &AppState,
+    caller: &Caller,
+    identity: &super::access::Identity,
+) -> Option<ApiError> {
+    let rates = &st.policy.request_rates;
+    if !rates.is_on() || caller.role == Role::Operator || identity.token_id == "cluster" {
+        return None;
+    }
+    let over = st.rates.take(rates, &caller.tenant).err()?;
+    st.rt
+        .metrics()
+        .quota_refused(&caller.tenant, "rate_limited");
+    let seconds = over.retry_after.as_secs_f64().ceil().max(1.0) as u32;
+    Some(
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!(
+                "tenant \"{}\" is over its rate of {} requests on this node; retry after {seconds} s, or ask the \
+                 operator to raise it (serve --tenant-request-rate-for {}=RATE)",
+                caller.tenant, over.rate, caller.tenant
+            ),
+        )
+        .retry_after(seconds),
+    )
 }
 
 /// What a request's token comes to.
@@ -121,7 +156,7 @@ pub async fn authenticate(st: &AppState, headers: &HeaderMap) -> Authenticated {
     let Some(given) = bearer(headers) else {
         return Authenticated::Refused;
     };
-    if token::same_secret(given.as_bytes(), expected.as_bytes()) {
+    if expected.matches(given.as_bytes()) {
         return Authenticated::Caller(Caller::operator());
     }
     if let Some(cluster) = st.cluster.as_deref() {
@@ -186,8 +221,7 @@ fn metrics_scrape(st: &AppState, req: &Request) -> bool {
     };
     req.method() == axum::http::Method::GET
         && req.uri().path() == "/metrics"
-        && bearer(req.headers())
-            .is_some_and(|given| token::same_secret(given.as_bytes(), expected.as_bytes()))
+        && bearer(req.headers()).is_some_and(|given| expected.matches(given.as_bytes()))
 }
 
 /// What a path names: `/sessions/{id}…` or `/approvals/{id}`.

@@ -4,8 +4,56 @@
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::ServeError;
+use std::sync::Arc;
+
+use super::live::LiveSecret;
+use super::{Auth, ServeError};
 use crate::home::ServiceHome;
+
+/// The server token `auth` asks for, and the token when a new one was generated: generated tokens and
+/// `SERVICE_TOKEN_FILE` are read again when their file changes (see `live`).
+pub fn resolve(
+    auth: Auth,
+    home: &ServiceHome,
+) -> Result<(Option<Arc<LiveSecret>>, Option<String>), ServeError> {
+    const NAME: &str = "server token";
+    let from_home = |t: &str| {
+        LiveSecret::from_file(NAME, t, home.token_file(), |path| {
+            stored_at(path).ok_or_else(|| {
+                "it must hold 64 hex digits and be a regular file of this user's, mode 0600".into()
+            })
+        })
+    };
+    Ok(match auth {
+        Auth::None => (None, None),
+        Auth::Token(t) => (Some(Arc::new(LiveSecret::fixed(NAME, &t))), None),
+        Auth::TokenFile { token, file } => (
+            Some(Arc::new(LiveSecret::from_file(
+                NAME,
+                &token,
+                file,
+                super::live::read_secret_file,
+            ))),
+            None,
+        ),
+        Auth::Generated { rotate } => match stored(home).filter(|_| !rotate) {
+            // Kept across restarts, so that signed-in browsers and scripts keep working.
+            Some(t) => (Some(Arc::new(from_home(&t))), None),
+            None => {
+                let t = generate();
+                store(home, &t)?;
+                (Some(Arc::new(from_home(&t))), Some(t))
+            }
+        },
+    })
+}
+
+/// The first 16 hex digits of the token's SHA-256: enough to tell two tokens apart in a listing, nothing to
+/// recover either from.
+pub fn fingerprint(token: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(token.as_bytes())[..8])
+}
 
 /// 256 random bits as hex.
 pub fn generate() -> String {
@@ -19,12 +67,15 @@ pub fn generate() -> String {
 /// The token of `serve.token` when it holds one this process may keep using: 64 hex digits, in a regular file only
 /// its owner (this user) may read.
 pub fn stored(home: &ServiceHome) -> Option<String> {
+    stored_at(&home.token_file())
+}
+
+fn stored_at(path: &std::path::Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let path = home.token_file();
-    let meta = std::fs::symlink_metadata(&path).ok()?;
+    let meta = std::fs::symlink_metadata(path).ok()?;
     let ours =
         meta.is_file() && meta.mode() & 0o077 == 0 && meta.uid() == nix::unistd::geteuid().as_raw();
-    let token = std::fs::read_to_string(&path).ok()?.trim().to_string();
+    let token = std::fs::read_to_string(path).ok()?.trim().to_string();
     (ours && token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit())).then_some(token)
 }
 

@@ -307,6 +307,10 @@ async fn a_killed_owner_costs_one_turn_marked_node_lost_and_the_next_turn_runs_e
         .unwrap();
     assert!(metrics.contains("service_takeovers_total 1\n"), "{metrics}");
     assert!(
+        metrics.contains("service_nodes_lost_total 1\n"),
+        "{metrics}"
+    );
+    assert!(
         metrics.contains("service_forward_failures_total{reason=\"unreachable\"}"),
         "{metrics}"
     );

@@ -176,10 +176,13 @@ async fn metrics_time_turns_and_requests_by_route_template_and_serve_every_metri
                 .unwrap_or(word);
             // A family labeled by tenant has no series before its first event, and is not written until then:
             // its registration is what is checked.
+            let registered = |name: &str| {
+                include_str!("../../../supervisor/src/metrics.rs").contains(&format!("\"{name}\","))
+            };
             let served = body.contains(&format!("# TYPE {family} "))
-                || (family == "service_quota_refusals"
-                    && include_str!("../../../supervisor/src/metrics.rs")
-                        .contains("\"quota_refusals\","));
+                || (family == "service_quota_refusals" && registered("quota_refusals"))
+                || (family == "service_tenant_quota_headroom"
+                    && registered("tenant_quota_headroom"));
             assert!(
                 served,
                 "the rule `{expr}` names {word}, which /metrics does not serve:\n{body}"

@@ -31,6 +31,7 @@ mod diffs;
 mod distribution;
 mod docs;
 mod drain;
+mod edge;
 mod egress;
 mod escape;
 mod escape_surfaces;

@@ -12,9 +12,14 @@ use super::support::{write_bundle, Server};
 /// Opens the session's event stream as a client `X-Forwarded-For` names: its status, and the response, which holds
 /// the stream open while it lives.
 async fn stream(api: &Api, id: &str, forwarded_for: &str) -> (u16, reqwest::Response) {
+    stream_with(api, id, "x-forwarded-for", forwarded_for).await
+}
+
+/// [`stream`] with the client named in `header`.
+async fn stream_with(api: &Api, id: &str, header: &str, value: &str) -> (u16, reqwest::Response) {
     let resp = api
         .req(reqwest::Method::GET, &format!("/sessions/{id}/events"))
-        .header("x-forwarded-for", forwarded_for)
+        .header(header, value)
         .send()
         .await
         .unwrap();
@@ -77,6 +82,52 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_stream_cap_and_a_forged_
         clients_logged(api.server(), |l| l["status"] == 429),
         ["127.0.0.1", "127.0.0.1"]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_forwarded_header_names_the_client_and_a_clients_own_counts_for_nothing() {
+    let bundle = TempDir::new().unwrap();
+    write_bundle(
+        bundle.path(),
+        r#"{turns: [{replies: [{text: "hi"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let bundle = bundle.path().to_str().unwrap();
+    let cap = ["--max-streams-per-client", "1", "--log-format", "json"];
+
+    let home = TempDir::new().unwrap();
+    let mut args = cap.to_vec();
+    args.extend(["--trusted-proxy", "127.0.0.1"]);
+    let mut api = Api::new(Server::start(home.path(), &args, &[]));
+    let id = api.session(bundle).await;
+    let (status, _first) = stream_with(&api, &id, "forwarded", "for=203.0.113.1;proto=https").await;
+    assert_eq!(status, 200);
+    let (status, _) = stream_with(&api, &id, "forwarded", "for=203.0.113.1").await;
+    assert_eq!(status, 429, "the same client's second stream");
+    // The client's own element on the left, the proxy's on the right; it wins over an X-Forwarded-For beside it.
+    let resp = api
+        .req(reqwest::Method::GET, &format!("/sessions/{id}/events"))
+        .header("forwarded", r#"for=203.0.113.1, for="[2001:db8::2]:4711""#)
+        .header("x-forwarded-for", "203.0.113.1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "another client's first stream");
+    assert_eq!(
+        clients_logged(api.server(), |l| l["client"] == "2001:db8::2"),
+        ["203.0.113.1", "203.0.113.1", "2001:db8::2"]
+    );
+    drop(resp);
+
+    // From a peer that is not a trusted proxy, Forwarded is the client's writing and changes nothing.
+    let home = TempDir::new().unwrap();
+    let api = Api::new(Server::start(home.path(), &cap, &[]));
+    let id = api.session(bundle).await;
+    let (status, _first) = stream_with(&api, &id, "forwarded", "for=203.0.113.1").await;
+    assert_eq!(status, 200);
+    let (status, _) = stream_with(&api, &id, "forwarded", "for=203.0.113.2").await;
+    assert_eq!(status, 429, "a forged Forwarded dodged the cap");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
