@@ -49,7 +49,7 @@ enum TokensCommand {
         #[arg(long, conflicts_with = "role")]
         admin: bool,
         /// What it may do: operator, tenant-admin (its tenant's sessions and tokens), user (the default; its
-        /// tenant's sessions) or read-only (GET only).
+        /// tenant's sessions), read-only (GET only) or metrics (GET /metrics only, every tenant's figures).
         #[arg(long, value_parser = role)]
         role: Option<tenancy::Role>,
         /// How long it is valid: 30d, 12h, 90m (default: until revoked).
@@ -419,8 +419,9 @@ fn print_tokens(all: &[TokenView]) {
 
 /// A `--role` value.
 fn role(text: &str) -> Result<tenancy::Role, String> {
-    tenancy::Role::parse(text)
-        .ok_or_else(|| format!("{text}: a role is operator, tenant-admin, user or read-only"))
+    tenancy::Role::parse(text).ok_or_else(|| {
+        format!("{text}: a role is operator, tenant-admin, user, read-only or metrics")
+    })
 }
 
 /// Appends a local command's change to the store's audit log, as the server does for its API's; a log that cannot

@@ -1,5 +1,5 @@
 //! The audit trail: for each change to who may do what (tokens made and revoked, quotas set, bundles granted and
-//! taken back), an entry appended to the store's audit log (see `tenancy::audit`) and an `audit` log line, naming
+//! taken back) and to what runs (bundles installed, pulled, pushed and removed; sessions deleted), an entry appended to the store's audit log (see `tenancy::audit`) and an `audit` log line, naming
 //! the actor (its tenant and token id), the client's address (as the access log resolves it, trusted proxies
 //! included), the action and what it changed. Token secrets never appear; a token is named by its public id.
 
@@ -29,12 +29,21 @@ impl FromRequestParts<AppState> for Actor {
             .extensions
             .get::<Caller>()
             .map(|caller| super::tenants::identity(st, caller, &parts.headers));
-        Ok(Actor {
-            identity,
-            client: parts
+        // A request another node forwarded names the client that node served.
+        let client = match super::tenants::from_peer(st, &parts.headers) {
+            true => parts
+                .headers
+                .get(&super::tenants::ACTOR_CLIENT)
+                .and_then(|v| v.to_str().ok()?.parse::<std::net::IpAddr>().ok())
+                .map(|ip| ip.to_string()),
+            false => parts
                 .extensions
                 .get::<ClientAddr>()
                 .map(|c| c.0.ip().to_string()),
+        };
+        Ok(Actor {
+            identity,
+            client,
             directory: st.rt.tenancy().directory().clone(),
         })
     }

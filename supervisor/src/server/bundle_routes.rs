@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::api::ApiResult;
 use super::api::{ApiError, ApiPath, ApiQuery};
+use super::audit::Actor;
 use super::state::AppState;
 use crate::bundle::{self, Origin};
 
@@ -35,13 +36,33 @@ fn blocking_failed(what: &str) -> ApiError {
 pub async fn remove_bundle(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
+    actor: Actor,
     ApiPath(reference): ApiPath<String>,
     ApiQuery(q): ApiQuery<RemoveQuery>,
 ) -> ApiResult<Json<bundle::BundleInfo>> {
     // Installed bundles are shared by every tenant.
     super::tenants::admin_only(&caller, "removing a bundle")?;
     super::policy::bundle_ref(&st.policy, &reference)?;
-    Ok(Json(st.rt.remove_bundle(&reference, q.force).await?))
+    let removed = st.rt.remove_bundle(&reference, q.force).await?;
+    record_bundle(
+        &actor,
+        "bundle_removed",
+        &removed,
+        serde_json::json!({"force": q.force}),
+    )
+    .await;
+    Ok(Json(removed))
+}
+
+/// Records a change to the installed bundles in the audit log, naming the bundle by reference and digest.
+pub(super) async fn record_bundle(
+    actor: &Actor,
+    action: &str,
+    bundle: &bundle::BundleInfo,
+    mut detail: serde_json::Value,
+) {
+    detail["digest"] = serde_json::Value::String(bundle.digest.clone());
+    actor.record(action, &bundle.reference, detail).await;
 }
 
 /// An installed bundle as an OCI image layout tar (`skopeo` reads it as `oci-archive:`).
@@ -92,6 +113,7 @@ pub async fn export_bundle(
 pub async fn import_bundle(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
+    actor: Actor,
     body: Bytes,
 ) -> ApiResult<impl IntoResponse> {
     let home = st.rt.home().clone();
@@ -112,6 +134,8 @@ pub async fn import_bundle(
     debug_assert!(matches!(installed.origin, Origin::Installed { .. }));
     // Over a shared store every node runs it: the store keeps its content for them.
     st.rt.share_bundle(&installed).await?;
+    let info = installed.info();
+    record_bundle(&actor, "bundle_imported", &info, serde_json::json!({})).await;
     Ok((
         StatusCode::CREATED,
         Json(installed.info().for_caller(caller.admin)),

@@ -83,7 +83,14 @@ pub async fn forward(State(st): State<AppState>, req: Request, next: Next) -> Re
             super::tenants::CALLER,
             super::tenants::caller_header(&caller),
         )
+        .header(
+            super::tenants::ACTOR_TOKEN,
+            super::tenants::identity(&st, &caller, &parts.headers).token_id,
+        )
         .body(bytes);
+    if let Some(client) = parts.extensions.get::<super::listener::ClientAddr>() {
+        onward = onward.header(super::tenants::ACTOR_CLIENT, client.0.ip().to_string());
+    }
     for name in KEPT {
         if let Some(v) = parts.headers.get(&name) {
             onward = onward.header(name, v);

@@ -201,9 +201,13 @@ pub async fn session_journal(
 #[utoipa::path(delete, path = "/sessions/{id}", params(("id" = String, Path)), responses((status = 204, description = "Deleted")))]
 pub async fn delete_session(
     State(st): State<AppState>,
+    actor: super::audit::Actor,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<StatusCode> {
     st.rt.delete_session(&id).await?;
+    actor
+        .record("session_deleted", &id, serde_json::Value::Null)
+        .await;
     Ok(StatusCode::NO_CONTENT)
 }
 

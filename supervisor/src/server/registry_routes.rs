@@ -124,6 +124,7 @@ impl From<RegistryError> for ApiError {
 pub async fn pull_bundle(
     State(st): State<AppState>,
     axum::Extension(caller): axum::Extension<crate::tenancy::Caller>,
+    actor: super::audit::Actor,
     ApiJson(req): ApiJson<PullRequest>,
 ) -> ApiResult<impl IntoResponse> {
     allowed(&st.policy, &req.reference)?;
@@ -135,6 +136,9 @@ pub async fn pull_bundle(
     .await?;
     super::tenants::admit_install(&st, &caller, &staged.name()).await?;
     let installed = registry::install_pulled(st.rt.home(), &req.reference, staged)?;
+    let info = installed.info();
+    super::bundle_routes::record_bundle(&actor, "bundle_pulled", &info, serde_json::json!({}))
+        .await;
     Ok((
         StatusCode::CREATED,
         Json(installed.info().for_caller(caller.admin)),
@@ -147,12 +151,15 @@ pub async fn pull_bundle(
         (status = 502, description = "The registry could not be reached", body = super::api::ErrorEnvelope)))]
 pub async fn push_bundle(
     State(st): State<AppState>,
+    actor: super::audit::Actor,
     ApiJson(req): ApiJson<PushRequest>,
 ) -> ApiResult<Json<Pushed>> {
     super::policy::bundle_ref(&st.policy, &req.bundle_ref)?;
     allowed(&st.policy, &req.target)?;
     let bundle = resolve_bundle(&st, req.bundle_ref.clone()).await?;
     let pushed = registry::push(&bundle, &req.target, &access(req.auth, req.plain_http)).await?;
+    let detail = serde_json::json!({"target": req.target});
+    super::bundle_routes::record_bundle(&actor, "bundle_pushed", &bundle.info(), detail).await;
     Ok(Json(pushed))
 }
 

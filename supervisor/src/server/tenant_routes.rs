@@ -178,13 +178,17 @@ pub async fn list_tokens(
 fn may_manage(caller: &Caller, tenant: &str, role: Role, what: &str) -> Result<(), ApiError> {
     match caller.role {
         Role::Operator => Ok(()),
-        Role::TenantAdmin if tenant == caller.tenant && role != Role::Operator => Ok(()),
+        Role::TenantAdmin
+            if tenant == caller.tenant && !matches!(role, Role::Operator | Role::Metrics) =>
+        {
+            Ok(())
+        }
         Role::TenantAdmin => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "tenant_admin_scope",
             format!(
-                "{what}: a tenant-admin token of \"{}\" manages its own tenant's tokens, and never an operator's; \
-                 ask an operator",
+                "{what}: a tenant-admin token of \"{}\" manages its own tenant's tokens, and never an operator's \
+                 or a metrics token (which reads every tenant's figures); ask an operator",
                 caller.tenant
             ),
         )),

@@ -25,6 +25,22 @@ pub const FORWARDED_BY: HeaderName = HeaderName::from_static("x-service-forwarde
 /// `admin:<name>`. Trusted only beside the cluster token.
 pub const CALLER: HeaderName = HeaderName::from_static("x-service-caller");
 
+/// On a forwarded request: the public id of the token the client sent the first node (`server` for the server's
+/// own), for the owner's access and audit logs. Trusted only beside the cluster token.
+pub const ACTOR_TOKEN: HeaderName = HeaderName::from_static("x-service-actor-token");
+
+/// On a forwarded request: the client's address as the first node resolved it. Trusted only beside the cluster
+/// token.
+pub const ACTOR_CLIENT: HeaderName = HeaderName::from_static("x-service-actor-client");
+
+/// Whether the request comes from another node of the cluster (it sends the cluster token).
+pub fn from_peer(st: &AppState, headers: &HeaderMap) -> bool {
+    let given = bearer(headers).unwrap_or_default();
+    st.cluster
+        .as_deref()
+        .is_some_and(|c| token::same_secret(given.as_bytes(), c.token.as_bytes()))
+}
+
 /// The header value that names `caller` to another node.
 pub fn caller_header(caller: &Caller) -> HeaderValue {
     HeaderValue::from_str(&format!("{}:{}", caller.role.as_str(), caller.tenant))
@@ -59,13 +75,17 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// the server's own token, `cluster` for another node's forwarding).
 pub fn identity(st: &AppState, caller: &Caller, headers: &HeaderMap) -> super::access::Identity {
     let given = bearer(headers).unwrap_or_default();
-    let forwarded = st
-        .cluster
-        .as_deref()
-        .is_some_and(|c| token::same_secret(given.as_bytes(), c.token.as_bytes()));
+    let forwarded_for = || {
+        headers
+            .get(&ACTOR_TOKEN)
+            .and_then(|v| v.to_str().ok())
+            .filter(|id| id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric()))
+            .map_or("cluster", |id| id)
+            .to_string()
+    };
     let token_id = match token::id_of(given) {
         Some(id) => id.to_string(),
-        None if forwarded => "cluster".to_string(),
+        None if from_peer(st, headers) => forwarded_for(),
         None => "server".to_string(),
     };
     super::access::Identity {
@@ -82,8 +102,30 @@ pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next)
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD
     );
-    if let Some(refused) = over_rate(st, &caller, &identity) {
+    if let Some(refused) = over_rate(st, &caller, from_peer(st, req.headers())) {
         let mut response = refused.into_response();
+        response.extensions_mut().insert(identity);
+        return response;
+    }
+    if caller.role == Role::Metrics {
+        let scrape = req.method() == axum::http::Method::GET && req.uri().path() == "/metrics";
+        let mut response = match scrape {
+            // The scraper reads every tenant's figures, as the operator does, and nothing else.
+            true => {
+                req.extensions_mut().insert(Caller::operator());
+                next.run(req).await
+            }
+            false => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "metrics_token",
+                format!(
+                    "a metrics token may only read GET /metrics; {} {} needs another token",
+                    req.method(),
+                    req.uri().path()
+                ),
+            )
+            .into_response(),
+        };
         response.extensions_mut().insert(identity);
         return response;
     }
@@ -109,13 +151,9 @@ pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next)
 
 /// 429 `rate_limited` when `caller`'s tenant is over its request rate on this node (see `rate`). Operators are not
 /// limited, and a request another node forwarded was counted where it came in.
-fn over_rate(
-    st: &AppState,
-    caller: &Caller,
-    identity: &super::access::Identity,
-) -> Option<ApiError> {
+fn over_rate(st: &AppState, caller: &Caller, forwarded: bool) -> Option<ApiError> {
     let rates = &st.policy.request_rates;
-    if !rates.is_on() || caller.role == Role::Operator || identity.token_id == "cluster" {
+    if !rates.is_on() || caller.role == Role::Operator || forwarded {
         return None;
     }
     let over = st.rates.take(rates, &caller.tenant).err()?;
@@ -474,6 +512,7 @@ mod tests {
             Role::TenantAdmin,
             Role::User,
             Role::ReadOnly,
+            Role::Metrics,
         ] {
             let acme = Caller::of("acme", role);
             headers.insert(CALLER, caller_header(&acme));

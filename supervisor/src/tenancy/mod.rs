@@ -86,6 +86,9 @@ pub enum Role {
     User,
     /// Its own tenant's sessions, read only: GET and HEAD requests.
     ReadOnly,
+    /// `GET /metrics` and nothing else, for a scraper; the metrics cover every tenant, so only an operator makes
+    /// one.
+    Metrics,
 }
 
 impl Role {
@@ -101,6 +104,7 @@ impl Role {
             Role::TenantAdmin => "tenant-admin",
             Role::User => "user",
             Role::ReadOnly => "read-only",
+            Role::Metrics => "metrics",
         }
     }
 
@@ -111,6 +115,7 @@ impl Role {
             Role::TenantAdmin,
             Role::User,
             Role::ReadOnly,
+            Role::Metrics,
         ]
         .into_iter()
         .find(|r| r.as_str() == name)

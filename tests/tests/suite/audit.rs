@@ -2,7 +2,9 @@
 //! store's audit log and an `audit` log line, naming the actor's tenant and token id, the client's address as it
 //! connected (whatever address its headers claim), the action and what it changed, and never a token's secret; a
 //! refused attempt changes nothing and leaves no entry. `GET /audit` and `service-rs audit` read the log, where
-//! local `tokens` commands leave their entries too. Against the real `serve`, over both session stores.
+//! local `tokens` commands leave their entries too. Bundles installed, pulled, pushed and removed, and sessions
+//! deleted, are entries as well; a deletion another node forwarded names the client and token that asked for it.
+//! Against the real `serve`, over both session stores.
 
 use serde_json::{json, Value};
 
@@ -153,4 +155,94 @@ async fn token_and_quota_changes_each_leave_an_audit_line_naming_actor_client_an
         "{last}"
     );
     assert_eq!(tail[0]["object"], user["id"], "{tail:#}");
+}
+
+/// The audit entries (action, object, actor token) whose action is one of `actions`, oldest first.
+async fn entries(api: &Api, actions: &[&str]) -> Vec<(String, String, String)> {
+    let (status, stored) = api.get("/audit?limit=100").await;
+    assert_eq!(status, 200, "{stored}");
+    let field = |e: &Value, k: &str| e[k].as_str().unwrap_or_default().to_string();
+    stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| actions.contains(&e["action"].as_str().unwrap_or_default()))
+        .map(|e| {
+            (
+                field(e, "action"),
+                field(e, "object"),
+                field(e, "actor_token"),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bundles_installed_and_removed_and_sessions_deleted_are_audit_entries_naming_who() {
+    let env = Env::new();
+    let operator = Api::new(Server::start(env.home.path(), &[], &[]));
+    let (status, made) = operator.post("/tokens", json!({"tenant": "acme"})).await;
+    assert_eq!(status, 201, "{made}");
+    let acme_id = made["id"].as_str().unwrap().to_string();
+    let acme = operator.beside(made["token"].as_str().unwrap());
+
+    let project = tempfile::TempDir::new().unwrap();
+    super::support::write_bundle(
+        project.path(),
+        r#"{turns: [{replies: [{text: "hi"}]}]}"#,
+        "",
+        "read_only",
+    );
+    let imported = operator
+        .req(reqwest::Method::POST, "/bundles/import")
+        .header("content-type", "application/x-tar")
+        .body(super::tenant_bundle_names::tar_of(&project))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(imported.status(), 201);
+    let id = acme.session("fixture").await;
+    assert_eq!(
+        acme.req(reqwest::Method::DELETE, &format!("/sessions/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    // Refused: another tenant's session is not found, and nothing is recorded for it.
+    let other = operator.session("fixture").await;
+    let refused = acme
+        .req(reqwest::Method::DELETE, &format!("/sessions/{other}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 404);
+    let removed = operator
+        .req(
+            reqwest::Method::DELETE,
+            "/bundles/local%2Ffixture:1.0.0?force=true",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), 200);
+
+    let kinds = ["bundle_imported", "session_deleted", "bundle_removed"];
+    assert_eq!(
+        entries(&operator, &kinds).await,
+        [
+            (
+                "bundle_imported".into(),
+                "local/fixture:1.0.0".into(),
+                "server".into()
+            ),
+            ("session_deleted".into(), id, acme_id),
+            (
+                "bundle_removed".into(),
+                "local/fixture:1.0.0".into(),
+                "server".into()
+            ),
+        ]
+    );
 }

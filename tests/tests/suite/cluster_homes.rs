@@ -130,3 +130,45 @@ async fn a_local_prune_of_a_cluster_nodes_home_leaves_its_sessions_directories_a
     );
     assert_eq!(a.answer(&id, "read").await, "read: kept");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_forwarded_to_the_home_node_is_audited_there_as_the_client_and_token_that_asked()
+{
+    let pg = Postgres::start();
+    let bundle = TempDir::new().unwrap();
+    write_bundle(bundle.path(), SCRIPT, "", "workspace_write");
+    let bundle = bundle.path().to_str().unwrap();
+    let (_a_home, a) = node_with(&pg, "a", "10s", &[]);
+    let (b_home, b) = node_with(&pg, "b", "10s", &[]);
+    let (status, made) = a
+        .post("/tokens", serde_json::json!({"tenant": "acme"}))
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let acme_id = made["id"].as_str().unwrap().to_string();
+    let (acme_on_a, acme_on_b) = (
+        a.beside(made["token"].as_str().unwrap()),
+        b.beside(made["token"].as_str().unwrap()),
+    );
+    let id = acme_on_a.session(bundle).await;
+    assert_eq!(acme_on_a.answer(&id, "write").await, "wrote");
+
+    // Deleted through B, which forwards to A, where the files are.
+    let deleted = acme_on_b
+        .req(reqwest::Method::DELETE, &format!("/sessions/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert!(!b_home.path().join("sessions").join(&id).exists());
+    let (_, audit) = b.get("/audit?limit=50").await;
+    let entry = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "session_deleted")
+        .unwrap_or_else(|| panic!("no session_deleted entry: {audit:#}"));
+    assert_eq!(entry["object"], id.as_str(), "{entry}");
+    assert_eq!(entry["actor_tenant"], "acme", "{entry}");
+    assert_eq!(entry["actor_token"], acme_id.as_str(), "{entry}");
+    assert_eq!(entry["client"], "127.0.0.1", "{entry}");
+}

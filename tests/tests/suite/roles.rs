@@ -126,3 +126,54 @@ async fn a_read_only_token_reads_and_changes_nothing_through_any_front_end() {
     let (_, sessions) = operator.get("/sessions").await;
     assert_eq!(sessions.as_array().map(Vec::len), Some(0), "{sessions}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_token_scrapes_every_tenants_figures_and_reaches_nothing_else() {
+    let env = Env::new();
+    let operator = Api::new(Server::start(env.home.path(), &[], &[]));
+    let (_, admin_token) = made(&operator, json!({"tenant": "acme", "role": "tenant-admin"})).await;
+    // Metrics cover every tenant: a tenant-admin may not make a scraper's token.
+    let (status, refused) = operator
+        .beside(&admin_token)
+        .post("/tokens", json!({"tenant": "acme", "role": "metrics"}))
+        .await;
+    assert_eq!(
+        (status, code(&refused)),
+        (403, "tenant_admin_scope"),
+        "{refused}"
+    );
+    let (_, token) = made(
+        &operator,
+        json!({"tenant": "monitoring", "role": "metrics"}),
+    )
+    .await;
+    let scraper = operator.beside(&token);
+    let scraped = scraper
+        .req(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scraped.status(), 200);
+    assert!(scraped.text().await.unwrap().contains("service_build_info"));
+    // Everything else, reading or writing, on every front end.
+    for (method, path) in [
+        (reqwest::Method::GET, "/sessions"),
+        (reqwest::Method::GET, "/tokens"),
+        (reqwest::Method::GET, "/audit"),
+        (reqwest::Method::GET, "/v1/models"),
+        (reqwest::Method::POST, "/sessions"),
+        (reqwest::Method::POST, "/tokens"),
+    ] {
+        let refused = scraper
+            .req(method.clone(), path)
+            .json(&json!({"tenant": "monitoring", "role": "operator"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 403, "{method} {path}");
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(code(&body), "metrics_token", "{method} {path}: {body}");
+    }
+    let (_, all) = operator.get("/tokens").await;
+    assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
+}
