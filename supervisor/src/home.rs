@@ -83,6 +83,12 @@ impl ServiceHome {
         self.run_dir().join("sandbox")
     }
 
+    /// `run/sandbox-backend`: the sandbox backend `auto` found here, and under what (see `sandbox::backend`). A file
+    /// of `run/` itself, which no sandbox is given.
+    pub fn backend_file(&self) -> PathBuf {
+        self.run_dir().join("sandbox-backend")
+    }
+
     /// `cluster`: written by `serve --store postgres://…`, naming the database that holds the records of the
     /// sessions whose directories are here. A command that opens this home with its own files store (a `sessions
     /// prune` from a cron job) reads it, and leaves those directories alone.

@@ -268,7 +268,8 @@ impl ServiceRuntime {
             options.dangerous_sandbox_mode,
             options.sandbox_user.clone(),
             options.sandbox_backend,
-        );
+        )
+        .remembering_in(home.backend_file());
         Self::with_launcher(home, options, Box::new(launcher))
     }
 
@@ -294,7 +295,8 @@ impl ServiceRuntime {
             options.dangerous_sandbox_mode,
             options.sandbox_user.clone(),
             options.sandbox_backend,
-        );
+        )
+        .remembering_in(home.backend_file());
         Self::with_parts(home, options, Box::new(launcher), store)
     }
 

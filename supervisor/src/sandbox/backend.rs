@@ -3,7 +3,10 @@
 //! bubblewrap fails for different reasons in different places (Docker's default seccomp profile refuses its
 //! namespaces, Podman's masked `/proc` refuses its mount, a hardened kernel refuses unprivileged user namespaces),
 //! so `auto` does not guess from the environment: it starts bwrap once, with the namespaces and mounts a sandbox
-//! needs, and uses Landlock when that fails. The answer is kept for the process.
+//! needs, and uses Landlock when that fails. The answer is kept for the process, and in the home's
+//! `run/sandbox-backend` for the next processes (a one-shot `run` would otherwise pay a bwrap start, about 5 ms, before its worker's):
+//! under the facts that decide it, so that a reboot, another container or namespace, another bwrap, another user,
+//! another seccomp filter or a changed user-namespace sysctl finds it out again. `doctor` always does.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -87,6 +90,135 @@ impl Resolved {
     }
 }
 
+/// [`resolve`], with `auto`'s answer read from, or written to, `file` when the facts that decide it are those it
+/// was found under.
+pub fn resolve_remembered(choice: BackendChoice, file: &std::path::Path) -> Resolved {
+    if choice != BackendChoice::Auto {
+        return resolve(choice);
+    }
+    AUTO.get_or_init(|| {
+        let Some(path) = super::find_bwrap() else {
+            return landlock("it is not installed".into());
+        };
+        let Some(facts) = conditions(&path) else {
+            return probe(path);
+        };
+        if let Some(found) = remembered(file, &facts) {
+            return match found {
+                None => Resolved::Bwrap(path),
+                Some(why) => landlock(why),
+            };
+        }
+        let resolved = probe(path);
+        let why = match &resolved {
+            Resolved::Bwrap(_) => None,
+            Resolved::Landlock { why, .. } => Some(why.clone()),
+            Resolved::Unavailable(_) => return resolved,
+        };
+        remember(file, &facts, why.as_deref());
+        resolved
+    })
+    .clone()
+}
+
+/// `auto`'s answer in this process.
+static AUTO: OnceLock<Resolved> = OnceLock::new();
+
+fn probe(path: PathBuf) -> Resolved {
+    match bwrap_starts(&path) {
+        Ok(()) => Resolved::Bwrap(path),
+        Err(why) => landlock(why),
+    }
+}
+
+/// What decides whether bwrap starts here, as one line: the boot, this process's namespaces, user and seccomp
+/// state, the sysctls that allow user namespaces, the bwrap binary, and this release. None when one cannot be read.
+fn conditions(bwrap: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string());
+    let mut facts = vec![read("/proc/sys/kernel/random/boot_id").ok()?];
+    for ns in ["user", "mnt", "pid", "net"] {
+        facts.push(
+            std::fs::read_link(format!("/proc/self/ns/{ns}"))
+                .ok()?
+                .display()
+                .to_string(),
+        );
+    }
+    for sysctl in [
+        "/proc/sys/user/max_user_namespaces",
+        "/proc/sys/kernel/unprivileged_userns_clone",
+        "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+    ] {
+        facts.push(read(sysctl).unwrap_or_else(|_| "-".into()));
+    }
+    let status = read("/proc/self/status").ok()?;
+    facts.extend(
+        status
+            .lines()
+            .filter(|l| l.starts_with("Seccomp") || l.starts_with("NoNewPrivs"))
+            .map(str::to_string),
+    );
+    let meta = std::fs::metadata(bwrap).ok()?;
+    facts.push(format!(
+        "{} {} {} {} {}",
+        bwrap.display(),
+        meta.ino(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ));
+    facts.push(nix::unistd::geteuid().to_string());
+    facts.push(env!("CARGO_PKG_VERSION").to_string());
+    Some(facts.join("\t"))
+}
+
+/// The answer `file` holds for `facts`: Some(None) for bubblewrap, Some(Some(why)) for Landlock, None when it
+/// holds none for them.
+fn remembered(file: &std::path::Path, facts: &str) -> Option<Option<String>> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let (key, answer) = text.split_once('\n')?;
+    if key != facts {
+        return None;
+    }
+    let answer = answer.trim_end_matches('\n');
+    match answer.strip_prefix("landlock ") {
+        Some(why) => Some(Some(why.to_string())),
+        None => (answer == "bwrap").then_some(None),
+    }
+}
+
+/// Writes the answer for `facts` (through a temporary file and a rename, mode 0600); a cache that cannot be
+/// written costs the next process a probe, nothing more.
+fn remember(file: &std::path::Path, facts: &str, landlock_why: Option<&str>) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let answer = match landlock_why {
+        None => "bwrap".to_string(),
+        Some(why) => format!("landlock {}", why.replace('\n', " ")),
+    };
+    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    let written = file
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(format!("{facts}\n{answer}\n").as_bytes())
+        })
+        .and_then(|()| std::fs::rename(&tmp, file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::debug!(
+            "the sandbox backend found here is not remembered in {}: {e}",
+            file.display()
+        );
+    }
+}
+
 /// Resolves `choice` on this host; `auto` starts bwrap once per process to find out.
 pub fn resolve(choice: BackendChoice) -> Resolved {
     match choice {
@@ -99,17 +231,12 @@ pub fn resolve(choice: BackendChoice) -> Resolved {
             ),
         },
         BackendChoice::Only(SandboxBackend::Landlock) => landlock(String::new()),
-        BackendChoice::Auto => {
-            static AUTO: OnceLock<Resolved> = OnceLock::new();
-            AUTO.get_or_init(|| match super::find_bwrap() {
+        BackendChoice::Auto => AUTO
+            .get_or_init(|| match super::find_bwrap() {
                 None => landlock("it is not installed".into()),
-                Some(path) => match bwrap_starts(&path) {
-                    Ok(()) => Resolved::Bwrap(path),
-                    Err(why) => landlock(why),
-                },
+                Some(path) => probe(path),
             })
-            .clone()
-        }
+            .clone(),
     }
 }
 
@@ -163,5 +290,36 @@ mod tests {
         );
         let err = "firejail".parse::<BackendChoice>().unwrap_err();
         assert!(err.contains("bwrap, landlock or auto"), "{err}");
+    }
+
+    #[test]
+    fn an_answer_is_read_back_only_under_the_facts_it_was_found_under() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("run/sandbox-backend");
+        assert_eq!(remembered(&file, "boot-1"), None);
+        remember(&file, "boot-1", None);
+        assert_eq!(remembered(&file, "boot-1"), Some(None));
+        assert_eq!(remembered(&file, "boot-2"), None);
+        remember(
+            &file,
+            "boot-2",
+            Some("bwrap: setting up uid map:\nPermission denied"),
+        );
+        assert_eq!(
+            remembered(&file, "boot-2"),
+            Some(Some("bwrap: setting up uid map: Permission denied".into()))
+        );
+        assert_eq!(remembered(&file, "boot-1"), None);
+        std::fs::write(&file, "boot-2\nsomething else\n").unwrap();
+        assert_eq!(remembered(&file, "boot-2"), None);
+        use std::os::unix::fs::PermissionsExt;
+        remember(&file, "boot-3", None);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // This process's facts can be read, and name the boot and the bwrap binary.
+        if let Some(bwrap) = crate::sandbox::find_bwrap() {
+            let facts = conditions(&bwrap).unwrap();
+            assert!(facts.contains(&bwrap.display().to_string()), "{facts}");
+        }
     }
 }

@@ -50,6 +50,8 @@ pub struct SandboxLauncher {
     resolving: std::sync::atomic::AtomicBool,
     /// The host views whose shared files [`Launcher::warm`] has made ready (or is making) in this process.
     warmed: Arc<Mutex<HashSet<Warmed>>>,
+    /// The file `auto`'s answer is kept in for the next processes (see `backend::resolve_remembered`).
+    backend_cache: Option<PathBuf>,
 }
 
 /// What decides a sandbox's host mounts besides the host itself, so what one warm-up makes ready for a bundle.
@@ -71,12 +73,20 @@ impl SandboxLauncher {
             resolved: Arc::default(),
             resolving: std::sync::atomic::AtomicBool::new(false),
             warmed: Arc::default(),
+            backend_cache: None,
         }
+    }
+
+    /// Keeps `auto`'s answer in `file` for the next processes, and reads it from there.
+    pub fn remembering_in(mut self, file: PathBuf) -> Self {
+        self.backend_cache = Some(file);
+        self
     }
 
     /// The backend sandboxes get here (resolved once).
     pub fn resolved(&self) -> &backend::Resolved {
-        self.resolved.get_or_init(|| backend::resolve(self.choice))
+        self.resolved
+            .get_or_init(|| resolve(self.choice, self.backend_cache.as_deref()))
     }
 
     /// The host mounts of a sandbox of `sandbox`, its `/etc` files as one snapshot in `cache_dir` when it can have
@@ -207,6 +217,13 @@ enum Confiner<'a> {
     Landlock(i32),
 }
 
+fn resolve(choice: backend::BackendChoice, cache: Option<&Path>) -> backend::Resolved {
+    match cache {
+        Some(file) => backend::resolve_remembered(choice, file),
+        None => backend::resolve(choice),
+    }
+}
+
 /// What confines workers, for logs: the backend and why, or why nothing does.
 pub fn backend(dangerous: bool, choice: backend::BackendChoice) -> String {
     match dangerous {
@@ -273,10 +290,11 @@ impl Launcher for SandboxLauncher {
         // `auto` starts bwrap once to find out whether it works here: on a thread of its own, so that it overlaps
         // the session's set-up and first model call instead of adding to its first tool turn.
         let (resolved, choice) = (self.resolved.clone(), self.choice);
+        let cache = self.backend_cache.clone();
         let _ = std::thread::Builder::new()
             .name("sandbox-backend".into())
             .spawn(move || {
-                resolved.get_or_init(|| backend::resolve(choice));
+                resolved.get_or_init(|| resolve(choice, cache.as_deref()));
             });
     }
 
