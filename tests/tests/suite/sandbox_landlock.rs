@@ -221,3 +221,33 @@ fn under_landlock_a_rule_that_names_a_path_in_the_workspace_as_bwrap_shows_it_st
         "written"
     );
 }
+
+#[test]
+fn auto_keeps_the_backend_it_found_for_the_next_run_and_tests_again_when_what_decided_it_changed() {
+    const AUTO: &[&str] = &["--sandbox-backend", "auto"];
+    // Under bwrap the workspace is /workspace; under Landlock the command runs at the host's paths.
+    let which = "test -d /workspace && echo under-bwrap || echo under-landlock";
+    let env = env_with_workspace();
+    let memo = env.home.path().join("run/sandbox-backend");
+    let first = super::sandbox::attempt_with(&env, AUTO, "first", READ_ONLY, which);
+    assert!(first.contains("under-bwrap"), "{first}");
+    let kept = std::fs::read_to_string(&memo).unwrap();
+    let (facts, answer) = kept.split_once('\n').unwrap();
+    assert_eq!(answer, "bwrap\n");
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert!(facts.starts_with(boot.trim()), "{facts}");
+
+    // The kept answer is what the next run goes by: planted under the same facts, it is followed.
+    std::fs::write(&memo, format!("{facts}\nlandlock planted for the test\n")).unwrap();
+    let second = super::sandbox::attempt_with(&env, AUTO, "second", READ_ONLY, which);
+    assert!(second.contains("under-landlock"), "{second}");
+    // Under other facts (another boot, say) it is not: bwrap is tried again, and the answer written anew.
+    std::fs::write(
+        &memo,
+        format!("another-boot{facts}\nlandlock planted for the test\n"),
+    )
+    .unwrap();
+    let third = super::sandbox::attempt_with(&env, AUTO, "third", READ_ONLY, which);
+    assert!(third.contains("under-bwrap"), "{third}");
+    assert_eq!(std::fs::read_to_string(&memo).unwrap(), kept);
+}
