@@ -12,58 +12,9 @@ use tempfile::TempDir;
 use super::http_client::Api;
 use super::support::{binary, Env, Server};
 
-/// A certificate authority (ca.pem) in `dir` and a certificate it issued for `localhost` (cert.pem, key.pem), made
-/// by openssl as an operator would.
+/// A certificate authority (ca.pem) in `dir` and a certificate it issued for `localhost` (cert.pem, key.pem).
 fn certificate(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509", "-days", "1", "-subj", "/CN=test CA"];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
-    openssl(&ca);
-    let mut request = vec!["req", "-subj", "/CN=localhost"];
-    request.extend(ec);
-    request.extend(["-keyout", "key.pem", "-out", "leaf.csr"]);
-    openssl(&request);
-    std::fs::write(
-        dir.join("leaf.ext"),
-        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "leaf.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "leaf.ext",
-        "-out",
-        "cert.pem",
-    ]);
+    super::support::issue_certificate(dir, "DNS:localhost", "cert.pem", "key.pem");
 }
 
 /// A client that trusts only the authority in `pem` and reaches `localhost` at the server's address.

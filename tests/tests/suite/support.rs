@@ -631,3 +631,69 @@ pub fn http_status(url: &str, token: Option<&str>) -> String {
     let out = curl.arg(url).output().expect("run curl");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// With `openssl` in `dir`, as an operator would: a certificate authority (`ca.pem`, `ca.key`) and a certificate it
+/// issued for `subject_alt_name` (`IP:127.0.0.1`, `DNS:localhost`), written to `cert` with its key in `key`.
+pub fn issue_certificate(dir: &Path, subject_alt_name: &str, cert: &str, key: &str) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl (installed by .ci/deps)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let name = subject_alt_name
+        .split_once(':')
+        .map_or(subject_alt_name, |(_, n)| n);
+    let subject = format!("/CN={name}");
+    openssl(
+        &[
+            &["req", "-x509", "-days", "2", "-subj", "/CN=test CA"],
+            &ec[..],
+            &["-keyout", "ca.key", "-out", "ca.pem"],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req", "-subj", subject.as_str()],
+            &ec[..],
+            &["-keyout", key, "-out", "leaf.csr"],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        dir.join("leaf.ext"),
+        format!("subjectAltName={subject_alt_name}\nbasicConstraints=CA:FALSE\n"),
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+        "-out",
+        cert,
+    ]);
+}
