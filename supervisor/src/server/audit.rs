@@ -50,6 +50,18 @@ impl FromRequestParts<AppState> for Actor {
 }
 
 impl Actor {
+    /// Records a change to the installed bundles (see [`Actor::record`]), naming the bundle by reference and
+    /// digest.
+    pub async fn record_bundle(
+        &self,
+        action: &str,
+        bundle: &crate::bundle::BundleInfo,
+        mut detail: serde_json::Value,
+    ) {
+        detail["digest"] = serde_json::Value::String(bundle.digest.clone());
+        self.record(action, &bundle.reference, detail).await;
+    }
+
     /// Records that this actor did `action` to `object` (a tenant, a token id, a grant), with `detail`: in the
     /// store's audit log and as a log line. The change is made by then; an entry that cannot be stored is logged
     /// as an error with everything it held.

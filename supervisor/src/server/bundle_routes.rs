@@ -44,25 +44,14 @@ pub async fn remove_bundle(
     super::tenants::admin_only(&caller, "removing a bundle")?;
     super::policy::bundle_ref(&st.policy, &reference)?;
     let removed = st.rt.remove_bundle(&reference, q.force).await?;
-    record_bundle(
-        &actor,
-        "bundle_removed",
-        &removed,
-        serde_json::json!({"force": q.force}),
-    )
-    .await;
+    actor
+        .record_bundle(
+            "bundle_removed",
+            &removed,
+            serde_json::json!({"force": q.force}),
+        )
+        .await;
     Ok(Json(removed))
-}
-
-/// Records a change to the installed bundles in the audit log, naming the bundle by reference and digest.
-pub(super) async fn record_bundle(
-    actor: &Actor,
-    action: &str,
-    bundle: &bundle::BundleInfo,
-    mut detail: serde_json::Value,
-) {
-    detail["digest"] = serde_json::Value::String(bundle.digest.clone());
-    actor.record(action, &bundle.reference, detail).await;
 }
 
 /// An installed bundle as an OCI image layout tar (`skopeo` reads it as `oci-archive:`).
@@ -135,7 +124,9 @@ pub async fn import_bundle(
     // Over a shared store every node runs it: the store keeps its content for them.
     st.rt.share_bundle(&installed).await?;
     let info = installed.info();
-    record_bundle(&actor, "bundle_imported", &info, serde_json::json!({})).await;
+    actor
+        .record_bundle("bundle_imported", &info, serde_json::json!({}))
+        .await;
     Ok((
         StatusCode::CREATED,
         Json(installed.info().for_caller(caller.admin)),

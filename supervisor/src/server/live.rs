@@ -25,6 +25,8 @@ pub struct LiveSecret {
     source: Option<(PathBuf, ReadSecret)>,
     /// What the log calls it: "server token", "metrics token".
     name: &'static str,
+    /// Why the last read failed, said once rather than at every read.
+    failing: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for LiveSecret {
@@ -43,6 +45,7 @@ impl LiveSecret {
             value: RwLock::new(Arc::from(value)),
             source: None,
             name,
+            failing: Default::default(),
         }
     }
 
@@ -57,6 +60,7 @@ impl LiveSecret {
             value: RwLock::new(Arc::from(value)),
             source: Some((file, read)),
             name,
+            failing: Default::default(),
         }
     }
 
@@ -66,27 +70,27 @@ impl LiveSecret {
         crate::tenancy::token::same_secret(given, value.as_bytes())
     }
 
-    /// The file it comes from, if any.
-    pub fn file(&self) -> Option<&std::path::Path> {
-        self.source.as_ref().map(|(f, _)| f.as_path())
-    }
-
     fn reload(&self) {
         let Some((file, read)) = &self.source else {
             return;
         };
         let shown = file.display();
+        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         match read(file) {
             Ok(new) => {
+                *failing = None;
                 let mut value = self.value.write().unwrap_or_else(|p| p.into_inner());
                 if **value != *new {
                     *value = Arc::from(new.as_str());
                     tracing::info!(file = %shown, "the {} changed; the previous one no longer works", self.name);
                 }
             }
-            Err(why) => {
-                tracing::warn!(file = %shown, "the {} was not reloaded: {why}; the one in force is kept", self.name)
+            Err(why) if failing.as_deref() != Some(why.as_str()) => {
+                tracing::warn!(file = %shown, "the {} was not reloaded: {why}; the one in force is kept", self.name);
+                *failing = Some(why);
             }
+            // Said already: once per cause, not at every read.
+            Err(_) => {}
         }
     }
 }

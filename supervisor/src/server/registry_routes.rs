@@ -137,7 +137,8 @@ pub async fn pull_bundle(
     super::tenants::admit_install(&st, &caller, &staged.name()).await?;
     let installed = registry::install_pulled(st.rt.home(), &req.reference, staged)?;
     let info = installed.info();
-    super::bundle_routes::record_bundle(&actor, "bundle_pulled", &info, serde_json::json!({}))
+    actor
+        .record_bundle("bundle_pulled", &info, serde_json::json!({}))
         .await;
     Ok((
         StatusCode::CREATED,
@@ -159,7 +160,9 @@ pub async fn push_bundle(
     let bundle = resolve_bundle(&st, req.bundle_ref.clone()).await?;
     let pushed = registry::push(&bundle, &req.target, &access(req.auth, req.plain_http)).await?;
     let detail = serde_json::json!({"target": req.target});
-    super::bundle_routes::record_bundle(&actor, "bundle_pushed", &bundle.info(), detail).await;
+    actor
+        .record_bundle("bundle_pushed", &bundle.info(), detail)
+        .await;
     Ok(Json(pushed))
 }
 

@@ -61,6 +61,8 @@ pub struct LiveTls {
     config: RwLock<Arc<rustls::ServerConfig>>,
     /// The bytes the configuration was made from, to tell a change.
     read: RwLock<(Vec<u8>, Vec<u8>)>,
+    /// The bytes of a pair that could not be served, said once rather than at every read.
+    refused: std::sync::Mutex<Option<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl LiveTls {
@@ -72,6 +74,7 @@ impl LiveTls {
             files,
             config: RwLock::new(config),
             read: RwLock::new(bytes),
+            refused: Default::default(),
         })
     }
 
@@ -87,7 +90,10 @@ impl LiveTls {
         let Ok(bytes) = read_both(&self.files) else {
             return;
         };
-        if *self.read.read().unwrap_or_else(|p| p.into_inner()) == bytes {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if *self.read.read().unwrap_or_else(|p| p.into_inner()) == bytes
+            || refused.as_ref() == Some(&bytes)
+        {
             return;
         }
         match config(&self.files, &bytes) {
@@ -97,7 +103,8 @@ impl LiveTls {
                 tracing::info!(cert = %self.files.cert.display(), "the TLS certificate changed; new connections use it");
             }
             Err(e) => {
-                tracing::warn!("{e}; the certificate in force is kept until the files make a pair")
+                tracing::warn!("{e}; the certificate in force is kept until the files make a pair");
+                *refused = Some(bytes);
             }
         }
     }
