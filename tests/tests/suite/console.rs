@@ -63,11 +63,20 @@ async fn wait_idle(browser: &Browser) {
         .await;
 }
 
-/// Sends `prompt` from the composer once the session is idle (a turn still ending would answer 409).
+/// Sends `prompt` from the composer once the session is idle (a turn still ending would answer 409), and waits
+/// for its turn to show: until then the page may still say `idle` from before it, and a next `send` would not
+/// wait for it.
 async fn send(browser: &Browser, prompt: &str) {
     wait_idle(browser).await;
+    let before = count(browser, ".msg.user").await;
     browser.type_into("#prompt", prompt).await;
     browser.click("#send").await;
+    browser
+        .wait_js(
+            &format!("return document.querySelectorAll('.msg.user').length > {before}"),
+            "the prompt's turn",
+        )
+        .await;
 }
 
 /// Creates a session of the bundle from the page and waits for its address; its id.

@@ -18,6 +18,7 @@ mod cluster_bundles;
 mod cluster_flush;
 mod cluster_handover;
 mod cluster_homes;
+mod cluster_sandbox;
 mod cluster_tls;
 mod codeact;
 mod commands;
