@@ -4,9 +4,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use service_supervisor::runtime::store::postgres::{self, Node, PgStore, Schema};
+use service_supervisor::runtime::store::postgres::{self, Schema};
 
 /// `service-rs migrate`.
 #[derive(Debug, clap::Args)]
@@ -34,20 +33,11 @@ pub struct MigrateArgs {
 /// Runs `migrate`.
 pub fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     super::tokio()?.block_on(async move {
-        let node = Node {
-            id: format!("migrate-{}", std::process::id()),
-            url: String::new(),
-        };
         let writes = !(args.status || args.dry_run);
         let schema = if writes { Schema::Migrate } else { Schema::Leave };
-        let store = PgStore::connect_with(
-            &args.store,
-            node,
-            Duration::from_secs(10),
-            args.store_ca.as_deref(),
-            schema,
-        )
-        .await?;
+        let store =
+            super::store_open::open("migrate", &args.store, args.store_ca.as_deref(), schema)
+                .await?;
         let status = store.schema_status().await?;
         let at = status.applied.iter().max().copied().unwrap_or(0);
         let known = status.known;

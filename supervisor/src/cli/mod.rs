@@ -32,6 +32,7 @@ mod serve;
 mod serve_config;
 mod session_pick;
 mod sessions;
+mod store_open;
 mod stream_input;
 mod suggest;
 mod term_text;

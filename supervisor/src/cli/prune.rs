@@ -19,18 +19,7 @@ pub fn prune_store(
 ) -> anyhow::Result<ExitCode> {
     use service_supervisor::runtime::store::{postgres, Store};
     super::tokio()?.block_on(async move {
-        let node = postgres::Node {
-            id: format!("prune-{}", std::process::id()),
-            url: String::new(),
-        };
-        let store = postgres::PgStore::connect_with(
-            url,
-            node,
-            Duration::from_secs(10),
-            ca,
-            postgres::Schema::Require,
-        )
-        .await?;
+        let store = super::store_open::open("prune", url, ca, postgres::Schema::Require).await?;
         let stale = older(store.list().await?, older_than)?;
         for record in &stale {
             let what = format!("{} (last change {})", record.id, record.updated_at);

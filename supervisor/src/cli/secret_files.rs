@@ -25,19 +25,17 @@ pub fn load() -> Result<(), String> {
                 "{name} and {file_var} are both set: keep one (the file, to keep the secret out of the environment)"
             ));
         }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("{file_var}={shown}: cannot read it: {e}"))?;
-        let value = text.trim_end();
-        if value.is_empty() {
-            return Err(format!(
-                "{file_var}={shown} is empty: write the {name} value into it"
-            ));
-        }
-        if value.contains('\n') {
-            return Err(format!(
+        // The rule `serve` reads these files by again while it runs (see `server::live`).
+        use service_supervisor::server::live::{secret_in, SecretFileError};
+        let value = secret_in(std::path::Path::new(&path)).map_err(|e| match e {
+            SecretFileError::Unreadable(e) => format!("{file_var}={shown}: cannot read it: {e}"),
+            SecretFileError::Empty => {
+                format!("{file_var}={shown} is empty: write the {name} value into it")
+            }
+            SecretFileError::Lines => format!(
                 "{file_var}={shown} holds more than one line: it holds the {name} value alone"
-            ));
-        }
+            ),
+        })?;
         std::env::set_var(name, value);
     }
     Ok(())

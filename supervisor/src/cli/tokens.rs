@@ -129,19 +129,10 @@ pub(super) async fn local(
     Ok(match &args.store {
         None => Arc::new(tenancy::files::FilesDirectory::new(home)),
         Some(url) => {
-            let node = service_supervisor::runtime::store::postgres::Node {
-                id: format!("tokens-{}", std::process::id()),
-                url: String::new(),
-            };
-            let store = service_supervisor::runtime::store::postgres::PgStore::connect_with(
-                url,
-                node,
-                Duration::from_secs(10),
-                args.store_ca.as_deref(),
-                service_supervisor::runtime::store::postgres::Schema::Require,
-            )
-            .await?;
-            store.directory()
+            let schema = service_supervisor::runtime::store::postgres::Schema::Require;
+            super::store_open::open("tokens", url, args.store_ca.as_deref(), schema)
+                .await?
+                .directory()
         }
     })
 }

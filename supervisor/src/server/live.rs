@@ -95,15 +95,34 @@ impl LiveSecret {
     }
 }
 
-/// A secret file as `*_FILE` variables name them: its content less trailing whitespace, one line, not empty.
-pub fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let value = text.trim_end();
-    match value {
-        "" => Err("it is empty".into()),
-        v if v.contains('\n') => Err("it holds more than one line".into()),
+/// Why a secret file holds no secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretFileError {
+    /// It could not be read.
+    #[error("cannot read it: {0}")]
+    Unreadable(#[from] std::io::Error),
+    /// It holds nothing but whitespace.
+    #[error("it is empty")]
+    Empty,
+    /// It holds more than the one line a secret is.
+    #[error("it holds more than one line")]
+    Lines,
+}
+
+/// The secret in a file as `*_FILE` variables name them: its content less trailing whitespace, one line, not
+/// empty. `serve` reads them by this rule at start (`cli::secret_files`) and again while it runs.
+pub fn secret_in(path: &std::path::Path) -> Result<String, SecretFileError> {
+    let text = std::fs::read_to_string(path)?;
+    match text.trim_end() {
+        "" => Err(SecretFileError::Empty),
+        v if v.contains('\n') => Err(SecretFileError::Lines),
         v => Ok(v.to_string()),
     }
+}
+
+/// [`secret_in`] as a [`ReadSecret`].
+pub fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
+    secret_in(path).map_err(|e| e.to_string())
 }
 
 /// Reads every file-backed secret and the TLS files every `every` until `shutdown`.

@@ -102,7 +102,7 @@ pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next)
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD
     );
-    if let Some(refused) = over_rate(st, &caller, from_peer(st, req.headers())) {
+    if let Some(refused) = over_rate(st, &caller, req.headers()) {
         let mut response = refused.into_response();
         response.extensions_mut().insert(identity);
         return response;
@@ -151,9 +151,9 @@ pub async fn run_as(st: &AppState, caller: Caller, mut req: Request, next: Next)
 
 /// 429 `rate_limited` when `caller`'s tenant is over its request rate on this node (see `rate`). Operators are not
 /// limited, and a request another node forwarded was counted where it came in.
-fn over_rate(st: &AppState, caller: &Caller, forwarded: bool) -> Option<ApiError> {
+fn over_rate(st: &AppState, caller: &Caller, headers: &HeaderMap) -> Option<ApiError> {
     let rates = &st.policy.request_rates;
-    if !rates.is_on() || caller.role == Role::Operator || forwarded {
+    if !rates.is_on() || caller.role == Role::Operator || from_peer(st, headers) {
         return None;
     }
     let over = st.rates.take(rates, &caller.tenant).err()?;

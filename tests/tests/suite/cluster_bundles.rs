@@ -183,16 +183,7 @@ async fn a_bundle_built_on_one_node_is_never_replaced_by_the_clusters_of_the_sam
         "",
         "read_only",
     );
-    let built = std::process::Command::new(super::support::binary())
-        .args(["build", own.path().to_str().unwrap()])
-        .env("SERVICE_HOME", b_home.path())
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    super::tenants::build(b_home.path(), own.path());
     // The cluster's, of the same id and version, imported through A.
     let project = TempDir::new().unwrap();
     write_bundle(project.path(), SCRIPT, "", "read_only");

@@ -90,14 +90,7 @@ async fn metrics_time_turns_and_requests_by_route_template_and_serve_every_metri
     let server = Server::start(env.home.path(), &args, &[]);
     let api = Client::of(&server);
     let id = api.session(&env.path("b").display().to_string()).await;
-    let (status, _) = api
-        .json(
-            reqwest::Method::POST,
-            &format!("/sessions/{id}/run-sync"),
-            Some(json!({"input": {"prompt": "go"}})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    api.turn(&id, "go").await;
     // A path no route takes, and a method of the client's own: neither makes a series of its own.
     let stray = format!("/sessions/{id}/no-such-thing");
     assert_eq!(

@@ -454,14 +454,7 @@ async fn metrics_count_sessions_workers_turns_provider_latency_and_streams_behin
     );
 
     let id = api.session(&env.path("b").display().to_string()).await;
-    let (status, _) = api
-        .json(
-            reqwest::Method::POST,
-            &format!("/sessions/{id}/run-sync"),
-            Some(json!({"input": {"prompt": "go"}})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    api.turn(&id, "go").await;
     let stream = api
         .send(
             reqwest::Method::GET,
