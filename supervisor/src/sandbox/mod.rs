@@ -224,12 +224,11 @@ fn resolve(choice: backend::BackendChoice, cache: Option<&Path>) -> backend::Res
     }
 }
 
-/// What confines workers, for logs: the backend and why, or why nothing does; `auto`'s answer kept in `memo`
-/// as the launcher keeps it.
-pub fn backend(dangerous: bool, choice: backend::BackendChoice, memo: &Path) -> String {
+/// What confines workers, for logs: the backend and why, or why nothing does.
+pub fn backend(dangerous: bool, choice: backend::BackendChoice) -> String {
     match dangerous {
         true => "none (--dangerous-sandbox-mode)".into(),
-        false => backend::resolve_remembered(choice, memo).describe(),
+        false => backend::resolve(choice).describe(),
     }
 }
 

@@ -471,7 +471,7 @@ pub async fn serve(
     tracing::info!(
         bind = %bound,
         store = %rt.store().describe(),
-        sandbox = %crate::sandbox::backend(rt.dangerous_sandbox_mode(), rt.sandbox_backend(), &rt.home().backend_file()),
+        sandbox = %crate::sandbox::backend(rt.dangerous_sandbox_mode(), rt.sandbox_backend()),
         auth = if token.is_some() { "bearer token" } else { "none" },
         tls = tls.is_some(),
         version = env!("CARGO_PKG_VERSION"),
