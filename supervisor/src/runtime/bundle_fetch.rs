@@ -20,8 +20,10 @@ impl ServiceRuntime {
         };
         let source = record.bundle_ref;
         if !is_registry_reference(&source) {
-            // Installed through another node's API: the store keeps it for every node.
-            if self.bundle_from_cluster(&record.bundle.reference).await? {
+            // Installed through another node's API: the store keeps it for every node. This node's upkeep may have
+            // installed it meanwhile, in which case there is nothing left to install and it resolves now.
+            let reference = record.bundle.reference;
+            if self.bundle_from_cluster(&reference).await? || self.holds_bundle(&reference).await {
                 return Ok(());
             }
             return Err(missing.into());
@@ -39,5 +41,13 @@ impl ServiceRuntime {
             })?;
         tracing::info!(session = id, reference = %source, installed = %pulled.reference(), "pulled the bundle of a session made on another node");
         Ok(())
+    }
+
+    /// Whether bundle `reference` resolves on this node now.
+    async fn holds_bundle(&self, reference: &str) -> bool {
+        let (home, reference) = (self.inner.home.clone(), reference.to_string());
+        tokio::task::spawn_blocking(move || crate::bundle::resolve(&home, &reference).is_ok())
+            .await
+            .unwrap_or(false)
     }
 }
