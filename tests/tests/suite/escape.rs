@@ -651,3 +651,40 @@ async fn a_confined_worker_moves_itself_into_its_cgroups_and_keeps_no_handle_to_
     }
     rt.shutdown("test over").await;
 }
+
+#[test]
+fn a_command_cannot_plant_the_sandbox_backend_that_later_runs_take() {
+    let env = Env::new();
+    // An answer kept by an `auto` run: a command that rewrote it could move the runs after it to another backend.
+    bundle(&env, "first", "read_only", "true");
+    env.run(&[
+        "--sandbox-backend",
+        "auto",
+        "run",
+        "./first",
+        "--prompt",
+        "go",
+    ])
+    .ok();
+    let memo = env.home.path().join("run/sandbox-backend");
+    let kept = std::fs::read_to_string(&memo).unwrap();
+    let memo = memo.display();
+    let out = attack(
+        &env,
+        "plant",
+        "workspace_write",
+        &format!(
+            "printf 'planted\\nlandlock planted\\n' > {memo} 2>/dev/null && echo PLANTED || echo refused; \
+             mv {memo} {memo}.gone 2>/dev/null && echo MOVED || echo kept; \
+             ln -sf /dev/null {memo} 2>/dev/null && echo LINKED || echo unlinked"
+        ),
+    );
+    assert!(
+        out.contains("refused") && out.contains("kept") && out.contains("unlinked"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.home.path().join("run/sandbox-backend")).unwrap(),
+        kept
+    );
+}
