@@ -6,7 +6,8 @@
 //! tool calls starts the worker (a spare when one is ready) when none runs, and hands it the turn in `RunTurn`,
 //! carrying the reply: the worker runs the calls and goes on as for any turn. When the bundle offers tools and the
 //! first call has not answered within [`AHEAD_AFTER`] (by default), the worker starts beside it, so that with a
-//! real model the sandbox's start is behind the model's time rather than added to the turn.
+//! real model the sandbox's start is behind the model's time rather than added to the turn. Once the session's
+//! model has answered a first call, what it took decides instead, with no timer (`model_pace`).
 //!
 //! Nothing here comes from the sandbox: the supervisor chose the model and wrote the query from its own state, and
 //! the worker receives only what the model answered, which it would have been sent anyway. Bundles with MCP servers
@@ -107,6 +108,8 @@ pub(super) struct Led {
     /// Cancelled once the first call has its answer: a worker not yet started ahead of the turn is not started
     /// then (see `RuntimeOptions::worker_ahead_after`).
     pub first_done: CancellationToken,
+    /// When the lead began: what the first call takes to its first chunk paces the next turn (`model_pace`).
+    pub began: std::time::Instant,
 }
 
 /// How long a turn's first model call runs, by default, before the session's worker starts beside it, when the
@@ -190,12 +193,17 @@ impl Led {
             FirstCall::Made(ahead) => ahead.stream(&self.rt, &self.session),
         };
         let mut reply = Reply::default();
+        let mut paced = false;
         loop {
             let mut next = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Outcome::Cancelled,
                 chunk = stream.next() => chunk,
             };
+            if !paced && next.is_some() {
+                paced = true;
+                self.session.model_pace.note(self.began.elapsed());
+            }
             let mut batch = Vec::new();
             let end = loop {
                 let Some(chunk) = next else {

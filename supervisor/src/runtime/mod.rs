@@ -12,7 +12,8 @@
 //!   factory that starts and configures a worker, knowing nothing of sessions; [`handle`]: the session's hold on its
 //!   worker; [`launcher`]: how the process is started.
 //! - `turns`: turns started, run and interrupted; `lead`: a turn the supervisor leads until it needs its
-//!   sandbox; `model_call`: a model call for a running turn, or made ahead of a new session's first turn.
+//!   sandbox; `model_call`: a model call for a running turn, or made ahead of a new session's first turn;
+//!   `model_pace`: what a session's model took to answer, which decides when the next turn's worker starts.
 //! - [`approvals`]: the in-memory approval store, and what `allow_always` grants.
 //! - [`operations`]: metrics, idle workers reaped, bundles removed, directories left without a record removed;
 //!   `teardown`: sessions stopped and deleted, and the runtime's end.
@@ -37,6 +38,7 @@ pub mod journal;
 pub mod launcher;
 mod lead;
 mod model_call;
+mod model_pace;
 pub mod retention;
 mod shared_bundles;
 pub use model_call::BUDGET_EXCEEDED;
@@ -109,7 +111,8 @@ pub struct RuntimeOptions {
     /// make the files sandboxes share when a session is created rather than at its worker's start.
     pub prestart_sandboxes: bool,
     /// How long a led turn's first model call runs before the session's worker starts beside it, when the bundle
-    /// offers tools (see `lead`); None starts it only once the model calls a tool.
+    /// offers tools (see `lead`); once the session's model has answered, whether its last first call took this
+    /// long decides at once (`model_pace`). None starts it only once the model calls a tool.
     pub worker_ahead_after: Option<Duration>,
     /// Bytes a session's journal may hold; past it the running turn fails with `journal_quota` and no new turn
     /// starts.

@@ -14,6 +14,7 @@ use service_ipc::{
 
 use super::error::{Result, RuntimeError};
 use super::lead::{self, FirstCall, Led};
+use super::model_pace::WorkerAhead;
 use super::session::{Session, TurnOutcome};
 use super::{handle, model_call, FirstTurn, Inner, PendingTurn, ServiceRuntime};
 
@@ -261,20 +262,27 @@ impl ServiceRuntime {
         let first_done = CancellationToken::new();
         let running =
             (session.worker.try_lock()).is_ok_and(|w| w.as_ref().is_some_and(|w| w.is_alive()));
-        if let Some(after) = self
+        let ahead = self
             .inner
             .options
             .worker_ahead_after
             .filter(|_| !running && !session.bundle.manifest.tools.is_empty())
-        {
-            let (rt, session, turn) = (self.clone(), session.clone(), turn_id.to_string());
-            let done = first_done.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = done.cancelled() => {}
-                    _ = tokio::time::sleep(after) => rt.worker_ahead(&session, &turn).await,
-                }
-            });
+            .map(|after| session.model_pace.worker_ahead(after));
+        let (rt, for_ahead, turn) = (self.clone(), session.clone(), turn_id.to_string());
+        match ahead {
+            None | Some(WorkerAhead::Never) => {}
+            Some(WorkerAhead::Now) => {
+                tokio::spawn(async move { rt.worker_ahead(&for_ahead, &turn).await });
+            }
+            Some(WorkerAhead::After(after)) => {
+                let done = first_done.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = done.cancelled() => {}
+                        _ = tokio::time::sleep(after) => rt.worker_ahead(&for_ahead, &turn).await,
+                    }
+                });
+            }
         }
         let led = Led {
             rt: self.inner.clone(),
@@ -286,6 +294,7 @@ impl ServiceRuntime {
             cancel,
             checkpoint,
             first_done,
+            began: std::time::Instant::now(),
         };
         tokio::spawn(led.run(first, start_worker));
         Ok(())

@@ -617,3 +617,33 @@ async fn a_worker_started_ahead_of_a_led_turn_can_neither_write_into_it_nor_end_
     );
     rt.shutdown("test over").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_model_answered_at_once_starts_no_worker_beside_its_next_call_however_long()
+{
+    // The pace of the session's last first call decides, with no timer on the turn (`runtime/model_pace.rs`).
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("Fast."),
+        openai_text("Slow answer here.").pause_after("Slow", Duration::from_millis(800)),
+    ]);
+    let (rt, id, started) = counted_session(&env, &server, Ahead::Default).await;
+    let (first, _) = super::support::run_turn(&rt, &id, "hi").await;
+    assert_eq!(first.final_message, "Fast.", "{:?}", first.error);
+    let turn = {
+        let (rt, id) = (rt.clone(), id.clone());
+        tokio::spawn(async move { super::support::run_turn(&rt, &id, "and then").await.0 })
+    };
+    // Well past the bound a first call of unknown pace waits before its worker starts.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!turn.is_finished(), "the slow call answered early");
+    assert_eq!(starts(&started), 0, "a worker started beside the call");
+    let second = turn.await.unwrap();
+    assert_eq!(
+        second.final_message, "Slow answer here.",
+        "{:?}",
+        second.error
+    );
+    assert_eq!(starts(&started), 0, "a text turn started a worker");
+    rt.shutdown("test over").await;
+}

@@ -117,6 +117,8 @@ pub struct Session {
     metrics: Arc<crate::metrics::Metrics>,
     /// The workspace's checkpoints, for a session whose turns can write (see `runtime::checkpoints`).
     pub(crate) checkpoints: std::sync::OnceLock<Option<Arc<crate::checkpoint::Checkpoints>>>,
+    /// What its model's last led first call took to answer (see `runtime::model_pace`).
+    pub(crate) model_pace: super::model_pace::ModelPace,
     /// Its subagents that may run at once (see `runtime::subagents`).
     pub(crate) subagent_slots: Arc<tokio::sync::Semaphore>,
     /// The usage ledger its ended turns are counted in.
@@ -334,6 +336,7 @@ impl Session {
             fault: Mutex::new(None),
             metrics,
             checkpoints: std::sync::OnceLock::new(),
+            model_pace: Default::default(),
             subagent_slots: Arc::new(tokio::sync::Semaphore::new(
                 crate::runtime::subagents::ceiling::MAX_RUNNING,
             )),
