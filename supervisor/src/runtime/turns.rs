@@ -268,21 +268,18 @@ impl ServiceRuntime {
             .worker_ahead_after
             .filter(|_| !running && !session.bundle.manifest.tools.is_empty())
             .map(|after| session.model_pace.worker_ahead(after));
-        let (rt, for_ahead, turn) = (self.clone(), session.clone(), turn_id.to_string());
-        match ahead {
-            None | Some(WorkerAhead::Never) => {}
-            Some(WorkerAhead::Now) => {
-                tokio::spawn(async move { rt.worker_ahead(&for_ahead, &turn).await });
-            }
-            Some(WorkerAhead::After(after)) => {
-                let done = first_done.clone();
-                tokio::spawn(async move {
+        if let Some(wait) = ahead.filter(|a| *a != WorkerAhead::Never) {
+            let (rt, for_ahead, turn) = (self.clone(), session.clone(), turn_id.to_string());
+            let done = first_done.clone();
+            tokio::spawn(async move {
+                if let WorkerAhead::After(after) = wait {
                     tokio::select! {
-                        _ = done.cancelled() => {}
-                        _ = tokio::time::sleep(after) => rt.worker_ahead(&for_ahead, &turn).await,
+                        _ = done.cancelled() => return,
+                        _ = tokio::time::sleep(after) => {}
                     }
-                });
-            }
+                }
+                rt.worker_ahead(&for_ahead, &turn).await
+            });
         }
         let led = Led {
             rt: self.inner.clone(),
