@@ -108,7 +108,7 @@ pub(super) struct Led {
     /// Cancelled once the first call has its answer: a worker not yet started ahead of the turn is not started
     /// then (see `RuntimeOptions::worker_ahead_after`).
     pub first_done: CancellationToken,
-    /// When the lead began: what the first call takes to its first chunk paces the next turn (`model_pace`).
+    /// When the lead began: what the first call takes to its whole reply paces the next turn (`model_pace`).
     pub began: std::time::Instant,
 }
 
@@ -141,6 +141,10 @@ impl Led {
     pub(super) async fn run(mut self, first: FirstCall, start_worker: StartWorker) {
         let outcome = self.first_reply(first).await;
         self.first_done.cancel();
+        if matches!(outcome, Outcome::Done(..)) {
+            // The worker started ahead hides behind the whole reply, whose end says whether a tool is called.
+            self.session.model_pace.note(self.began.elapsed());
+        }
         let outcome = match outcome {
             done @ Outcome::Done(..) => {
                 match super::checkpoints::settled(self.checkpoint.take()).await {
@@ -193,17 +197,12 @@ impl Led {
             FirstCall::Made(ahead) => ahead.stream(&self.rt, &self.session),
         };
         let mut reply = Reply::default();
-        let mut paced = false;
         loop {
             let mut next = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Outcome::Cancelled,
                 chunk = stream.next() => chunk,
             };
-            if !paced && next.is_some() {
-                paced = true;
-                self.session.model_pace.note(self.began.elapsed());
-            }
             let mut batch = Vec::new();
             let end = loop {
                 let Some(chunk) = next else {

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// What a session's last led first call took to its first chunk; unknown until one answers.
+/// What a session's last led first call took to its whole reply; unknown until one answers.
 #[derive(Debug, Default)]
 pub(crate) struct ModelPace {
     /// Microseconds plus one; 0 while unknown.
@@ -31,7 +31,7 @@ pub(crate) enum WorkerAhead {
 }
 
 impl ModelPace {
-    /// Notes that the first chunk of a turn's first call came after `took`.
+    /// Notes that a turn's first call had its whole reply after `took`.
     pub(crate) fn note(&self, took: Duration) {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX - 1);
         self.last.store(micros.saturating_add(1), Ordering::Relaxed);

@@ -647,3 +647,78 @@ async fn a_session_whose_model_answered_at_once_starts_no_worker_beside_its_next
     assert_eq!(starts(&started), 0, "a text turn started a worker");
     rt.shutdown("test over").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_as_a_slow_models_turn_starts_can_neither_write_into_it_nor_end_it() {
+    let env = Env::new();
+    let server = ProviderServer::start(vec![
+        openai_text("First answer.").pause_after("First", Duration::from_millis(300)),
+        openai_text("Patient answer.").pause_after("Patient", Duration::from_millis(1500)),
+    ]);
+    // The escape suite's hostile worker, playing `ahead_forgery`. The first turn paces the session's model as slow
+    // (`runtime/model_pace.rs`), so once that turn's worker is stopped, the next turn starts one as it starts, with
+    // no wait: inside its sandbox, it forges that turn's text and end with the turn's own id.
+    let (rt, dir) = hostile(&env, "eager-forger", &server, "ahead_forgery");
+    let record = rt
+        .create_session(dir.to_str().unwrap(), None)
+        .await
+        .unwrap();
+    let (first, _) = super::support::run_turn(&rt, &record.id, "hi").await;
+    assert_eq!(first.final_message, "First answer.", "{:?}", first.error);
+    assert!(
+        rt.stop_worker(&record.id).await.unwrap(),
+        "no worker ran beside the slow first call"
+    );
+    let workspace = std::path::Path::new(&record.cwd);
+    let _ = std::fs::remove_file(workspace.join("forged.txt"));
+    let mut events = rt
+        .subscribe_session_from(&record.id, rt.journal(&record.id).await.unwrap().last_seq())
+        .await
+        .unwrap();
+    let pending = rt
+        .start_turn(
+            &record.id,
+            service_ipc::Task::new("again"),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    std::fs::write(workspace.join(".turn.txt"), &pending.turn_id).unwrap();
+    std::fs::rename(workspace.join(".turn.txt"), workspace.join("turn.txt")).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), pending.outcome)
+        .await
+        .expect("the turn ended")
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("forged.txt"))
+            .ok()
+            .as_deref(),
+        Some(pending.turn_id.as_str()),
+        "the worker started with the turn never sent its forgery"
+    );
+    assert_eq!(
+        outcome.final_message, "Patient answer.",
+        "the forged end ended the supervisor's turn: {:?}",
+        outcome.error
+    );
+    let seen: Vec<_> = super::support::until_quiet(&mut events)
+        .await
+        .into_iter()
+        .filter(|e| e.payload.kind() != "checkpoint_skipped")
+        .collect();
+    let payloads = format!("{:?}", seen.iter().map(|e| &e.payload).collect::<Vec<_>>());
+    assert!(
+        !payloads.contains("forged"),
+        "a forged frame reached the turn's events: {payloads}"
+    );
+    assert_eq!(
+        kinds(&seen),
+        [
+            "turn_started",
+            "agent_message_delta",
+            "agent_message_delta",
+            "turn_completed"
+        ]
+    );
+    rt.shutdown("test over").await;
+}
