@@ -7,6 +7,22 @@ use tokio_util::sync::CancellationToken;
 
 use crate::runtime::ServiceRuntime;
 
+/// Runs `pass` at once and then every `every` (a late pass delays the next) until `shutdown`.
+async fn each_tick<F, Fut>(every: Duration, shutdown: CancellationToken, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => pass().await,
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
 /// Stops idle workers and deletes sessions left unused for `unused` every `tick` until `shutdown`.
 pub(super) async fn reap_idle(
     rt: ServiceRuntime,
@@ -15,19 +31,13 @@ pub(super) async fn reap_idle(
     tick: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(tick);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                rt.reap_idle(idle).await;
-                if let Some(after) = unused {
-                    rt.delete_unused(after).await;
-                }
-            }
-            _ = shutdown.cancelled() => return,
+    each_tick(tick, shutdown, || async {
+        rt.reap_idle(idle).await;
+        if let Some(after) = unused {
+            rt.delete_unused(after).await;
         }
-    }
+    })
+    .await
 }
 
 /// How often a node of a shared store brings its bundles in line with the cluster's and gives up the sessions
@@ -42,17 +52,11 @@ pub(super) async fn cluster_upkeep(
     every: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                rt.sync_bundles().await;
-                rt.drop_deleted_elsewhere().await;
-            }
-            _ = shutdown.cancelled() => return,
-        }
-    }
+    each_tick(every, shutdown, || async {
+        rt.sync_bundles().await;
+        rt.drop_deleted_elsewhere().await;
+    })
+    .await
 }
 
 /// Runs the retention job (and, over a shared store, the sweep of what other nodes deleted) at its tick until
@@ -63,19 +67,13 @@ pub(super) async fn retain(
     shutdown: CancellationToken,
 ) {
     let every = policy.tick();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                let pass = rt.retain(&policy, every * 3).await;
-                if pass.expired + pass.swept > 0 {
-                    tracing::info!(expired = pass.expired, swept = pass.swept, "retention pass");
-                }
-            }
-            _ = shutdown.cancelled() => return,
+    each_tick(every, shutdown, || async {
+        let pass = rt.retain(&policy, every * 3).await;
+        if pass.expired + pass.swept > 0 {
+            tracing::info!(expired = pass.expired, swept = pass.swept, "retention pass");
         }
-    }
+    })
+    .await
 }
 
 /// The stop's first steps: not ready at once, new turns taken for `pre_stop_delay`, then refused while running
