@@ -45,8 +45,13 @@ pub(super) fn flush_soon(files: Vec<File>) {
     match pending {
         Some(pending) => {
             let mut waiting = pending.files.lock().unwrap_or_else(|p| p.into_inner());
+            // The thread waits only for an empty list to fill: a notice to one it already holds would be a system
+            // call for nothing, on every turn.
+            let was_empty = waiting.is_empty();
             waiting.extend(files);
-            pending.added.notify_one();
+            if was_empty {
+                pending.added.notify_one();
+            }
         }
         None => {
             flush_each_file_once(files);
@@ -103,8 +108,39 @@ mod tests {
         assert_eq!(flush_each_file_once(files), 2);
     }
 
+    /// The flushing thread is one per process: its tests take turns.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    /// Waits until the flushing thread has taken every file handed to it.
+    fn taken(what: &str) {
+        let pending = PENDING.get().unwrap().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !pending.files.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "{what} never taken");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_thread_waiting_on_an_empty_list_wakes_for_the_next_files_and_takes_later_ones_with_them() {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("g");
+        std::fs::write(&path, b"g").unwrap();
+        let open = || File::open(&path).unwrap();
+        flush_soon(vec![open()]);
+        taken("the first file");
+        // Rounds later the thread waits on the empty list, for a notice.
+        std::thread::sleep(ROUND * 5);
+        flush_soon(vec![open()]);
+        // This one finds the list filled, so it sends no notice of its own.
+        flush_soon(vec![open()]);
+        taken("the files handed over to a waiting thread");
+    }
+
     #[test]
     fn files_handed_over_are_flushed_within_a_round_and_the_thread_serves_later_rounds() {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::TempDir::new().unwrap();
         for round in 0..2 {
             let path = dir.path().join(format!("f{round}"));
