@@ -89,7 +89,7 @@ mod http {
     use super::*;
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
-    use service_supervisor::server::{router, AppState};
+    use service_supervisor::server::{router, state::Shared, AppState};
     use tower::ServiceExt;
 
     fn app() -> (tempfile::TempDir, axum::Router) {
@@ -98,7 +98,7 @@ mod http {
             service_supervisor::ServiceHome::new(home.path()),
             service_supervisor::RuntimeOptions::new(env!("CARGO_BIN_EXE_service-rs").into()),
         );
-        let state = AppState {
+        let state = AppState::new(Shared {
             rt,
             token: None,
             shutdown: Default::default(),
@@ -113,7 +113,7 @@ mod http {
             forwarder: Default::default(),
             public_url: "http://127.0.0.1:8472".into(),
             advertised: false,
-        };
+        });
         (home, router(state))
     }
 

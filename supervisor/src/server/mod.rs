@@ -446,7 +446,7 @@ pub async fn serve(
         live::RELOAD_EVERY,
         shutdown.clone(),
     ));
-    let state = AppState {
+    let state = AppState::new(state::Shared {
         rt: rt.clone(),
         token: token.clone(),
         shutdown: shutdown.clone(),
@@ -464,7 +464,7 @@ pub async fn serve(
                 .unwrap_or_else(|| format!("{scheme}://{bound}")),
         ),
         advertised: options.advertise_url.is_some(),
-    };
+    });
     rt.store().bound_at(&format!("{scheme}://{bound}"));
     rt.reserve_address(bound);
     rt.keep_claims();

@@ -70,9 +70,28 @@ pub struct ClientPolicy {
     pub tenant_bundles: bool,
 }
 
-/// Shared by every handler.
+/// Shared by every handler: one reference count to copy, as each layer of the router takes its own copy of the
+/// state for every request.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    /// The state of a server made of `shared`.
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What every handler shares (see [`AppState`]).
+pub struct Shared {
     /// The runtime.
     pub rt: ServiceRuntime,
     /// Bearer token every endpoint but /healthz requires; None only with `--no-auth`.
