@@ -38,12 +38,13 @@
 //!   `service-rs worker`: time to start and handshake on the host, and idle RSS and PSS.
 //!
 //! `BENCH_ITERS` sets the number of samples (default 200); `BENCH_EXE` runs another build of `service-rs` (to
-//! compare two builds in one sitting); `BENCH_HOST_MOUNTS=N` (root) adds N mounts to the table every sandbox
-//! starts from (`runtime/host_mounts.rs`). `BENCH_BASELINE_EXE` names a second build whose confined one-shots
-//! (text, and one Bash call) are sampled in turn with this one's, and adds their ratios: the file system drifts
-//! from run to run (below), so two builds compare best within one round. Build the small worker first
-//! (`cargo build --release -p service-worker`); without it the runtime uses `service-rs worker`, and the bench
-//! says so.
+//! compare two builds in one sitting), whose sessions run the `service-worker` beside it as an install has it, else
+//! `service-rs worker`: copy the small worker beside a build measured alone. `BENCH_HOST_MOUNTS=N` (root) adds N
+//! mounts to the table every sandbox starts from (`runtime/host_mounts.rs`). `BENCH_BASELINE_EXE` names a second
+//! build whose confined one-shots (text, and one Bash call) are sampled in turn with this one's, and adds their
+//! ratios: the file system drifts from run to run (below), so two builds compare best within one round. Build the
+//! small worker first (`cargo build --release -p service-worker`); without it the runtime uses `service-rs
+//! worker`, and the bench says so.
 //!
 //! The file system under the temporary directory shows in every row that makes sessions. On the bench machine's
 //! ext4 (no journal), the confined one-shot slows from run to run (1.24-1.34x, then up to 2.0x, even with 40 s
@@ -343,6 +344,14 @@ fn main() -> BenchResult<()> {
     let exe = std::env::var_os("BENCH_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_service-rs")));
+    let worker_exe = worker_beside(&exe);
+    // Said for every row, the one-shots' included: an install runs the small worker.
+    if worker_exe == exe {
+        println!(
+            "note: no service-worker beside {}; workers are `service-rs worker`",
+            exe.display()
+        );
+    }
     match std::env::var("BENCH_ONLY").as_deref() {
         Ok("slow_model") => return slow_model::rows(&exe, iters),
         Ok("odyssey") => return odyssey::rows(&exe, iters),
@@ -356,13 +365,6 @@ fn main() -> BenchResult<()> {
     let boxed_bundle = tempfile::TempDir::new()?;
     write_bundle(boxed_bundle.path(), "workspace_write")?;
     let boxed_ref = boxed_bundle.path().display().to_string();
-    let worker_exe = worker_beside(&exe);
-    if worker_exe == exe {
-        println!(
-            "note: no service-worker beside {}; workers are `service-rs worker`",
-            exe.display()
-        );
-    }
     let rt = ServiceRuntime::new(
         ServiceHome::new(home.path()),
         RuntimeOptions::new(worker_exe.clone()),
