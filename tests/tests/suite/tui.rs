@@ -285,6 +285,7 @@ fn rewind_in_the_tui_picks_a_turn_and_fork_opens_the_session_as_it_was() {
         &env.path("rewinding"),
         r#"{turns: [
           {when: "make", replies: [{tool_calls: [{name: "Bash", arguments: {command: "echo made > made.txt"}}]}, {text: "made it"}]},
+          {when: "again", replies: [{text: "again, seen {{message_count}}"}]},
           {replies: [{text: "seen {{message_count}}"}]},
         ]}"#,
         "permissions: { default: allow }\n",
@@ -311,7 +312,8 @@ fn rewind_in_the_tui_picks_a_turn_and_fork_opens_the_session_as_it_was() {
     tmux.wait_for("rewound to before turn 1: 1 files restored");
     assert!(!env.path("made.txt").exists());
     tmux.type_line("again");
-    tmux.wait_for("seen 2");
+    // Its own words: the first turn's "seen 2" is still on the screen, and so is " idle" until the turn starts.
+    tmux.wait_for("again, seen 2");
     tmux.wait_for(" idle │");
     tmux.type_line("/fork 1");
     tmux.wait_for("0 turns inherited");
