@@ -124,6 +124,14 @@ async fn the_worker_holds_the_slow_turn_once(
     assert_eq!(asked[2]["content"], "Slow answer here.");
 }
 
+/// The events of a turn whose model answered with text, in two deltas.
+const TEXT_TURN: [&str; 4] = [
+    "turn_started",
+    "agent_message_delta",
+    "agent_message_delta",
+    "turn_completed",
+];
+
 /// Event kinds in order, but for `checkpoint_created`, which lands anywhere among the first reply's events.
 fn kinds(events: &[service_ipc::EventMsg]) -> Vec<&'static str> {
     events
@@ -150,15 +158,7 @@ async fn a_turn_starts_no_worker_until_its_model_calls_a_tool_and_the_worker_goe
     // A text answer: the supervisor asked the model itself, and no worker started.
     let (first, events) = super::support::run_turn(&rt, &id, "hi").await;
     assert_eq!(first.final_message, "Hello there.", "{:?}", first.error);
-    assert_eq!(
-        kinds(&events),
-        [
-            "turn_started",
-            "agent_message_delta",
-            "agent_message_delta",
-            "turn_completed"
-        ]
-    );
+    assert_eq!(kinds(&events), TEXT_TURN);
     assert_eq!(starts(&started), 0, "a worker started for a text answer");
     assert_eq!(server.recorded().len(), 1);
 
@@ -544,16 +544,36 @@ async fn a_taken_over_worker_killed_for_a_forgery_cannot_end_a_text_turn_it_has_
         "the worker's end ended the supervisor's turn: {:?}",
         text.error
     );
-    assert_eq!(
-        kinds(&events),
-        [
-            "turn_started",
-            "agent_message_delta",
-            "agent_message_delta",
-            "turn_completed"
-        ]
-    );
+    assert_eq!(kinds(&events), TEXT_TURN);
     rt.shutdown("test over").await;
+}
+
+/// Gives the hostile `worker` playing `ahead_forgery` in `workspace` the id of the running turn `pending`, and
+/// waits for the turn's end: the worker sent its forgery, and the model's answer stands.
+async fn outlives_the_forgery(
+    workspace: &std::path::Path,
+    pending: service_supervisor::runtime::PendingTurn,
+    worker: &str,
+) {
+    // Whole or not at all, for the worker and for the start checkpoint that may be reading the workspace now.
+    std::fs::write(workspace.join(".turn.txt"), &pending.turn_id).unwrap();
+    std::fs::rename(workspace.join(".turn.txt"), workspace.join("turn.txt")).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), pending.outcome)
+        .await
+        .expect("the turn ended")
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("forged.txt"))
+            .ok()
+            .as_deref(),
+        Some(pending.turn_id.as_str()),
+        "{worker} never sent its forgery"
+    );
+    assert_eq!(
+        outcome.final_message, "Patient answer.",
+        "the forged end ended the supervisor's turn: {:?}",
+        outcome.error
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,25 +595,7 @@ async fn a_worker_started_ahead_of_a_led_turn_can_neither_write_into_it_nor_end_
         .await
         .unwrap();
     let workspace = std::path::Path::new(&record.cwd);
-    // Whole or not at all, for the worker and for the start checkpoint that may be reading the workspace now.
-    std::fs::write(workspace.join(".turn.txt"), &pending.turn_id).unwrap();
-    std::fs::rename(workspace.join(".turn.txt"), workspace.join("turn.txt")).unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(20), pending.outcome)
-        .await
-        .expect("the turn ended")
-        .unwrap();
-    assert_eq!(
-        std::fs::read_to_string(workspace.join("forged.txt"))
-            .ok()
-            .as_deref(),
-        Some(pending.turn_id.as_str()),
-        "the worker started ahead never sent its forgery"
-    );
-    assert_eq!(
-        outcome.final_message, "Patient answer.",
-        "the forged end ended the supervisor's turn: {:?}",
-        outcome.error
-    );
+    outlives_the_forgery(workspace, pending, "the worker started ahead").await;
     let seen = super::support::until_quiet(&mut events).await;
     let payloads = format!("{:?}", seen.iter().map(|e| &e.payload).collect::<Vec<_>>());
     assert!(
@@ -606,15 +608,7 @@ async fn a_worker_started_ahead_of_a_led_turn_can_neither_write_into_it_nor_end_
         .into_iter()
         .filter(|e| e.payload.kind() != "checkpoint_skipped")
         .collect();
-    assert_eq!(
-        kinds(&seen),
-        [
-            "turn_started",
-            "agent_message_delta",
-            "agent_message_delta",
-            "turn_completed"
-        ]
-    );
+    assert_eq!(kinds(&seen), TEXT_TURN);
     rt.shutdown("test over").await;
 }
 
@@ -683,24 +677,7 @@ async fn a_worker_started_as_a_slow_models_turn_starts_can_neither_write_into_it
         )
         .await
         .unwrap();
-    std::fs::write(workspace.join(".turn.txt"), &pending.turn_id).unwrap();
-    std::fs::rename(workspace.join(".turn.txt"), workspace.join("turn.txt")).unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(20), pending.outcome)
-        .await
-        .expect("the turn ended")
-        .unwrap();
-    assert_eq!(
-        std::fs::read_to_string(workspace.join("forged.txt"))
-            .ok()
-            .as_deref(),
-        Some(pending.turn_id.as_str()),
-        "the worker started with the turn never sent its forgery"
-    );
-    assert_eq!(
-        outcome.final_message, "Patient answer.",
-        "the forged end ended the supervisor's turn: {:?}",
-        outcome.error
-    );
+    outlives_the_forgery(workspace, pending, "the worker started with the turn").await;
     let seen: Vec<_> = super::support::until_quiet(&mut events)
         .await
         .into_iter()
@@ -711,14 +688,6 @@ async fn a_worker_started_as_a_slow_models_turn_starts_can_neither_write_into_it
         !payloads.contains("forged"),
         "a forged frame reached the turn's events: {payloads}"
     );
-    assert_eq!(
-        kinds(&seen),
-        [
-            "turn_started",
-            "agent_message_delta",
-            "agent_message_delta",
-            "turn_completed"
-        ]
-    );
+    assert_eq!(kinds(&seen), TEXT_TURN);
     rt.shutdown("test over").await;
 }
