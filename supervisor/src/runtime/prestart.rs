@@ -8,9 +8,10 @@
 //! socket's directory, if it has a proxy, `run/spare-<pid>-<uuid>/`). What a killed process left there is removed by
 //! the next runtime that starts on the store (`sweep`).
 //!
-//! The next session of that bundle takes the spare: the session's new, empty workspace directory is replaced by the
-//! spare's (a rename, so the sandbox's bind, which follows the directory, now shows the session's workspace), and
-//! the handshake is finished with the session's configuration. A session with a `cwd` of its own, a bundle changed
+//! The next session of that bundle takes the spare: the session's new, empty workspace directory trades names with
+//! the spare's in one exchange, so the sandbox's bind, which follows the directory, now shows the session's
+//! workspace, and the session's workspace path is never missing meanwhile. The handshake is then finished with the
+//! session's configuration. A session with a `cwd` of its own, a bundle changed
 //! since (another digest) or a spare that died gets a worker started as usual. An idle spare costs a worker's
 //! memory (about 6 MiB) and its cgroups; at most `MAX_SPARES` bundles have one, a bundle's spare of an earlier
 //! version is stopped when a newer one starts, and all are stopped at shutdown.
@@ -75,6 +76,31 @@ fn discard_later(spares: Vec<Spare>) {
     }
 }
 
+/// Puts the spare's workspace directory `spare` at `workspace`, in place of the session's empty one, by exchanging
+/// their names in one `renameat2(RENAME_EXCHANGE)`, then removes the session's old directory, now at `spare`. The
+/// session's workspace is never missing: the turn's start-of-turn checkpoint, taken beside its first model call,
+/// may be opening it as the worker starts. False, with both directories as they were, when the file system cannot
+/// exchange names or the session's directory is no longer empty.
+fn swap_in(spare: &Path, workspace: &Path) -> bool {
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+    let exchange = || {
+        renameat2(
+            AT_FDCWD,
+            spare,
+            AT_FDCWD,
+            workspace,
+            RenameFlags::RENAME_EXCHANGE,
+        )
+        .is_ok()
+    };
+    if !exchange() {
+        return false;
+    }
+    // `remove_dir` refuses a directory that is no longer empty: its files go back where they were. Should that
+    // exchange fail, the spare's directory stays in place and the session's files are left at `spare`.
+    std::fs::remove_dir(spare).is_ok() || !exchange()
+}
+
 fn key(bundle: &Bundle) -> Key {
     (bundle.root.clone(), bundle.digest.clone())
 }
@@ -106,13 +132,7 @@ impl Prestarted {
                 }
             }
         };
-        // `remove_dir` refuses a directory that is no longer empty.
-        if !spare.started.is_running() || std::fs::remove_dir(&workspace).is_err() {
-            discard_later(vec![spare]);
-            return None;
-        }
-        if std::fs::rename(&spare.workspace, &workspace).is_err() {
-            let _ = std::fs::create_dir(&workspace);
+        if !spare.started.is_running() || !swap_in(&spare.workspace, &workspace) {
             discard_later(vec![spare]);
             return None;
         }
@@ -234,5 +254,68 @@ impl Prestarted {
                 spare.discard().await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::swap_in;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_workspace_swapped_for_a_spares_is_never_missing_to_a_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir(&workspace).unwrap();
+        let (stop, missing) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        // A checkpoint opens the workspace by its path, as this reader does.
+        let reader = {
+            let (workspace, stop, missing) = (workspace.clone(), stop.clone(), missing.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if std::fs::read_dir(&workspace).is_err() {
+                        missing.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        for round in 0..300 {
+            let spare = dir.path().join(format!("spare-{round}"));
+            std::fs::create_dir(&spare).unwrap();
+            std::fs::write(spare.join("from-the-spare"), "").unwrap();
+            assert!(swap_in(&spare, &workspace), "round {round}");
+            assert!(workspace.join("from-the-spare").is_file());
+            assert!(!spare.exists(), "the session's old directory is removed");
+            // The next round's session workspace: empty again, and never removed.
+            std::fs::remove_file(workspace.join("from-the-spare")).unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap();
+        assert_eq!(
+            missing.load(Ordering::Relaxed),
+            0,
+            "the workspace went missing"
+        );
+    }
+
+    #[test]
+    fn a_spare_is_not_swapped_in_over_a_workspace_that_is_no_longer_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let (workspace, spare) = (dir.path().join("workspace"), dir.path().join("spare"));
+        for (path, file) in [(&workspace, "mine"), (&spare, "from-the-spare")] {
+            std::fs::create_dir(path).unwrap();
+            std::fs::write(path.join(file), file).unwrap();
+        }
+        assert!(!swap_in(&spare, &workspace));
+        assert_eq!(
+            std::fs::read_to_string(workspace.join("mine")).unwrap(),
+            "mine"
+        );
+        assert!(spare.join("from-the-spare").is_file());
+        assert!(!workspace.join("from-the-spare").exists());
     }
 }
