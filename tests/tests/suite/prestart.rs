@@ -167,8 +167,9 @@ async fn a_server_makes_the_sandbox_etc_snapshot_when_a_session_is_created_not_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_turns_that_take_the_spare_as_they_checkpoint_their_workspace_all_complete() {
     let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    // A model slow enough that each turn's worker has started, from the spare, before the turn ends.
-    let script = r#"{turns: [{replies: [{text: "ok", delay_ms: 30}]}]}"#;
+    // A model slow enough that each turn's worker has started, from the spare, before the turn ends, even on a
+    // busy machine.
+    let script = r#"{turns: [{replies: [{text: "ok", delay_ms: 100}]}]}"#;
     write_bundle(bundle.path(), script, "", "workspace_write");
     let reference = bundle.path().to_str().unwrap();
     let rt = super::support::runtime_with(home.path(), |o| {
@@ -179,8 +180,8 @@ async fn first_turns_that_take_the_spare_as_they_checkpoint_their_workspace_all_
     let first = rt.create_session(reference, None).await.unwrap().id;
     command(&rt, &first, "true").await;
     let spares = home.path().join("run/workspaces");
-    // The two meet in a few of these rounds: a build that left the workspace missing for an instant failed three
-    // runs of four, at rounds 6, 10 and 14.
+    // The two meet in a few of these rounds: a build that left the workspace missing for an instant failed four
+    // runs of four, at rounds 12, 22, 27 and 37.
     for round in 0..60 {
         wait_for_a_spare(&rt).await;
         let ready = entries(&spares, "spare-");
