@@ -11,10 +11,10 @@
 //! The next session of that bundle takes the spare: the session's new, empty workspace directory trades names with
 //! the spare's in one exchange, so the sandbox's bind, which follows the directory, now shows the session's
 //! workspace, and the session's workspace path is never missing meanwhile. The handshake is then finished with the
-//! session's configuration. A session with a `cwd` of its own, a bundle changed
-//! since (another digest) or a spare that died gets a worker started as usual. An idle spare costs a worker's
-//! memory (about 6 MiB) and its cgroups; at most `MAX_SPARES` bundles have one, a bundle's spare of an earlier
-//! version is stopped when a newer one starts, and all are stopped at shutdown.
+//! session's configuration. A session with a `cwd` of its own, a bundle changed since (another digest) or a spare
+//! that died gets a worker started as usual. An idle spare costs a worker's memory (about 6 MiB) and its cgroups; at
+//! most `MAX_SPARES` bundles have one, a bundle's spare of an earlier version is stopped when a newer one starts, and
+//! all are stopped at shutdown.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

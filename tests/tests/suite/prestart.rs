@@ -10,18 +10,29 @@ use super::commands::command;
 use super::support::{own_cgroups, processes_with, write_bundle};
 
 fn prestarting_runtime(home: &Path) -> service_supervisor::ServiceRuntime {
-    super::support::runtime_with(home, |o| o.prestart_sandboxes = true)
+    prestarting_runtime_with(home, |_| {})
+}
+
+/// [`prestarting_runtime`], with `tune` applied to its options too.
+fn prestarting_runtime_with(
+    home: &Path,
+    tune: impl FnOnce(&mut service_supervisor::RuntimeOptions),
+) -> service_supervisor::ServiceRuntime {
+    super::support::runtime_with(home, |o| {
+        o.prestart_sandboxes = true;
+        tune(o);
+    })
 }
 
 /// A new home, and a confined (`workspace_write`) bundle whose model answers "ok".
 fn home_and_confined_bundle() -> (TempDir, TempDir) {
+    home_and_confined_bundle_scripted(r#"{turns: [{replies: [{text: "ok"}]}]}"#)
+}
+
+/// A new home, and a confined (`workspace_write`) bundle whose model plays `script`.
+fn home_and_confined_bundle_scripted(script: &str) -> (TempDir, TempDir) {
     let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    write_bundle(
-        bundle.path(),
-        r#"{turns: [{replies: [{text: "ok"}]}]}"#,
-        "",
-        "workspace_write",
-    );
+    write_bundle(bundle.path(), script, "", "workspace_write");
     (home, bundle)
 }
 
@@ -166,17 +177,13 @@ async fn a_server_makes_the_sandbox_etc_snapshot_when_a_session_is_created_not_a
 /// replaces. The checkpoint always finds one there, and every first turn completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_turns_that_take_the_spare_as_they_checkpoint_their_workspace_all_complete() {
-    let (home, bundle) = (TempDir::new().unwrap(), TempDir::new().unwrap());
     // A model slow enough that each turn's worker has started, from the spare, before the turn ends, even on a
     // busy machine.
-    let script = r#"{turns: [{replies: [{text: "ok", delay_ms: 100}]}]}"#;
-    write_bundle(bundle.path(), script, "", "workspace_write");
+    let (home, bundle) =
+        home_and_confined_bundle_scripted(r#"{turns: [{replies: [{text: "ok", delay_ms: 100}]}]}"#);
     let reference = bundle.path().to_str().unwrap();
-    let rt = super::support::runtime_with(home.path(), |o| {
-        o.prestart_sandboxes = true;
-        // As a turn starts, not 10 ms into its first call: the worker's start meets the checkpoint's.
-        o.worker_ahead_after = Some(Duration::ZERO);
-    });
+    // As a turn starts, not 10 ms into its first call: the worker's start meets the checkpoint's.
+    let rt = prestarting_runtime_with(home.path(), |o| o.worker_ahead_after = Some(Duration::ZERO));
     let first = rt.create_session(reference, None).await.unwrap().id;
     command(&rt, &first, "true").await;
     let spares = home.path().join("run/workspaces");
