@@ -208,3 +208,59 @@ async fn first_turns_that_take_the_spare_as_they_checkpoint_their_workspace_all_
     }
     rt.shutdown("test over").await;
 }
+
+/// A command in a session that took the spare plays a hostile agent against the exchange's two directories: it tries
+/// to remove or move its workspace (the spare's directory, now the session's), and to write where the spare's
+/// directory was and into the session's directory on the host. All of it fails: the workspace stays the session's
+/// directory, what the command writes lands there only, and the spare's old place stays gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_in_a_taken_spare_can_neither_move_its_workspace_nor_reach_what_it_replaced() {
+    let (home, bundle) = home_and_confined_bundle();
+    let reference = bundle.path().to_str().unwrap();
+    let rt = prestarting_runtime(home.path());
+    let first = rt.create_session(reference, None).await.unwrap().id;
+    command(&rt, &first, "true").await;
+    wait_for_a_spare(&rt).await;
+    let spares = home.path().join("run/workspaces");
+    let ready = entries(&spares, "spare-");
+    assert_eq!(ready.len(), 1, "{ready:?}");
+    let spare = spares.join(&ready[0]);
+
+    let second = rt.create_session(reference, None).await.unwrap().id;
+    let session = home.path().join("sessions").join(&second);
+    let attack = format!(
+        "rmdir /workspace; mv /workspace /tmp/moved; mkdir -p {spare} && echo spare > {spare}/planted.txt; \
+         echo session > {session}/planted.txt; echo in > /workspace/in.txt; true",
+        spare = spare.display(),
+        session = session.display()
+    );
+    let (code, out, err) = command(&rt, &second, &attack).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    // The sandbox's root and the workspace's place in it are read-only; the host paths do not exist inside.
+    assert!(
+        err.contains("rmdir: failed to remove '/workspace'"),
+        "{err}"
+    );
+    assert!(err.contains("mv: cannot remove '/workspace'"), "{err}");
+    assert!(
+        err.contains("planted.txt: No such file or directory"),
+        "{err}"
+    );
+
+    let workspace = session.join("workspace");
+    assert!(
+        workspace.symlink_metadata().unwrap().is_dir(),
+        "the session's workspace is no longer a directory"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("in.txt")).unwrap(),
+        "in\n",
+        "the command's file did not land in the session's workspace: {err}"
+    );
+    assert!(!spare.exists(), "the spare's old place exists again: {err}");
+    assert!(!session.join("planted.txt").exists(), "{err}");
+    // The command's own view of where it wrote: the workspace, as every session sees it.
+    let (_, out, _) = command(&rt, &second, "pwd; ls").await;
+    assert_eq!(out, "/workspace\nin.txt\n");
+    rt.shutdown("test over").await;
+}
