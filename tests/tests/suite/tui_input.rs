@@ -160,6 +160,8 @@ fn at_opens_a_file_picker_that_skips_ignored_files_and_slash_opens_the_commands(
     tmux.wait_gone("@built");
 
     tmux.keys(&["-l", "/he"]);
+    // The whole of it typed: "/" alone opens the picker too, on the commands' first rows.
+    tmux.wait_for("│/he ");
     let screen = tmux.wait_for("commands · Tab completes");
     assert!(screen.contains("/help"), "{screen}");
     tmux.keys(&["Tab"]);
