@@ -37,7 +37,8 @@
 //! workspace checkpoints cost). `BENCH_PLOT` (default `target/scale.png` in the workspace) receives a chart of the Bash sessions' latencies and
 //! memory against the session count, each point the median of its runs. `BENCH_HOLD_SECS` keeps each server that
 //! long once its sessions are idle (its pid printed), to look at its processes. `BENCH_EXE` runs another build of
-//! `service-rs` (with its `service-worker` beside it), to compare two builds in one sitting.
+//! `service-rs` (with its `service-worker` beside it), to compare two builds in one sitting; `BENCH_SERVE_ARGS`
+//! adds arguments to `serve` (split at spaces), to compare two settings of one build.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -225,6 +226,11 @@ async fn serve(
     command
         .args(["serve", "--no-auth", "--bind", &format!("127.0.0.1:{port}")])
         .args(timeout)
+        .args(
+            std::env::var("BENCH_SERVE_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env("SERVICE_HOME", home)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

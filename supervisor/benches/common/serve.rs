@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 pub const TOKEN: &str = "bench-token";
 
 /// A server over `home` with `extra` arguments, on a free loopback port; the child (the caller kills it) and its
-/// base URL. `BENCH_EXE` names the `service-rs` to run instead of this build's.
+/// base URL. `BENCH_EXE` names the `service-rs` to run instead of this build's; `BENCH_SERVE_ARGS` adds arguments
+/// (split at spaces), e.g. `--http-threads 0` to compare two settings of one build.
 pub fn serve(home: &Path, extra: &[&str]) -> Result<(Child, String), Box<dyn std::error::Error>> {
     use std::io::BufRead;
     // `BENCH_EXE` runs another build (to compare two in one sitting).
@@ -20,6 +21,11 @@ pub fn serve(home: &Path, extra: &[&str]) -> Result<(Child, String), Box<dyn std
     command
         .args(["serve", "--bind", "127.0.0.1:0", "--token", TOKEN])
         .args(extra)
+        .args(
+            std::env::var("BENCH_SERVE_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env("SERVICE_HOME", home)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
