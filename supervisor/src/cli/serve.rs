@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// Seconds a client has to send a request's headers.
     #[arg(long, default_value_t = 10.0)]
     header_timeout: f64,
+    /// Threads that serve connections, each connection on one (default: twice the processors); 0 serves them on
+    /// the async threads the rest of the server shares.
+    #[arg(long, value_name = "N")]
+    http_threads: Option<usize>,
     /// Event streams one client address may hold at once.
     #[arg(long, default_value_t = 128)]
     max_streams_per_client: usize,
@@ -435,6 +439,9 @@ pub fn serve(
         .map(|(cert, key)| server::tls::TlsFiles { cert, key });
     options.limits.max_connections = args.max_connections.max(1);
     options.limits.header_read_timeout = Duration::from_secs_f64(args.header_timeout.max(0.1));
+    if let Some(threads) = args.http_threads {
+        options.limits.threads = threads;
+    }
     let clustered = shared.is_some();
     options.idle = service_supervisor::runtime::IdleTimeouts {
         any: Some(args.idle_timeout).filter(|t| !t.is_zero()),

@@ -13,6 +13,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tower::ServiceExt;
 
+use super::lanes::Lanes;
+
 /// The address of the client that sent a request.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub SocketAddr);
@@ -24,15 +26,19 @@ pub struct ConnLimits {
     pub max_connections: usize,
     /// Time a client has to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Threads that serve connections, each connection on one of them ([`Lanes`]); zero serves them on the
+    /// shared runtime.
+    pub threads: usize,
 }
 
 /// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` resolves, then lets open requests finish
-/// (5 s at most).
+/// (5 s at most). Connections are served on `lanes` when given, else on the caller's runtime.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<Arc<super::tls::LiveTls>>,
     app: Router,
     limits: ConnLimits,
+    lanes: Option<Lanes>,
     stop: impl Future<Output = ()>,
 ) {
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
@@ -60,42 +66,77 @@ pub async fn serve(
             },
             _ = &mut stop => break,
         };
-        let service = app.clone().map_request(
+        let connection = Connection {
+            app: app.clone(),
+            peer,
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            tls: tls
+                .as_ref()
+                .map(|t| (t.acceptor(), limits.header_read_timeout)),
+        };
+        match &lanes {
+            // The socket moves to the lane's own reactor, so that its wake-ups reach that thread.
+            Some(lanes) => match stream.into_std() {
+                Ok(stream) => lanes.serve(async move {
+                    if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+                        connection.serve(stream).await;
+                    }
+                    drop(permit);
+                }),
+                Err(e) => tracing::warn!("a connection could not be handed over: {e}"),
+            },
+            None => drop(tokio::spawn(async move {
+                connection.serve(stream).await;
+                drop(permit);
+            })),
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+    if let Some(lanes) = lanes {
+        lanes.stop().await;
+    }
+}
+
+/// What serving one accepted connection takes.
+struct Connection {
+    app: Router,
+    peer: SocketAddr,
+    builder: Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    /// The TLS acceptor, and the deadline of its handshake.
+    tls: Option<(tokio_rustls::TlsAcceptor, Duration)>,
+}
+
+impl Connection {
+    /// Serves `stream` until the client or the server ends it; under TLS the handshake runs here, on the
+    /// connection's own task, so a slow client holds up no other.
+    async fn serve(self, stream: tokio::net::TcpStream) {
+        let peer = self.peer;
+        let service = self.app.map_request(
             move |mut req: axum::extract::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(ClientAddr(peer));
                 req
             },
         );
         let service = hyper_util::service::TowerToHyperService::new(service);
-        match &tls {
+        match self.tls {
             None => {
-                let conn = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(permit);
-                });
+                let conn = self
+                    .builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service);
+                let _ = self.watcher.watch(conn.into_owned()).await;
             }
-            Some(tls) => {
-                // The handshake runs on the connection's own task, so a slow client holds up no other.
-                let acceptor = tls.acceptor();
-                let (builder, deadline) = (builder.clone(), limits.header_read_timeout);
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let handshake = tokio::time::timeout(deadline, acceptor.accept(stream)).await;
-                    if let Ok(Ok(stream)) = handshake {
-                        let conn = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .into_owned();
-                        let _ = watcher.watch(conn).await;
-                    }
-                    drop(permit);
-                });
+            Some((acceptor, deadline)) => {
+                let handshake = tokio::time::timeout(deadline, acceptor.accept(stream)).await;
+                if let Ok(Ok(stream)) = handshake {
+                    let conn = self
+                        .builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let _ = self.watcher.watch(conn.into_owned()).await;
+                }
             }
         }
     }
-    drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
 }

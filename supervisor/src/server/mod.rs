@@ -18,6 +18,7 @@ pub mod forward;
 pub mod guard;
 pub mod handlers;
 pub mod history_routes;
+pub mod lanes;
 pub mod listener;
 pub mod live;
 pub mod policy;
@@ -302,6 +303,9 @@ pub enum ServeError {
     /// The TLS certificate or key cannot be served.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// The threads that serve connections could not be started.
+    #[error("cannot start the threads that serve connections ({0}); --http-threads 0 serves them on the shared ones")]
+    Threads(std::io::Error),
 }
 
 /// How requests are authenticated.
@@ -400,6 +404,7 @@ impl ServeOptions {
             limits: listener::ConnLimits {
                 max_connections: 1024,
                 header_read_timeout: Duration::from_secs(10),
+                threads: lanes::default_count(),
             },
             unused_sessions: Some(crate::runtime::UNUSED_SESSIONS_AFTER),
             idle: crate::runtime::IdleTimeouts {
@@ -437,6 +442,10 @@ pub async fn serve(
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
+    let lanes = match options.limits.threads {
+        0 => None,
+        n => Some(lanes::Lanes::start(n).map_err(ServeError::Threads)?),
+    };
     let (token, generated) = token::resolve(options.auth, rt.home())?;
     let shutdown = CancellationToken::new();
     let live_secrets = [token.clone(), options.policy.metrics_token.clone()];
@@ -520,6 +529,6 @@ pub async fn serve(
         tokio::time::sleep(Duration::from_millis(200)).await;
         shutdown.cancel();
     };
-    listener::serve(listener, tls, app, options.limits, graceful).await;
+    listener::serve(listener, tls, app, options.limits, lanes, graceful).await;
     Ok(())
 }

@@ -241,6 +241,61 @@ async fn twenty_sessions_run_turns_concurrently() {
     assert_eq!(list.as_array().unwrap().len(), 20);
 }
 
+/// The names of a process's threads that serve connections (`http-N`), in order.
+fn http_threads(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .filter(|n| n.starts_with("http-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `--http-threads` serves each connection on one thread of its own; a session made and watched on one connection
+/// is driven from another, its worker's commands and its events crossing between them. With 0 the connections are
+/// served on the shared async threads, and everything works the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_driven_from_one_connection_and_watched_from_another_with_or_without_http_threads(
+) {
+    for (threads, expected) in [("2", vec!["http-0", "http-1"]), ("0", vec![])] {
+        let home = TempDir::new().unwrap();
+        let watcher = Api::new(Server::start(
+            home.path(),
+            &["--http-threads", threads],
+            &[],
+        ));
+        assert_eq!(
+            http_threads(watcher.server.child.id()),
+            expected,
+            "--http-threads {threads}"
+        );
+        let id = watcher.session(&example()).await;
+        let mut sse = watcher.events(&id, None).await;
+        let driver = watcher.beside(watcher.token.as_deref().unwrap());
+        for round in 0..3 {
+            let (status, out) = driver
+                .post(
+                    &format!("/sessions/{id}/run-sync"),
+                    json!({"input": task(&format!("round {round}"))}),
+                )
+                .await;
+            assert_eq!(
+                (status, out["status"].as_str()),
+                (200, Some("completed")),
+                "{out}"
+            );
+            let events = sse.until("turn_completed").await;
+            assert!(
+                kinds(&events).contains(&"exec_command_end".to_string()),
+                "--http-threads {threads}, round {round}: {:?}",
+                kinds(&events)
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_error_status_has_the_error_shape() {
     let home = TempDir::new().unwrap();
