@@ -35,6 +35,7 @@ mod drain;
 mod edge;
 mod egress;
 mod escape;
+mod escape_connections;
 mod escape_surfaces;
 mod faults;
 mod full_store;
