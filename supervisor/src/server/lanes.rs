@@ -6,8 +6,9 @@
 //! provider's reply) while no other thread looks for work, Tokio wakes a second thread to look, so that nothing
 //! queued behind waits; a warm turn crosses threads several times, and on a machine whose idle processors are slow
 //! to wake each crossing costs tens of microseconds (`docs/src/benchmarks.md`, "Over HTTP"). On a thread of its
-//! own a turn wakes one thread per message. There are twice as many threads as processors: a connection waits for
-//! no work stealing when a request on its thread runs long, as the kernel runs the other threads meanwhile.
+//! own a turn wakes one thread per message. What is given up is work stealing: a request's synchronous work (a
+//! sandbox's clone waits for its `execve`) holds up the connections on its thread. There are twice as many threads
+//! as processors, so that the kernel runs the others meanwhile.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
